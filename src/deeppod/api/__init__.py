@@ -1,0 +1,1 @@
+"""FastAPI control-plane API: thin routers over the service functions."""

@@ -1,0 +1,26 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from deeppod import __version__
+from deeppod.api import errors
+from deeppod.api.limits import BodyLimit
+from deeppod.api.routers import jobs, nodes, tenants, tokens, users
+
+
+def create_app(ctx) -> FastAPI:
+    app = FastAPI(title="DeepPod", version=__version__,
+                  description="DeepPod control plane: jobs, tenants, users, tokens, nodes.")
+    app.state.ctx = ctx
+    errors.install(app)
+    for r in (jobs, tenants, users, tokens, nodes):
+        app.include_router(r.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict:
+        return {"ok": True, "version": __version__}
+
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes)
+    return app

@@ -1,0 +1,37 @@
+"""Request dependencies: the server context, a DB session per request, the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from deeppod.auth.service import Principal, authenticate
+
+
+def get_ctx(request: Request):
+    return request.app.state.ctx
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One transaction per request: committed when the handler returns, rolled back on error."""
+    with request.app.state.ctx.sessions.begin() as session:
+        yield session
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def get_principal(request: Request) -> Principal:
+    # A short session of its own, so auth never holds the request's transaction open.
+    with request.app.state.ctx.sessions() as session:
+        return authenticate(session, _bearer(request))
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
+from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, job_out
+from deeppod.errors import InvalidRequest
+from deeppod.jobs import service
+from deeppod.jobs.logs import stream_logs
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, response_model=JobOut)
+def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> JobOut:
+    req = service.JobRequest(**body.model_dump())
+    job = service.submit(session, principal, req, default_grace=get_ctx(request).settings.grace_seconds)
+    return job_out(job, principal.tenant, principal.user)
+
+
+@router.get("", response_model=list[JobOut])
+def list_jobs(session: SessionDep, principal: PrincipalDep, state: str | None = None,
+              limit: int = Query(200, ge=1, le=10000)) -> list[JobOut]:
+    return [job_out(j, t, u) for j, t, u in service.list_jobs(session, principal, state, limit)]
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def show(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    job = service.get_job(session, principal, job_id)
+    return job_out(job, *service.owner_names(session, job))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    job = service.cancel(session, principal, job_id)
+    return job_out(job, *service.owner_names(session, job))
+
+
+@router.get("/{job_id}/events", response_model=list[JobEventOut])
+def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
+    return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]
+
+
+@router.get("/{job_id}/logs")
+def logs(job_id: int, principal: PrincipalDep, request: Request, follow: bool = False,
+         rank: int | None = Query(None, ge=0)) -> StreamingResponse:
+    ctx = get_ctx(request)
+    with ctx.sessions() as session:
+        job = service.get_job(session, principal, job_id)
+        workers = job.workers
+    if rank is not None and rank >= workers:
+        raise InvalidRequest(f"job {job_id} has ranks 0..{workers - 1}; --rank {rank} does not exist")
+
+    def finished() -> bool:
+        with ctx.sessions() as s:
+            return service.is_finished(s, job_id)
+
+    ranks = [rank] if rank is not None else list(range(workers))
+    body = stream_logs(ctx.settings.jobs_dir / str(job_id), ranks, follow=follow, finished=finished)
+    return StreamingResponse(body, media_type="text/plain; charset=utf-8")

@@ -1,0 +1,12 @@
+from fastapi import APIRouter
+
+from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.schemas.nodes import NodeOut
+from deeppod.cluster import service
+
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+
+
+@router.get("", response_model=list[NodeOut])
+def list_nodes(session: SessionDep, principal: PrincipalDep) -> list[NodeOut]:
+    return [NodeOut.model_validate(n) for n in service.list_nodes(session)]

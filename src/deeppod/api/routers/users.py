@@ -1,0 +1,28 @@
+from fastapi import APIRouter
+
+from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.schemas.users import UserCreate, UserCreated, UserOut
+from deeppod.auth import service
+
+router = APIRouter(prefix="/v1", tags=["users"])
+
+
+def _out(user, tenant: str) -> dict:
+    return {"id": user.id, "name": user.name, "tenant": tenant, "is_admin": user.is_admin,
+            "created_at": user.created_at}
+
+
+@router.post("/users", status_code=201, response_model=UserCreated)
+def create(body: UserCreate, session: SessionDep, principal: PrincipalDep) -> UserCreated:
+    user, secret = service.create_user(session, principal, body.name, body.tenant, body.admin)
+    return UserCreated(**_out(user, body.tenant), token=secret)
+
+
+@router.get("/users", response_model=list[UserOut])
+def list_users(session: SessionDep, principal: PrincipalDep) -> list[UserOut]:
+    return [UserOut(**_out(u, t.name)) for u, t in service.list_users(session, principal)]
+
+
+@router.get("/whoami")
+def whoami(principal: PrincipalDep) -> dict:
+    return {"user": principal.user, "tenant": principal.tenant, "is_admin": principal.is_admin}

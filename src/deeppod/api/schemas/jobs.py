@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from deeppod.api.schemas.base import Out, Strict
+
+
+class JobCreate(Strict):
+    command: list[str] = Field(min_length=1, description="argv of every worker, e.g. ['python', 'train.py']")
+    workdir: str = Field(description="absolute working directory on the server host")
+    name: str | None = Field(default=None, max_length=128)
+    workers: int = Field(default=1, ge=1, le=4096)
+    gpus_per_worker: int = Field(default=0, ge=0, le=64)
+    cpus_per_worker: float = Field(default=1.0, gt=0, le=1024)
+    memory_mb_per_worker: int | None = Field(default=None, ge=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    grace_seconds: float | None = Field(default=None, ge=0, le=3600)
+
+
+class JobOut(Out):
+    id: int
+    name: str
+    tenant: str
+    user: str
+    state: str
+    command: list[str]
+    workdir: str
+    env: dict[str, str]
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: float
+    memory_mb_per_worker: int | None
+    priority: int
+    grace_seconds: float
+    restart_count: int
+    cancel_requested: bool
+    allocation: dict | None
+    exit_codes: dict[str, int] | None
+    reason: str
+    submitted_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class JobEventOut(Out):
+    id: int
+    at: datetime
+    kind: str
+    message: str
+
+
+def job_out(job, tenant: str, user: str) -> JobOut:
+    return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
+                                  "tenant": tenant, "user": user})

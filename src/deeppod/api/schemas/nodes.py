@@ -1,0 +1,13 @@
+from datetime import datetime
+
+from deeppod.api.schemas.base import Out
+
+
+class NodeOut(Out):
+    name: str
+    address: str
+    gpus: list[dict]
+    cpus: int
+    memory_mb: int
+    healthy: bool
+    last_seen: datetime

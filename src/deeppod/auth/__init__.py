@@ -1,0 +1,1 @@
+"""Tenants, users and bearer tokens (stored hashed)."""

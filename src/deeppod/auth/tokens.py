@@ -1,0 +1,17 @@
+"""Token secrets: random, shown once, stored as sha256 (they carry 256 bits of entropy,
+so a fast hash is enough and keeps every API call cheap)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+PREFIX = "dp_"
+
+
+def new_secret() -> str:
+    return PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()

@@ -1,0 +1,3 @@
+from deeppod.cli.main import main
+
+main()

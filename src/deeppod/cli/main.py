@@ -1,0 +1,269 @@
+"""``deeppod``: the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state
+from deeppod.errors import DeepPodError, InvalidRequest
+from deeppod.settings import client_config_path
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="DeepPod: shared GPUs, bring-your-own-framework jobs.")
+job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
+tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
+users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+app.add_typer(job_app, name="job")
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
+
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="server URL (or DEEPPOD_API_URL)", show_default=False)]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+def client(url: str | None, token: str | None):
+    from deeppod.sdk.client import Client
+
+    return Client(url, token)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def parse_memory(value: str | None) -> int | None:
+    """'512', '512M', '4G' -> MiB."""
+    if value is None:
+        return None
+    v = value.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(v[-1:], None)
+    try:
+        return int(float(v[:-1]) * mult) if mult else int(v)
+    except ValueError:
+        raise InvalidRequest(f"--memory {value!r} is not a size: use e.g. 512M or 4G") from None
+
+
+@app.command()
+def server(
+    host: Annotated[Optional[str], typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[Optional[int], typer.Option(help="port (default 7447)")] = None,
+    home: Annotated[Optional[Path], typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
+    cpus: Annotated[Optional[int], typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
+    database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
+) -> None:
+    """Start the control plane: API, scheduler loop and local executor."""
+    import logging
+
+    from deeppod.server import serve
+    from deeppod.settings import Settings
+
+    settings = Settings.from_env().with_overrides(
+        host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
+        memory_mb=parse_memory(memory), database_url=database_url)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+
+
+@app.command()
+def login(url: Annotated[str, typer.Option(help="server URL")],
+          token: Annotated[str, typer.Option(help="API token")]) -> None:
+    """Check a URL and token and save them for later commands."""
+    me = client(url, token).whoami()
+    path = client_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": url.rstrip("/"), "token": token}, f)
+    console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''}); "
+                  f"saved to {path}")
+
+
+@app.command()
+def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Who the token belongs to."""
+    me = client(url, token).whoami()
+    console.print(f"{me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''})")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
+    name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-n", help="number of worker processes")] = 1,
+    gpus_per_worker: Annotated[int, typer.Option(help="GPUs per worker")] = 0,
+    cpus_per_worker: Annotated[float, typer.Option(help="CPUs per worker")] = 1.0,
+    memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
+    env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
+    workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
+    priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
+    grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on cancel")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Run a command as N workers with the torchrun environment: deeppod submit -n 2 -- python train.py"""
+    job_env = parse_env(env)
+    # Like Slurm's default export: the job finds the same programs (e.g. your venv's python).
+    job_env.setdefault("PATH", os.environ.get("PATH", os.defpath))
+    if os.environ.get("VIRTUAL_ENV"):
+        job_env.setdefault("VIRTUAL_ENV", os.environ["VIRTUAL_ENV"])
+    c = client(url, token)
+    job = c.submit(command, name=name, workers=workers, gpus_per_worker=gpus_per_worker,
+                   cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
+                   workdir=str(workdir or Path.cwd()), priority=priority, grace_seconds=grace)
+    console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
+    if follow:
+        _stream(c, job["id"], None, True)
+        final = c.wait(job["id"])
+        console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
+        raise typer.Exit(0 if final["state"] == "succeeded" else 1)
+
+
+@app.command("jobs")
+def jobs_cmd(state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
+             limit: int = 200, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """List jobs (yours and your tenant's; admins see all)."""
+    rows = client(url, token).jobs(state_, limit)
+    print_json(rows) if as_json else console.print(jobs_table(rows))
+
+
+@job_app.command("show")
+def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Everything about one job."""
+    j = client(url, token).job(job_id)
+    if as_json:
+        print_json(j)
+        return
+    console.print(f"[bold]job {j['id']}[/] {j['name']}  {state(j['state'])}  tenant {j['tenant']}  user {j['user']}")
+    console.print(f"command:   {' '.join(j['command'])}")
+    console.print(f"workdir:   {j['workdir']}")
+    console.print(f"workers:   {j['workers']} x ({j['gpus_per_worker']} GPU, {j['cpus_per_worker']:g} CPU"
+                  f"{', %d MiB' % j['memory_mb_per_worker'] if j['memory_mb_per_worker'] else ''})  priority {j['priority']}")
+    console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
+    if j["allocation"]:
+        for w in j["allocation"]["workers"]:
+            console.print(f"  rank {w['rank']}: node {w['node']} GPUs {w['gpus'] or '-'}")
+    if j["exit_codes"]:
+        console.print("exit codes: " + ", ".join(f"rank {r}: {c}" for r, c in j["exit_codes"].items()))
+    if j["reason"]:
+        console.print(f"reason:    {j['reason']}")
+
+
+@job_app.command("events")
+def job_events(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """What happened to a job and why."""
+    rows = client(url, token).events(job_id)
+    print_json(rows) if as_json else console.print(rows_table(rows, ["at", "kind", "message"]))
+
+
+def _stream(c, job_id: int, rank: int | None, follow: bool) -> None:
+    out = sys.stdout.buffer
+    for chunk in c.logs(job_id, rank=rank, follow=follow):
+        out.write(chunk)
+        out.flush()
+
+
+@app.command()
+def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job ends")] = False,
+         rank: Annotated[Optional[int], typer.Option(help="only this worker (default: all, prefixed)")] = None,
+         url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Print a job's output."""
+    try:
+        _stream(client(url, token), job_id, rank, follow)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Stop a job: SIGTERM to every worker, the grace period, then SIGKILL."""
+    j = client(url, token).cancel(job_id)
+    msg = "cancelled" if j["state"] == "cancelled" else f"stopping (grace {j['grace_seconds']:g} s)"
+    console.print(f"job {j['id']}: {msg}")
+
+
+@app.command()
+def nodes(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Nodes and their GPUs."""
+    rows = client(url, token).nodes()
+    if as_json:
+        print_json(rows)
+        return
+    for n in rows:
+        n["gpus"] = len(n["gpus"]) if not n["gpus"] or not n["gpus"][0].get("logical") else f"{len(n['gpus'])} (logical)"
+    console.print(rows_table(rows, ["name", "address", "gpus", "cpus", "memory_mb", "healthy"]))
+
+
+@tenants_app.command("create")
+def tenants_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    t = client(url, token).create_tenant(name)
+    console.print(f"tenant {t['name']} created")
+
+
+@tenants_app.command("ls")
+def tenants_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).tenants()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "created_at"]))
+
+
+@users_app.command("create")
+def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's tenant")],
+                 admin: Annotated[bool, typer.Option("--admin", help="an administrator (sees all tenants)")] = False,
+                 url: UrlOpt = None, token: TokenOpt = None) -> None:
+    u = client(url, token).create_user(name, tenant, admin)
+    console.print(f"user {u['name']} created in tenant {u['tenant']}{' (admin)' if u['is_admin'] else ''}")
+    console.print(f"token (shown once): {u['token']}")
+
+
+@users_app.command("ls")
+def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).users()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "tenant", "is_admin"]))
+
+
+@tokens_app.command("create")
+def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
+                  user: Annotated[Optional[str], typer.Option(help="admins: for this user")] = None,
+                  url: UrlOpt = None, token: TokenOpt = None) -> None:
+    t = client(url, token).create_token(name, user)
+    console.print(f"token {t['id']} for {t['user']} (shown once): {t['token']}")
+
+
+@tokens_app.command("ls")
+def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).tokens()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "created_at"]))
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    client(url, token).revoke_token(token_id)
+    console.print(f"token {token_id} revoked")
+
+
+def main() -> None:
+    try:
+        app()
+    except DeepPodError as exc:
+        err_console.print(f"[red]error:[/] {exc.message}", highlight=False)
+        sys.exit(2 if exc.status in (400, 401, 403, 404, 409, 413, 422) else 1)
+
+
+if __name__ == "__main__":
+    main()

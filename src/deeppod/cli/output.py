@@ -1,0 +1,63 @@
+"""Rendering for the CLI: tables, durations, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def duration(job: dict) -> str:
+    start = _ts(job.get("started_at"))
+    if start is None:
+        return "-"
+    end = _ts(job.get("ended_at")) or datetime.now(timezone.utc)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=timezone.utc)
+    secs = int((end - start).total_seconds())
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def state(value: str) -> str:
+    return f"[{STATE_STYLE.get(value, 'white')}]{value}[/]"
+
+
+def jobs_table(jobs: list[dict]) -> Table:
+    t = Table(box=None, header_style="bold")
+    for col in ("ID", "NAME", "TENANT", "USER", "STATE", "WORKERS", "GPUS", "SUBMITTED", "DURATION"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("REASON", overflow="fold", ratio=1)
+    for j in jobs:
+        t.add_row(str(j["id"]), j["name"], j["tenant"], j["user"], state(j["state"]), str(j["workers"]),
+                  str(j["workers"] * j["gpus_per_worker"]), j["submitted_at"][5:16].replace("T", " "),
+                  duration(j), j["reason"] if j["state"] in ("failed", "cancelled") else "")
+    return t
+
+
+def rows_table(rows: list[dict], columns: list[str]) -> Table:
+    t = Table(box=None, header_style="bold")
+    for col in columns:
+        t.add_column(col.upper())
+    for r in rows:
+        t.add_row(*(str(r.get(c, "")) for c in columns))
+    return t

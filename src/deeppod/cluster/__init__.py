@@ -1,0 +1,1 @@
+"""Cluster inventory: nodes, GPU slots (NVML when present, logical slots otherwise), health."""

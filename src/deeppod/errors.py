@@ -1,0 +1,74 @@
+"""The one error root of DeepPod.
+
+Every error a user can see is a :class:`DeepPodError` with a stable ``code`` and a
+message that says what to do. The API maps them to HTTP with one handler; the SDK
+turns an API error body back into the same class, so CLI, SDK and server agree.
+"""
+
+from __future__ import annotations
+
+
+class DeepPodError(Exception):
+    """Root of all DeepPod errors. ``code`` is stable and machine-readable."""
+
+    code = "error"
+    status = 500
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequest(DeepPodError):
+    code = "invalid_request"
+    status = 422
+
+
+class Unauthenticated(DeepPodError):
+    code = "unauthenticated"
+    status = 401
+
+
+class Forbidden(DeepPodError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(DeepPodError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(DeepPodError):
+    code = "conflict"
+    status = 409
+
+
+class ExecutorError(DeepPodError):
+    code = "executor_error"
+    status = 500
+
+
+_BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict)}
+
+
+def from_response(status: int, body: object) -> DeepPodError:
+    """Rebuild the error an API response carries (used by the SDK)."""
+    code, message = "error", f"HTTP {status}"
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        code = str(body["error"].get("code", code))
+        message = str(body["error"].get("message", message))
+    elif isinstance(body, str) and body:
+        message = body
+    cls = _BY_STATUS.get(status, DeepPodError)
+    return cls(message, code=code, status=status)

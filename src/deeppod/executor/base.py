@@ -1,0 +1,46 @@
+"""The executor interface and the values that cross it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    rank: int
+    node: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    job_id: int
+    job_dir: Path
+    command: list[str]
+    workdir: str
+    workers: list[WorkerSpec]
+    grace_seconds: float = 30.0
+    memory_mb_per_worker: int | None = None
+
+
+@dataclass(frozen=True)
+class ExecStatus:
+    """What the executor knows about a launched job."""
+
+    finished: bool
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    reason: str = ""  # why it ended early (a worker failed, memory limit, stop requested)
+    stopped: bool = False  # ended because terminate() asked it to
+    lost: bool = False  # the supervisor vanished without a result
+
+
+class Executor(Protocol):
+    def launch(self, spec: LaunchSpec) -> dict:
+        """Start the workers; return a JSON-able handle that finds them again after a restart."""
+
+    def poll(self, handle: dict) -> ExecStatus: ...
+
+    def terminate(self, handle: dict) -> None:
+        """Ask every worker to stop: SIGTERM, the job's grace period, then SIGKILL. Idempotent."""

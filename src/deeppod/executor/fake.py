@@ -1,0 +1,29 @@
+"""An in-memory executor for tests of the control plane: no processes."""
+
+from __future__ import annotations
+
+from deeppod.executor.base import ExecStatus, LaunchSpec
+
+
+class FakeExecutor:
+    def __init__(self) -> None:
+        self.launched: dict[int, LaunchSpec] = {}
+        self.status: dict[int, ExecStatus] = {}
+        self.terminated: list[int] = []
+
+    def launch(self, spec: LaunchSpec) -> dict:
+        self.launched[spec.job_id] = spec
+        self.status[spec.job_id] = ExecStatus(finished=False)
+        return {"kind": "fake", "job_id": spec.job_id}
+
+    def poll(self, handle: dict) -> ExecStatus:
+        return self.status[handle["job_id"]]
+
+    def terminate(self, handle: dict) -> None:
+        job_id = handle["job_id"]
+        self.terminated.append(job_id)
+        self.status[job_id] = ExecStatus(finished=True, exit_codes={}, reason="stop requested", stopped=True)
+
+    # test helpers
+    def finish(self, job_id: int, exit_codes: dict[int, int], reason: str = "") -> None:
+        self.status[job_id] = ExecStatus(finished=True, exit_codes=exit_codes, reason=reason)

@@ -1,0 +1,172 @@
+"""Per-job supervisor: ``python -m deeppod.executor.supervisor JOB_DIR``.
+
+Runs in its own session so the job outlives the server. Starts every worker of the job
+in its own process group, writes each worker's exit code to ``JOB_DIR/exit/rank-N`` as
+it happens and ``JOB_DIR/result.json`` at the end. When one worker fails it stops the
+others; on SIGTERM it stops all (SIGTERM, the grace period, then SIGKILL). It enforces
+the per-worker memory request by the resident size of each worker's process group.
+
+Standard library only: it must start fast and never import server code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_S = 0.05
+MEMORY_CHECK_S = 0.5
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_rss_mb(pgid: int) -> float:
+    """Resident memory of every process in a process group, from /proc."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # field 5 (pgrp), counted after the comm
+                continue
+            with open(f"/proc/{entry}/statm") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / (1 << 20)
+
+
+class Supervisor:
+    def __init__(self, job_dir: Path):
+        self.job_dir = job_dir
+        self.spec = json.loads((job_dir / "spec.json").read_text())
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.codes: dict[int, int] = {}
+        self.stop_requested = False
+        self.stopping_since: float | None = None
+        self.reason = ""
+
+    def _on_sigterm(self, _sig, _frame) -> None:
+        self.stop_requested = True
+
+    def start_workers(self) -> None:
+        (self.job_dir / "logs").mkdir(exist_ok=True)
+        (self.job_dir / "exit").mkdir(exist_ok=True)
+        for w in self.spec["workers"]:
+            rank = int(w["rank"])
+            log = open(self.job_dir / "logs" / f"rank-{rank}.log", "ab", buffering=0)
+            try:
+                self.procs[rank] = subprocess.Popen(
+                    self.spec["command"], cwd=self.spec["workdir"], env=w["env"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    process_group=0,
+                )
+            except OSError as exc:
+                log.write(f"deeppod: cannot start worker: {exc}\n".encode())
+                self.codes[rank] = 127
+                self._record_exit(rank, 127)
+                self._begin_stop(f"rank {rank} could not start: {exc}")
+            finally:
+                log.close()
+        _write_json(self.job_dir / "workers.json", {str(r): p.pid for r, p in self.procs.items()})
+
+    def _record_exit(self, rank: int, code: int) -> None:
+        (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
+
+    def _begin_stop(self, reason: str) -> None:
+        if self.stopping_since is not None:
+            return
+        self.stopping_since = time.monotonic()
+        self.reason = self.reason or reason
+        for rank, p in self.procs.items():
+            if rank not in self.codes:
+                _signal_group(p.pid, signal.SIGTERM)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, self._on_sigterm)
+        # Lets a restarted server find us even if it died before recording our pid.
+        with open("/proc/self/stat") as f:
+            start_time = int(f.read().rsplit(")", 1)[1].split()[19])
+        _write_json(self.job_dir / "supervisor.json", {"pid": os.getpid(), "start_time": start_time})
+        self.start_workers()
+        grace = float(self.spec.get("grace_seconds", 30.0))
+        limit_mb = self.spec.get("memory_mb_per_worker")
+        next_mem_check = 0.0
+        while len(self.codes) < len(self.spec["workers"]):
+            for rank, p in self.procs.items():
+                if rank in self.codes:
+                    continue
+                code = p.poll()
+                if code is None:
+                    continue
+                self.codes[rank] = code
+                self._record_exit(rank, code)
+                # The worker is gone; anything it left in its group goes too.
+                _signal_group(p.pid, signal.SIGKILL)
+                if code != 0:
+                    self._begin_stop(f"rank {rank} {describe_exit(code)}")
+            if self.stop_requested:
+                self._begin_stop("stop requested")
+            now = time.monotonic()
+            if limit_mb and now >= next_mem_check:
+                next_mem_check = now + MEMORY_CHECK_S
+                for rank, p in self.procs.items():
+                    if rank not in self.codes and _group_rss_mb(p.pid) > limit_mb:
+                        self.reason = self.reason or f"rank {rank} exceeded its memory request of {limit_mb} MiB"
+                        _signal_group(p.pid, signal.SIGKILL)
+                        self._begin_stop(self.reason)
+            if self.stopping_since is not None and now - self.stopping_since > grace:
+                for rank, p in self.procs.items():
+                    if rank not in self.codes:
+                        _signal_group(p.pid, signal.SIGKILL)
+            time.sleep(POLL_S)
+        _write_json(self.job_dir / "result.json", {
+            "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
+            "reason": self.reason,
+            "stopped": self.stop_requested,
+            "ended_at": time.time(),
+        })
+        return 0
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m deeppod.executor.supervisor JOB_DIR", file=sys.stderr)
+        return 2
+    return Supervisor(Path(argv[1])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,177 @@
+"""Job lifecycle service: submit, list, show, cancel, events. Takes the DB session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.service import Principal
+from deeppod.cluster.service import capacity
+from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.jobs.contract import ENV_NAME_RE, reserved
+from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
+
+ACTIVE_STATES = ("queued", "running")
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+STATES = ACTIVE_STATES + FINAL_STATES
+
+
+@dataclass
+class JobRequest:
+    command: list[str]
+    workdir: str
+    name: str | None = None
+    workers: int = 1
+    gpus_per_worker: int = 0
+    cpus_per_worker: float = 1.0
+    memory_mb_per_worker: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    grace_seconds: float | None = None
+
+
+def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
+    session.add(JobEvent(job_id=job.id, kind=kind, message=message))
+
+
+def _resolve_executable(cmd0: str, workdir: str, env: dict[str, str]) -> str:
+    if os.sep in cmd0:
+        path = cmd0 if os.path.isabs(cmd0) else os.path.join(workdir, cmd0)
+        if not os.path.isfile(path):
+            raise InvalidRequest(f"executable {cmd0!r} does not exist (looked at {path}); fix the path")
+        if not os.access(path, os.X_OK):
+            raise InvalidRequest(f"{path} is not executable: run 'chmod +x {path}' or start it with an interpreter")
+        return path
+    search = env.get("PATH", os.environ.get("PATH", os.defpath))
+    found = shutil.which(cmd0, path=search)
+    if found is None:
+        raise InvalidRequest(
+            f"executable {cmd0!r} was not found on the job's PATH; give its full path, or pass "
+            f"--env PATH=... (searched: {search})")
+    return found
+
+
+def validate(req: JobRequest, cap: dict) -> None:
+    """Everything that can be checked before anything is written."""
+    if not req.command or not req.command[0]:
+        raise InvalidRequest("the job has no command: put it after '--', e.g. deeppod submit -- python train.py")
+    if not os.path.isabs(req.workdir):
+        raise InvalidRequest(f"working directory {req.workdir!r} must be an absolute path")
+    if not os.path.isdir(req.workdir):
+        raise InvalidRequest(f"working directory {req.workdir!r} does not exist on the server; create it or pick another")
+    if req.workers < 1:
+        raise InvalidRequest(f"workers must be at least 1 (got {req.workers})")
+    if req.gpus_per_worker < 0:
+        raise InvalidRequest(f"gpus_per_worker must be 0 or more (got {req.gpus_per_worker})")
+    if req.cpus_per_worker <= 0:
+        raise InvalidRequest(f"cpus_per_worker must be more than 0 (got {req.cpus_per_worker})")
+    if req.memory_mb_per_worker is not None and req.memory_mb_per_worker < 1:
+        raise InvalidRequest(f"memory_mb_per_worker must be at least 1 MiB (got {req.memory_mb_per_worker})")
+    for key in req.env:
+        if not ENV_NAME_RE.match(key):
+            raise InvalidRequest(f"environment variable name {key!r} is not valid: use letters, digits and '_'")
+        if reserved(key):
+            raise InvalidRequest(f"environment variable {key} is set by DeepPod for every worker "
+                                 "(the job contract, docs/jobs.md); remove it from --env")
+    total_gpus = req.workers * req.gpus_per_worker
+    if total_gpus > cap["gpus"]:
+        raise InvalidRequest(f"the job asks for {total_gpus} GPUs ({req.workers} workers x {req.gpus_per_worker}) "
+                             f"but the whole cluster has {cap['gpus']}; ask for fewer workers or GPUs")
+    if req.gpus_per_worker > cap["max_node_gpus"]:
+        raise InvalidRequest(f"one worker asks for {req.gpus_per_worker} GPUs but the largest node has "
+                             f"{cap['max_node_gpus']}; use more workers with fewer GPUs each")
+    if req.cpus_per_worker > cap["max_node_cpus"]:
+        raise InvalidRequest(f"one worker asks for {req.cpus_per_worker} CPUs but the largest node has "
+                             f"{cap['max_node_cpus']}")
+    if req.workers * req.cpus_per_worker > cap["cpus"]:
+        raise InvalidRequest(f"the job asks for {req.workers * req.cpus_per_worker:g} CPUs in all but the cluster "
+                             f"has {cap['cpus']}; lower --cpus-per-worker or --workers")
+    mem = req.memory_mb_per_worker or 0
+    if mem > cap["max_node_memory_mb"] or req.workers * mem > cap["memory_mb"]:
+        raise InvalidRequest(f"the job asks for {req.workers} x {mem} MiB of memory but the largest node has "
+                             f"{cap['max_node_memory_mb']} MiB and the cluster {cap['memory_mb']} MiB")
+    if req.grace_seconds is not None and not 0 <= req.grace_seconds <= 3600:
+        raise InvalidRequest(f"grace_seconds must be between 0 and 3600 (got {req.grace_seconds})")
+    _resolve_executable(req.command[0], req.workdir, req.env)
+
+
+def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
+    validate(req, capacity(session))
+    name = req.name or Path(req.command[-1] if len(req.command) > 1 else req.command[0]).name
+    job = Job(
+        name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
+        command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
+        gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
+        memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
+        grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds,
+    )
+    session.add(job)
+    session.flush()
+    add_event(session, job, "queued", f"submitted by {principal.user}")
+    return job
+
+
+def get_job(session: Session, principal: Principal, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}: list yours with 'deeppod jobs'")
+    if not principal.can_see_tenant(job.tenant_id):
+        raise Forbidden(f"job {job_id} belongs to another tenant")
+    return job
+
+
+def list_jobs(session: Session, principal: Principal, state: str | None = None,
+              limit: int = 200) -> list[tuple[Job, str, str]]:
+    """Jobs with their tenant and user names, newest first."""
+    if state is not None and state not in STATES:
+        raise InvalidRequest(f"unknown state {state!r}: use one of {', '.join(STATES)}")
+    q = (select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id)
+         .join(User, Job.user_id == User.id).order_by(Job.id.desc()).limit(limit))
+    if not principal.is_admin:
+        q = q.where(Job.tenant_id == principal.tenant_id)
+    if state is not None:
+        q = q.where(Job.state == state)
+    return [(r[0], r[1], r[2]) for r in session.execute(q)]
+
+
+def owner_names(session: Session, job: Job) -> tuple[str, str]:
+    tenant = session.get(Tenant, job.tenant_id)
+    user = session.get(User, job.user_id)
+    return tenant.name, user.name
+
+
+def cancel(session: Session, principal: Principal, job_id: int) -> Job:
+    job = get_job(session, principal, job_id)
+    if job.state in FINAL_STATES:
+        raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to cancel")
+    if job.state == "queued":
+        finish(session, job, "cancelled", f"cancelled by {principal.user} before it started")
+    elif not job.cancel_requested:
+        job.cancel_requested = True
+        add_event(session, job, "cancel-requested",
+                  f"{principal.user} asked to cancel; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s")
+    return job
+
+
+def finish(session: Session, job: Job, state: str, reason: str, exit_codes: dict[int, int] | None = None) -> None:
+    job.state = state
+    job.reason = reason
+    job.ended_at = utcnow()
+    if exit_codes is not None:
+        job.exit_codes = {str(k): v for k, v in sorted(exit_codes.items())}
+    add_event(session, job, state, reason)
+
+
+def list_events(session: Session, principal: Principal, job_id: int) -> list[JobEvent]:
+    get_job(session, principal, job_id)
+    return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def is_finished(session: Session, job_id: int) -> bool:
+    job = session.get(Job, job_id)
+    return job is None or job.state in FINAL_STATES

@@ -1,0 +1,1 @@
+"""The Python SDK: ``deeppod.Client``. The CLI is built on it."""

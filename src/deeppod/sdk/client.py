@@ -1,0 +1,126 @@
+"""``deeppod.Client``: the Python SDK over the REST API (the CLI uses it too)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+
+from deeppod.errors import DeepPodError, from_response
+from deeppod.settings import ClientSettings
+
+
+class Client:
+    """Talks to a DeepPod server.
+
+    ``Client()`` finds the server and token from ``DEEPPOD_API_URL`` / ``DEEPPOD_TOKEN``,
+    the config file ``deeppod login`` writes, or a local server's admin token.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
+        cfg = ClientSettings.resolve(url, token)
+        self.url = cfg.url
+        self.token = cfg.token
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw):
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            raise DeepPodError(f"cannot reach the DeepPod server at {self.url} ({exc}); is it running? "
+                               "Start it with 'deeppod server' or pass --url", code="unreachable") from None
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = r.text
+            raise from_response(r.status_code, body)
+        return r.json() if r.content else None
+
+    # identity
+    def whoami(self) -> dict:
+        return self._request("GET", "/v1/whoami")
+
+    # jobs
+    def submit(self, command: list[str], *, name: str | None = None, workers: int = 1, gpus_per_worker: int = 0,
+               cpus_per_worker: float = 1.0, memory_mb_per_worker: int | None = None,
+               env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
+               grace_seconds: float | None = None) -> dict:
+        body = {"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
+                "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
+                "env": dict(env or {}), "workdir": os.path.abspath(workdir or os.getcwd()),
+                "priority": priority, "grace_seconds": grace_seconds}
+        return self._request("POST", "/v1/jobs", json=body)
+
+    def jobs(self, state: str | None = None, limit: int = 200) -> list[dict]:
+        params = {"limit": limit, **({"state": state} if state else {})}
+        return self._request("GET", "/v1/jobs", params=params)
+
+    def job(self, job_id: int) -> dict:
+        return self._request("GET", f"/v1/jobs/{job_id}")
+
+    def events(self, job_id: int) -> list[dict]:
+        return self._request("GET", f"/v1/jobs/{job_id}/events")
+
+    def cancel(self, job_id: int) -> dict:
+        return self._request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def logs(self, job_id: int, *, rank: int | None = None, follow: bool = False) -> Iterator[bytes]:
+        params = {"follow": follow, **({"rank": rank} if rank is not None else {})}
+        try:
+            with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise from_response(r.status_code, r.json())
+                yield from r.iter_bytes()
+        except httpx.TransportError as exc:
+            raise DeepPodError(f"lost the log stream from {self.url} ({exc})", code="unreachable") from None
+
+    def wait(self, job_id: int, timeout: float = 600.0, poll: float = 0.5) -> dict:
+        """Block until the job ends; returns it."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["state"] in ("succeeded", "failed", "cancelled"):
+                return job
+            if time.monotonic() > deadline:
+                raise DeepPodError(f"job {job_id} still {job['state']} after {timeout:g} s", code="timeout")
+            time.sleep(poll)
+
+    # tenants, users, tokens, nodes
+    def create_tenant(self, name: str) -> dict:
+        return self._request("POST", "/v1/tenants", json={"name": name})
+
+    def tenants(self) -> list[dict]:
+        return self._request("GET", "/v1/tenants")
+
+    def create_user(self, name: str, tenant: str, admin: bool = False) -> dict:
+        return self._request("POST", "/v1/users", json={"name": name, "tenant": tenant, "admin": admin})
+
+    def users(self) -> list[dict]:
+        return self._request("GET", "/v1/users")
+
+    def create_token(self, name: str = "", user: str | None = None) -> dict:
+        return self._request("POST", "/v1/tokens", json={"name": name, "user": user})
+
+    def tokens(self) -> list[dict]:
+        return self._request("GET", "/v1/tokens")
+
+    def revoke_token(self, token_id: int) -> None:
+        self._request("DELETE", f"/v1/tokens/{token_id}")
+
+    def nodes(self) -> list[dict]:
+        return self._request("GET", "/v1/nodes")

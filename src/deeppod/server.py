@@ -1,0 +1,101 @@
+"""Composes the control plane: store, inventory, executor, reconcile loop, API."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.auth.service import bootstrap
+from deeppod.cluster.gpus import GpuProbe, default_probe
+from deeppod.cluster.inventory import local_node
+from deeppod.cluster.service import register_node
+from deeppod.errors import InvalidRequest
+from deeppod.executor.base import Executor
+from deeppod.executor.local import LocalExecutor
+from deeppod.jobs.reconcile import Reconciler
+from deeppod.settings import Settings
+from deeppod.store.db import make_engine, make_sessionmaker
+from deeppod.store.migrate import upgrade
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    executor: Executor
+    reconciler: Reconciler
+
+
+def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None) -> ServerContext:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    upgrade(engine)
+    sessions = make_sessionmaker(engine)
+    node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
+    with sessions.begin() as s:
+        register_node(s, node)
+    executor = executor or LocalExecutor()
+    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url)
+    return ServerContext(settings, engine, sessions, executor, reconciler)
+
+
+def bootstrap_admin(ctx: ServerContext) -> str | None:
+    """First start only: create the admin and keep its token in DEEPPOD_HOME (mode 0600)."""
+    with ctx.sessions.begin() as s:
+        secret = bootstrap(s)
+    if secret:
+        path = ctx.settings.home / "admin.token"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+    return secret
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InvalidRequest(f"cannot listen on {host}:{port} ({exc.strerror}): is another server running? "
+                                 "Stop it or pass --port") from None
+
+
+def serve(settings: Settings, *, echo=print) -> None:
+    import uvicorn
+
+    from deeppod.api.app import create_app
+
+    _check_port_free(settings.host, settings.port)
+    ctx = build(settings)
+    secret = bootstrap_admin(ctx)
+    app = create_app(ctx)
+    stop = threading.Event()
+    loop = threading.Thread(target=ctx.reconciler.run, args=(stop, settings.reconcile_interval),
+                            name="reconcile", daemon=True)
+    echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
+    echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
+    if secret:
+        echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
+        echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
+    loop.start()
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
+                                           log_level=settings.log_level.lower(), access_log=False))
+    try:
+        server.run()
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        ctx.engine.dispose()
+        log.info("server stopped; running jobs keep running and are re-adopted at the next start")

@@ -1,0 +1,124 @@
+"""Settings: the one place that reads ``DEEPPOD_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from deeppod.errors import InvalidRequest
+
+# 7447 is used by no common ML tool (Ray dashboard 8265, TensorBoard 6006, MLflow 5000,
+# Jupyter 8888, Triton 8000-8002, TorchServe 8080/8081, Prometheus 9090).
+DEFAULT_PORT = 7447
+DEFAULT_HOME = "~/.deeppod"
+
+
+def _int(env: dict, name: str, default: int | None) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name}={raw!r} is not an integer; set it to a whole number or unset it") from None
+
+
+def _float(env: dict, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name}={raw!r} is not a number; set it to a number of seconds or unset it") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=lambda: Path(DEFAULT_HOME).expanduser())
+    database_url: str | None = None  # None: SQLite file under home
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    gpus: int | None = None  # logical GPU slots; None: probe NVML, else 0
+    cpus: int | None = None  # None: os.cpu_count()
+    memory_mb: int | None = None  # None: physical memory
+    grace_seconds: float = 30.0
+    reconcile_interval: float = 0.5
+    max_body_bytes: int = 1 << 20
+    log_level: str = "INFO"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'deeppod.db'}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def with_overrides(self, **kw) -> "Settings":
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, env: dict | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        return cls(
+            home=Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser().resolve(),
+            database_url=env.get("DEEPPOD_DATABASE_URL") or None,
+            host=env.get("DEEPPOD_HOST") or "127.0.0.1",
+            port=_int(env, "DEEPPOD_PORT", DEFAULT_PORT),
+            gpus=_int(env, "DEEPPOD_GPUS", None),
+            cpus=_int(env, "DEEPPOD_CPUS", None),
+            memory_mb=_int(env, "DEEPPOD_MEMORY_MB", None),
+            grace_seconds=_float(env, "DEEPPOD_GRACE_SECONDS", 30.0),
+            reconcile_interval=_float(env, "DEEPPOD_RECONCILE_INTERVAL", 0.5),
+            max_body_bytes=_int(env, "DEEPPOD_MAX_BODY_BYTES", 1 << 20),
+            log_level=env.get("DEEPPOD_LOG_LEVEL") or "INFO",
+        )
+
+
+def client_config_path(env: dict | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("DEEPPOD_CONFIG") or "~/.config/deeppod/config.json").expanduser()
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Where the SDK and CLI find the server: flags, then env, then the login config,
+    then the admin token a local server wrote into its home on first start."""
+
+    url: str
+    token: str | None
+
+    @classmethod
+    def resolve(cls, url: str | None = None, token: str | None = None, env: dict | None = None) -> "ClientSettings":
+        import json
+
+        env = dict(os.environ if env is None else env)
+        url = url or env.get("DEEPPOD_API_URL")
+        token = token or env.get("DEEPPOD_TOKEN")
+        path = client_config_path(env)
+        if (url is None or token is None) and path.exists():
+            try:
+                saved = json.loads(path.read_text())
+            except ValueError:
+                raise InvalidRequest(f"{path} is not valid JSON; run 'deeppod login' again or delete it") from None
+            url = url or saved.get("url")
+            token = token or saved.get("token")
+        if token is None:
+            home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
+            local = home / "admin.token"
+            if local.exists() and (url is None or _is_loopback(url)):
+                token = local.read_text().strip() or None
+        return cls(url=(url or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}").rstrip("/"),
+                   token=token)
+
+
+def _is_loopback(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")

@@ -1,0 +1,1 @@
+"""SQL state of the control plane (SQLAlchemy 2 + Alembic)."""

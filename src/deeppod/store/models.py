@@ -1,0 +1,113 @@
+"""SQLAlchemy models: tenants, users, tokens, nodes, jobs, job events."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC on every backend (SQLite drops the zone on the way back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # noqa: ANN001
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+    def process_result_value(self, value, dialect):  # noqa: ANN001
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict: JSON, list: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # sha256 of the secret; the secret itself is shown once and never stored.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    address: Mapped[str] = mapped_column(String(128), default="127.0.0.1")
+    # [{"index": 0, "uuid": "...", "name": "...", "memory_mb": 0, "logical": true}]
+    gpus: Mapped[list] = mapped_column(default=list)
+    cpus: Mapped[int] = mapped_column(Integer, default=1)
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    command: Mapped[list] = mapped_column(default=list)
+    workdir: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict] = mapped_column(default=dict)
+    workers: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)
+    cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
+    memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # {"node": "n", "workers": [{"rank": 0, "node": "n", "gpus": [0], "cpus": 1.0}]}
+    allocation: Mapped[dict | None] = mapped_column(nullable=True)
+    # what the executor needs to find the job again after a server restart
+    handle: Mapped[dict | None] = mapped_column(nullable=True)
+    exit_codes: Mapped[dict | None] = mapped_column(nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")

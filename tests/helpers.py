@@ -1,0 +1,104 @@
+"""Shared test helpers: free ports, live servers, waiting."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class LiveServer:
+    """A real ``deeppod server`` process on a free loopback port."""
+
+    def __init__(self, home: Path, gpus: int = 4, cpus: int = 8, port: int | None = None, extra_env=None):
+        self.home = home
+        self.gpus = gpus
+        self.cpus = cpus
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+        self.output = home / f"server-{self.port}.log"
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+        env.update({"DEEPPOD_HOME": str(self.home), "DEEPPOD_GRACE_SECONDS": "5",
+                    "DEEPPOD_RECONCILE_INTERVAL": "0.2", "DEEPPOD_CONFIG": str(self.home / "client.json")})
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> "LiveServer":
+        self.home.mkdir(parents=True, exist_ok=True)
+        out = open(self.output, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "deeppod.cli", "server", "--port", str(self.port), "--gpus", str(self.gpus),
+             "--cpus", str(self.cpus)], env=self.env(), stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited: {self.output.read_text()}")
+            try:
+                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(up, 60, what="the server to answer")
+        return self
+
+    @property
+    def admin_token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup_jobs(self) -> None:
+        """Stop supervisors this server's jobs left behind (only ours: found by job folder)."""
+        for sup in (self.home / "jobs").glob("*/supervisor.json"):
+            try:
+                pid = json.loads(sup.read_text())["pid"]
+                if not (sup.parent / "result.json").exists():
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass
+            try:
+                for wpid in json.loads((sup.parent / "workers.json").read_text()).values():
+                    os.killpg(int(wpid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
