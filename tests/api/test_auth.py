@@ -1,0 +1,80 @@
+"""Who may do what: 401 without a token, 403 across tenants, admins see all."""
+
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def people(api, tmp_path):
+    alice = api.user("alice", "a")
+    bob = api.user("bob", "b")
+    jobs = {}
+    for who, tok in (("alice", alice), ("bob", bob)):
+        r = api.http.post("/v1/jobs", json={"command": [sys.executable, "-c", "1"], "workdir": str(tmp_path),
+                                            "name": f"{who}-job"}, headers=api.as_(tok))
+        assert r.status_code == 201, r.text
+        jobs[who] = r.json()["id"]
+    return alice, bob, jobs
+
+
+ENDPOINTS = [("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs/1"), ("POST", "/v1/jobs/1/cancel"),
+             ("GET", "/v1/jobs/1/logs"), ("GET", "/v1/jobs/1/events"), ("GET", "/v1/tenants"),
+             ("POST", "/v1/tenants"), ("GET", "/v1/users"), ("POST", "/v1/users"), ("GET", "/v1/tokens"),
+             ("POST", "/v1/tokens"), ("DELETE", "/v1/tokens/1"), ("GET", "/v1/nodes"), ("GET", "/v1/whoami")]
+
+
+@pytest.mark.parametrize("method,path", ENDPOINTS)
+@pytest.mark.parametrize("auth", [None, "Bearer dp_wrong", "Basic abc", "Bearer "])
+def test_every_call_needs_a_valid_token(api, method, path, auth):
+    headers = {"Authorization": auth} if auth else {}
+    r = api.http.request(method, path, headers=headers, json={} if method == "POST" else None)
+    assert r.status_code == 401, (method, path, r.text)
+    assert r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_tenant_matrix(api, people):
+    alice, bob, jobs = people
+    A, B, ADMIN = api.as_(alice), api.as_(bob), api.as_(api.admin)
+    # each user sees only their tenant's jobs; the admin sees all
+    assert [j["name"] for j in api.http.get("/v1/jobs", headers=A).json()] == ["alice-job"]
+    assert [j["name"] for j in api.http.get("/v1/jobs", headers=B).json()] == ["bob-job"]
+    assert {j["name"] for j in api.http.get("/v1/jobs", headers=ADMIN).json()} == {"alice-job", "bob-job"}
+    # another tenant's job: 403 on every verb
+    other = jobs["bob"]
+    for method, path in (("GET", f"/v1/jobs/{other}"), ("POST", f"/v1/jobs/{other}/cancel"),
+                         ("GET", f"/v1/jobs/{other}/logs"), ("GET", f"/v1/jobs/{other}/events")):
+        r = api.http.request(method, path, headers=A)
+        assert r.status_code == 403, (method, path, r.text)
+        assert r.json()["error"]["code"] == "forbidden"
+    assert api.http.get(f"/v1/jobs/{other}", headers=ADMIN).status_code == 200
+    assert api.http.get(f"/v1/jobs/{jobs['alice']}", headers=A).status_code == 200
+    # bob's job is untouched by alice's attempt to cancel it
+    assert api.http.get(f"/v1/jobs/{other}", headers=B).json()["cancel_requested"] is False
+
+
+def test_only_admins_manage_tenants_and_users(api, people):
+    alice, _, _ = people
+    A = api.as_(alice)
+    assert api.http.post("/v1/tenants", json={"name": "c"}, headers=A).status_code == 403
+    assert api.http.post("/v1/users", json={"name": "eve", "tenant": "a"}, headers=A).status_code == 403
+    assert api.http.post("/v1/tokens", json={"user": "bob"}, headers=A).status_code == 403
+    assert [t["name"] for t in api.http.get("/v1/tenants", headers=A).json()] == ["a"]
+    r = api.http.post("/v1/users", json={"name": "carol", "tenant": "a", "admin": True}, headers=api.as_(api.admin))
+    assert r.status_code == 201
+    carol = api.as_(r.json()["token"])
+    assert api.http.get("/v1/whoami", headers=carol).json() == {"user": "carol", "tenant": "a", "is_admin": True}
+    assert len(api.http.get("/v1/jobs", headers=carol).json()) == 2
+
+
+def test_tokens_create_list_revoke(api, people):
+    alice, _, _ = people
+    A = api.as_(alice)
+    r = api.http.post("/v1/tokens", json={"name": "laptop"}, headers=A)
+    assert r.status_code == 201
+    new = r.json()
+    assert new["user"] == "alice" and new["token"].startswith("dp_")
+    assert "laptop" in [t["name"] for t in api.http.get("/v1/tokens", headers=A).json()]
+    assert all("token" not in t for t in api.http.get("/v1/tokens", headers=A).json())
+    assert api.http.delete(f"/v1/tokens/{new['id']}", headers=A).status_code == 204
+    assert api.http.get("/v1/whoami", headers=api.as_(new["token"])).status_code == 401

@@ -1,0 +1,125 @@
+"""The local executor and its supervisor, with real processes."""
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from deeppod.executor.base import LaunchSpec, WorkerSpec
+from deeppod.executor.local import LocalExecutor, process_start_time
+from tests.helpers import wait_until
+
+
+def launch(tmp_path, script: str, workers=2, grace=5.0, memory=None, ex=None):
+    ex = ex or LocalExecutor()
+    (tmp_path / "w.py").write_text(textwrap.dedent(script))
+    env = {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1"}
+    spec = LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=[sys.executable, "w.py"], workdir=str(tmp_path),
+                      workers=[WorkerSpec(r, "n", {**env, "RANK": str(r)}) for r in range(workers)],
+                      grace_seconds=grace, memory_mb_per_worker=memory)
+    return ex, ex.launch(spec)
+
+
+def finished(ex, handle, timeout=30):
+    return wait_until(lambda: (st := ex.poll(handle)).finished and st, timeout, what="the job to end")
+
+
+def test_success_records_every_exit_code_and_logs(tmp_path):
+    ex, h = launch(tmp_path, "import os; print('hello from', os.environ['RANK'])")
+    st = finished(ex, h)
+    assert st.exit_codes == {0: 0, 1: 0} and not st.stopped and not st.lost
+    assert (tmp_path / "job/logs/rank-1.log").read_text() == "hello from 1\n"
+    assert (tmp_path / "job/exit/rank-0").read_text() == "0"
+
+
+def test_one_failure_stops_the_others(tmp_path):
+    ex, h = launch(tmp_path, """
+        import os, sys, time
+        if os.environ['RANK'] == '1':
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    t0 = time.monotonic()
+    st = finished(ex, h)
+    assert time.monotonic() - t0 < 15
+    assert st.exit_codes[1] == 3 and st.exit_codes[0] == -signal.SIGTERM
+    assert st.reason == "rank 1 exited with code 3"
+
+
+def test_terminate_gives_a_grace_period_then_sigkill(tmp_path):
+    ex, h = launch(tmp_path, """
+        import os, signal, sys, time
+        rank = os.environ['RANK']
+        def on_term(*_):
+            if rank == '0':
+                print('saving checkpoint', flush=True)
+                sys.exit(0)
+            # rank 1 ignores SIGTERM and must be killed after the grace period
+        signal.signal(signal.SIGTERM, on_term)
+        print('ready', flush=True)
+        while True:
+            time.sleep(0.1)
+    """, grace=2.0)
+    wait_until(lambda: all((tmp_path / f"job/logs/rank-{r}.log").exists() and "ready" in
+                           (tmp_path / f"job/logs/rank-{r}.log").read_text() for r in (0, 1)), 20)
+    t0 = time.monotonic()
+    ex.terminate(h)
+    st = finished(ex, h)
+    took = time.monotonic() - t0
+    assert st.stopped
+    assert st.exit_codes == {0: 0, 1: -signal.SIGKILL}
+    assert 1.8 <= took < 10
+    assert "saving checkpoint" in (tmp_path / "job/logs/rank-0.log").read_text()
+
+
+def test_memory_request_is_enforced(tmp_path):
+    ex, h = launch(tmp_path, """
+        import time
+        hog = bytearray(200 * 1024 * 1024)
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(30)
+    """, workers=1, memory=100)
+    st = finished(ex, h)
+    assert st.exit_codes[0] == -signal.SIGKILL
+    assert "exceeded its memory request of 100 MiB" in st.reason
+
+
+def test_unknown_executable_fails_cleanly(tmp_path):
+    ex = LocalExecutor()
+    spec = LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=["/nonexistent/prog"], workdir=str(tmp_path),
+                      workers=[WorkerSpec(0, "n", {"PATH": "/usr/bin"})])
+    st = finished(ex, ex.launch(spec))
+    assert st.exit_codes == {0: 127} and "could not start" in st.reason
+
+
+def test_a_vanished_supervisor_is_reported_and_its_workers_killed(tmp_path):
+    ex, h = launch(tmp_path, "import time; time.sleep(60)", workers=1)
+    wait_until(lambda: (tmp_path / "job/workers.json").exists(), 20)
+    worker = int(json.loads((tmp_path / "job/workers.json").read_text())["0"])
+    os.kill(h["pid"], signal.SIGKILL)
+    st = finished(ex, h)
+    assert st.lost and "died unexpectedly" in st.reason
+    wait_until(lambda: process_start_time(worker) is None, 10, what="the orphaned worker to be killed")
+
+
+def test_a_new_executor_finds_a_running_job_again(tmp_path):
+    """What a restarted server does: a fresh executor object, the stored handle."""
+    ex, h = launch(tmp_path, "import time; time.sleep(1.5); print('done')", workers=1)
+    again = LocalExecutor()
+    assert not again.poll(h).finished
+    st = finished(again, h)
+    assert st.exit_codes == {0: 0}
+    ex.poll(h)  # reap in the original owner
+
+
+def test_handle_without_pid_is_recovered_from_the_job_folder(tmp_path):
+    ex, h = launch(tmp_path, "import time; time.sleep(1.5)", workers=1)
+    wait_until(lambda: (tmp_path / "job/supervisor.json").exists(), 10)
+    bare = {"kind": "local", "job_dir": h["job_dir"]}
+    assert not LocalExecutor().poll(bare).finished
+    assert finished(ex, h).exit_codes == {0: 0}

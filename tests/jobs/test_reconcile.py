@@ -1,0 +1,110 @@
+"""The reconcile loop with the fake executor: state transitions, resources, tokens."""
+
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from deeppod.auth import service as auth
+from deeppod.errors import Unauthenticated
+from deeppod.executor.fake import FakeExecutor
+from deeppod.jobs import service
+from deeppod.jobs.reconcile import Reconciler
+from deeppod.store.models import Job
+from tests.fixtures import populate
+
+
+@pytest.fixture
+def world(sessions):
+    return populate(sessions)
+
+
+@pytest.fixture
+def rec(sessions, tmp_path):
+    return Reconciler(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                      server_env={"PATH": "/usr/bin", "DEEPPOD_DATABASE_URL": "secret"})
+
+
+def submit(sessions, who, tmp_path, **kw):
+    args = dict(command=[sys.executable, "-c", "pass"], workdir=str(tmp_path))
+    args.update(kw)
+    with sessions.begin() as s:
+        return service.submit(s, who, service.JobRequest(**args), default_grace=30).id
+
+
+def job(sessions, job_id):
+    with sessions() as s:
+        return s.get(Job, job_id)
+
+
+def test_queued_running_succeeded(sessions, world, rec, tmp_path):
+    jid = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1, env={"X": "1"})
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "running" and j.started_at is not None
+    spec = rec.executor.launched[jid]
+    envs = [w.env for w in spec.workers]
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert {e["CUDA_VISIBLE_DEVICES"] for e in envs} == {"0", "1"}
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    assert envs[0]["X"] == "1" and "DEEPPOD_DATABASE_URL" not in envs[0]
+    token = envs[0]["DEEPPOD_TOKEN"]
+    with sessions() as s:
+        assert auth.authenticate(s, token).user == "alice"  # the job acts as its owner
+    rec.executor.finish(jid, {0: 0, 1: 0})
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "succeeded" and j.exit_codes == {"0": 0, "1": 0} and j.ended_at is not None
+    with sessions() as s, pytest.raises(Unauthenticated):
+        auth.authenticate(s, token)  # revoked when the job ended
+
+
+def test_one_failed_worker_fails_the_job_with_its_reason(sessions, world, rec, tmp_path):
+    jid = submit(sessions, world.alice, tmp_path, workers=2)
+    rec.tick()
+    rec.executor.finish(jid, {0: -15, 1: 3}, reason="rank 1 exited with code 3")
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "failed" and j.reason == "rank 1 exited with code 3"
+
+
+def test_gpus_are_not_given_twice_and_waiting_jobs_start_when_freed(sessions, world, rec, tmp_path):
+    first = submit(sessions, world.alice, tmp_path, workers=3, gpus_per_worker=1)
+    second = submit(sessions, world.bob, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    assert job(sessions, first).state == "running"
+    assert job(sessions, second).state == "queued"
+    rec.executor.finish(first, {0: 0, 1: 0, 2: 0})
+    rec.tick()
+    assert job(sessions, first).state == "succeeded"
+    assert job(sessions, second).state == "running"
+
+
+def test_cancel_running_terminates_then_records_cancelled(sessions, world, rec, tmp_path):
+    jid = submit(sessions, world.alice, tmp_path)
+    rec.tick()
+    with sessions.begin() as s:
+        service.cancel(s, world.alice, jid)
+    rec.tick()  # sends terminate
+    assert jid in rec.executor.terminated
+    rec.tick()  # observes the end
+    j = job(sessions, jid)
+    assert j.state == "cancelled"
+    with sessions() as s:
+        kinds = [e.kind for e in service.list_events(s, world.alice, jid)]
+    assert kinds == ["queued", "started", "cancel-requested", "cancelled"]
+
+
+def test_launch_failure_marks_failed_and_frees_resources(sessions, world, rec, tmp_path):
+    from deeppod.errors import ExecutorError
+
+    def boom(spec):
+        raise ExecutorError("no fork for you")
+
+    rec.executor.launch = boom
+    jid = submit(sessions, world.alice, tmp_path, gpus_per_worker=4)
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "failed" and "no fork for you" in j.reason
+    with sessions() as s:
+        assert s.scalars(select(Job).where(Job.state == "running")).all() == []

@@ -1,0 +1,82 @@
+"""Submitting, listing, showing and cancelling jobs, on SQLite and PostgreSQL."""
+
+import sys
+
+import pytest
+from sqlalchemy import func, select
+
+from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.jobs import service
+from deeppod.store.models import Job, JobEvent
+from tests.fixtures import populate
+
+
+def req(tmp_path, **kw):
+    args = dict(command=[sys.executable, "-c", "print(1)"], workdir=str(tmp_path))
+    args.update(kw)
+    return service.JobRequest(**args)
+
+
+BAD = [
+    (dict(command=[]), "no command"),
+    (dict(command=["no-such-program-xyz"]), "was not found"),
+    (dict(command=["./missing.sh"]), "does not exist"),
+    (dict(workdir="/no/such/dir"), "does not exist"),
+    (dict(workdir="relative/dir"), "absolute"),
+    (dict(workers=0), "at least 1"),
+    (dict(workers=3, gpus_per_worker=2), "whole cluster has 4"),
+    (dict(gpus_per_worker=-1), "0 or more"),
+    (dict(cpus_per_worker=0), "more than 0"),
+    (dict(cpus_per_worker=9), "largest node has 8"),
+    (dict(memory_mb_per_worker=1 << 30), "memory"),
+    (dict(env={"RANK": "3"}), "set by DeepPod"),
+    (dict(env={"DEEPPOD_TOKEN": "x"}), "set by DeepPod"),
+    (dict(env={"1BAD": "x"}), "not valid"),
+    (dict(grace_seconds=99999), "grace_seconds"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_refused_and_nothing_is_written(sessions, tmp_path, change, message):
+    world = populate(sessions)
+    with pytest.raises(InvalidRequest, match=message):
+        with sessions.begin() as s:
+            service.submit(s, world.alice, req(tmp_path, **change), default_grace=30)
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Job)) == 0
+        assert s.scalar(select(func.count()).select_from(JobEvent)) == 0
+
+
+def test_non_executable_script_path_is_explained(sessions, tmp_path):
+    world = populate(sessions)
+    (tmp_path / "run.sh").write_text("echo hi\n")
+    with pytest.raises(InvalidRequest, match="chmod"):
+        with sessions.begin() as s:
+            service.submit(s, world.alice, req(tmp_path, command=["./run.sh"]), default_grace=30)
+
+
+def test_submit_list_show_cancel_and_tenant_scoping(sessions, tmp_path):
+    world = populate(sessions)
+    with sessions.begin() as s:
+        a = service.submit(s, world.alice, req(tmp_path, name="a1"), default_grace=30)
+        b = service.submit(s, world.bob, req(tmp_path, name="b1", grace_seconds=2), default_grace=30)
+    assert a.state == "queued" and a.grace_seconds == 30 and b.grace_seconds == 2
+    with sessions.begin() as s:
+        assert [j.name for j, _, _ in service.list_jobs(s, world.alice)] == ["a1"]
+        assert {j.name for j, _, _ in service.list_jobs(s, world.admin)} == {"a1", "b1"}
+        assert service.get_job(s, world.admin, b.id).name == "b1"
+        with pytest.raises(Forbidden):
+            service.get_job(s, world.alice, b.id)
+        with pytest.raises(Forbidden):
+            service.cancel(s, world.alice, b.id)
+        with pytest.raises(NotFound):
+            service.get_job(s, world.alice, 9999)
+        with pytest.raises(InvalidRequest):
+            service.list_jobs(s, world.alice, state="bogus")
+        job = service.cancel(s, world.alice, a.id)
+        assert job.state == "cancelled" and job.ended_at is not None
+    with sessions.begin() as s:
+        with pytest.raises(Conflict):
+            service.cancel(s, world.alice, a.id)
+        kinds = [e.kind for e in service.list_events(s, world.alice, a.id)]
+        assert kinds == ["queued", "cancelled"]
