@@ -1,0 +1,88 @@
+"""The CLI as a user runs it, against a real server."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import free_port
+
+
+@pytest.fixture
+def cli(live_server, tmp_path):
+    config = tmp_path / "config.json"
+
+    def run(*args, token=None, url=None, check=True, cwd=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+        env["DEEPPOD_CONFIG"] = str(config)
+        env["DEEPPOD_HOME"] = str(tmp_path / "nohome")
+        env["COLUMNS"] = "200"
+        if url is not None:
+            env["DEEPPOD_API_URL"] = url
+        if token is not None:
+            env["DEEPPOD_TOKEN"] = token
+        p = subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=env, capture_output=True, text=True,
+                           cwd=cwd or tmp_path, timeout=120)
+        if check and p.returncode != 0:
+            raise AssertionError(f"deeppod {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    run.config = config
+    return run
+
+
+def test_login_then_everyday_commands(cli, live_server, tmp_path):
+    p = cli("login", "--url", live_server.url, "--token", live_server.admin_token)
+    assert "logged in" in p.stdout and "admin" in p.stdout
+    assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
+    assert json.loads(cli.config.read_text())["url"] == live_server.url
+    assert "admin (tenant default, admin)" in cli("whoami").stdout
+
+    (tmp_path / "train.py").write_text("import os\nprint('hi', os.environ['RANK'], os.environ['GREETING'])\n")
+    p = cli("submit", "--name", "hello", "--workers", "2", "--gpus-per-worker", "1", "--env", "GREETING=hey",
+            "-f", "--", sys.executable, "train.py")
+    assert "[rank 0] hi 0 hey" in p.stdout and "[rank 1] hi 1 hey" in p.stdout and "succeeded" in p.stdout
+    job_id = p.stdout.split()[1]
+    assert "hello" in cli("jobs").stdout
+    show = cli("job", "show", job_id).stdout
+    assert "succeeded" in show and "rank 1: node" in show and "exit codes: rank 0: 0, rank 1: 0" in show
+    assert cli("logs", job_id, "--rank", "1").stdout == "hi 1 hey\n"
+    assert "started" in cli("job", "events", job_id).stdout
+    listed = json.loads(cli("jobs", "--json").stdout)
+    assert listed[0]["id"] == int(job_id)
+
+
+def test_admin_flow_and_user_isolation(cli, live_server):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    cli("tenants", "create", "vision", **admin)
+    p = cli("users", "create", "ana", "--tenant", "vision", **admin)
+    ana_token = p.stdout.split("token (shown once): ")[1].strip()
+    ana = {"url": live_server.url, "token": ana_token}
+    assert "ana (tenant vision)" in cli("whoami", **ana).stdout
+    p = cli("tenants", "create", "nope", check=False, **ana)
+    assert p.returncode == 2 and "only an administrator" in p.stderr
+    p = cli("tokens", "create", "--name", "laptop", **ana)
+    assert "for ana" in p.stdout
+    assert "laptop" in cli("tokens", "ls", **ana).stdout
+    assert json.loads(cli("jobs", "--json", **ana).stdout) == []
+
+
+def test_bad_input_messages(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    p = cli("submit", "--", "no-such-program-42", check=False, **admin)
+    assert p.returncode == 2 and "was not found" in p.stderr
+    p = cli("submit", "--workers", "0", "--", sys.executable, "-c", "1", check=False, **admin)
+    assert p.returncode == 2 and "workers" in p.stderr
+    p = cli("submit", "--workers", "2", "--gpus-per-worker", "4", "--", sys.executable, "-c", "1", check=False, **admin)
+    assert p.returncode == 2 and "whole cluster has 4" in p.stderr
+    p = cli("submit", "--env", "NOEQUALS", "--", sys.executable, check=False, **admin)
+    assert p.returncode == 2 and "KEY=VALUE" in p.stderr
+    p = cli("job", "show", "99999", check=False, **admin)
+    assert p.returncode == 2 and "no job with id 99999" in p.stderr
+    p = cli("jobs", check=False, token="dp_bad", url=live_server.url)
+    assert p.returncode == 2 and "unknown or revoked" in p.stderr
+    p = cli("jobs", check=False, token="x", url=f"http://127.0.0.1:{free_port()}")
+    assert p.returncode == 1 and "cannot reach the DeepPod server" in p.stderr

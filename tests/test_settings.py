@@ -1,0 +1,34 @@
+import json
+
+import pytest
+
+from deeppod.errors import InvalidRequest
+from deeppod.settings import DEFAULT_PORT, ClientSettings, Settings
+
+
+def test_server_settings_from_env(tmp_path):
+    s = Settings.from_env({"DEEPPOD_HOME": str(tmp_path), "DEEPPOD_PORT": "9999", "DEEPPOD_GPUS": "4"})
+    assert s.home == tmp_path and s.port == 9999 and s.gpus == 4
+    assert s.db_url == f"sqlite:///{tmp_path / 'deeppod.db'}" and s.jobs_dir == tmp_path / "jobs"
+    assert Settings.from_env({}).port == DEFAULT_PORT != 8265
+
+
+def test_bad_setting_says_what_to_fix():
+    with pytest.raises(InvalidRequest, match="DEEPPOD_PORT='abc' is not an integer"):
+        Settings.from_env({"DEEPPOD_PORT": "abc"})
+
+
+def test_client_resolution_order(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"url": "http://saved:1", "token": "dp_saved"}))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "admin.token").write_text("dp_local\n")
+    env = {"DEEPPOD_CONFIG": str(cfg), "DEEPPOD_HOME": str(home)}
+    assert ClientSettings.resolve("http://flag:2", "dp_flag", env) == ClientSettings("http://flag:2", "dp_flag")
+    assert ClientSettings.resolve(env={**env, "DEEPPOD_TOKEN": "dp_env"}).token == "dp_env"
+    assert ClientSettings.resolve(env=env) == ClientSettings("http://saved:1", "dp_saved")
+    cfg.unlink()
+    assert ClientSettings.resolve(env=env) == ClientSettings(f"http://127.0.0.1:{DEFAULT_PORT}", "dp_local")
+    # a remote server never gets the local admin token
+    assert ClientSettings.resolve("http://remote:1", env=env).token is None
