@@ -1,64 +1,253 @@
-"""The policy, one round at a time, with no processes or DB."""
+"""The multi-tenant policy, one round at a time, with no processes or DB."""
 
-from deeppod.scheduler import NodeState, PendingJob, Snapshot, schedule
-from deeppod.scheduler.placement import place
-
-
-def node(name, gpus=8, cpus=64.0, mem=1 << 20, healthy=True):
-    return NodeState(name, tuple(range(gpus)), cpus, mem, healthy)
+from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
+                               WorkerPlacement, schedule)
 
 
-def job(id, workers=1, gpus=1, priority=0, t=0.0, cpus=1.0, mem=0):
-    return PendingJob(id, "t", workers, gpus, cpus, mem, priority, t)
+def node(name="n", gpus=8, cpus=64.0, mem=1 << 20, healthy=True, used=()):
+    free = tuple(g for g in range(gpus) if g not in used)
+    return NodeState(name, free, cpus, mem, healthy, total_gpus=gpus)
 
+
+def job(id, tenant="a", workers=1, gpus=1, priority=0, t=0.0, max_workers=None, cpus=0.0, mem=0, **kw):
+    return PendingJob(id, tenant, workers, gpus, cpus, mem, priority, t, max_workers=max_workers, **kw)
+
+
+def running(id, tenant, gpus_list, node="n", gpw=1, min_workers=None, max_workers=None, priority=0, started=0.0,
+            ckpt=None, preemptible=True, stopping=False):
+    placement = tuple(WorkerPlacement(r, node, tuple(g), 0.0, 0) for r, g in enumerate(gpus_list))
+    n = len(placement)
+    return RunningJob(id, tenant, placement, gpw, min_workers or n, max_workers or n, priority, preemptible,
+                      started, ckpt, stopping)
+
+
+def plan(*nodes):
+    return Plan(tuple(nodes))
+
+
+def snap(nodes, queued=(), running_=(), plan_=Plan(), now=1000.0, **cfg):
+    return Snapshot(tuple(nodes), tuple(queued), tuple(running_), plan_, now, Config(**cfg))
+
+
+def started(decisions):
+    return {s.job_id: s for s in decisions.starts}
+
+
+# -- gang start and placement --------------------------------------------------------
 
 def test_gang_start_all_or_nothing():
-    snap = Snapshot((node("a", gpus=2),), (job(1, workers=3),))
-    assert schedule(snap) == []
-    snap = Snapshot((node("a", gpus=3),), (job(1, workers=3),))
-    [start] = schedule(snap)
-    assert [w.gpus for w in start.placement] == [(0,), (1,), (2,)]
+    assert schedule(snap([node(gpus=2)], [job(1, workers=3)])).starts == []
+    [s] = schedule(snap([node(gpus=3)], [job(1, workers=3)])).starts
+    assert [w.gpus for w in s.placement] == [(0,), (1,), (2,)]
 
 
 def test_packs_on_fewest_nodes_and_orders_ranks_node_by_node():
-    nodes = (node("a", gpus=2), node("b", gpus=8), node("c", gpus=4))
-    [start] = schedule(Snapshot(nodes, (job(1, workers=4),)))
-    assert {w.node for w in start.placement} == {"c"}  # best fit: the 4-GPU node, keeps b whole
-    [start] = schedule(Snapshot(nodes, (job(1, workers=11),)))
-    assert [w.node for w in start.placement] == ["b"] * 8 + ["c"] * 3
-    assert [w.rank for w in start.placement] == list(range(11))
+    nodes = [node("a", gpus=2), node("b", gpus=8), node("c", gpus=4)]
+    [s] = schedule(snap(nodes, [job(1, workers=4)])).starts
+    assert {w.node for w in s.placement} == {"c"}  # best fit keeps b whole for big jobs
+    [s] = schedule(snap(nodes, [job(1, workers=11)])).starts
+    assert [w.node for w in s.placement] == ["b"] * 8 + ["c"] * 3
+    assert [w.rank for w in s.placement] == list(range(11))
 
 
-def test_no_gpu_is_given_twice():
-    nodes = (node("a", gpus=4),)
-    starts = schedule(Snapshot(nodes, (job(1, workers=2), job(2, workers=2, t=1))))
-    gpus = [g for s in starts for w in s.placement for g in w.gpus]
-    assert sorted(gpus) == [0, 1, 2, 3]
+def test_multi_gpu_workers_stay_on_one_node_each():
+    nodes = [node("a", gpus=8, used=(0, 1, 2)), node("b", gpus=8)]
+    [s] = schedule(snap(nodes, [job(1, workers=2, gpus=4)])).starts
+    assert {w.node for w in s.placement} == {"b"} and [w.gpus for w in s.placement] == [(0, 1, 2, 3), (4, 5, 6, 7)]
 
 
-def test_priority_then_submit_time():
-    nodes = (node("a", gpus=1),)
-    [start] = schedule(Snapshot(nodes, (job(1, t=0), job(2, t=1, priority=5), job(3, t=2, priority=5))))
-    assert start.job_id == 2
+def test_unhealthy_nodes_get_nothing_and_their_jobs_are_requeued():
+    nodes = [node("sick", healthy=False), node("ok", gpus=2)]
+    d = schedule(snap(nodes, [job(1, workers=3)], [running(9, "a", [(0,)], node="sick")]))
+    assert d.starts == []
+    assert [(p.job_id, "unhealthy" in p.reason) for p in d.preempts] == [(9, True)]
 
 
-def test_head_of_queue_is_not_overtaken():
-    nodes = (node("a", gpus=2),)
-    starts = schedule(Snapshot(nodes, (job(1, workers=4, t=0), job(2, workers=1, t=1))))
-    assert starts == []
+def test_cpu_and_memory_requests_limit_placement():
+    nodes = [node("x", gpus=8, cpus=2.0, mem=1000)]
+    assert schedule(snap(nodes, [job(1, workers=3, cpus=1.0)])).starts == []
+    assert schedule(snap(nodes, [job(1, workers=2, cpus=1.0, mem=600)])).starts == []
+    assert len(schedule(snap(nodes, [job(1, workers=2, cpus=1.0, mem=500)])).starts) == 1
 
 
-def test_unhealthy_nodes_and_cpu_memory_limits():
-    nodes = (node("sick", gpus=8, healthy=False), node("ok", gpus=8, cpus=2.0, mem=1000))
-    assert schedule(Snapshot(nodes, (job(1, workers=3, cpus=1.0),))) == []
-    assert schedule(Snapshot(nodes, (job(1, workers=2, cpus=1.0, mem=600),))) == []
-    [start] = schedule(Snapshot(nodes, (job(1, workers=2, cpus=1.0, mem=500),)))
-    assert {w.node for w in start.placement} == {"ok"}
+def test_cpu_only_jobs_run_when_all_gpus_are_busy():
+    nodes = [node(gpus=1, used=(0,), cpus=4.0)]
+    d = schedule(snap(nodes, [job(1, gpus=0, cpus=1.0)], [running(9, "a", [(0,)])]))
+    assert [s.job_id for s in d.starts] == [1]
 
 
-def test_cpu_only_jobs_use_no_gpus():
-    placed = place(job(1, workers=2, gpus=0), (node("a", gpus=0, cpus=4.0),))
-    assert placed is not None
-    placement, nodes = placed
-    assert all(w.gpus == () for w in placement)
-    assert nodes[0].free_cpus == 2.0
+# -- borrowing, lend limits, max ---------------------------------------------------------
+
+def test_idle_gpus_are_lent_to_a_tenant_with_demand():
+    p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=4))
+    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=8)], plan_=p))
+    [s] = d.starts
+    assert len(s.placement) == 8 and "borrowing 4" in s.reason
+
+
+def test_max_caps_borrowing():
+    p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=2, max=4))
+    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=2), job(2, "b", workers=2, t=1), job(3, "b", workers=2, t=2)],
+                      plan_=p))
+    assert sorted(started(d)) == [1, 2]
+    assert any(w.job_id == 3 and "at its max" in w.reason for w in d.waits)
+
+
+def test_max_applies_to_the_whole_subtree():
+    org = PlanNode("org", guaranteed=2, max=3, children=(PlanNode("x", guaranteed=1), PlanNode("y", guaranteed=1)))
+    d = schedule(snap([node(gpus=8)], [job(1, "x", workers=2), job(2, "y", workers=2, t=1)], plan_=plan(org)))
+    assert sum(len(s.placement) for s in d.starts) <= 3
+
+
+def test_lend_limit_keeps_part_of_an_idle_guarantee_unlent():
+    p = plan(PlanNode("a", guaranteed=6, lend_limit=2), PlanNode("b", guaranteed=2))
+    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=8)] + [job(i, "b", t=i) for i in range(2, 10)], plan_=p))
+    assert sum(len(s.placement) for s in d.starts) == 4  # its own 2 + the 2 that a lends
+
+
+def test_surplus_is_shared_by_weight():
+    p = plan(PlanNode("a", weight=3), PlanNode("b", weight=1))
+    queued = [job(i, "a", t=i) for i in range(8)] + [job(100 + i, "b", t=i) for i in range(8)]
+    d = schedule(snap([node(gpus=8)], queued, plan_=p))
+    by = {"a": 0, "b": 0}
+    for s in d.starts:
+        by["a" if s.job_id < 100 else "b"] += 1
+    assert by == {"a": 6, "b": 2}
+
+
+# -- reclaim ---------------------------------------------------------------------------
+
+def test_reclaim_by_shrinking_an_elastic_job_first():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=2))
+    b_elastic = running(1, "b", [(g,) for g in range(4)], min_workers=1, max_workers=4)
+    b_plain = running(2, "b", [], started=900)  # nothing: b holds all 4 through the elastic job
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a", workers=2)], [b_elastic], plan_=p))
+    assert d.preempts == []
+    [r] = d.resizes
+    assert (r.job_id, r.workers) == (1, 2) and "reclaim for tenant a" in r.reason
+    del b_plain
+
+
+def test_reclaim_by_preempting_the_job_that_loses_least():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=0))
+    old_ckpt = running(1, "b", [(0,), (1,)], started=0, ckpt=100)  # 900 s of work since its checkpoint
+    fresh_ckpt = running(2, "b", [(2,), (3,)], started=0, ckpt=990)  # 10 s since its checkpoint
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a", workers=2)], [old_ckpt, fresh_ckpt], plan_=p))
+    assert [x.job_id for x in d.preempts] == [2]
+    assert "below" in d.preempts[0].reason or "reclaim" in d.preempts[0].reason
+
+
+def test_victim_order_priority_then_most_recently_started():
+    p = plan(PlanNode("a", guaranteed=1), PlanNode("b"))
+    jobs = [running(1, "b", [(0,)], started=500, priority=5), running(2, "b", [(1,)], started=100),
+            running(3, "b", [(2,)], started=600)]
+    d = schedule(snap([node(gpus=3, used=(0, 1, 2))], [job(10, "a")], jobs, plan_=p, now=1000.0))
+    # same loss (no checkpoints: progress since start differs) -> least progress is job 3
+    assert [x.job_id for x in d.preempts] == [3]
+
+
+def test_no_tenant_is_pushed_below_its_guarantee():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=2))
+    jobs = [running(1, "b", [(0,), (1,)])]  # b uses exactly its guarantee
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a", workers=2)],
+                      jobs + [running(2, "a", [(2,), (3,)])], plan_=p))
+    assert d.preempts == [] and d.resizes == []
+
+
+def test_reclaim_is_not_repeated_while_gpus_are_already_returning():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b"))
+    jobs = [running(1, "b", [(0,), (1,)], stopping=True), running(2, "b", [(2,), (3,)])]
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a", workers=2)], jobs, plan_=p))
+    assert d.preempts == [] and d.resizes == []
+
+
+def test_non_preemptible_jobs_are_never_victims():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b"))
+    jobs = [running(1, "b", [(0,), (1,)], preemptible=False)]
+    d = schedule(snap([node(gpus=2, used=(0, 1))], [job(10, "a", workers=2)], jobs, plan_=p))
+    assert d.preempts == [] and any(w.job_id == 10 for w in d.waits)
+
+
+def test_fair_share_contention_shrinks_but_never_preempts():
+    p = plan(PlanNode("a"), PlanNode("b"))
+    elastic = running(1, "b", [(g,) for g in range(8)], min_workers=2, max_workers=8, started=0)
+    plain = running(2, "b", [], started=0)
+    d = schedule(snap([node(gpus=8, used=tuple(range(8)))], [job(10, "a", workers=2)], [elastic], plan_=p))
+    assert d.preempts == []
+    assert [(r.job_id, r.workers) for r in d.resizes] == [(1, 6)]
+    del plain
+
+
+# -- priority, aging, reservation -----------------------------------------------------------
+
+def test_priority_then_submit_time_within_a_tenant():
+    d = schedule(snap([node(gpus=1)], [job(1, t=0), job(2, t=1, priority=5), job(3, t=2, priority=5)], now=3))
+    assert list(started(d)) == [2]
+
+
+def test_higher_priority_preempts_lower_in_the_same_tenant():
+    d = schedule(snap([node(gpus=2, used=(0, 1))], [job(10, "a", workers=2, priority=10)],
+                      [running(1, "a", [(0,), (1,)], priority=0)]))
+    assert [x.job_id for x in d.preempts] == [1] and "higher priority" in d.preempts[0].reason
+
+
+def test_equal_priority_does_not_preempt():
+    d = schedule(snap([node(gpus=2, used=(0, 1))], [job(10, "a", workers=2)], [running(1, "a", [(0,), (1,)])]))
+    assert d.preempts == []
+
+
+def test_aging_lets_an_old_low_priority_job_go_first():
+    queued = [job(1, priority=0, t=0.0), job(2, priority=2, t=5000.0)]
+    assert list(started(schedule(snap([node(gpus=1)], queued, now=5001.0, aging_seconds=0)))) == [2]
+    # after 3 aging periods the old job outranks the newer priority-2 job
+    assert list(started(schedule(snap([node(gpus=1)], queued, now=5001.0, aging_seconds=1500)))) == [1]
+
+
+def test_large_job_gets_a_reservation_and_small_jobs_backfill_elsewhere():
+    nodes = [node("n1", gpus=8, used=(0, 1, 2, 3, 4, 5)), node("n2", gpus=8, used=(0, 1, 2, 3, 4, 5, 6, 7)),
+             node("n3", gpus=8, used=(0, 1, 2, 3, 4, 5, 6))]
+    others = [running(50, "z", [(g,) for g in range(6)], node="n1"), running(51, "z", [(g,) for g in range(8)], node="n2"),
+              running(52, "z", [(g,) for g in range(7)], node="n3")]
+    big = job(1, workers=8, t=0.0)
+    smalls = [job(2, t=10.0), job(3, t=11.0)]
+    d = schedule(snap(nodes, [big, *smalls], others, now=1000.0, reserve_after_seconds=300, grow=False))
+    assert 1 not in started(d)
+    assert any(w.job_id == 1 and "reserved" in w.reason for w in d.waits)
+    # the big job holds n1 (the emptiest node); one small job backfills on n3's free GPU
+    assert [(s.job_id, s.placement[0].node) for s in d.starts] == [(2, "n3")]
+
+
+def test_without_the_wait_small_jobs_may_pass_a_blocked_large_one():
+    nodes = [node("n1", gpus=8, used=(0, 1, 2, 3, 4, 5))]
+    d = schedule(snap(nodes, [job(1, workers=8, t=990.0), job(2, t=995.0)], now=1000.0, reserve_after_seconds=300))
+    assert list(started(d)) == [2]
+
+
+# -- elastic ------------------------------------------------------------------------------
+
+def test_elastic_job_starts_as_large_as_its_share_allows():
+    p = plan(PlanNode("a"), PlanNode("b"))
+    d = schedule(snap([node(gpus=8)], [job(1, "a", workers=2, max_workers=8), job(2, "b", workers=2, t=1)], plan_=p))
+    sizes = {s.job_id: len(s.placement) for s in d.starts}
+    assert sizes[2] == 2 and 2 <= sizes[1] <= 6
+
+
+def test_elastic_job_grows_into_idle_gpus():
+    d = schedule(snap([node(gpus=8, used=(0, 1))], [], [running(1, "a", [(0,), (1,)], min_workers=1, max_workers=8)]))
+    assert [(r.job_id, r.workers) for r in d.resizes] == [(1, 8)]
+
+
+def test_young_jobs_do_not_grow():
+    d = schedule(snap([node(gpus=8, used=(0, 1))], [], [running(1, "a", [(0,), (1,)], min_workers=1, max_workers=8,
+                                                                  started=990.0)], now=1000.0))
+    assert d.resizes == []
+
+
+def test_resize_target_is_honoured_on_restart():
+    d = schedule(snap([node(gpus=8)], [job(1, workers=1, max_workers=8, resize_to=3)]))
+    assert len(d.starts[0].placement) == 3
+
+
+def test_a_failed_slot_is_avoided_on_retry():
+    d = schedule(snap([node(gpus=2)], [job(1, avoid=frozenset({("n", 0)}))]))
+    assert d.starts[0].placement[0].gpus == (1,)

@@ -1,35 +1,44 @@
-"""The values the policy reads (a snapshot) and returns (decisions)."""
+"""The values a scheduling round reads (a snapshot) and returns (decisions)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deeppod.scheduler.plan import Plan
+
 
 @dataclass(frozen=True)
 class NodeState:
     name: str
-    free_gpus: tuple[int, ...]  # GPU indices not allocated to any running job
+    free_gpus: tuple[int, ...]  # healthy GPU indices not allocated to any running job
     free_cpus: float
     free_memory_mb: int
     healthy: bool = True
+    total_gpus: int | None = None  # healthy GPUs on the node, free or not (default: the free ones)
 
 
 @dataclass(frozen=True)
 class PendingJob:
     id: int
     tenant: str
-    workers: int
+    workers: int  # min workers: the gang that must start together
     gpus_per_worker: int = 0
     cpus_per_worker: float = 1.0
     memory_mb_per_worker: int = 0
     priority: int = 0
     submitted_at: float = 0.0
+    max_workers: int | None = None  # elastic when above ``workers``
+    preemptible: bool = True
+    resize_to: int | None = None  # the size a shrink or grow asked for
+    avoid: frozenset[tuple[str, int]] = frozenset()  # (node, gpu) where it last failed
 
+    @property
+    def min_workers(self) -> int:
+        return self.workers
 
-@dataclass(frozen=True)
-class Snapshot:
-    nodes: tuple[NodeState, ...]
-    queued: tuple[PendingJob, ...] = field(default_factory=tuple)
+    @property
+    def top_workers(self) -> int:
+        return max(self.workers, self.max_workers or self.workers)
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,85 @@ class WorkerPlacement:
 
 
 @dataclass(frozen=True)
+class RunningJob:
+    id: int
+    tenant: str
+    placement: tuple[WorkerPlacement, ...]
+    gpus_per_worker: int = 0
+    min_workers: int = 1
+    max_workers: int = 1
+    priority: int = 0
+    preemptible: bool = True
+    started_at: float = 0.0
+    last_checkpoint_at: float | None = None
+    stopping: bool = False  # already being preempted or resized: its GPUs are on their way back
+
+    @property
+    def workers(self) -> int:
+        return len(self.placement)
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True)
+class Config:
+    aging_seconds: float = 600.0  # every this long in the queue adds 1 to a job's priority
+    reserve_after_seconds: float = 300.0  # a blocked head job this old gets a reservation
+    min_run_before_resize: float = 120.0  # no grow/shrink of a job younger than this (anti-thrash)
+    grow: bool = True
+    priority_preemption: bool = True
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[NodeState, ...]
+    queued: tuple[PendingJob, ...] = field(default_factory=tuple)
+    running: tuple[RunningJob, ...] = field(default_factory=tuple)
+    plan: Plan = field(default_factory=Plan)
+    now: float = 0.0
+    config: Config = field(default_factory=Config)
+
+
+# -- decisions -------------------------------------------------------------------
+
+@dataclass(frozen=True)
 class Start:
     job_id: int
     placement: tuple[WorkerPlacement, ...]
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Stop the job gracefully and start it again with ``workers`` (shrink or grow)."""
+
+    job_id: int
+    workers: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: int
+    reason: str
+
+
+@dataclass
+class Decisions:
+    starts: list[Start] = field(default_factory=list)
+    preempts: list[Preempt] = field(default_factory=list)
+    resizes: list[Resize] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+
+    def __iter__(self):
+        yield from self.preempts
+        yield from self.resizes
+        yield from self.starts

@@ -1,0 +1,204 @@
+"""Resource plans: a tree of tenants with guaranteed GPUs, a borrowing cap (max), a lend
+limit and a weight for sharing the surplus; and the entitlements they imply.
+
+Semantics (Kueue's nominalQuota / borrowingLimit / lendingLimit and YuniKorn's
+guaranteed / max, on a tree):
+
+- ``guaranteed``: GPUs the node always gets back when it has demand.
+- ``max``: the most it may use, its own and borrowed together (``None``: no cap).
+- ``lend_limit``: the most of its idle guarantee others may borrow (``None``: all of it).
+- ``weight``: its share of what is left after guarantees, among nodes that want more.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from deeppod.errors import InvalidRequest
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children"}
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    name: str
+    guaranteed: int = 0
+    max: int | None = None
+    lend_limit: int | None = None
+    weight: float = 1.0
+    children: tuple["PlanNode", ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
+                   "lend_limit": self.lend_limit, "weight": self.weight}
+        if self.children:
+            d["children"] = [c.to_dict() for c in self.children]
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    tenants: tuple[PlanNode, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"tenants": [t.to_dict() for t in self.tenants]}
+
+    def walk(self):
+        """(node, parent name or None, depth) for every node, parents first."""
+        stack = [(n, None, 0) for n in reversed(self.tenants)]
+        while stack:
+            node, parent, depth = stack.pop()
+            yield node, parent, depth
+            stack.extend((c, node.name, depth + 1) for c in reversed(node.children))
+
+    def leaves(self) -> list[str]:
+        return [n.name for n, _, _ in self.walk() if not n.children]
+
+    def guaranteed_total(self) -> int:
+        return sum(t.guaranteed for t in self.tenants)
+
+
+def _num(where: str, key: str, value, *, allow_none: bool, kind=int):
+    if value is None:
+        if allow_none:
+            return None
+        raise InvalidRequest(f"{where}: '{key}' is required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise InvalidRequest(f"{where}: '{key}' must be a {'whole number' if kind is int else 'number'} (got {value!r})")
+    if value < 0:
+        raise InvalidRequest(f"{where}: '{key}' must not be negative (got {value})")
+    return kind(value)
+
+
+def _node(raw, path: str, seen: set[str]) -> PlanNode:
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{path}: each tenant must be a mapping with name, guaranteed, max, ... (got {raw!r})")
+    unknown = set(raw) - _FIELDS
+    if unknown:
+        raise InvalidRequest(f"{path}: unknown field(s) {', '.join(sorted(unknown))}; "
+                             f"allowed: {', '.join(sorted(_FIELDS))}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidRequest(f"{path}: name {name!r} is not valid: use lowercase letters, digits, '.', '_' or '-'")
+    where = f"tenant {name!r}"
+    if name in seen:
+        raise InvalidRequest(f"{where} appears twice in the plan; names must be unique")
+    seen.add(name)
+    g = _num(where, "guaranteed", raw.get("guaranteed", 0), allow_none=False)
+    mx = _num(where, "max", raw.get("max"), allow_none=True)
+    lend = _num(where, "lend_limit", raw.get("lend_limit"), allow_none=True)
+    weight = _num(where, "weight", raw.get("weight", 1.0), allow_none=False, kind=float)
+    if weight <= 0:
+        raise InvalidRequest(f"{where}: weight must be more than 0 (got {weight})")
+    if mx is not None and mx < g:
+        raise InvalidRequest(f"{where}: max ({mx}) is below guaranteed ({g}); raise max or lower guaranteed")
+    if lend is not None and lend > g:
+        raise InvalidRequest(f"{where}: lend_limit ({lend}) is more than guaranteed ({g}); it can only lend its own")
+    children_raw = raw.get("children") or []
+    if not isinstance(children_raw, list):
+        raise InvalidRequest(f"{where}: children must be a list")
+    children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
+    if children and sum(c.guaranteed for c in children) > g:
+        raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
+                             f"but it is guaranteed only {g}; raise its guarantee or lower theirs")
+    if mx is not None:
+        for c in children:
+            if c.guaranteed > mx:
+                raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max ({mx})")
+    return PlanNode(name, g, mx, lend, weight, children)
+
+
+def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
+    """Validate a plan document (from YAML or JSON). Errors say what to fix."""
+    if raw is None:
+        raw = {"tenants": []}
+    if not isinstance(raw, dict) or set(raw) - {"tenants"}:
+        raise InvalidRequest("a plan is a mapping with one key, 'tenants': a list of tenants "
+                             "(name, guaranteed, max, lend_limit, weight, children)")
+    tenants_raw = raw.get("tenants") or []
+    if not isinstance(tenants_raw, list):
+        raise InvalidRequest("'tenants' must be a list")
+    seen: set[str] = set()
+    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)))
+    if cluster_gpus is not None and plan.guaranteed_total() > cluster_gpus:
+        raise InvalidRequest(f"the plan guarantees {plan.guaranteed_total()} GPUs but the cluster has {cluster_gpus}; "
+                             "lower the guarantees so that they add up to at most the cluster")
+    return plan
+
+
+# -- entitlements ----------------------------------------------------------------
+
+@dataclass
+class _Flat:
+    name: str
+    guaranteed: float
+    max: float
+    lend_limit: float | None
+    weight: float
+    children: list[str]
+
+
+def _water_fill(amount: float, want: dict[str, float], weight: dict[str, float]) -> dict[str, float]:
+    """Weighted max-min: share ``amount`` by weight, nobody above what it wants."""
+    got = {k: 0.0 for k in want}
+    active = {k for k, w in want.items() if w > 1e-9}
+    while amount > 1e-9 and active:
+        total_w = sum(weight[k] for k in active)
+        step = min((want[k] - got[k]) / weight[k] for k in active)
+        give = min(step, amount / total_w)
+        for k in list(active):
+            got[k] += give * weight[k]
+            if want[k] - got[k] <= 1e-9:
+                active.discard(k)
+        amount -= give * total_w
+    return got
+
+
+def entitlements(plan: Plan, demand: dict[str, float], capacity: float) -> dict[str, float]:
+    """GPUs each plan node (and each unplanned leaf tenant in ``demand``) should have now.
+
+    At every level: each child first gets its guarantee up to its demand; idle guarantee
+    up to the lend limit, plus what no one is guaranteed, is shared by weight among the
+    children that want more, never beyond their ``max``. Tenants with demand that the
+    plan does not name sit at the top level with no guarantee and weight 1.
+    """
+    nodes: dict[str, _Flat] = {}
+    for node, _parent, _ in plan.walk():
+        nodes[node.name] = _Flat(node.name, node.guaranteed, math.inf if node.max is None else node.max,
+                                 node.lend_limit, node.weight, [c.name for c in node.children])
+    top = [t.name for t in plan.tenants]
+    for tenant in demand:
+        if tenant not in nodes:
+            nodes[tenant] = _Flat(tenant, 0, math.inf, None, 1.0, [])
+            top.append(tenant)
+
+    want: dict[str, float] = {}
+
+    def subtree_demand(name: str) -> float:
+        n = nodes[name]
+        d = sum(subtree_demand(c) for c in n.children) if n.children else demand.get(name, 0.0)
+        want[name] = min(d, n.max)
+        return want[name]
+
+    for name in top:
+        subtree_demand(name)
+    out: dict[str, float] = {}
+
+    def share(children: list[str], amount: float) -> None:
+        base = {c: min(nodes[c].guaranteed, want[c]) for c in children}
+        idle = {c: nodes[c].guaranteed - base[c] for c in children}
+        lendable = sum(idle[c] if nodes[c].lend_limit is None else min(idle[c], nodes[c].lend_limit)
+                       for c in children)
+        unguaranteed = max(0.0, amount - sum(nodes[c].guaranteed for c in children))
+        surplus = min(unguaranteed + lendable, max(0.0, amount - sum(base.values())))
+        extra = _water_fill(surplus, {c: want[c] - base[c] for c in children}, {c: nodes[c].weight for c in children})
+        for c in children:
+            out[c] = base[c] + extra[c]
+            if nodes[c].children:
+                share(nodes[c].children, out[c])
+
+    share(top, capacity)
+    return out

@@ -1,0 +1,142 @@
+"""Free GPU slots by node, with fast gang placement.
+
+Nodes are bucketed by their number of free GPUs so that placing a job is a walk over at
+most ``gpus_per_node`` buckets, not over every node: a round with 10,000 queued jobs on
+128 nodes stays within milliseconds.
+"""
+
+from __future__ import annotations
+
+from deeppod.scheduler.snapshot import NodeState, WorkerPlacement
+
+
+class FreePool:
+    def __init__(self, nodes: tuple[NodeState, ...]):
+        self.names = [n.name for n in nodes]
+        self.index = {n.name: i for i, n in enumerate(nodes)}
+        self.free = [sorted(n.free_gpus) if n.healthy else [] for n in nodes]
+        self.cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
+        self.mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
+        self.width = max((len(f) for f in self.free), default=0)
+        self.buckets: list[set[int]] = [set() for _ in range(max(self.width, 64) + 1)]
+        for i, f in enumerate(self.free):
+            self._bucket(i).add(i)
+        self.total_free = sum(len(f) for f in self.free)
+
+    def _bucket(self, i: int) -> set[int]:
+        n = len(self.free[i])
+        while n >= len(self.buckets):
+            self.buckets.append(set())
+        return self.buckets[n]
+
+    # -- changes -------------------------------------------------------------------
+    def take(self, node: int, gpus: list[int] | tuple[int, ...], cpus: float, mem: int) -> None:
+        self._bucket(node).discard(node)
+        taken = set(gpus)
+        self.free[node] = [g for g in self.free[node] if g not in taken]
+        self.cpus[node] -= cpus
+        self.mem[node] -= mem
+        self._bucket(node).add(node)
+        self.total_free -= len(taken)
+
+    def give(self, node: str, gpus: tuple[int, ...], cpus: float, mem: int) -> None:
+        i = self.index.get(node)
+        if i is None:
+            return
+        self._bucket(i).discard(i)
+        self.free[i] = sorted(set(self.free[i]) | set(gpus))
+        self.cpus[i] += cpus
+        self.mem[i] += mem
+        self._bucket(i).add(i)
+        self.total_free += len(gpus)
+
+    def release(self, placement: tuple[WorkerPlacement, ...]) -> None:
+        for w in placement:
+            self.give(w.node, w.gpus, w.cpus, w.memory_mb)
+
+    def copy(self) -> "FreePool":
+        other = FreePool.__new__(FreePool)
+        other.names, other.index, other.width = self.names, self.index, self.width
+        other.free = [list(f) for f in self.free]
+        other.cpus = list(self.cpus)
+        other.mem = list(self.mem)
+        other.buckets = [set(b) for b in self.buckets]
+        other.total_free = self.total_free
+        return other
+
+    # -- placement -----------------------------------------------------------------
+    def _room(self, i: int, gpw: int, cpw: float, mpw: int) -> int:
+        room = len(self.free[i]) // gpw if gpw else 1 << 30
+        if cpw:
+            room = min(room, int(self.cpus[i] / cpw + 1e-9))
+        if mpw:
+            room = min(room, self.mem[i] // mpw)
+        return room
+
+    def fits(self, workers: int, gpw: int) -> bool:
+        return workers * gpw <= self.total_free
+
+    def place(self, workers: int, gpw: int, cpw: float = 0.0, mpw: int = 0,
+              avoid: frozenset[tuple[str, int]] = frozenset()) -> tuple[WorkerPlacement, ...] | None:
+        """Place ``workers`` workers at once (a gang) or return None; takes the slots.
+
+        One node if any can hold the whole job (the fullest such node, to keep empty nodes
+        for large jobs); otherwise the emptiest nodes first so it spans as few as possible.
+        Ranks are ordered node by node. ``avoid`` slots are used only if nothing else fits.
+        """
+        if avoid:
+            hidden = [(self.index[n], g) for n, g in avoid if n in self.index and g in self.free[self.index[n]]]
+            for i, g in hidden:
+                self.take(i, [g], 0, 0)
+            got = self.place(workers, gpw, cpw, mpw)
+            for i, g in hidden:
+                self.give(self.names[i], (g,), 0, 0)
+            if got is not None:
+                return got
+        if workers * gpw > self.total_free:
+            return None
+        chosen: list[tuple[int, int]] = []  # (node, workers there)
+        if gpw == 0:
+            rooms = [(self._room(i, 0, cpw, mpw), i) for i in range(len(self.names))]
+            single = [(r, i) for r, i in rooms if r >= workers]
+            if single:
+                chosen = [(min(single)[1], workers)]
+            else:
+                left = workers
+                for r, i in sorted(rooms, key=lambda x: (-x[0], x[1])):
+                    if left == 0 or r == 0:
+                        break
+                    chosen.append((i, min(r, left)))
+                    left -= min(r, left)
+                if left:
+                    return None
+        else:
+            need = workers * gpw
+            for k in range(need, len(self.buckets)):
+                for i in self.buckets[k]:
+                    if self._room(i, gpw, cpw, mpw) >= workers:
+                        chosen = [(i, workers)]
+                        break
+                if chosen:
+                    break
+            if not chosen:
+                left = workers
+                for k in range(len(self.buckets) - 1, gpw - 1, -1):
+                    for i in sorted(self.buckets[k]):
+                        r = min(self._room(i, gpw, cpw, mpw), left)
+                        if r > 0:
+                            chosen.append((i, r))
+                            left -= r
+                            if left == 0:
+                                break
+                    if left == 0:
+                        break
+                if left:
+                    return None
+        placement: list[WorkerPlacement] = []
+        for i, count in chosen:
+            for _ in range(count):
+                gpus = tuple(self.free[i][:gpw])
+                self.take(i, gpus, cpw, mpw)
+                placement.append(WorkerPlacement(len(placement), self.names[i], gpus, cpw, mpw))
+        return tuple(placement)

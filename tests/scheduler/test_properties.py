@@ -1,0 +1,135 @@
+"""Properties of the policy on random snapshots (hypothesis)."""
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
+                               WorkerPlacement, schedule)
+
+TENANTS = ("a", "b", "c")
+
+
+@st.composite
+def snapshots(draw, gpw_choices=(1, 2, 4), all_preemptible=False):
+    sizes = draw(st.lists(st.integers(1, 8), min_size=1, max_size=4))
+    healthy = [True] + draw(st.lists(st.booleans(), min_size=len(sizes) - 1, max_size=len(sizes) - 1))
+    capacity = sum(s for s, h in zip(sizes, healthy) if h)
+    guarantees, left = {}, capacity
+    for t in TENANTS:
+        g = draw(st.integers(0, left))
+        guarantees[t] = g
+        left -= g
+    plan = Plan(tuple(PlanNode(t, guaranteed=g, max=draw(st.one_of(st.none(), st.integers(g, capacity))),
+                               lend_limit=draw(st.one_of(st.none(), st.integers(0, g))),
+                               weight=draw(st.sampled_from([0.5, 1.0, 2.0]))) for t, g in guarantees.items()))
+    free = {i: list(range(s)) for i, s in enumerate(sizes)}
+    running, jid = [], 1000
+    for _ in range(draw(st.integers(0, 6))):
+        gpw = draw(st.sampled_from(gpw_choices))
+        workers = draw(st.integers(1, 3))
+        placement = []
+        for i in range(len(sizes)):
+            while len(free[i]) >= gpw and len(placement) < workers and healthy[i]:
+                gpus = tuple(free[i][:gpw])
+                del free[i][:gpw]
+                placement.append(WorkerPlacement(len(placement), f"n{i}", gpus, 0.0, 0))
+        if not placement:
+            continue
+        n = len(placement)
+        jid += 1
+        running.append(RunningJob(jid, draw(st.sampled_from(TENANTS)), tuple(placement), gpw,
+                                  draw(st.integers(1, n)), n + draw(st.integers(0, 3)), draw(st.integers(0, 3)),
+                                  all_preemptible or draw(st.booleans()), draw(st.floats(0, 900)),
+                                  draw(st.one_of(st.none(), st.floats(0, 900)))))
+    nodes = tuple(NodeState(f"n{i}", tuple(free[i]) if healthy[i] else (), 64.0, 1 << 20, healthy[i],
+                            total_gpus=sizes[i]) for i in range(len(sizes)))
+    queued = tuple(
+        PendingJob(i, draw(st.sampled_from(TENANTS)), draw(st.integers(1, 3)), draw(st.sampled_from(gpw_choices)),
+                   0.0, 0, draw(st.integers(0, 3)), draw(st.floats(0, 999)),
+                   max_workers=draw(st.one_of(st.none(), st.integers(1, 6))))
+        for i in range(draw(st.integers(0, 8))))
+    return Snapshot(nodes, queued, tuple(running), plan, 1000.0, Config(min_run_before_resize=0))
+
+
+def usage(snap):
+    u = defaultdict(int)
+    for j in snap.running:
+        u[j.tenant] += j.gpus
+    return u
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_no_slot_is_over_allocated_and_gangs_are_whole(snap):
+    d = schedule(snap)
+    free = {(n.name, g) for n in snap.nodes if n.healthy for g in n.free_gpus}
+    taken = [(w.node, g) for s in d.starts for w in s.placement for g in w.gpus]
+    assert len(taken) == len(set(taken)), "a GPU was given twice"
+    assert set(taken) <= free, "a start used a GPU that is not free"
+    queued = {j.id: j for j in snap.queued}
+    for s in d.starts:
+        j = queued[s.job_id]
+        assert j.min_workers <= len(s.placement) <= j.top_workers
+        assert all(len(w.gpus) == j.gpus_per_worker for w in s.placement)
+    running = {j.id: j for j in snap.running}
+    for r in d.resizes:
+        assert running[r.job_id].min_workers <= r.workers <= running[r.job_id].max_workers
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
+    d = schedule(snap)
+    g = {n.name: n.guaranteed for n in snap.plan.tenants}
+    before = usage(snap)
+    running = {j.id: j for j in snap.running}
+    lost = defaultdict(int)
+    for p in d.preempts:
+        if "reclaim" in p.reason or "fair share" in p.reason:
+            lost[running[p.job_id].tenant] += running[p.job_id].gpus
+    for r in d.resizes:
+        j = running[r.job_id]
+        if r.workers < j.workers:
+            lost[j.tenant] += (j.workers - r.workers) * j.gpus_per_worker
+    for t, n in lost.items():
+        assert before[t] - n >= g[t], f"tenant {t} pushed from {before[t]} to {before[t] - n}, guarantee {g[t]}"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(gpw_choices=(1,), all_preemptible=True))
+def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(snap):
+    """Round 1 decides; the grace passes and preempted/shrunk GPUs come back; round 2 starts it."""
+    g = {n.name: n.guaranteed for n in snap.plan.tenants}
+    u = usage(snap)
+    heads = {}
+    for j in sorted(snap.queued, key=lambda j: (-j.priority, j.submitted_at, j.id)):
+        heads.setdefault(j.tenant, j)
+    d1 = schedule(snap)
+    started1 = {s.job_id for s in d1.starts}
+    # apply round 1: remove preempted jobs, shrink resized ones, start what started
+    stopped = {p.job_id for p in d1.preempts} | {r.job_id for r in d1.resizes}
+    free = {n.name: set(n.free_gpus) for n in snap.nodes}
+    keep = []
+    for j in snap.running:
+        if j.id in stopped:
+            for w in j.placement:
+                free[w.node] |= set(w.gpus)
+        else:
+            keep.append(j)
+    for s in d1.starts:
+        for w in s.placement:
+            free[w.node] -= set(w.gpus)
+        job = next(q for q in snap.queued if q.id == s.job_id)
+        keep.append(RunningJob(job.id, job.tenant, s.placement, job.gpus_per_worker, job.min_workers,
+                               job.top_workers, job.priority, True, snap.now))
+    queued2 = tuple(j for j in snap.queued if j.id not in started1)
+    nodes2 = tuple(NodeState(n.name, tuple(sorted(free[n.name])) if n.healthy else (), n.free_cpus,
+                             n.free_memory_mb, n.healthy, n.total_gpus) for n in snap.nodes)
+    d2 = schedule(Snapshot(nodes2, queued2, tuple(keep), snap.plan, snap.now + 30, snap.config))
+    started2 = started1 | {s.job_id for s in d2.starts}
+    for t, head in heads.items():
+        need = head.min_workers * head.gpus_per_worker
+        if u[t] < g[t] and u[t] + need <= g[t]:
+            assert head.id in started2, f"tenant {t} ({u[t]}/{g[t]}) head job {head.id} needing {need} not served"
