@@ -20,6 +20,7 @@ from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs.reconcile import Reconciler
+from deeppod.scheduler import Config
 from deeppod.settings import Settings
 from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
@@ -46,7 +47,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         register_node(s, node)
     executor = executor or LocalExecutor()
-    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url)
+    config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
+                    min_run_before_resize=settings.resize_after_seconds)
+    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config)
     return ServerContext(settings, engine, sessions, executor, reconciler)
 
 

@@ -47,6 +47,10 @@ class Settings:
     reconcile_interval: float = 0.5
     max_body_bytes: int = 1 << 20
     log_level: str = "INFO"
+    # scheduler
+    aging_seconds: float = 600.0
+    reserve_after_seconds: float = 300.0
+    resize_after_seconds: float = 120.0
 
     @property
     def jobs_dir(self) -> Path:
@@ -78,6 +82,9 @@ class Settings:
             reconcile_interval=_float(env, "DEEPPOD_RECONCILE_INTERVAL", 0.5),
             max_body_bytes=_int(env, "DEEPPOD_MAX_BODY_BYTES", 1 << 20),
             log_level=env.get("DEEPPOD_LOG_LEVEL") or "INFO",
+            aging_seconds=_float(env, "DEEPPOD_AGING_SECONDS", 600.0),
+            reserve_after_seconds=_float(env, "DEEPPOD_RESERVE_AFTER_SECONDS", 300.0),
+            resize_after_seconds=_float(env, "DEEPPOD_RESIZE_AFTER_SECONDS", 120.0),
         )
 
 

@@ -251,3 +251,9 @@ def test_resize_target_is_honoured_on_restart():
 def test_a_failed_slot_is_avoided_on_retry():
     d = schedule(snap([node(gpus=2)], [job(1, avoid=frozenset({("n", 0)}))]))
     assert d.starts[0].placement[0].gpus == (1,)
+
+
+def test_a_job_on_a_sick_gpu_is_requeued():
+    n = NodeState("n", (1,), 64.0, 1 << 20, True, total_gpus=1, sick_gpus=(0,))
+    d = schedule(snap([n], [], [running(9, "a", [(0,)])]))
+    assert [(p.job_id, "GPU 0 of node n is unhealthy" in p.reason) for p in d.preempts] == [(9, True)]

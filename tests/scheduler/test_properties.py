@@ -5,6 +5,7 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deeppod.scheduler.policy import effective_priority
 from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
                                WorkerPlacement, schedule)
 
@@ -104,7 +105,8 @@ def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(s
     g = {n.name: n.guaranteed for n in snap.plan.tenants}
     u = usage(snap)
     heads = {}
-    for j in sorted(snap.queued, key=lambda j: (-j.priority, j.submitted_at, j.id)):
+    aged = lambda j: effective_priority(j, snap.now, snap.config.aging_seconds)  # noqa: E731
+    for j in sorted(snap.queued, key=lambda j: (-aged(j), j.submitted_at, j.id)):
         heads.setdefault(j.tenant, j)
     d1 = schedule(snap)
     started1 = {s.job_id for s in d1.starts}

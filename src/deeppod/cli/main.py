@@ -20,10 +20,14 @@ job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
 users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+nodes_app = typer.Typer(help="Nodes and GPUs: list, cordon, uncordon.", invoke_without_command=True)
+plan_app = typer.Typer(no_args_is_help=True, help="Resource plans: guaranteed GPUs, borrowing caps, weights.")
 app.add_typer(job_app, name="job")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(plan_app, name="plan")
+app.add_typer(nodes_app, name="nodes")
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="server URL (or DEEPPOD_API_URL)", show_default=False)]
 TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
@@ -44,6 +48,15 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
             raise InvalidRequest(f"--env {pair!r} is not KEY=VALUE")
         env[key] = value
     return env
+
+
+def parse_workers(value: str) -> tuple[int, int | None]:
+    """'2' -> (2, None); '2:8' -> (2, 8)."""
+    low, sep, high = value.partition(":")
+    try:
+        return int(low), (int(high) if sep else None)
+    except ValueError:
+        raise InvalidRequest(f"--workers {value!r} is not N or MIN:MAX (e.g. 2 or 2:8)") from None
 
 
 def parse_memory(value: str | None) -> int | None:
@@ -106,7 +119,7 @@ def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
 def submit(
     command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
     name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
-    workers: Annotated[int, typer.Option("--workers", "-n", help="number of worker processes")] = 1,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
     gpus_per_worker: Annotated[int, typer.Option(help="GPUs per worker")] = 0,
     cpus_per_worker: Annotated[float, typer.Option(help="CPUs per worker")] = 1.0,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
@@ -114,6 +127,9 @@ def submit(
     workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
     grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on cancel")] = None,
+    preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
+                                              help="may be preempted to give GPUs back to their owners")] = True,
+    max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
@@ -123,8 +139,10 @@ def submit(
     job_env.setdefault("PATH", os.environ.get("PATH", os.defpath))
     if os.environ.get("VIRTUAL_ENV"):
         job_env.setdefault("VIRTUAL_ENV", os.environ["VIRTUAL_ENV"])
+    low, high = parse_workers(workers)
     c = client(url, token)
-    job = c.submit(command, name=name, workers=workers, gpus_per_worker=gpus_per_worker,
+    job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible,
+                   max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
                    workdir=str(workdir or Path.cwd()), priority=priority, grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
@@ -198,16 +216,36 @@ def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     console.print(f"job {j['id']}: {msg}")
 
 
-@app.command()
-def nodes(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """Nodes and their GPUs."""
+@nodes_app.callback()
+def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Nodes and their GPUs (cordoned GPUs are listed as sick)."""
+    if ctx.invoked_subcommand:
+        return
     rows = client(url, token).nodes()
     if as_json:
         print_json(rows)
         return
     for n in rows:
-        n["gpus"] = len(n["gpus"]) if not n["gpus"] or not n["gpus"][0].get("logical") else f"{len(n['gpus'])} (logical)"
+        kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
+        sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
+        n["gpus"] = f"{len(n['gpus'])}{kind}" + (f" (sick: {','.join(sick)})" if sick else "")
     console.print(rows_table(rows, ["name", "address", "gpus", "cpus", "memory_mb", "healthy"]))
+
+
+@nodes_app.command("cordon")
+def nodes_cordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+                 url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Mark a node or GPU unhealthy: its jobs requeue elsewhere, nothing new lands there."""
+    client(url, token).set_node_health(name, False, gpu)
+    console.print(f"cordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
+
+
+@nodes_app.command("uncordon")
+def nodes_uncordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+                   url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Put a node or GPU back in service."""
+    client(url, token).set_node_health(name, True, gpu)
+    console.print(f"uncordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
 
 
 @tenants_app.command("create")
@@ -255,6 +293,56 @@ def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = No
 def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     client(url, token).revoke_token(token_id)
     console.print(f"token {token_id} revoked")
+
+
+def load_plan_file(path: Path) -> dict:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequest(f"{path} must hold a mapping with a 'tenants' list")
+    return doc
+
+
+@plan_app.command("apply")
+def plan_apply(path: Path, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Apply a plan from a YAML file (admins). Running jobs keep running; the next round honours it."""
+    shown = client(url, token).apply_plan(load_plan_file(path))
+    console.print(f"plan applied: {len(shown['plan']['tenants'])} top-level tenants")
+    console.print(plan_table(shown["tenants"]))
+
+
+@plan_app.command("show")
+def plan_show(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Per tenant: guaranteed, max, in use, borrowed, lent, waiting demand."""
+    shown = client(url, token).plan()
+    if as_json:
+        print_json(shown)
+        return
+    if shown["applied_at"]:
+        console.print(f"plan applied {shown['applied_at'][:19]} by {shown['applied_by']}")
+    else:
+        console.print("no plan applied: every tenant shares the cluster equally (apply one with 'deeppod plan apply')")
+    console.print(plan_table(shown["tenants"]))
+
+
+def plan_table(rows: list[dict]):
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("TENANT", "GUARANTEED", "MAX", "WEIGHT", "IN USE", "BORROWED", "LENT", "WAITING"):
+        t.add_column(col, no_wrap=True, justify="left" if col == "TENANT" else "right")
+    for r in rows:
+        t.add_row("  " * r["depth"] + r["name"], str(r["guaranteed"]), "-" if r["max"] is None else str(r["max"]),
+                  f"{r['weight']:g}", str(r["in_use"]), str(r["borrowed"]), str(r["lent"]), str(r["waiting"]))
+    return t
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.inventory import NodeInfo
+from deeppod.errors import InvalidRequest, NotFound
 from deeppod.store.models import Node, utcnow
 
 
@@ -14,11 +16,13 @@ def register_node(session: Session, info: NodeInfo) -> Node:
     if node is None:
         node = Node(name=info.name)
         session.add(node)
+        node.healthy = info.healthy
+    # An administrator's cordon of the node or of single GPUs survives re-registration.
+    sick = {g["index"] for g in (node.gpus or []) if not g.get("healthy", True)}
     node.address = info.address
     node.cpus = info.cpus
     node.memory_mb = info.memory_mb
-    node.gpus = [g.to_dict() for g in info.gpus]
-    node.healthy = info.healthy
+    node.gpus = [{**g.to_dict(), "healthy": g.index not in sick} for g in info.gpus]
     node.last_seen = utcnow()
     session.flush()
     return node
@@ -33,10 +37,26 @@ def capacity(session: Session) -> dict:
     nodes = [n for n in list_nodes(session) if n.healthy]
     return {
         "nodes": len(nodes),
-        "gpus": sum(len(n.gpus) for n in nodes),
+        "gpus": sum(1 for n in nodes for g in n.gpus if g.get("healthy", True)),
         "cpus": sum(n.cpus for n in nodes),
         "memory_mb": sum(n.memory_mb for n in nodes),
         "max_node_cpus": max((n.cpus for n in nodes), default=0),
         "max_node_memory_mb": max((n.memory_mb for n in nodes), default=0),
         "max_node_gpus": max((len(n.gpus) for n in nodes), default=0),
     }
+
+
+def set_health(session: Session, principal: Principal, name: str, healthy: bool, gpu: int | None = None) -> Node:
+    """Cordon (healthy=False) or uncordon a node, or one of its GPUs. Jobs on a cordoned
+    node or GPU are requeued elsewhere; nothing new is placed there."""
+    require_admin(principal, "cordon nodes")
+    node = session.scalar(select(Node).where(Node.name == name))
+    if node is None:
+        raise NotFound(f"no node named {name!r}: list them with 'deeppod nodes'")
+    if gpu is None:
+        node.healthy = healthy
+        return node
+    if gpu not in {g["index"] for g in node.gpus}:
+        raise InvalidRequest(f"node {name} has no GPU {gpu}; it has {', '.join(str(g['index']) for g in node.gpus)}")
+    node.gpus = [{**g, "healthy": healthy} if g["index"] == gpu else g for g in node.gpus]
+    return node

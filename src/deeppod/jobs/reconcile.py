@@ -1,4 +1,4 @@
-"""The reconcile loop: observe executors, apply cancels, ask the policy, start jobs.
+"""The reconcile loop: observe executors, apply cancels, ask the policy, carry it out.
 
 The scheduler decides (pure), the executor acts; this module is the only place that
 joins them with the store. Every tick is safe to repeat, which is what lets a
@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
@@ -23,10 +25,12 @@ from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
 from deeppod.jobs.contract import base_environment, worker_env
 from deeppod.jobs.service import add_event, finish
-from deeppod.scheduler import NodeState, PendingJob, Snapshot, Start, schedule
+from deeppod.plans.service import current_plan
+from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, Start, WorkerPlacement, schedule
 from deeppod.store.models import Job, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
+HOLDING = ("running", "preempted")  # states whose jobs hold GPUs
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,13 +39,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def final_state(job: Job, status: ExecStatus) -> tuple[str, str]:
+def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
+    """What a finished run means: succeeded, failed, cancelled, or requeue (preempted/resized)."""
     if job.cancel_requested:
         return "cancelled", "cancelled by request"
+    if job.state == "preempted":
+        return "queued", "requeued: " + (job.reason or "preempted")
     if status.lost:
         return "failed", status.reason
     codes = status.exit_codes
-    if len(codes) == job.workers and all(c == 0 for c in codes.values()):
+    if len(codes) == len((job.allocation or {}).get("workers", [])) and codes and all(c == 0 for c in codes.values()):
         return "succeeded", "all workers exited with code 0"
     if status.reason:
         return "failed", status.reason
@@ -51,14 +58,34 @@ def final_state(job: Job, status: ExecStatus) -> tuple[str, str]:
     return "failed", "the job ended without every worker reporting an exit code"
 
 
+def checkpoint_time(path: Path) -> float | None:
+    """Newest modification time in a job's checkpoint folder: framework-agnostic progress."""
+    try:
+        newest = path.stat().st_mtime if any(path.iterdir()) else None
+        for entry in os.scandir(path):
+            newest = max(newest or 0.0, entry.stat(follow_symlinks=False).st_mtime)
+        return newest
+    except OSError:
+        return None
+
+
+def _same_reason(a: str, b: str) -> bool:
+    """Waiting reasons differ only in counts from round to round; record real changes."""
+    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
+
+
 class Reconciler:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
-                 api_url: str, server_env: dict[str, str] | None = None):
+                 api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
+                 clock: Callable[[], float] = time.time):
         self.sessions = sessions
         self.executor = executor
         self.jobs_dir = jobs_dir
         self.api_url = api_url
         self.base_env = base_environment(dict(os.environ if server_env is None else server_env))
+        self.config = config or Config()
+        self.clock = clock
+        self.last_round_ms = 0.0
 
     def job_dir(self, job_id: int) -> Path:
         return self.jobs_dir / str(job_id)
@@ -68,70 +95,137 @@ class Reconciler:
         with self.sessions.begin() as s:
             self.observe(s)
         with self.sessions.begin() as s:
-            self.apply_cancels(s)
+            stopping = self.stops_to_send(s)
+        for handle in stopping:
+            self.executor.terminate(handle)
         with self.sessions.begin() as s:
-            starts = self.decide(s)
+            starts, stop_now = self.decide(s)
+        for handle in stop_now:
+            self.executor.terminate(handle)
         for start in starts:
             self.start(start)
 
     def observe(self, s: Session) -> None:
-        for job in s.scalars(select(Job).where(Job.state == "running")):
+        for job in s.scalars(select(Job).where(Job.state.in_(HOLDING))):
             handle = job.handle or {"kind": "local", "job_dir": str(self.job_dir(job.id))}
             status = self.executor.poll(handle)
             if not status.finished:
                 continue
-            state, reason = final_state(job, status)
-            finish(s, job, state, reason, status.exit_codes)
+            state, reason = outcome(job, status)
             revoke_job_tokens(s, job.id)
-            log.info("job %s %s: %s", job.id, state, reason)
+            if state == "failed" and job.restart_count < job.max_restarts:
+                failed = {r for r, c in status.exit_codes.items() if c != 0} or {
+                    w["rank"] for w in job.allocation["workers"]}
+                job.avoid = [[w["node"], g] for w in job.allocation["workers"] if w["rank"] in failed for g in w["gpus"]]
+                self._requeue(s, job, f"{reason}; restart {job.restart_count + 1} of {job.max_restarts}, "
+                                      "avoiding the failed GPUs", status)
+            elif state == "queued":
+                self._requeue(s, job, reason, status)
+            else:
+                finish(s, job, state, reason, status.exit_codes)
+                log.info("job %s %s: %s", job.id, state, reason)
 
-    def apply_cancels(self, s: Session) -> None:
-        for job in s.scalars(select(Job).where(Job.state == "running", Job.cancel_requested.is_(True))):
-            if job.handle:
-                self.executor.terminate(job.handle)
+    def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus) -> None:
+        job.state = "queued"
+        job.restart_count += 1
+        job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
+        job.allocation = None
+        job.handle = None
+        job.reason = reason
+        add_event(s, job, "requeued", reason)
+        log.info("job %s requeued: %s", job.id, reason)
+
+    def stops_to_send(self, s: Session) -> list[dict]:
+        """Jobs being cancelled or preempted get SIGTERM (again, after a restart: idempotent)."""
+        q = select(Job).where(Job.state.in_(HOLDING), Job.handle.is_not(None))
+        return [j.handle for j in s.scalars(q) if j.cancel_requested or j.state == "preempted"]
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
-        used_gpus: dict[str, set[int]] = {name: set() for name in nodes}
+        used: dict[str, set[int]] = {name: set() for name in nodes}
         used_cpus = {name: 0.0 for name in nodes}
         used_mem = {name: 0 for name in nodes}
-        for job in s.scalars(select(Job).where(Job.state == "running")):
-            for w in (job.allocation or {}).get("workers", []):
+        running = []
+        for job, tenant in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
+                                     .where(Job.state.in_(HOLDING))):
+            workers = (job.allocation or {}).get("workers", [])
+            for w in workers:
                 if w["node"] in nodes:
-                    used_gpus[w["node"]].update(w["gpus"])
+                    used[w["node"]].update(w["gpus"])
                     used_cpus[w["node"]] += w["cpus"]
                     used_mem[w["node"]] += w["memory_mb"]
-        node_states = tuple(
-            NodeState(
-                name=n.name,
-                free_gpus=tuple(g["index"] for g in n.gpus if g["index"] not in used_gpus[n.name]),
-                free_cpus=n.cpus - used_cpus[n.name],
-                free_memory_mb=n.memory_mb - used_mem[n.name],
-                healthy=n.healthy,
-            ) for n in nodes.values())
+            started = (job.started_at or job.submitted_at).timestamp()
+            running.append(RunningJob(
+                id=job.id, tenant=tenant,
+                placement=tuple(WorkerPlacement(w["rank"], w["node"], tuple(w["gpus"]), w["cpus"], w["memory_mb"])
+                                for w in workers),
+                gpus_per_worker=job.gpus_per_worker, min_workers=job.workers,
+                max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
+                preemptible=job.preemptible, started_at=started,
+                last_checkpoint_at=checkpoint_time(self.job_dir(job.id) / "checkpoints"),
+                stopping=job.state == "preempted" or job.cancel_requested))
+        node_states = []
+        for n in nodes.values():
+            good = [g["index"] for g in n.gpus if g.get("healthy", True)]
+            node_states.append(NodeState(
+                name=n.name, free_gpus=tuple(g for g in good if g not in used[n.name]),
+                free_cpus=n.cpus - used_cpus[n.name], free_memory_mb=n.memory_mb - used_mem[n.name],
+                healthy=n.healthy, total_gpus=len(good),
+                sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True))))
         queued = tuple(
             PendingJob(id=j.id, tenant=t, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
                        cpus_per_worker=j.cpus_per_worker, memory_mb_per_worker=j.memory_mb_per_worker or 0,
-                       priority=j.priority, submitted_at=j.submitted_at.timestamp())
+                       priority=j.priority, submitted_at=j.submitted_at.timestamp(), max_workers=j.max_workers,
+                       preemptible=j.preemptible, resize_to=j.resize_to,
+                       avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])))
             for j, t in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                                   .where(Job.state == "queued")))
-        return Snapshot(nodes=node_states, queued=queued)
+        plan, _ = current_plan(s)
+        return Snapshot(nodes=tuple(node_states), queued=queued, running=tuple(running), plan=plan,
+                        now=self.clock(), config=self.config)
 
-    def decide(self, s: Session) -> list[Start]:
-        """Ask the policy and commit its starts (resources are taken before any process runs)."""
-        starts = schedule(self.snapshot(s))
-        for start in starts:
+    def decide(self, s: Session) -> tuple[list[Start], list[dict]]:
+        """Ask the policy; record every decision with its reason. Resources are taken in the
+        store before any process starts; stops are sent after the commit."""
+        snap = self.snapshot(s)
+        began = time.perf_counter()
+        d = schedule(snap)
+        self.last_round_ms = (time.perf_counter() - began) * 1000
+        stop_now = []
+        for p in d.preempts:
+            job = s.get(Job, p.job_id)
+            job.state, job.reason = "preempted", p.reason
+            add_event(s, job, "preempted", f"{p.reason}; SIGTERM now, SIGKILL after {job.grace_seconds:g} s")
+            if job.handle:
+                stop_now.append(job.handle)
+        for r in d.resizes:
+            job = s.get(Job, r.job_id)
+            job.state, job.reason, job.resize_to = "preempted", r.reason, r.workers
+            add_event(s, job, "resizing", f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
+            if job.handle:
+                stop_now.append(job.handle)
+        for start in d.starts:
             job = s.get(Job, start.job_id)
             job.state = "running"
             job.started_at = utcnow()
             job.handle = None
+            job.resize_to = None
+            job.reason = ""
             job.allocation = {"workers": [
                 {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_mb": w.memory_mb}
                 for w in start.placement]}
             gpus = sum(len(w.gpus) for w in start.placement)
             nodes = sorted({w.node for w in start.placement})
-            add_event(s, job, "started", f"{start.reason}: {job.workers} workers, {gpus} GPUs on {', '.join(nodes)}")
-        return starts
+            again = f" (restart {job.restart_count})" if job.restart_count else ""
+            add_event(s, job, "started", f"{len(start.placement)} workers, {gpus} GPUs on {', '.join(nodes)}: "
+                                         f"{start.reason}{again}")
+        for w in d.waits:
+            job = s.get(Job, w.job_id)
+            if job.reason != w.reason:
+                if not _same_reason(job.reason, w.reason):
+                    add_event(s, job, "waiting", w.reason)
+                job.reason = w.reason
+        return d.starts, stop_now
 
     def start(self, start: Start) -> None:
         with self.sessions.begin() as s:

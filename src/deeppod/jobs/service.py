@@ -16,7 +16,7 @@ from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs.contract import ENV_NAME_RE, reserved
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
-ACTIVE_STATES = ("queued", "running")
+ACTIVE_STATES = ("queued", "running", "preempted")
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 STATES = ACTIVE_STATES + FINAL_STATES
 
@@ -26,13 +26,16 @@ class JobRequest:
     command: list[str]
     workdir: str
     name: str | None = None
-    workers: int = 1
+    workers: int = 1  # the minimum: all of these start together
+    max_workers: int | None = None  # elastic up to this many
     gpus_per_worker: int = 0
     cpus_per_worker: float = 1.0
     memory_mb_per_worker: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     grace_seconds: float | None = None
+    preemptible: bool = True
+    max_restarts: int = 0
 
 
 def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
@@ -66,6 +69,11 @@ def validate(req: JobRequest, cap: dict) -> None:
         raise InvalidRequest(f"working directory {req.workdir!r} does not exist on the server; create it or pick another")
     if req.workers < 1:
         raise InvalidRequest(f"workers must be at least 1 (got {req.workers})")
+    if req.max_workers is not None and req.max_workers < req.workers:
+        raise InvalidRequest(f"max_workers ({req.max_workers}) is below workers ({req.workers}); "
+                             "for an elastic job pass --workers MIN:MAX with MIN <= MAX")
+    if not 0 <= req.max_restarts <= 100:
+        raise InvalidRequest(f"max_restarts must be between 0 and 100 (got {req.max_restarts})")
     if req.gpus_per_worker < 0:
         raise InvalidRequest(f"gpus_per_worker must be 0 or more (got {req.gpus_per_worker})")
     if req.cpus_per_worker <= 0:
@@ -106,6 +114,8 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     job = Job(
         name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
         command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
+        max_workers=req.max_workers if req.max_workers != req.workers else None,
+        preemptible=req.preemptible, max_restarts=req.max_restarts,
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds,
@@ -150,7 +160,7 @@ def cancel(session: Session, principal: Principal, job_id: int) -> Job:
     if job.state in FINAL_STATES:
         raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to cancel")
     if job.state == "queued":
-        finish(session, job, "cancelled", f"cancelled by {principal.user} before it started")
+        finish(session, job, "cancelled", f"cancelled by {principal.user} while it was queued")
     elif not job.cancel_requested:
         job.cancel_requested = True
         add_event(session, job, "cancel-requested",

@@ -106,10 +106,18 @@ def schedule(snap: Snapshot) -> Decisions:
 
     # 1. health
     gone: set[int] = set()
+    sick = {(n.name, g) for n in snap.nodes for g in n.sick_gpus}
     for job in running:
+        if job.stopping:
+            continue
         bad = sorted({w.node for w in job.placement} - healthy)
-        if bad and not job.stopping:
+        bad_gpu = sorted((w.node, g) for w in job.placement for g in w.gpus if (w.node, g) in sick)
+        if bad:
             out.preempts.append(Preempt(job.id, f"node {bad[0]} is unhealthy; the job is requeued on healthy nodes"))
+            gone.add(job.id)
+        elif bad_gpu:
+            out.preempts.append(Preempt(job.id, f"GPU {bad_gpu[0][1]} of node {bad_gpu[0][0]} is unhealthy; "
+                                                "the job is requeued on healthy GPUs"))
             gone.add(job.id)
 
     queues: dict[str, list[PendingJob]] = defaultdict(list)

@@ -15,6 +15,7 @@ class NodeState:
     free_memory_mb: int
     healthy: bool = True
     total_gpus: int | None = None  # healthy GPUs on the node, free or not (default: the free ones)
+    sick_gpus: tuple[int, ...] = ()  # cordoned or failed GPUs: jobs on them are requeued
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,10 @@ class Client:
     def submit(self, command: list[str], *, name: str | None = None, workers: int = 1, gpus_per_worker: int = 0,
                cpus_per_worker: float = 1.0, memory_mb_per_worker: int | None = None,
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
-               grace_seconds: float | None = None) -> dict:
-        body = {"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
+               grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
+               max_restarts: int = 0) -> dict:
+        """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic."""
+        body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir or os.getcwd()),
                 "priority": priority, "grace_seconds": grace_seconds}
@@ -122,5 +124,16 @@ class Client:
     def revoke_token(self, token_id: int) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
 
+    def plan(self) -> dict:
+        """The resource plan in force and, per tenant, guaranteed / in use / borrowed / lent / waiting."""
+        return self._request("GET", "/v1/plan")
+
+    def apply_plan(self, plan: dict) -> dict:
+        return self._request("PUT", "/v1/plan", json=plan)
+
     def nodes(self) -> list[dict]:
         return self._request("GET", "/v1/nodes")
+
+    def set_node_health(self, name: str, healthy: bool, gpu: int | None = None) -> dict:
+        """Cordon (False) or uncordon a node or one GPU (admins)."""
+        return self._request("PATCH", f"/v1/nodes/{name}", json={"healthy": healthy, "gpu": gpu})

@@ -85,13 +85,18 @@ class Job(Base):
     command: Mapped[list] = mapped_column(default=list)
     workdir: Mapped[str] = mapped_column(Text)
     env: Mapped[dict] = mapped_column(default=dict)
-    workers: Mapped[int] = mapped_column(Integer, default=1)
+    workers: Mapped[int] = mapped_column(Integer, default=1)  # minimum: the gang that starts together
+    max_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)  # elastic when above workers
     gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)
     cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
     memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    max_restarts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    resize_to: Mapped[int | None] = mapped_column(Integer, nullable=True)  # set by a shrink or grow
+    avoid: Mapped[list] = mapped_column(default=list)  # [[node, gpu], ...] where it last failed
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     # {"node": "n", "workers": [{"rank": 0, "node": "n", "gpus": [0], "cpus": 1.0}]}
     allocation: Mapped[dict | None] = mapped_column(nullable=True)
@@ -102,6 +107,16 @@ class Job(Base):
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class PlanVersion(Base):
+    """Every plan ever applied; the newest is in force."""
+
+    __tablename__ = "plans"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    document: Mapped[dict] = mapped_column(default=dict)
+    applied_by: Mapped[str] = mapped_column(String(64), default="")
+    applied_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class JobEvent(Base):

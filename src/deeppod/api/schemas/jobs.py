@@ -11,13 +11,16 @@ class JobCreate(Strict):
     command: list[str] = Field(min_length=1, description="argv of every worker, e.g. ['python', 'train.py']")
     workdir: str = Field(description="absolute working directory on the server host")
     name: str | None = Field(default=None, max_length=128)
-    workers: int = Field(default=1, ge=1, le=4096)
+    workers: int = Field(default=1, ge=1, le=4096, description="workers that start together (the minimum)")
+    max_workers: int | None = Field(default=None, ge=1, le=4096, description="elastic: grow up to this many")
     gpus_per_worker: int = Field(default=0, ge=0, le=64)
     cpus_per_worker: float = Field(default=1.0, gt=0, le=1024)
     memory_mb_per_worker: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
+    preemptible: bool = True
+    max_restarts: int = Field(default=0, ge=0, le=100)
 
 
 class JobOut(Out):
@@ -30,12 +33,15 @@ class JobOut(Out):
     workdir: str
     env: dict[str, str]
     workers: int
+    max_workers: int | None
     gpus_per_worker: int
     cpus_per_worker: float
     memory_mb_per_worker: int | None
     priority: int
     grace_seconds: float
     restart_count: int
+    max_restarts: int
+    preemptible: bool
     cancel_requested: bool
     allocation: dict | None
     exit_codes: dict[str, int] | None

@@ -1,6 +1,11 @@
 from datetime import datetime
 
-from deeppod.api.schemas.base import Out
+from deeppod.api.schemas.base import Out, Strict
+
+
+class NodeHealth(Strict):
+    healthy: bool
+    gpu: int | None = None
 
 
 class NodeOut(Out):

@@ -1,0 +1,27 @@
+from dataclasses import asdict
+
+from fastapi import APIRouter
+
+from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.schemas.plans import PlanIn, PlanOut, TenantStatusOut
+from deeppod.plans import service
+
+router = APIRouter(prefix="/v1/plan", tags=["plan"])
+
+
+def _out(session, principal) -> PlanOut:
+    plan, row = service.current_plan(session)
+    return PlanOut(plan=plan.to_dict(), applied_at=row.applied_at if row else None,
+                   applied_by=row.applied_by if row else None,
+                   tenants=[TenantStatusOut(**asdict(s)) for s in service.plan_status(session, principal)])
+
+
+@router.get("", response_model=PlanOut)
+def show(session: SessionDep, principal: PrincipalDep) -> PlanOut:
+    return _out(session, principal)
+
+
+@router.put("", response_model=PlanOut)
+def apply(body: PlanIn, session: SessionDep, principal: PrincipalDep) -> PlanOut:
+    service.apply_plan(session, principal, body.model_dump())
+    return _out(session, principal)

@@ -1,0 +1,30 @@
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from deeppod.api.schemas.base import Strict
+
+
+class PlanIn(Strict):
+    tenants: list[dict] = Field(description="tenants: name, guaranteed, max, lend_limit, weight, children")
+
+
+class TenantStatusOut(BaseModel):
+    name: str
+    parent: str | None
+    depth: int
+    guaranteed: int
+    max: int | None
+    lend_limit: int | None
+    weight: float
+    in_use: int
+    borrowed: int
+    lent: int
+    waiting: int
+
+
+class PlanOut(BaseModel):
+    plan: dict
+    applied_at: datetime | None
+    applied_by: str | None
+    tenants: list[TenantStatusOut]

@@ -1,0 +1,102 @@
+"""Apply and show resource plans. The semantics live in ``deeppod.scheduler.plan``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.service import Principal, require_admin
+from deeppod.cluster.service import capacity
+from deeppod.errors import InvalidRequest
+from deeppod.scheduler.plan import Plan, parse_plan
+from deeppod.store.models import Job, PlanVersion, Tenant
+
+
+def current_plan(session: Session) -> tuple[Plan, PlanVersion | None]:
+    row = session.scalar(select(PlanVersion).order_by(PlanVersion.id.desc()).limit(1))
+    return (parse_plan(row.document) if row else Plan()), row
+
+
+def apply_plan(session: Session, principal: Principal, document: object) -> PlanVersion:
+    """Validate and store a new plan; the next scheduling round honours it."""
+    require_admin(principal, "apply a resource plan")
+    plan = parse_plan(document, cluster_gpus=capacity(session)["gpus"])
+    known = set(session.scalars(select(Tenant.name)))
+    missing = [name for name in plan.leaves() if name not in known]
+    if missing:
+        raise InvalidRequest(f"the plan names tenant(s) that do not exist: {', '.join(missing)}; "
+                             "create them first with 'deeppod tenants create NAME' (groups need children)")
+    row = PlanVersion(document=plan.to_dict(), applied_by=principal.user)
+    session.add(row)
+    session.flush()
+    return row
+
+
+@dataclass
+class TenantStatus:
+    name: str
+    parent: str | None
+    depth: int
+    guaranteed: int
+    max: int | None
+    lend_limit: int | None
+    weight: float
+    in_use: int
+    borrowed: int
+    lent: int
+    waiting: int  # GPUs queued jobs need to start
+
+
+def plan_status(session: Session, principal: Principal) -> list[TenantStatus]:
+    plan, _ = current_plan(session)
+    use: dict[str, int] = defaultdict(int)
+    wait: dict[str, int] = defaultdict(int)
+    rows = session.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
+                           .where(Job.state.in_(("queued", "running", "preempted"))))
+    for job, tenant in rows:
+        if job.state == "queued":
+            wait[tenant] += job.workers * job.gpus_per_worker
+        else:
+            use[tenant] += sum(len(w["gpus"]) for w in (job.allocation or {}).get("workers", []))
+    out: list[TenantStatus] = []
+    seen = set()
+    for node, parent, depth in plan.walk():
+        seen.add(node.name)
+        out.append(TenantStatus(node.name, parent, depth, node.guaranteed, node.max, node.lend_limit, node.weight,
+                                0, 0, 0, 0))
+    for name in sorted(set(use) | set(wait)):
+        if name not in seen:
+            out.append(TenantStatus(name, None, 0, 0, None, None, 1.0, 0, 0, 0, 0))
+    by_name = {s.name: s for s in out}
+    for s in out:  # leaves carry usage; groups add up their subtree
+        if s.name in use or s.name in wait:
+            cur: TenantStatus | None = s
+            while cur is not None:
+                cur.in_use += use.get(s.name, 0)
+                cur.waiting += wait.get(s.name, 0)
+                cur = by_name.get(cur.parent) if cur.parent else None
+    for s in out:
+        s.borrowed = max(0, s.in_use - s.guaranteed)
+    # Borrowed GPUs come first from capacity nobody is guaranteed, then from idle guarantees.
+    tops = [s for s in out if s.depth == 0]
+    borrowed = sum(s.borrowed for s in tops)
+    unguaranteed = max(0, capacity(session)["gpus"] - sum(s.guaranteed for s in tops))
+    from_tenants = max(0, borrowed - unguaranteed)
+    idle = {s.name: max(0, s.guaranteed - s.in_use) if s.lend_limit is None else
+            min(max(0, s.guaranteed - s.in_use), s.lend_limit) for s in tops}
+    total_idle = sum(idle.values())
+    for s in tops:
+        if total_idle and from_tenants:
+            s.lent = min(idle[s.name], round(from_tenants * idle[s.name] / total_idle))
+    if not principal.is_admin:
+        mine = principal.tenant
+        keep = {mine}
+        cur = by_name.get(mine)
+        while cur is not None and cur.parent:
+            keep.add(cur.parent)
+            cur = by_name.get(cur.parent)
+        out = [s for s in out if s.name in keep]
+    return out
