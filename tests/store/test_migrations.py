@@ -27,3 +27,23 @@ def test_sqlite_uses_wal(tmp_path):
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
     engine.dispose()
+
+
+def test_upgrade_keeps_existing_jobs(db_url):
+    """A database at the first revision with a job in it upgrades and keeps the job."""
+    engine = make_engine(db_url)
+    upgrade(engine, "0001")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES (1, 't', CURRENT_TIMESTAMP)"))
+        conn.execute(text("INSERT INTO users (id, name, tenant_id, is_admin, created_at) "
+                          "VALUES (1, 'u', 1, false, CURRENT_TIMESTAMP)"))
+        conn.execute(text(
+            "INSERT INTO jobs (id, name, tenant_id, user_id, state, command, workdir, env, workers, gpus_per_worker, "
+            "cpus_per_worker, priority, grace_seconds, restart_count, cancel_requested, reason, submitted_at) "
+            "VALUES (1, 'old', 1, 1, 'queued', '[\"true\"]', '/tmp', '{}', 2, 1, 1.0, 0, 30, 0, false, '', "
+            "CURRENT_TIMESTAMP)"))
+    upgrade(engine)
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT name, workers, max_restarts, preemptible, avoid FROM jobs")).one()
+    assert row[0] == "old" and row[1] == 2 and row[2] == 0 and bool(row[3]) is True
+    engine.dispose()

@@ -12,7 +12,7 @@ from rich.table import Table
 console = Console()
 err_console = Console(stderr=True)
 
-STATE_STYLE = {"queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
+STATE_STYLE = {"queued": "yellow", "preempted": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
 
 
 def print_json(data) -> None:
@@ -38,6 +38,19 @@ def duration(job: dict) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def current_workers(job: dict) -> int:
+    if job["state"] in ("running", "preempted") and job.get("allocation"):
+        return len(job["allocation"]["workers"])
+    return job["workers"]
+
+
+def workers(job: dict) -> str:
+    """'2', or for an elastic job 'now (min:max)'."""
+    if not job.get("max_workers"):
+        return str(current_workers(job))
+    return f"{current_workers(job)} ({job['workers']}:{job['max_workers']})"
+
+
 def state(value: str) -> str:
     return f"[{STATE_STYLE.get(value, 'white')}]{value}[/]"
 
@@ -48,9 +61,9 @@ def jobs_table(jobs: list[dict]) -> Table:
         t.add_column(col, no_wrap=True)
     t.add_column("REASON", overflow="fold", ratio=1)
     for j in jobs:
-        t.add_row(str(j["id"]), j["name"], j["tenant"], j["user"], state(j["state"]), str(j["workers"]),
-                  str(j["workers"] * j["gpus_per_worker"]), j["submitted_at"][5:16].replace("T", " "),
-                  duration(j), j["reason"] if j["state"] in ("failed", "cancelled") else "")
+        t.add_row(str(j["id"]), j["name"], j["tenant"], j["user"], state(j["state"]), workers(j),
+                  str(current_workers(j) * j["gpus_per_worker"]), j["submitted_at"][5:16].replace("T", " "),
+                  duration(j), "" if j["state"] in ("running", "succeeded") else j["reason"])
     return t
 
 

@@ -13,6 +13,17 @@ def log_file(job_dir: Path, rank: int) -> Path:
     return job_dir / "logs" / f"rank-{rank}.log"
 
 
+def logged_ranks(job_dir: Path, current: int) -> list[int]:
+    """Every rank that has a log (an elastic job may have run wider before) or runs now."""
+    ranks = set(range(current))
+    for f in (job_dir / "logs").glob("rank-*.log"):
+        try:
+            ranks.add(int(f.stem.split("-", 1)[1]))
+        except ValueError:
+            continue
+    return sorted(ranks)
+
+
 def stream_logs(job_dir: Path, ranks: list[int], *, follow: bool, finished: Callable[[], bool],
                 poll_s: float = 0.2, max_seconds: float | None = None) -> Iterator[bytes]:
     """Yield log bytes. One rank: its raw output. Several: whole lines prefixed ``[rank N]``.

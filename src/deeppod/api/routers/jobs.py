@@ -7,7 +7,7 @@ from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, job_out
 from deeppod.errors import InvalidRequest
 from deeppod.jobs import service
-from deeppod.jobs.logs import stream_logs
+from deeppod.jobs.logs import logged_ranks, stream_logs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -46,16 +46,18 @@ def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[Jo
 def logs(job_id: int, principal: PrincipalDep, request: Request, follow: bool = False,
          rank: int | None = Query(None, ge=0)) -> StreamingResponse:
     ctx = get_ctx(request)
+    job_dir = ctx.settings.jobs_dir / str(job_id)
     with ctx.sessions() as session:
         job = service.get_job(session, principal, job_id)
-        workers = job.workers
-    if rank is not None and rank >= workers:
-        raise InvalidRequest(f"job {job_id} has ranks 0..{workers - 1}; --rank {rank} does not exist")
+        current = len((job.allocation or {}).get("workers", [])) or job.workers
+    known = logged_ranks(job_dir, current)
+    if rank is not None and rank not in known:
+        raise InvalidRequest(f"job {job_id} has ranks 0..{max(known)}; --rank {rank} does not exist")
 
     def finished() -> bool:
         with ctx.sessions() as s:
             return service.is_finished(s, job_id)
 
-    ranks = [rank] if rank is not None else list(range(workers))
-    body = stream_logs(ctx.settings.jobs_dir / str(job_id), ranks, follow=follow, finished=finished)
+    ranks = [rank] if rank is not None else known
+    body = stream_logs(job_dir, ranks, follow=follow, finished=finished)
     return StreamingResponse(body, media_type="text/plain; charset=utf-8")

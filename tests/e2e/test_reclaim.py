@@ -1,0 +1,96 @@
+"""Borrow and reclaim on the local executor with 4 logical GPUs, as the issue describes."""
+
+import json
+import sys
+import time
+
+from deeppod import Client
+from tests.helpers import wait_until
+
+# A training loop that checkpoints on SIGTERM and resumes from the checkpoint.
+WORKER = r"""
+import json, os, signal, sys, time
+ckpt = os.path.join(os.environ["DEEPPOD_CHECKPOINT_DIR"], "state.json")
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+print(f"rank {rank}/{world} starting at step {step} (restart {os.environ['DEEPPOD_RESTART_COUNT']})", flush=True)
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+while step < int(sys.argv[1]):
+    if stop:
+        if rank == 0:
+            tmp = ckpt + ".tmp"
+            json.dump({"step": step, "world": world}, open(tmp, "w"))
+            os.replace(tmp, ckpt)
+            print(f"checkpointed at step {step}", flush=True)
+        sys.exit(0)
+    time.sleep(0.1)
+    step += 1
+print(f"rank {rank} finished at step {step}", flush=True)
+"""
+
+
+def setup(server, plan):
+    admin = Client(server.url, server.admin_token)
+    tokens = {}
+    for t in ("a", "b"):
+        admin.create_tenant(t)
+        tokens[t] = admin.create_user(f"user-{t}", t)["token"]
+    admin.apply_plan(plan)
+    return admin, Client(server.url, tokens["a"]), Client(server.url, tokens["b"])
+
+
+def test_borrower_shrinks_owner_starts_within_grace_and_borrower_resumes(fresh_server, tmp_path):
+    fresh_server.extra_env = {"DEEPPOD_RESIZE_AFTER_SECONDS": "0", "DEEPPOD_GRACE_SECONDS": "5"}
+    server = fresh_server.start()
+    admin, a, b = setup(server, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
+    (tmp_path / "worker.py").write_text(WORKER)
+    borrower = b.submit([sys.executable, "worker.py", "120"], name="elastic", workers=1, max_workers=4,
+                        gpus_per_worker=1, workdir=str(tmp_path))
+    wait_until(lambda: b.job(borrower["id"])["state"] == "running"
+               and len(b.job(borrower["id"])["allocation"]["workers"]) == 4, 30, what="b to borrow all 4 GPUs")
+    wait_until(lambda: b"".join(b.logs(borrower["id"])).count(b"starting at step 0") == 4, 30)
+
+    t0 = time.monotonic()
+    owner = a.submit([sys.executable, "-c", "import time; time.sleep(3); print('a done')"], name="owner",
+                     workers=2, gpus_per_worker=1, workdir=str(tmp_path))
+    wait_until(lambda: a.job(owner["id"])["state"] == "running", 5 + 10, what="a's job to start")
+    took = time.monotonic() - t0
+    assert took < 5 + 5, f"a waited {took:.1f}s; grace is 5s"
+
+    events = [e["kind"] for e in b.events(borrower["id"])]
+    assert "resizing" in events and "requeued" in events
+    state = json.loads((server.home / "jobs" / str(borrower["id"]) / "checkpoints" / "state.json").read_text())
+    assert state["world"] == 4 and state["step"] > 0  # it checkpointed on SIGTERM
+    # b resumes from its checkpoint, same job id, on the 2 GPUs that are left
+    wait_until(lambda: b.job(borrower["id"])["state"] == "running", 20)
+    j = b.job(borrower["id"])
+    assert j["id"] == borrower["id"] and j["restart_count"] >= 1
+    wait_until(lambda: f"starting at step {state['step']}".encode() in b"".join(b.logs(borrower["id"])), 20)
+    assert a.wait(owner["id"], 30)["state"] == "succeeded"
+    final = b.wait(borrower["id"], 90)
+    assert final["state"] == "succeeded", final
+    # "why" is always answerable
+    reasons = " ".join(e["message"] for e in b.events(borrower["id"]))
+    assert "reclaim for tenant a" in reasons
+    plan = admin.plan()
+    assert {r["name"]: r["guaranteed"] for r in plan["tenants"]} == {"a": 2, "b": 2}
+
+
+def test_owner_preempts_a_non_elastic_borrower(fresh_server, tmp_path):
+    fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "5"}
+    server = fresh_server.start()
+    _, a, b = setup(server, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 0}]})
+    (tmp_path / "worker.py").write_text(WORKER)
+    borrower = b.submit([sys.executable, "worker.py", "60"], workers=4, gpus_per_worker=1, workdir=str(tmp_path))
+    wait_until(lambda: b"".join(b.logs(borrower["id"])).count(b"starting at step 0") == 4, 30)
+    owner = a.submit([sys.executable, "-c", "print('a ran')"], workers=2, gpus_per_worker=1, workdir=str(tmp_path))
+    assert a.wait(owner["id"], 20)["state"] == "succeeded"
+    kinds = [e["kind"] for e in b.events(borrower["id"])]
+    assert kinds[:4] == ["queued", "started", "preempted", "requeued"]
+    final = b.wait(borrower["id"], 60)
+    assert final["state"] == "succeeded" and final["restart_count"] == 1
+    assert b"checkpointed at step" in b"".join(b.logs(borrower["id"]))
