@@ -50,7 +50,7 @@ class Settings:
     # scheduler
     aging_seconds: float = 600.0
     reserve_after_seconds: float = 300.0
-    resize_after_seconds: float = 120.0
+    resize_after_seconds: float = 900.0
 
     @property
     def jobs_dir(self) -> Path:
@@ -84,7 +84,7 @@ class Settings:
             log_level=env.get("DEEPPOD_LOG_LEVEL") or "INFO",
             aging_seconds=_float(env, "DEEPPOD_AGING_SECONDS", 600.0),
             reserve_after_seconds=_float(env, "DEEPPOD_RESERVE_AFTER_SECONDS", 300.0),
-            resize_after_seconds=_float(env, "DEEPPOD_RESIZE_AFTER_SECONDS", 120.0),
+            resize_after_seconds=_float(env, "DEEPPOD_RESIZE_AFTER_SECONDS", 900.0),
         )
 
 

@@ -345,6 +345,43 @@ def plan_table(rows: list[dict]):
     return t
 
 
+@app.command()
+def sim(
+    trace: Annotated[Path, typer.Option(help="CSV with timestamp, duration, num_gpus, cluster (the tenant)")],
+    nodes: Annotated[int, typer.Option(help="simulated nodes")] = 64,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    plan: Annotated[str, typer.Option(help="plan YAML, or 'auto': each tenant guaranteed its share of the trace's GPU-time")] = "auto",
+    policy: Annotated[str, typer.Option(help="deeppod, fifo or static")] = "deeppod",
+    elastic_fraction: Annotated[float, typer.Option(help="share of jobs that are elastic (half to twice their size)")] = 0.0,
+    out: Annotated[Path, typer.Option(help="JSON results")] = Path("sim-results.json"),
+    plot: Annotated[Optional[Path], typer.Option(help="PNG of per-tenant share vs guarantee")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="replay only the first N jobs")] = None,
+    seed: int = 0,
+) -> None:
+    """Replay a GPU-cluster trace through the scheduling policy on a simulated clock."""
+    from deeppod.scheduler.plan import parse_plan
+    from deeppod.scheduler.simulator import SimConfig, Simulator, load_trace, plot_shares, proportional_plan
+
+    if not 0.0 <= elastic_fraction <= 1.0:
+        raise InvalidRequest("--elastic-fraction must be between 0 and 1")
+    if nodes < 1 or gpus_per_node < 1:
+        raise InvalidRequest("--nodes and --gpus-per-node must be at least 1")
+    jobs = load_trace(trace, limit)
+    the_plan = proportional_plan(jobs, nodes * gpus_per_node) if plan == "auto" else \
+        parse_plan(load_plan_file(Path(plan)), cluster_gpus=nodes * gpus_per_node)
+    result = Simulator(jobs, the_plan, SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, policy=policy,
+                                                 elastic_fraction=elastic_fraction, seed=seed)).run()
+    out.write_text(json.dumps(result, indent=1))
+    rows = [(k, result[k]) for k in ("jobs", "completed", "utilization", "utilization_during_backlog",
+                                     "backlog_hours", "jct_avg_h", "jct_p50_h", "jct_p95_h", "queue_delay_avg_h",
+                                     "reclaim_latency_p95_s", "preemptions", "resizes", "restart_gpu_hours_lost",
+                                     "round_ms_avg", "round_ms_p95", "round_ms_max", "wall_seconds")]
+    console.print(rows_table([{"metric": k, "value": v} for k, v in rows], ["metric", "value"]))
+    console.print(f"results: {out}")
+    if plot:
+        console.print(f"plot: {plot_shares([result], plot) or 'matplotlib is not installed; no plot'}")
+
+
 def main() -> None:
     try:
         app()

@@ -3,6 +3,8 @@
 - ``fifo``: one queue for everyone in priority and arrival order; the head is never
   overtaken; no tenant plan, no preemption, no elasticity (jobs run at their minimum).
 - ``static``: each tenant may use only its guarantee (a hard partition); FIFO per tenant.
+  A job larger than its tenant's whole guarantee may run alone, when the tenant has
+  nothing else running (otherwise it could never run at all).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def static(snap: Snapshot) -> Decisions:
             continue
         need = job.min_workers * job.gpus_per_worker
         placement = None
-        if used[job.tenant] + need <= limit.get(job.tenant, 0):
+        alone = used[job.tenant] == 0 and need > limit.get(job.tenant, 0)
+        if used[job.tenant] + need <= limit.get(job.tenant, 0) or alone:
             placement = pool.place(job.min_workers, job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker)
         if placement is None:
             blocked.add(job.tenant)

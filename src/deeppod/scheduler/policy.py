@@ -150,10 +150,13 @@ def schedule(snap: Snapshot) -> Decisions:
         """Free GPUs nobody has earmarked."""
         return max(0.0, pool.total_free - sum(held_for.values()))
 
-    def take_back(t: str, need: float, floor_of, allow_preempt: bool, why: str) -> bool:
-        """Make ``need`` GPUs come to tenant ``t``: free ones, ones already on their way
+    def take_back(t: str, head: PendingJob, floor_of, allow_preempt: bool, why: str) -> bool:
+        """Make room for ``head`` of tenant ``t``: free GPUs, GPUs already on their way
         back, then elastic shrinks, then (if allowed) whole-job preemptions."""
         nonlocal claimed_incoming
+        need = head.min_workers * head.gpus_per_worker
+        if head.gpus_per_worker > 1:
+            return allow_preempt and take_back_nodes(t, head, floor_of, why)
         now_free = min(need, avail())
         short = need - now_free
         incoming = max(0.0, stopping_gpus - claimed_incoming)
@@ -212,16 +215,81 @@ def schedule(snap: Snapshot) -> Decisions:
         held_for[t] += now_free
         return True
 
+    def take_back_nodes(t: str, head: PendingJob, floor_of, why: str) -> bool:
+        """Reclaim for workers of several GPUs each, which need that many free on one node:
+        clear the nodes that cost least (fewest jobs, least progress lost), counting GPUs
+        already on their way back as free, never taking a donor below its floor."""
+        gpw = head.gpus_per_worker
+        free_on = [len(f) for f in pool.free]
+        on_node: dict[int, list[RunningJob]] = defaultdict(list)
+        for job in running:
+            for w in job.placement:
+                i = pool.index.get(w.node)
+                if i is None:
+                    continue
+                if job.stopping:
+                    free_on[i] += len(w.gpus)
+                elif job.preemptible and job.id not in gone and job.tenant != t and job in victims_by_tenant[job.tenant]:
+                    if job not in on_node[i]:
+                        on_node[i].append(job)
+        slots = sum(f // gpw for i, f in enumerate(free_on) if pool.names[i] in healthy)
+        missing = head.min_workers - slots
+        if missing <= 0:
+            held_for[t] += min(head.min_workers * gpw, avail())
+            return True
+        budget = {v: floor_of(v) for v in victims_by_tenant if v != t}
+        chosen: list[RunningJob] = []
+        gpus_of = {}
+        for _ in range(missing):
+            best = None
+            for i, jobs in on_node.items():
+                want = gpw - free_on[i] % gpw
+                picked, freed, spent = [], 0, defaultdict(float)
+                for job in sorted(jobs, key=lambda j: _loss_key(j, now)):
+                    if freed >= want or job in chosen:
+                        continue
+                    if job.gpus + spent[job.tenant] > budget.get(job.tenant, 0):
+                        continue
+                    here = sum(len(w.gpus) for w in job.placement if w.node == pool.names[i])
+                    picked.append(job)
+                    spent[job.tenant] += job.gpus
+                    freed += here
+                if freed >= want:
+                    cost = (len(picked), sum(j.gpus for j in picked), [_loss_key(j, now) for j in picked])
+                    if best is None or cost < best[0]:
+                        best = (cost, picked)
+            if best is None:
+                return False
+            for job in best[1]:
+                chosen.append(job)
+                budget[job.tenant] -= job.gpus
+                for w in job.placement:
+                    i = pool.index.get(w.node)
+                    if i is not None:
+                        free_on[i] += len(w.gpus)
+                        if job in on_node[i]:
+                            on_node[i].remove(job)
+            gpus_of = None
+        for job in chosen:
+            out.preempts.append(Preempt(job.id, why))
+            victims_by_tenant[job.tenant].remove(job)
+            T.add(job.tenant, -job.gpus)
+        held_for[t] += min(head.min_workers * gpw, avail())
+        del gpus_of
+        return True
+
     # 2. guarantee reclaim, neediest tenant first
     reclaiming = sorted((t for t in queues if T.usage[t] < T.g[t]), key=lambda t: (T.usage[t] / max(T.g[t], 1e-9), t))
     for t in reclaiming:
-        head = queues[t][0]
+        # The first job that fits in what is left of the guarantee: bigger ones may borrow,
+        # not reclaim, and must not keep the tenant from what it is guaranteed.
+        head = next((j for j in queues[t] if 0 < j.min_workers * j.gpus_per_worker <= T.g[t] - T.usage[t]), None)
+        if head is None:
+            continue
         need = head.min_workers * head.gpus_per_worker
-        if need == 0 or T.usage[t] + need > T.g[t]:
-            continue  # beyond its guarantee: it may borrow, but not reclaim
         why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
                f"and job {head.id} waits for {need}")
-        if not take_back(t, need, T.above_guarantee, True, why):
+        if not take_back(t, head, T.above_guarantee, True, why):
             out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; waiting for borrowed GPUs to return"))
 
     # 3. fair-share contention: shrink (never preempt) tenants above their share
@@ -232,7 +300,7 @@ def schedule(snap: Snapshot) -> Decisions:
             continue
         if avail() + held_for[t] >= need:
             continue
-        take_back(t, need, lambda v: min(T.usage[v] - ent.get(v, 0), T.above_guarantee(v)), False,
+        take_back(t, head, lambda v: min(T.usage[v] - ent.get(v, 0), T.above_guarantee(v)), False,
                   f"fair share for tenant {t}: job {head.id} waits and it is below its share")
 
     # 4. priority within a tenant

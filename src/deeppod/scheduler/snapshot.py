@@ -78,7 +78,7 @@ class RunningJob:
 class Config:
     aging_seconds: float = 600.0  # every this long in the queue adds 1 to a job's priority
     reserve_after_seconds: float = 300.0  # a blocked head job this old gets a reservation
-    min_run_before_resize: float = 120.0  # no grow/shrink of a job younger than this (anti-thrash)
+    min_run_before_resize: float = 900.0  # no grow/shrink of a job younger than this (anti-thrash)
     grow: bool = True
     priority_preemption: bool = True
 
