@@ -86,3 +86,51 @@ def test_bad_input_messages(cli, live_server, tmp_path):
     assert p.returncode == 2 and "unknown or revoked" in p.stderr
     p = cli("jobs", check=False, token="x", url=f"http://127.0.0.1:{free_port()}")
     assert p.returncode == 1 and "cannot reach the DeepPod server" in p.stderr
+
+
+def test_plan_apply_show_and_bad_plans(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    cli("tenants", "create", "team-x", **admin)
+    (tmp_path / "plan.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 2\n    max: 3\n    weight: 2\n")
+    p = cli("plan", "apply", str(tmp_path / "plan.yaml"), **admin)
+    assert "plan applied" in p.stdout and "team-x" in p.stdout
+    shown = cli("plan", "show", **admin).stdout
+    assert "GUARANTEED" in shown and "team-x" in shown
+    (tmp_path / "bad.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 99\n")
+    p = cli("plan", "apply", str(tmp_path / "bad.yaml"), check=False, **admin)
+    assert p.returncode == 2 and "cluster has 4" in p.stderr
+    (tmp_path / "broken.yaml").write_text("tenants: [\n")
+    p = cli("plan", "apply", str(tmp_path / "broken.yaml"), check=False, **admin)
+    assert p.returncode == 2 and "not valid YAML" in p.stderr
+    assert "team-x" in json.loads(cli("plan", "show", "--json", **admin).stdout)["plan"]["tenants"][0]["name"]
+
+
+def test_elastic_submit_and_cordon(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    p = cli("submit", "--workers", "1:3", "--gpus-per-worker", "1", "--", sys.executable, "-c", "print(1)", **admin)
+    job_id = p.stdout.split()[1]
+    job = json.loads(cli("job", "show", job_id, "--json", **admin).stdout)
+    assert (job["workers"], job["max_workers"]) == (1, 3)
+    p = cli("submit", "--workers", "3:1", "--", sys.executable, check=False, **admin)
+    assert p.returncode == 2 and "max_workers" in p.stderr
+    p = cli("submit", "--workers", "x", "--", sys.executable, check=False, **admin)
+    assert p.returncode == 2 and "MIN:MAX" in p.stderr
+    node = json.loads(cli("nodes", "--json", **admin).stdout)[0]["name"]
+    cli("nodes", "cordon", node, "--gpu", "3", **admin)
+    assert "(sick: 3)" in cli("nodes", **admin).stdout
+    cli("nodes", "uncordon", node, "--gpu", "3", **admin)
+    assert "sick" not in cli("nodes", **admin).stdout
+    p = cli("nodes", "cordon", "no-such-node", check=False, **admin)
+    assert p.returncode == 2 and "no node named" in p.stderr
+
+
+def test_sim_command(cli, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+        f"2017-11-06 00:{i:02d}:00,600,{1 + i % 4},0,{'ab'[i % 2]}\n" for i in range(40)))
+    out = tmp_path / "r.json"
+    p = cli("sim", "--trace", str(trace), "--nodes", "2", "--out", str(out), "--plot", str(tmp_path / "p.png"))
+    assert "jct_avg_h" in p.stdout and json.loads(out.read_text())["completed"] == 40
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    p = cli("sim", "--trace", str(tmp_path / "missing.csv"), check=False)
+    assert p.returncode == 2 and "does not exist" in p.stderr
