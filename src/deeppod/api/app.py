@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from deeppod import __version__
 from deeppod.api import errors
 from deeppod.api.limits import BodyLimit
-from deeppod.api.routers import jobs, nodes, plans, tenants, tokens, users
+from deeppod.api.routers import jobs, metrics, nodes, plans, tenants, tokens, users
 
 
 def create_app(ctx) -> FastAPI:
@@ -15,7 +15,7 @@ def create_app(ctx) -> FastAPI:
                   description="DeepPod control plane: jobs, tenants, users, tokens, nodes.")
     app.state.ctx = ctx
     errors.install(app)
-    for r in (jobs, tenants, users, tokens, nodes, plans):
+    for r in (jobs, metrics, tenants, users, tokens, nodes, plans):
         app.include_router(r.router)
 
     @app.get("/healthz", tags=["health"])

@@ -59,6 +59,22 @@ def parse_workers(value: str) -> tuple[int, int | None]:
         raise InvalidRequest(f"--workers {value!r} is not N or MIN:MAX (e.g. 2 or 2:8)") from None
 
 
+def parse_stop_rules(nan_metric: str | None, patience: str | None) -> list[dict]:
+    rules = []
+    if nan_metric:
+        rules.append({"kind": "nan", "metric": nan_metric})
+    if patience:
+        parts = patience.split(":")
+        try:
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("min", "max")):
+                raise ValueError
+            rules.append({"kind": "plateau", "metric": parts[0], "patience": int(parts[1]),
+                          "mode": parts[2] if len(parts) == 3 else "min"})
+        except ValueError:
+            raise InvalidRequest(f"--stop-patience {patience!r} is not METRIC:P or METRIC:P:max") from None
+    return rules
+
+
 def parse_memory(value: str | None) -> int | None:
     """'512', '512M', '4G' -> MiB."""
     if value is None:
@@ -130,6 +146,9 @@ def submit(
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
                                               help="may be preempted to give GPUs back to their owners")] = True,
     max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
+    stop_on_nan: Annotated[Optional[str], typer.Option(help="stop gracefully when this reported metric is NaN/inf")] = None,
+    stop_patience: Annotated[Optional[str], typer.Option(
+        help="METRIC:P[:max]: stop when METRIC has not improved for P reports (lower is better unless :max)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
@@ -140,8 +159,9 @@ def submit(
     if os.environ.get("VIRTUAL_ENV"):
         job_env.setdefault("VIRTUAL_ENV", os.environ["VIRTUAL_ENV"])
     low, high = parse_workers(workers)
+    rules = parse_stop_rules(stop_on_nan, stop_patience)
     c = client(url, token)
-    job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible,
+    job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
                    workdir=str(workdir or Path.cwd()), priority=priority, grace_seconds=grace)
@@ -206,6 +226,65 @@ def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", hel
         _stream(client(url, token), job_id, rank, follow)
     except KeyboardInterrupt:
         pass
+
+
+@app.command()
+def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Stop a job gracefully: SIGTERM, it saves a checkpoint and ends as 'stopped'."""
+    j = client(url, token).stop(job_id)
+    msg = "stopped" if j["state"] == "stopped" else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
+    console.print(f"job {j['id']}: {msg}")
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list, width: int = 40) -> str:
+    vals = [v for v in values if v is not None][-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - lo) / span * (len(SPARKS) - 1) + 0.5))] for v in vals)
+
+
+def metrics_table(data: dict):
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("METRIC", "STEP", "LAST", "MIN", "MAX", "POINTS", "TREND"):
+        t.add_column(col, no_wrap=True)
+    for name, m in sorted(data["metrics"].items()):
+        vals = [v for _, v in m["series"] if v is not None]
+        last = m["last"][1]
+        t.add_row(name, str(m["last"][0]), "NaN/inf" if last is None else f"{last:.5g}",
+                  f"{min(vals):.4g}" if vals else "-", f"{max(vals):.4g}" if vals else "-", str(m["points"]),
+                  sparkline([v for _, v in m["series"]]))
+    return t
+
+
+@app.command()
+def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until the job ends")] = False,
+            as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Training metrics of a job: last values and sparklines (loss, accuracy, throughput...)."""
+    import time
+
+    c = client(url, token)
+    if as_json:
+        print_json(c.metrics(job_id))
+        return
+    if not follow:
+        console.print(metrics_table(c.metrics(job_id, max_points=80)))
+        return
+    from rich.live import Live
+
+    with Live(metrics_table(c.metrics(job_id, max_points=80)), console=console, refresh_per_second=2) as live:
+        while True:
+            time.sleep(2)
+            live.update(metrics_table(c.metrics(job_id, max_points=80)))
+            if c.job(job_id)["state"] in ("succeeded", "failed", "cancelled", "stopped"):
+                live.update(metrics_table(c.metrics(job_id, max_points=80)))
+                break
 
 
 @app.command()

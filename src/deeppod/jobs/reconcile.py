@@ -24,6 +24,7 @@ from deeppod.errors import DeepPodError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
 from deeppod.jobs.contract import base_environment, worker_env
+from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, Start, WorkerPlacement, schedule
@@ -31,6 +32,7 @@ from deeppod.store.models import Job, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 HOLDING = ("running", "preempted")  # states whose jobs hold GPUs
+MAX_RESUMES = 100  # a job that keeps asking to be resumed is stopped at some point
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,11 +45,15 @@ def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
     """What a finished run means: succeeded, failed, cancelled, or requeue (preempted/resized)."""
     if job.cancel_requested:
         return "cancelled", "cancelled by request"
+    if job.stop_reason:
+        return "stopped", job.stop_reason + ("; its checkpoint is kept" if status.exit_codes else "")
     if job.state == "preempted":
         return "queued", "requeued: " + (job.reason or "preempted")
+    codes = status.exit_codes
+    if codes and all(c in (0, EXIT_RESUME) for c in codes.values()) and EXIT_RESUME in codes.values():
+        return "queued", f"the job exited with {EXIT_RESUME} (checkpointed, resume me)"
     if status.lost:
         return "failed", status.reason
-    codes = status.exit_codes
     if len(codes) == len((job.allocation or {}).get("workers", [])) and codes and all(c == 0 for c in codes.values()):
         return "succeeded", "all workers exited with code 0"
     if status.reason:
@@ -119,8 +125,11 @@ class Reconciler:
                 job.avoid = [[w["node"], g] for w in job.allocation["workers"] if w["rank"] in failed for g in w["gpus"]]
                 self._requeue(s, job, f"{reason}; restart {job.restart_count + 1} of {job.max_restarts}, "
                                       "avoiding the failed GPUs", status)
-            elif state == "queued":
+            elif state == "queued" and job.restart_count < MAX_RESUMES:
                 self._requeue(s, job, reason, status)
+            elif state == "queued":
+                finish(s, job, "failed", f"{reason}, but it was restarted {job.restart_count} times already",
+                       status.exit_codes)
             else:
                 finish(s, job, state, reason, status.exit_codes)
                 log.info("job %s %s: %s", job.id, state, reason)
@@ -138,7 +147,7 @@ class Reconciler:
     def stops_to_send(self, s: Session) -> list[dict]:
         """Jobs being cancelled or preempted get SIGTERM (again, after a restart: idempotent)."""
         q = select(Job).where(Job.state.in_(HOLDING), Job.handle.is_not(None))
-        return [j.handle for j in s.scalars(q) if j.cancel_requested or j.state == "preempted"]
+        return [j.handle for j in s.scalars(q) if j.cancel_requested or j.stop_reason or j.state == "preempted"]
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
@@ -163,7 +172,7 @@ class Reconciler:
                 max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
                 preemptible=job.preemptible, started_at=started,
                 last_checkpoint_at=checkpoint_time(self.job_dir(job.id) / "checkpoints"),
-                stopping=job.state == "preempted" or job.cancel_requested))
+                stopping=job.state == "preempted" or job.cancel_requested or bool(job.stop_reason)))
         node_states = []
         for n in nodes.values():
             good = [g["index"] for g in n.gpus if g.get("healthy", True)]

@@ -17,7 +17,7 @@ from deeppod.jobs.contract import ENV_NAME_RE, reserved
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
 ACTIVE_STATES = ("queued", "running", "preempted")
-FINAL_STATES = ("succeeded", "failed", "cancelled")
+FINAL_STATES = ("succeeded", "failed", "cancelled", "stopped")
 STATES = ACTIVE_STATES + FINAL_STATES
 
 
@@ -36,6 +36,7 @@ class JobRequest:
     grace_seconds: float | None = None
     preemptible: bool = True
     max_restarts: int = 0
+    stop_rules: list[dict] = field(default_factory=list)
 
 
 def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
@@ -106,6 +107,9 @@ def validate(req: JobRequest, cap: dict) -> None:
     if req.grace_seconds is not None and not 0 <= req.grace_seconds <= 3600:
         raise InvalidRequest(f"grace_seconds must be between 0 and 3600 (got {req.grace_seconds})")
     _resolve_executable(req.command[0], req.workdir, req.env)
+    from deeppod.jobs.metrics import check_rules
+
+    req.stop_rules = check_rules(req.stop_rules)
 
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
@@ -115,7 +119,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
         name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
         command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
         max_workers=req.max_workers if req.max_workers != req.workers else None,
-        preemptible=req.preemptible, max_restarts=req.max_restarts,
+        preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=list(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds,
@@ -165,6 +169,20 @@ def cancel(session: Session, principal: Principal, job_id: int) -> Job:
         job.cancel_requested = True
         add_event(session, job, "cancel-requested",
                   f"{principal.user} asked to cancel; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s")
+    return job
+
+
+def stop(session: Session, principal: Principal, job_id: int) -> Job:
+    """Graceful stop: SIGTERM so the job checkpoints and exits; it ends as ``stopped``."""
+    job = get_job(session, principal, job_id)
+    if job.state in FINAL_STATES:
+        raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to stop")
+    if job.state == "queued":
+        finish(session, job, "stopped", f"stopped by {principal.user} while it was queued")
+    elif job.stop_reason is None:
+        job.stop_reason = f"stopped by {principal.user}"
+        add_event(session, job, "stop-requested", f"{principal.user} asked for a graceful stop; workers get "
+                                                 f"SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
     return job
 
 

@@ -1,9 +1,11 @@
-"""The job contract as seen from inside a worker."""
+"""The job contract as seen from inside a worker, and ``init()``."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -16,10 +18,17 @@ class JobContext:
     checkpoint_dir: str | None
     api_url: str | None
     restart_count: int
+    device: object = "cpu"  # a torch.device after init()
+    backend: str | None = None
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def job_dir(self) -> Path | None:
+        """The job's folder on the node (the checkpoint folder's parent)."""
+        return Path(self.checkpoint_dir).parent if self.checkpoint_dir else None
 
 
 def job_context(env: dict | None = None) -> JobContext:
@@ -36,3 +45,25 @@ def job_context(env: dict | None = None) -> JobContext:
         api_url=env.get("DEEPPOD_API_URL"),
         restart_count=int(env.get("DEEPPOD_RESTART_COUNT", 0)),
     )
+
+
+def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobContext:
+    """Join the job: NCCL with CUDA, gloo otherwise; bind this worker's local GPU; catch
+    SIGTERM for graceful stops. Works the same outside DeepPod (one process, no env)."""
+    import torch
+    import torch.distributed as dist
+
+    from deeppod.runtime import stop
+
+    ctx = job_context()
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        device = torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = backend or "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = backend or "gloo"
+    if ctx.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_seconds))  # env:// rendezvous
+    stop.install()
+    return replace(ctx, device=device, backend=backend)

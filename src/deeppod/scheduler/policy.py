@@ -4,9 +4,9 @@ Order of business in a round:
 
 1. jobs on unhealthy nodes are preempted (they requeue and avoid the node);
 2. guarantee reclaim: a tenant below its guarantee with waiting work gets GPUs back from
-   tenants above theirs, first by shrinking elastic jobs toward their minimum, then by
-   preempting whole jobs that lose the least work; no victim tenant drops below its
-   own guarantee;
+   tenants above theirs, first by shrinking elastic jobs toward their minimum (never
+   below the donor's guarantee), then by preempting the jobs that run by borrowing
+   (in start order, those past the donor's guarantee), least work lost first;
 3. fair-share contention: a tenant below its weighted fair share shrinks (never preempts)
    elastic jobs of tenants above theirs;
 4. within a tenant, a higher-priority job may preempt lower-priority ones;
@@ -82,6 +82,18 @@ def effective_priority(job: PendingJob, now: float, aging_seconds: float) -> int
     return job.priority + int(max(0.0, now - job.submitted_at) // aging_seconds)
 
 
+def borrowing_jobs(running: list[RunningJob], guaranteed: dict[str, float]) -> set[int]:
+    """Jobs that run only by borrowing: in start order, a tenant's jobs up to its guarantee
+    are its own; the one that crosses it, and those after, borrow (Kueue's semantics)."""
+    used: dict[str, float] = defaultdict(float)
+    out = set()
+    for job in sorted(running, key=lambda j: (j.started_at, j.id)):
+        used[job.tenant] += job.gpus
+        if used[job.tenant] > guaranteed.get(job.tenant, 0):
+            out.add(job.id)
+    return out
+
+
 def _loss_key(job: RunningJob, now: float):
     """Victim order: least work lost, lowest priority, most recently started."""
     since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
@@ -139,6 +151,10 @@ def schedule(snap: Snapshot) -> Decisions:
     for job in running:
         if job.preemptible and not job.stopping and job.id not in gone:
             victims_by_tenant[job.tenant].append(job)
+    borrowers = borrowing_jobs(running, T.g)
+    planned: dict[int, int] = {}  # job id -> size a shrink in this round asked for
+    reclaim_for: dict[str, int] = {}  # tenant -> the job its earmarked GPUs are for
+    leaving: set[int] = set()  # jobs evicted in this round
     claimed_incoming = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
     held_for: dict[str, float] = defaultdict(float)  # free GPUs earmarked for a reclaiming tenant
 
@@ -153,7 +169,7 @@ def schedule(snap: Snapshot) -> Decisions:
     def take_back(t: str, head: PendingJob, floor_of, allow_preempt: bool, why: str) -> bool:
         """Make room for ``head`` of tenant ``t``: free GPUs, GPUs already on their way
         back, then elastic shrinks, then (if allowed) whole-job preemptions."""
-        nonlocal claimed_incoming
+        nonlocal claimed_incoming, stopping_gpus
         need = head.min_workers * head.gpus_per_worker
         if head.gpus_per_worker > 1:
             return allow_preempt and take_back_nodes(t, head, floor_of, why)
@@ -161,16 +177,18 @@ def schedule(snap: Snapshot) -> Decisions:
         short = need - now_free
         incoming = max(0.0, stopping_gpus - claimed_incoming)
         if short > incoming:
-            short -= incoming
-            donors = [v for v in victims_by_tenant if v != t and floor_of(v) > 0]
+            deficit = short - incoming
+            donors = [v for v in victims_by_tenant if v != t and
+                      (floor_of(v) > 0 or (allow_preempt and any(j.id in borrowers for j in victims_by_tenant[v])))]
             shrinks, preempts = [], []
             for v in donors:
                 for job in victims_by_tenant[v]:
-                    if job.max_workers > job.min_workers and job.workers > job.min_workers and job.gpus_per_worker:
+                    size = planned.get(job.id, job.workers)
+                    if job.max_workers > job.min_workers and size > job.min_workers and job.gpus_per_worker:
                         if allow_preempt or now - job.started_at >= cfg.min_run_before_resize:
                             shrinks.append(job)
-                    if allow_preempt and job.gpus:
-                        preempts.append(job)
+                    if allow_preempt and job.gpus and job.id in borrowers:
+                        preempts.append(job)  # only what runs by borrowing is reclaimed
             shrinks.sort(key=lambda j: _loss_key(j, now))
             preempts.sort(key=lambda j: _loss_key(j, now))
             resize: dict[int, int] = {}
@@ -178,39 +196,45 @@ def schedule(snap: Snapshot) -> Decisions:
             gained = 0.0
             budget = {v: floor_of(v) for v in donors}
             for job in shrinks:
-                if gained >= short:
+                if gained >= deficit:
                     break
-                gpw = job.gpus_per_worker
-                spare = min(job.workers - job.min_workers, _slots(budget[job.tenant], gpw),
-                            math.ceil((short - gained) / gpw))
+                gpw, size = job.gpus_per_worker, planned.get(job.id, job.workers)
+                spare = min(size - job.min_workers, _slots(budget[job.tenant], gpw), math.ceil((deficit - gained) / gpw))
                 if spare > 0:
-                    resize[job.id] = job.workers - spare
+                    resize[job.id] = size - spare
                     budget[job.tenant] -= spare * gpw
                     gained += spare * gpw
-            for job in preempts:
-                if gained >= short:
-                    break
-                already = (job.workers - resize[job.id]) * job.gpus_per_worker if job.id in resize else 0
-                rest = job.gpus - already
-                if rest > budget[job.tenant]:
-                    continue
-                resize.pop(job.id, None)
-                evict.append(job)
-                budget[job.tenant] -= rest
-                gained += rest
-            if gained < short:
+            # First evictions that leave their tenant at or above its guarantee; only then
+            # borrowing gangs that take it below (it would come back asking for its own).
+            for crossing in (False, True):
+                for job in preempts:
+                    if gained >= deficit:
+                        break
+                    if job in evict:
+                        continue
+                    rest = resize.get(job.id, planned.get(job.id, job.workers)) * job.gpus_per_worker
+                    if (rest > budget[job.tenant]) != crossing:
+                        continue
+                    resize.pop(job.id, None)
+                    evict.append(job)
+                    budget[job.tenant] -= rest
+                    gained += rest
+            if gained < deficit:
                 return False
             for job in evict:
+                leaving.add(job.id)
                 out.preempts.append(Preempt(job.id, why))
+                out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]  # a shrink becomes an eviction
                 victims_by_tenant[job.tenant].remove(job)
-                T.add(job.tenant, -job.gpus)
+                T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
             for job in running:
                 if job.id in resize:
-                    new = resize[job.id]
+                    new, size = resize[job.id], planned.get(job.id, job.workers)
+                    out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
                     out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}"))
-                    victims_by_tenant[job.tenant].remove(job)
-                    T.add(job.tenant, -(job.workers - new) * job.gpus_per_worker)
-            short = incoming
+                    planned[job.id] = new  # it stays a candidate: a later reclaim may shrink or evict it
+                    T.add(job.tenant, -(size - new) * job.gpus_per_worker)
+            stopping_gpus += gained  # on their way back now; what this tenant does not need, the next may use
         claimed_incoming += short
         held_for[t] += now_free
         return True
@@ -227,7 +251,7 @@ def schedule(snap: Snapshot) -> Decisions:
                 i = pool.index.get(w.node)
                 if i is None:
                     continue
-                if job.stopping:
+                if job.stopping or job.id in leaving:
                     free_on[i] += len(w.gpus)
                 elif job.preemptible and job.id not in gone and job.tenant != t and job in victims_by_tenant[job.tenant]:
                     if job not in on_node[i]:
@@ -248,8 +272,8 @@ def schedule(snap: Snapshot) -> Decisions:
                 for job in sorted(jobs, key=lambda j: _loss_key(j, now)):
                     if freed >= want or job in chosen:
                         continue
-                    if job.gpus + spent[job.tenant] > budget.get(job.tenant, 0):
-                        continue
+                    if job.id not in borrowers:
+                        continue  # it runs within its tenant's guarantee
                     here = sum(len(w.gpus) for w in job.placement if w.node == pool.names[i])
                     picked.append(job)
                     spent[job.tenant] += job.gpus
@@ -272,8 +296,10 @@ def schedule(snap: Snapshot) -> Decisions:
             gpus_of = None
         for job in chosen:
             out.preempts.append(Preempt(job.id, why))
+            out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
+            leaving.add(job.id)
             victims_by_tenant[job.tenant].remove(job)
-            T.add(job.tenant, -job.gpus)
+            T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
         held_for[t] += min(head.min_workers * gpw, avail())
         del gpus_of
         return True
@@ -289,6 +315,7 @@ def schedule(snap: Snapshot) -> Decisions:
         need = head.min_workers * head.gpus_per_worker
         why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
                f"and job {head.id} waits for {need}")
+        reclaim_for[t] = head.id
         if not take_back(t, head, T.above_guarantee, True, why):
             out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; waiting for borrowed GPUs to return"))
 
@@ -317,13 +344,14 @@ def schedule(snap: Snapshot) -> Decisions:
                 if short <= 0:
                     break
                 chosen.append(job)
-                short -= job.gpus
+                short -= planned.get(job.id, job.workers) * job.gpus_per_worker
             if short <= 0:
                 for job in chosen:
                     out.preempts.append(Preempt(job.id, f"job {head.id} of tenant {t} has higher priority "
                                                         f"({head.priority} > {job.priority})"))
+                    out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
                     victims_by_tenant[t].remove(job)
-                    T.add(t, -job.gpus)
+                    T.add(t, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
                 held_for[t] += min(need, avail())
 
     # 5. starts
@@ -346,6 +374,8 @@ def schedule(snap: Snapshot) -> Decisions:
             is_head = t not in reported  # the first job of its tenant that does not start gets the reason
             borrowing = T.usage[t] + need > T.g[t]
             usable = free_for(t) - (nonlendable if borrowing else 0)
+            if reclaim_for.get(t, job.id) != job.id:
+                usable -= held_for[t]  # reclaimed GPUs are for the job they were reclaimed for
             if need > T.cap_room(t):
                 if is_head:
                     reported.add(t)
@@ -359,7 +389,7 @@ def schedule(snap: Snapshot) -> Decisions:
                     deserved = max(T.g[t], ent.get(t, 0)) - T.usage[t]
                     if (not reserved and gpw and now - job.submitted_at >= cfg.reserve_after_seconds
                             and need <= reachable and need <= deserved + 1e-9):
-                        held = _reserve(pool, snap, need)
+                        held = _reserve(pool, snap, need, limit=int(avail()))
                         reserved = True
                         out.waits.append(Wait(job.id, f"waiting for {need} GPUs; {held} free GPUs are reserved "
                                                       "for it and smaller jobs backfill elsewhere"))
@@ -401,7 +431,8 @@ def schedule(snap: Snapshot) -> Decisions:
     # 6. grow elastic jobs into GPUs nobody queued can use
     if cfg.grow and pool.total_free > 0:
         growable = [j for t in victims_by_tenant for j in victims_by_tenant[t]
-                    if j.max_workers > j.workers and j.gpus_per_worker and now - j.started_at >= cfg.min_run_before_resize]
+                    if j.id not in planned and j.max_workers > j.workers and j.gpus_per_worker
+                    and now - j.started_at >= cfg.min_run_before_resize]
         growable.sort(key=lambda j: (T.usage[j.tenant] / max(ent.get(j.tenant, 0), 1e-9), j.id))
         for job in growable:
             spare = avail()
@@ -420,9 +451,10 @@ def schedule(snap: Snapshot) -> Decisions:
     return out
 
 
-def _reserve(pool: FreePool, snap: Snapshot, need: int) -> int:
+def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:
     """Hold the free GPUs of the nodes that will first add up to ``need``: the big job
-    collects them round after round while smaller jobs backfill on the other nodes."""
+    collects them round after round while smaller jobs backfill on the other nodes.
+    At most ``limit`` GPUs: those earmarked for a reclaiming tenant are not taken."""
     order = sorted(range(len(pool.names)), key=lambda i: (-len(pool.free[i]), i))
     totals = {n.name: (n.total_gpus if n.total_gpus is not None else len(n.free_gpus)) for n in snap.nodes}
     held, capacity = 0, 0
@@ -430,7 +462,7 @@ def _reserve(pool: FreePool, snap: Snapshot, need: int) -> int:
         if capacity >= need:
             break
         capacity += totals.get(pool.names[i], 0)
-        gpus = list(pool.free[i])
+        gpus = list(pool.free[i])[: max(0, limit - held)]
         if gpus:
             pool.take(i, gpus, 0, 0)
             held += len(gpus)

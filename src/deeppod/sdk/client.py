@@ -57,9 +57,10 @@ class Client:
                cpus_per_worker: float = 1.0, memory_mb_per_worker: int | None = None,
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
-               max_restarts: int = 0) -> dict:
+               max_restarts: int = 0, stop_rules: list[dict] | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic."""
-        body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
+        body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
+                "stop_rules": list(stop_rules or []),"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir or os.getcwd()),
                 "priority": priority, "grace_seconds": grace_seconds}
@@ -77,6 +78,18 @@ class Client:
 
     def cancel(self, job_id: int) -> dict:
         return self._request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def stop(self, job_id: int) -> dict:
+        """Graceful stop: the job checkpoints on SIGTERM and ends as ``stopped``."""
+        return self._request("POST", f"/v1/jobs/{job_id}/stop")
+
+    def metrics(self, job_id: int, names: list[str] | None = None, max_points: int = 500) -> dict:
+        params = {"max_points": max_points, **({"names": ",".join(names)} if names else {})}
+        return self._request("GET", f"/v1/jobs/{job_id}/metrics", params=params)
+
+    def histograms(self, job_id: int, name: str | None = None, max_steps: int = 50) -> list[dict]:
+        params = {"max_steps": max_steps, **({"name": name} if name else {})}
+        return self._request("GET", f"/v1/jobs/{job_id}/histograms", params=params)
 
     def logs(self, job_id: int, *, rank: int | None = None, follow: bool = False) -> Iterator[bytes]:
         params = {"follow": follow, **({"rank": rank} if rank is not None else {})}

@@ -97,6 +97,9 @@ class Job(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     resize_to: Mapped[int | None] = mapped_column(Integer, nullable=True)  # set by a shrink or grow
     avoid: Mapped[list] = mapped_column(default=list)  # [[node, gpu], ...] where it last failed
+    # [{"kind": "nan", "metric": "loss"}, {"kind": "plateau", "metric": "val_loss", "patience": 5, "mode": "min"}]
+    stop_rules: Mapped[list] = mapped_column(default=list)
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # a graceful stop was asked: why
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     # {"node": "n", "workers": [{"rank": 0, "node": "n", "gpus": [0], "cpus": 1.0}]}
     allocation: Mapped[dict | None] = mapped_column(nullable=True)
@@ -126,3 +129,25 @@ class JobEvent(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+class JobMetric(Base):
+    __tablename__ = "job_metrics"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    step: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: NaN or infinite
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobHistogram(Base):
+    __tablename__ = "job_histograms"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    step: Mapped[int] = mapped_column(Integer)
+    min: Mapped[float] = mapped_column(Float)
+    max: Mapped[float] = mapped_column(Float)
+    counts: Mapped[list] = mapped_column(default=list)
+    at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -37,6 +37,12 @@ def cancel(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
     return job_out(job, *service.owner_names(session, job))
 
 
+@router.post("/{job_id}/stop", response_model=JobOut)
+def stop(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    job = service.stop(session, principal, job_id)
+    return job_out(job, *service.owner_names(session, job))
+
+
 @router.get("/{job_id}/events", response_model=list[JobEventOut])
 def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]

@@ -21,6 +21,9 @@ class JobCreate(Strict):
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
     preemptible: bool = True
     max_restarts: int = Field(default=0, ge=0, le=100)
+    stop_rules: list[dict] = Field(default_factory=list, max_length=20,
+                                   description="[{'kind': 'nan', 'metric': 'loss'}, {'kind': 'plateau', "
+                                               "'metric': 'val_loss', 'patience': 5, 'mode': 'min'}]")
 
 
 class JobOut(Out):
@@ -42,6 +45,8 @@ class JobOut(Out):
     restart_count: int
     max_restarts: int
     preemptible: bool
+    stop_rules: list[dict]
+    stop_reason: str | None
     cancel_requested: bool
     allocation: dict | None
     exit_codes: dict[str, int] | None

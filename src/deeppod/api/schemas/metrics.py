@@ -1,0 +1,37 @@
+from pydantic import BaseModel, Field
+
+from deeppod.api.schemas.base import Strict
+
+
+class MetricPoint(Strict):
+    step: int = Field(ge=0)
+    at: float | None = None
+    metrics: dict[str, float | str] | None = None
+    histograms: dict[str, dict] | None = None
+
+
+class MetricsIn(Strict):
+    points: list[MetricPoint] = Field(max_length=5000)
+
+
+class MetricsAccepted(BaseModel):
+    stored: int
+
+
+class MetricSeries(BaseModel):
+    points: int
+    last: list
+    series: list[list]
+
+
+class MetricsOut(BaseModel):
+    job_id: int
+    metrics: dict[str, MetricSeries]
+
+
+class HistogramOut(BaseModel):
+    name: str
+    step: int
+    min: float
+    max: float
+    counts: list[int]

@@ -1,0 +1,168 @@
+"""Checkpoints that survive preemption and resize.
+
+Atomic (temp file, fsync, rename, fsync of the folder), the last ``keep`` kept, written
+by rank 0 only, optionally in a background thread so the loop does not wait on disk
+(tensors are copied to host memory first, so training may go on changing them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+_NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)  # DDP / DataParallel
+
+
+def _to_cpu(obj):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def rng_state() -> dict:
+    import torch
+
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        state["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+
+
+class Checkpointer:
+    def __init__(self, directory: str | os.PathLike | None = None, *, keep: int = 3, background: bool = False,
+                 rank: int | None = None):
+        if directory is None:
+            directory = os.environ.get("DEEPPOD_CHECKPOINT_DIR") or "checkpoints"
+        self.dir = Path(directory)
+        self.keep = max(1, keep)
+        self.background = background
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.last_save_seconds = 0.0
+        if self.rank == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    # -- saving --------------------------------------------------------------------
+    def save(self, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None, epoch: int = 0,
+             sampler=None, extra: dict | None = None, blocking: bool | None = None) -> Path | None:
+        """Save everything needed to resume exactly here. Returns the path (rank 0) or None."""
+        if self.rank != 0:
+            return None
+        import time
+
+        began = time.perf_counter()
+        self.wait()
+        state: dict[str, Any] = {"step": step, "epoch": epoch, "rng": rng_state(), "extra": extra or {}}
+        if model is not None:
+            state["model"] = _unwrap(model).state_dict()
+        for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler), ("sampler", sampler)):
+            if obj is not None:
+                state[key] = obj.state_dict()
+        path = self.dir / f"ckpt-{step:012d}.pt"
+        if self.background if blocking is None else not blocking:
+            state = _to_cpu(state)  # a private copy: training may go on
+            self._thread = threading.Thread(target=self._write_guarded, args=(state, path), daemon=True)
+            self._thread.start()
+        else:
+            self._write(state, path)
+        self.last_save_seconds = time.perf_counter() - began
+        return path
+
+    def _write_guarded(self, state: dict, path: Path) -> None:
+        try:
+            self._write(state, path)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by wait()
+            self._error = exc
+
+    def _write(self, state: dict, path: Path) -> None:
+        import torch
+
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself is durable
+        finally:
+            os.close(fd)
+        for old in self.checkpoints()[:-self.keep]:
+            old.unlink(missing_ok=True)
+        log.debug("checkpoint %s written", path)
+
+    def wait(self) -> None:
+        """Block until a background save has finished; re-raise its error if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise RuntimeError(f"background checkpoint failed: {err}") from err
+
+    # -- loading -------------------------------------------------------------------
+    def checkpoints(self) -> list[Path]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.iterdir() if _NAME.match(p.name))
+
+    def load_latest(self, *, model=None, optimizer=None, scheduler=None, scaler=None, sampler=None,
+                    map_location="cpu", restore_rng: bool = True) -> dict | None:
+        """Restore the newest readable checkpoint into the given objects; None if there is none.
+        A truncated file (a crash mid-write cannot leave one, but a full disk can) is skipped."""
+        import torch
+
+        for path in reversed(self.checkpoints()):
+            try:
+                state = torch.load(path, map_location=map_location, weights_only=False)
+            except Exception as exc:  # noqa: BLE001 - try the previous one
+                log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+                continue
+            if model is not None and "model" in state:
+                _unwrap(model).load_state_dict(state["model"])
+            for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler),
+                             ("sampler", sampler)):
+                if obj is not None and key in state:
+                    obj.load_state_dict(state[key])
+            if restore_rng and "rng" in state:
+                set_rng_state(state["rng"])
+            state["path"] = str(path)
+            return state
+        return None

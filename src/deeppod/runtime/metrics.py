@@ -1,0 +1,197 @@
+"""Live training metrics: ``report(step, loss=..., accuracy=...)`` and histograms.
+
+Never slows the step: values go on a queue (tensors as they are; ``.item()`` happens in the
+background thread) and a thread sends them in batches to the control plane with the job's
+token. If the server is briefly down it keeps them (up to ``max_buffer``) and retries with
+backoff; at exit it flushes what it can. Rank 0 also writes TensorBoard event files to the
+job folder's ``tensorboard/``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from deeppod.runtime.context import job_context
+
+log = logging.getLogger(__name__)
+
+
+def _value(v) -> float:
+    item = getattr(v, "item", None)
+    return float(item() if item is not None else v)
+
+
+def histogram(values, bins: int = 30) -> dict:
+    """Compact binned data of a tensor: min, max and counts over equal-width bins."""
+    import torch
+
+    t = values.detach().float().flatten()
+    t = t[torch.isfinite(t)]
+    if t.numel() == 0:
+        return {"min": 0.0, "max": 0.0, "counts": [0] * bins}
+    lo, hi = float(t.min()), float(t.max())
+    if hi == lo:
+        hi = lo + 1e-12
+    counts = torch.histc(t.cpu(), bins=bins, min=lo, max=hi).to(torch.int64).tolist()
+    return {"min": lo, "max": hi, "counts": counts}
+
+
+class Reporter:
+    def __init__(self, api_url: str | None = None, token: str | None = None, job_id: int | None = None,
+                 tb_dir: str | None = None, flush_seconds: float = 1.0, max_buffer: int = 100_000,
+                 enabled: bool | None = None):
+        ctx = job_context()
+        self.api_url = api_url if api_url is not None else ctx.api_url
+        self.token = token if token is not None else os.environ.get("DEEPPOD_TOKEN")
+        self.job_id = job_id if job_id is not None else ctx.job_id
+        self.enabled = ctx.rank == 0 if enabled is None else enabled
+        self.flush_seconds = flush_seconds
+        self.max_buffer = max_buffer
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: list[dict] = []
+        self._stop = threading.Event()
+        self.sent = self.dropped = 0
+        self._tb = None
+        if self.enabled and tb_dir is None and ctx.job_dir is not None:
+            tb_dir = str(ctx.job_dir / "tensorboard")
+        if self.enabled and tb_dir:
+            from deeppod.runtime.tensorboard import EventWriter
+
+            self._tb = EventWriter(tb_dir)
+        self._thread = threading.Thread(target=self._run, name="deeppod-metrics", daemon=True)
+        if self.enabled:
+            self._thread.start()
+            atexit.register(self.close)
+
+    # called from the training loop: cheap
+    def report(self, step: int, **metrics) -> None:
+        if self.enabled:
+            self._q.put(("m", step, time.time(), metrics))
+
+    def histograms(self, step: int, tensors: dict) -> None:
+        if self.enabled:
+            self._q.put(("h", step, time.time(), {k: histogram(v) for k, v in tensors.items()}))
+
+    # the background side
+    def _drain(self) -> None:
+        while True:
+            try:
+                kind, step, at, payload = self._q.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "m":
+                values = {}
+                for k, v in payload.items():
+                    try:
+                        values[k] = _value(v)
+                    except (TypeError, ValueError):
+                        continue
+                if self._tb is not None:
+                    self._tb.scalars(step, values, at)
+                self._pending.append({"step": step, "at": at, "metrics": {
+                    k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}})
+            else:
+                self._pending.append({"step": step, "at": at, "histograms": payload})
+        # bounded: under a long outage keep the newest
+        if len(self._pending) > self.max_buffer:
+            self.dropped += len(self._pending) - self.max_buffer
+            del self._pending[: len(self._pending) - self.max_buffer]
+
+    def _send(self) -> bool:
+        if not (self.api_url and self.job_id is not None):
+            self._pending.clear()  # not under DeepPod: TensorBoard files only
+            return True
+        if not self._pending:
+            return True
+        batch = self._pending[:1000]
+        req = urllib.request.Request(
+            f"{self.api_url}/v1/jobs/{self.job_id}/metrics", data=json.dumps({"points": batch}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                r.read()
+        except urllib.error.HTTPError as exc:
+            if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                log.warning("metrics refused by the server (%s); dropping %d points", exc.code, len(batch))
+                del self._pending[:len(batch)]
+                self.dropped += len(batch)
+                return True
+            return False
+        except (OSError, urllib.error.URLError):
+            return False
+        del self._pending[:len(batch)]
+        self.sent += len(batch)
+        return True
+
+    def _run(self) -> None:
+        backoff = self.flush_seconds
+        while not self._stop.is_set():
+            self._stop.wait(backoff)
+            self._drain()
+            if self._tb is not None:
+                self._tb.flush()
+            ok = self._send()
+            while ok and len(self._pending) >= 1000:
+                ok = self._send()
+            backoff = self.flush_seconds if ok else min(30.0, backoff * 2)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send everything queued so far (blocks up to ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        self._drain()
+        while self._pending and time.monotonic() < deadline:
+            if not self._send():
+                time.sleep(0.2)
+        if self._tb is not None:
+            self._tb.flush()
+        return not self._pending
+
+    def close(self, timeout: float = 10.0) -> None:
+        if not self.enabled or self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.flush(timeout)
+        if self._tb is not None:
+            self._tb.close()
+
+
+_default: Reporter | None = None
+_lock = threading.Lock()
+
+
+def reporter() -> Reporter:
+    global _default
+    with _lock:
+        if _default is None:
+            _default = Reporter()
+        return _default
+
+
+def report(step: int, **metrics) -> None:
+    """Send scalars for ``step`` (rank 0 only; other ranks' calls are free no-ops)."""
+    reporter().report(step, **metrics)
+
+
+def report_histograms(step: int, tensors: dict) -> None:
+    """Send binned histograms of tensors (weights, gradients, activations) for ``step``."""
+    reporter().histograms(step, tensors)
+
+
+def model_histograms(model, *, gradients: bool = True) -> dict:
+    """Weights and (if present) gradients of every parameter, ready for report_histograms."""
+    out = {}
+    for name, p in getattr(model, "module", model).named_parameters():
+        out[f"weights/{name}"] = p
+        if gradients and p.grad is not None:
+            out[f"gradients/{name}"] = p.grad
+    return out
