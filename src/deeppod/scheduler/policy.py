@@ -5,8 +5,9 @@ Order of business in a round:
 1. jobs on unhealthy nodes are preempted (they requeue and avoid the node);
 2. guarantee reclaim: a tenant below its guarantee with waiting work gets GPUs back from
    tenants above theirs, first by shrinking elastic jobs toward their minimum (never
-   below the donor's guarantee), then by preempting the jobs that run by borrowing
-   (in start order, those past the donor's guarantee), least work lost first;
+   below the donor's guarantee), then by preempting jobs, least work lost first: first
+   those whose loss keeps the donor at or above its guarantee, then (only if needed)
+   jobs that run by borrowing (in start order, past the donor's guarantee);
 3. fair-share contention: a tenant below its weighted fair share shrinks (never preempts)
    elastic jobs of tenants above theirs;
 4. within a tenant, a higher-priority job may preempt lower-priority ones;
@@ -187,8 +188,8 @@ def schedule(snap: Snapshot) -> Decisions:
                     if job.max_workers > job.min_workers and size > job.min_workers and job.gpus_per_worker:
                         if allow_preempt or now - job.started_at >= cfg.min_run_before_resize:
                             shrinks.append(job)
-                    if allow_preempt and job.gpus and job.id in borrowers:
-                        preempts.append(job)  # only what runs by borrowing is reclaimed
+                    if allow_preempt and job.gpus:
+                        preempts.append(job)
             shrinks.sort(key=lambda j: _loss_key(j, now))
             preempts.sort(key=lambda j: _loss_key(j, now))
             resize: dict[int, int] = {}
@@ -215,6 +216,8 @@ def schedule(snap: Snapshot) -> Decisions:
                     rest = resize.get(job.id, planned.get(job.id, job.workers)) * job.gpus_per_worker
                     if (rest > budget[job.tenant]) != crossing:
                         continue
+                    if crossing and job.id not in borrowers:
+                        continue  # it runs within its tenant's guarantee
                     resize.pop(job.id, None)
                     evict.append(job)
                     budget[job.tenant] -= rest
@@ -259,11 +262,11 @@ def schedule(snap: Snapshot) -> Decisions:
         slots = sum(f // gpw for i, f in enumerate(free_on) if pool.names[i] in healthy)
         missing = head.min_workers - slots
         if missing <= 0:
-            held_for[t] += min(head.min_workers * gpw, avail())
+            if sum(len(pool.free[i]) // gpw for i in range(len(pool.names))) >= head.min_workers:
+                held_for[t] += min(head.min_workers * gpw, avail())  # it can start now: keep them for it
             return True
         budget = {v: floor_of(v) for v in victims_by_tenant if v != t}
         chosen: list[RunningJob] = []
-        gpus_of = {}
         for _ in range(missing):
             best = None
             for i, jobs in on_node.items():
@@ -272,7 +275,7 @@ def schedule(snap: Snapshot) -> Decisions:
                 for job in sorted(jobs, key=lambda j: _loss_key(j, now)):
                     if freed >= want or job in chosen:
                         continue
-                    if job.id not in borrowers:
+                    if job.id not in borrowers and job.gpus + spent[job.tenant] > budget.get(job.tenant, 0):
                         continue  # it runs within its tenant's guarantee
                     here = sum(len(w.gpus) for w in job.placement if w.node == pool.names[i])
                     picked.append(job)
@@ -293,31 +296,38 @@ def schedule(snap: Snapshot) -> Decisions:
                         free_on[i] += len(w.gpus)
                         if job in on_node[i]:
                             on_node[i].remove(job)
-            gpus_of = None
         for job in chosen:
             out.preempts.append(Preempt(job.id, why))
             out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
             leaving.add(job.id)
             victims_by_tenant[job.tenant].remove(job)
             T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
-        held_for[t] += min(head.min_workers * gpw, avail())
-        del gpus_of
+        # nothing held: the GPUs it needs are on the nodes being cleared, not the free ones
         return True
 
     # 2. guarantee reclaim, neediest tenant first
     reclaiming = sorted((t for t in queues if T.usage[t] < T.g[t]), key=lambda t: (T.usage[t] / max(T.g[t], 1e-9), t))
     for t in reclaiming:
-        # The first job that fits in what is left of the guarantee: bigger ones may borrow,
-        # not reclaim, and must not keep the tenant from what it is guaranteed.
-        head = next((j for j in queues[t] if 0 < j.min_workers * j.gpus_per_worker <= T.g[t] - T.usage[t]), None)
-        if head is None:
-            continue
-        need = head.min_workers * head.gpus_per_worker
-        why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
-               f"and job {head.id} waits for {need}")
-        reclaim_for[t] = head.id
-        if not take_back(t, head, T.above_guarantee, True, why):
-            out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; waiting for borrowed GPUs to return"))
+        # Jobs that fit in what is left of the guarantee, in queue order: bigger ones may
+        # borrow, not reclaim. If the first cannot be served (no node can be cleared for
+        # it), the next size is tried, so one stuck gang does not hold the whole tenant.
+        tried: set[tuple[int, int]] = set()
+        for head in queues[t]:
+            need = head.min_workers * head.gpus_per_worker
+            shape = (head.min_workers, head.gpus_per_worker)
+            if not 0 < need <= T.g[t] - T.usage[t] or shape in tried:
+                continue
+            tried.add(shape)
+            why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
+                   f"and job {head.id} waits for {need}")
+            if take_back(t, head, T.above_guarantee, True, why):
+                reclaim_for[t] = head.id
+                break
+            if len(tried) == 1:
+                out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; no jobs can be preempted "
+                                               "to make room for this gang yet"))
+            if len(tried) >= 3:
+                break
 
     # 3. fair-share contention: shrink (never preempt) tenants above their share
     for t in sorted(queues, key=lambda t: (T.usage[t] / max(ent.get(t, 0), 1e-9), t)):
