@@ -156,6 +156,7 @@ def schedule(snap: Snapshot) -> Decisions:
     planned: dict[int, int] = {}  # job id -> size a shrink in this round asked for
     reclaim_for: dict[str, int] = {}  # tenant -> the job its earmarked GPUs are for
     leaving: set[int] = set()  # jobs evicted in this round
+    lost_own: set[str] = set()  # tenants that lost a job running within their guarantee this round
     claimed_incoming = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
     held_for: dict[str, float] = defaultdict(float)  # free GPUs earmarked for a reclaiming tenant
 
@@ -207,6 +208,7 @@ def schedule(snap: Snapshot) -> Decisions:
                     gained += spare * gpw
             # First evictions that leave their tenant at or above its guarantee; only then
             # borrowing gangs that take it below (it would come back asking for its own).
+            own = set(lost_own)
             for crossing in (False, True):
                 for job in preempts:
                     if gained >= deficit:
@@ -216,8 +218,10 @@ def schedule(snap: Snapshot) -> Decisions:
                     rest = resize.get(job.id, planned.get(job.id, job.workers)) * job.gpus_per_worker
                     if (rest > budget[job.tenant]) != crossing:
                         continue
-                    if crossing and job.id not in borrowers:
-                        continue  # it runs within its tenant's guarantee
+                    if crossing and (job.id not in borrowers or job.tenant in own):
+                        continue  # it runs within its tenant's guarantee, or the tenant gave one up already
+                    if job.id not in borrowers:
+                        own.add(job.tenant)
                     resize.pop(job.id, None)
                     evict.append(job)
                     budget[job.tenant] -= rest
@@ -226,6 +230,8 @@ def schedule(snap: Snapshot) -> Decisions:
                 return False
             for job in evict:
                 leaving.add(job.id)
+                if job.id not in borrowers:
+                    lost_own.add(job.tenant)
                 out.preempts.append(Preempt(job.id, why))
                 out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]  # a shrink becomes an eviction
                 victims_by_tenant[job.tenant].remove(job)
@@ -272,11 +278,17 @@ def schedule(snap: Snapshot) -> Decisions:
             for i, jobs in on_node.items():
                 want = gpw - free_on[i] % gpw
                 picked, freed, spent = [], 0, defaultdict(float)
+                own_here = {j.tenant for j in chosen if j.id not in borrowers}
                 for job in sorted(jobs, key=lambda j: _loss_key(j, now)):
                     if freed >= want or job in chosen:
                         continue
-                    if job.id not in borrowers and job.gpus + spent[job.tenant] > budget.get(job.tenant, 0):
+                    within = job.gpus + spent[job.tenant] <= budget.get(job.tenant, 0)
+                    if job.id not in borrowers and not within:
                         continue  # it runs within its tenant's guarantee
+                    if not within and (job.tenant in lost_own or job.tenant in own_here):
+                        continue  # the tenant gives up a job of its own here: nothing past its guarantee
+                    if job.id not in borrowers:
+                        own_here.add(job.tenant)
                     here = sum(len(w.gpus) for w in job.placement if w.node == pool.names[i])
                     picked.append(job)
                     spent[job.tenant] += job.gpus
@@ -300,6 +312,8 @@ def schedule(snap: Snapshot) -> Decisions:
             out.preempts.append(Preempt(job.id, why))
             out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
             leaving.add(job.id)
+            if job.id not in borrowers:
+                lost_own.add(job.tenant)
             victims_by_tenant[job.tenant].remove(job)
             T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
         # nothing held: the GPUs it needs are on the nodes being cleared, not the free ones
