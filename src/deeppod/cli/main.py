@@ -461,6 +461,56 @@ def sim(
         console.print(f"plot: {plot_shares([result], plot) or 'matplotlib is not installed; no plot'}")
 
 
+train_app = typer.Typer(no_args_is_help=True, help="Built-in trainers: no code needed.")
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("image-classifier", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train_image_classifier(
+    ctx: typer.Context,
+    data: Annotated[Path, typer.Option(help="class-per-folder image directory")],
+    model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...) or small-cnn")] = "resnet18",
+    epochs: int = 10,
+    batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
+    lr: float = 0.1,
+    optimizer: Annotated[str, typer.Option(help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
+    gpus_per_worker: int = 0,
+    name: Optional[str] = None,
+    max_restarts: int = 3,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Train an image classifier on your images; more options (--lr-schedule, --image-size,
+    --finetune-from, --scale-rule, ...) pass through to the trainer."""
+    import sys as _sys
+
+    if not data.is_dir():
+        raise InvalidRequest(f"--data {data} is not a folder of class folders")
+    if optimizer not in ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop"):
+        raise InvalidRequest(f"--optimizer {optimizer!r} is not one of sgd, momentum, nesterov, adam, adamw, "
+                             "adagrad, adadelta, rmsprop")
+    command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(data.resolve()),
+               "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
+               "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
+               *ctx.args]
+    low, high = parse_workers(workers)
+    c = client(url, token)
+    job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
+                   gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
+                   env={"PATH": os.environ.get("PATH", os.defpath)},
+                   stop_rules=[{"kind": "nan", "metric": "loss"}])
+    console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
+                  f"and 'deeppod metrics {job['id']} -f'")
+    if follow:
+        _stream(c, job["id"], None, True)
+        final = c.wait(job["id"])
+        console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
+        raise typer.Exit(0 if final["state"] == "succeeded" else 1)
+
+
 def main() -> None:
     try:
         app()

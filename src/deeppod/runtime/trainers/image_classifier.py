@@ -1,0 +1,355 @@
+"""Built-in image classifier: ``python -m deeppod.runtime.trainers.image_classifier --data DIR ...``
+
+Trains a torchvision model on a class-per-folder image directory with DDP, checkpoints
+every epoch and on SIGTERM, resumes on any number of workers (elastic sampler; the user
+picks the batch/LR rule), reports loss, accuracy, validation accuracy, learning rate and
+throughput live, uses AMP and channels_last on GPUs, fine-tunes from an earlier model,
+and writes a model artifact (weights, TorchScript, class names, input signature).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
+SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
+IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="class-per-folder image directory")
+    p.add_argument("--model", default="resnet18", help="a torchvision classification model, or 'small-cnn'")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=128, help="global batch at --base-workers workers")
+    p.add_argument("--base-workers", type=int, default=None, help="world size the batch and LR are set for "
+                                                                  "(default: the first run's)")
+    p.add_argument("--scale-rule", choices=("keep_global_batch", "linear_lr"), default="keep_global_batch")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="momentum")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--lr-schedule", choices=SCHEDULES, default="cosine")
+    p.add_argument("--warmup-epochs", type=float, default=0.0)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--val-fraction", type=float, default=0.2)
+    p.add_argument("--finetune-from", default=None, help="a model artifact folder of an earlier job")
+    p.add_argument("--amp", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--loader-workers", type=int, default=2)
+    p.add_argument("--histograms-every", type=int, default=0, help="report weight/gradient histograms every N steps")
+    p.add_argument("--output", default=None, help="model artifact folder (default: JOB_DIR/model)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (0: each epoch)")
+    p.add_argument("--record-samples", default=None, help=argparse.SUPPRESS)  # tests: which samples each step saw
+    p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
+    return p.parse_args(argv)
+
+
+# -- data ------------------------------------------------------------------------------
+
+def scan(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
+    if not root.is_dir():
+        sys.exit(f"--data {root} is not a folder of class folders")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if len(classes) < 2:
+        sys.exit(f"--data {root} needs at least two class folders (found {classes})")
+    items = [(str(f), i) for i, c in enumerate(classes) for f in sorted((root / c).rglob("*"))
+             if f.suffix.lower() in IMAGE_EXTS]
+    if not items:
+        sys.exit(f"--data {root} holds no images ({', '.join(sorted(IMAGE_EXTS))})")
+    return classes, items
+
+
+def split(items, val_fraction: float):
+    """Deterministic by file name: the same image is always on the same side."""
+    train, val = [], []
+    for path, label in items:
+        h = int(hashlib.sha1(Path(path).name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        (val if h < val_fraction else train).append((path, label))
+    return train, val
+
+
+class ImageList:
+    def __init__(self, items, transform):
+        self.items, self.transform = items, transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path, label = self.items[i]
+        with Image.open(path) as im:
+            return self.transform(im.convert("RGB")), label
+
+
+def transforms(size: int, train: bool):
+    from torchvision import transforms as T
+
+    ops = [T.Resize((size, size))]
+    if train:
+        ops.append(T.RandomAffine(degrees=8, translate=(0.08, 0.08)))
+    ops += [T.ToTensor(), T.Normalize(MEAN, STD)]
+    return T.Compose(ops)
+
+
+# -- model -----------------------------------------------------------------------------
+
+def build_model(name: str, num_classes: int):
+    import torch
+
+    if name == "small-cnn":
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, num_classes))
+    import torchvision
+
+    if name not in torchvision.models.list_models(module=torchvision.models):
+        sys.exit(f"--model {name} is not a torchvision classification model (try resnet18, resnet50, "
+                 f"mobilenet_v3_small, efficientnet_b0) or 'small-cnn'")
+    return torchvision.models.get_model(name, weights=None, num_classes=num_classes)  # never downloads
+
+
+def make_optimizer(args, params, lr: float):
+    import torch
+
+    o, wd = args.optimizer, args.weight_decay
+    if o == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=wd)
+    if o in ("momentum", "nesterov"):
+        return torch.optim.SGD(params, lr=lr, momentum=args.momentum, nesterov=o == "nesterov", weight_decay=wd)
+    return {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "adagrad": torch.optim.Adagrad,
+            "adadelta": torch.optim.Adadelta, "rmsprop": torch.optim.RMSprop}[o](params, lr=lr, weight_decay=wd)
+
+
+def lr_factor(args, epoch_progress: float) -> float:
+    """Multiplier of the base LR at a fractional epoch."""
+    if args.warmup_epochs and epoch_progress < args.warmup_epochs:
+        return max(1e-3, epoch_progress / args.warmup_epochs)
+    if args.lr_schedule == "constant":
+        return 1.0
+    if args.lr_schedule == "step":
+        return 0.1 ** int(epoch_progress // max(1, args.epochs // 3))
+    t = (epoch_progress - args.warmup_epochs) / max(1e-9, args.epochs - args.warmup_epochs)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+# -- training --------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from deeppod import runtime
+    from deeppod.runtime import metrics as rt_metrics
+    from deeppod.runtime.scaling import scale_for_world
+
+    args = parse_args(argv)
+    ctx = runtime.init()
+    torch.manual_seed(args.seed)
+    cuda = ctx.device.type == "cuda"
+    amp = args.amp == "on" or (args.amp == "auto" and cuda)
+    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+
+    classes, items = scan(Path(args.data))
+    train_items, val_items = split(items, args.val_fraction)
+    model = build_model(args.model, len(classes))
+    if args.finetune_from:
+        state = torch.load(Path(args.finetune_from) / "weights.pt", map_location="cpu", weights_only=True)
+        head = {k for k, v in model.state_dict().items() if k in state and v.shape != state[k].shape}
+        model.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
+        if ctx.is_chief:
+            print(f"fine-tuning from {args.finetune_from} (new classifier layers: {sorted(head) or 'none'})", flush=True)
+    model.to(ctx.device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None) if ctx.world_size > 1 else model
+
+    ckpt = runtime.Checkpointer(keep=2, background=True)
+    base_world = args.base_workers or ctx.world_size
+    sampler = runtime.ElasticSampler(len(train_items), seed=args.seed)
+    # The base world size is part of the run: a resumed run keeps the one it started with.
+    peek = ckpt.load_latest(restore_rng=False) if ckpt.checkpoints() else None
+    if peek and "base_world" in peek.get("extra", {}):
+        base_world = peek["extra"]["base_world"]
+    per_worker = max(1, math.ceil(args.batch_size / base_world))
+    batch, lr = scale_for_world(ctx.world_size, base_world_size=base_world, per_worker_batch=per_worker,
+                                base_lr=args.lr, rule=args.scale_rule)
+    opt = make_optimizer(args, ddp.parameters(), lr)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    state = ckpt.load_latest(model=model, optimizer=opt, scaler=scaler, sampler=sampler)
+    step, epoch = (state["step"], state["epoch"]) if state else (0, 0)
+    for g in opt.param_groups:  # a new world size may mean a new LR (linear_lr)
+        g["lr"] = lr
+    if ctx.is_chief:
+        print(f"world {ctx.world_size} (base {base_world}), per-worker batch {batch}, lr {lr:g}, "
+              f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
+              f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
+
+    train_set = ImageList(train_items, transforms(args.image_size, True))
+    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steps_per_epoch = math.ceil(len(train_items) / (batch * ctx.world_size))
+
+    def save():
+        ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
+                  extra={"base_world": base_world, "classes": classes})
+
+    while epoch < args.epochs:
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        loader = torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order, **loader_kw)
+        record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
+            if args.record_samples else None
+        k = 0
+        ddp.train()
+        began, seen = time.perf_counter(), 0
+        join = ddp.join() if isinstance(ddp, DDP) else _null()
+        stopped = False
+        with join:
+            for x, y in loader:
+                x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+                if channels_last:
+                    x = x.to(memory_format=torch.channels_last)
+                for g in opt.param_groups:
+                    g["lr"] = lr * lr_factor(args, epoch + sampler.position / max(1, sampler.n))
+                with torch.autocast(ctx.device.type, enabled=amp):
+                    out = ddp(x)
+                    loss = loss_fn(out, y)
+                opt.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                sampler.advance(batch)
+                step += 1
+                seen += len(y)
+                if record is not None:
+                    record.write(f"{epoch} {step} {' '.join(map(str, order[k * batch:(k + 1) * batch]))}\n")
+                    record.flush()
+                k += 1
+                if args.step_delay:
+                    time.sleep(args.step_delay)
+                runtime.report(step, loss=loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
+                               lr=opt.param_groups[0]["lr"], epoch=epoch + sampler.position / max(1, sampler.n),
+                               images_per_second=seen * ctx.world_size / max(1e-9, time.perf_counter() - began))
+                if args.histograms_every and step % args.histograms_every == 0:
+                    runtime.report_histograms(step, runtime.model_histograms(model))
+                if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
+                    save()
+                if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
+                    stopped = True
+                    break
+        # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
+        if runtime.should_stop() or (args.max_steps and step >= args.max_steps):
+            save()
+            ckpt.wait()
+            if ctx.is_chief:
+                print(f"stopping at epoch {epoch} step {step} ({sampler.position}/{sampler.n} samples); "
+                      "checkpoint saved", flush=True)
+            if args.max_steps and step >= args.max_steps and not runtime.should_stop(sync=False):
+                _finish(ctx)
+                return 0
+            rt_metrics.reporter().close()
+            runtime.exit_for_resume()
+        del stopped
+        acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
+        if ctx.is_chief:
+            print(f"epoch {epoch}: loss {loss.item():.4f} val_accuracy {acc:.4f} "
+                  f"({seen * ctx.world_size / max(1e-9, time.perf_counter() - began):.1f} images/s)", flush=True)
+        runtime.report(step, val_accuracy=acc)
+        epoch += 1
+        sampler.set_epoch(epoch)
+        save()
+    ckpt.wait()
+    if ctx.is_chief:
+        write_artifact(model, classes, args, acc, Path(args.output) if args.output else
+                       (ctx.job_dir / "model" if ctx.job_dir else Path("model")))
+    _finish(ctx)
+    return 0
+
+
+def _finish(ctx) -> None:
+    import torch.distributed as dist
+
+    from deeppod.runtime import metrics
+
+    metrics.reporter().close()
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
+    """Validation accuracy over the whole validation set (each rank a slice, summed)."""
+    import torch
+    import torch.distributed as dist
+
+    if not val_items:
+        return float("nan")
+    part = val_items[ctx.rank::ctx.world_size]
+    loader = torch.utils.data.DataLoader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
+                                         num_workers=args.loader_workers)
+    model = getattr(ddp, "module", ddp)
+    model.eval()
+    correct = torch.zeros(2, device=ctx.device)
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(ctx.device), y.to(ctx.device)
+            if channels_last:
+                x = x.to(memory_format=torch.channels_last)
+            with torch.autocast(ctx.device.type, enabled=amp):
+                pred = model(x).argmax(1)
+            correct[0] += (pred == y).sum()
+            correct[1] += len(y)
+    if dist.is_initialized():
+        dist.all_reduce(correct)
+    return (correct[0] / correct[1].clamp(min=1)).item()
+
+
+def write_artifact(model, classes, args, val_accuracy: float, out: Path) -> None:
+    """weights.pt (state dict), model.pt2 (torch.export program with a dynamic batch: the
+    self-contained serving form) and signature.json (classes, input shape, preprocessing):
+    what the registry and serving need."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.to("cpu").to(memory_format=torch.contiguous_format).eval()
+    torch.save(model.state_dict(), out / "weights.pt")
+    example = torch.zeros(2, 3, args.image_size, args.image_size)
+    program = torch.export.export(model, (example,),
+                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    torch.export.save(program, str(out / "model.pt2"))
+    (out / "signature.json").write_text(json.dumps({
+        "task": "image-classification", "model": args.model, "classes": classes,
+        "input": {"kind": "image", "shape": [3, args.image_size, args.image_size], "dtype": "float32",
+                  "resize": [args.image_size, args.image_size], "color": "RGB", "mean": MEAN, "std": STD},
+        "metrics": {"val_accuracy": val_accuracy},
+        "hyperparameters": {k: v for k, v in vars(args).items() if k not in ("step_delay",)},
+        "job_id": os.environ.get("DEEPPOD_JOB_ID"),
+    }, indent=1))
+    print(f"model artifact written to {out} (val_accuracy {val_accuracy:.4f})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The training runtime end to end: graceful stop and resume on other world sizes, a killed
+worker, and the built-in trainer on real data (scikit-learn's digits)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from deeppod import Client
+from deeppod.executor.base import LaunchSpec, WorkerSpec
+from deeppod.executor.local import LocalExecutor
+from deeppod.jobs.contract import worker_env
+from deeppod.jobs.reconcile import free_port
+from deeppod.runtime.stop import EXIT_RESUME
+from deeppod.runtime.trainers.digits import write_digits
+from tests.helpers import wait_until
+
+TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return write_digits(tmp_path_factory.mktemp("digits") / "digits")
+
+
+def small_args(data, records, epochs=1, delay=0.05, extra=()):
+    return ["--data", str(data), "--model", "small-cnn", "--image-size", "16", "--epochs", str(epochs),
+            "--batch-size", "32", "--lr", "0.05", "--loader-workers", "0", "--step-delay", str(delay),
+            "--record-samples", str(records), *extra]
+
+
+def launch(ex, job_dir, command, workers, restart, grace=20.0):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    specs = [WorkerSpec(r, "n", worker_env(env, {}, job_id=0, rank=r, world_size=workers, local_rank=r,
+                                           local_world_size=workers, node_rank=0, master_addr="127.0.0.1",
+                                           master_port=port, gpus=(), cpus=1, checkpoint_dir=str(job_dir / "ckpt"),
+                                           api_url="", token="", restart_count=restart))
+             for r in range(workers)]
+    return ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
+                                workers=specs, grace_seconds=grace))
+
+
+def steps_done(records: Path) -> int:
+    return sum(1 for f in records.glob("*.txt") for _ in f.open())
+
+
+def consumed(records: Path, epoch: int, keep_until: dict[int, int] | None = None) -> Counter:
+    """Sample indices trained on in ``epoch``; ``keep_until[run]`` drops steps a run lost
+    (those after its last checkpoint)."""
+    c = Counter()
+    for f in records.glob("run*-rank*.txt"):
+        run = int(f.name.split("-")[0][3:])
+        for line in f.open():
+            e, step, *idx = line.split()
+            if int(e) == epoch and (keep_until is None or int(step) <= keep_until.get(run, 1 << 30)):
+                c.update(int(i) for i in idx)
+    return c
+
+
+def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_path, digits):
+    ex, job_dir, records = LocalExecutor(), tmp_path / "job", tmp_path / "records"
+    job_dir.mkdir()
+    records.mkdir()
+    command = TRAINER + small_args(digits, records, epochs=2, delay=0.1)
+    logs = job_dir / "logs"
+
+    # 2 workers, then SIGTERM: checkpoint and the documented exit code, well within the grace
+    h = launch(ex, job_dir, command, 2, restart=0)
+    wait_until(lambda: steps_done(records) >= 2 * 8, 120, what="a few steps on 2 workers")
+    t0 = time.monotonic()
+    ex.terminate(h)
+    st = wait_until(lambda: (s := ex.poll(h)).finished and s, 60)
+    assert st.exit_codes == {0: EXIT_RESUME, 1: EXIT_RESUME}, (logs / "rank-0.log").read_text()
+    assert time.monotonic() - t0 < 20
+    first = (logs / "rank-0.log").read_text()
+    assert "checkpoint saved" in first
+
+    # 1 worker resumes mid-epoch from the checkpoint, is stopped again
+    h = launch(ex, job_dir, command, 1, restart=1)
+    wait_until(lambda: "resuming at epoch" in (logs / "rank-0.log").read_text(), 120)
+    before = steps_done(records)
+    wait_until(lambda: steps_done(records) >= before + 6, 120)
+    ex.terminate(h)
+    assert wait_until(lambda: (s := ex.poll(h)).finished and s, 60).exit_codes == {0: EXIT_RESUME}
+
+    # 3 workers finish the job
+    h = launch(ex, job_dir, command, 3, restart=2)
+    st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300)
+    log = (logs / "rank-0.log").read_text()
+    assert st.exit_codes == {0: 0, 1: 0, 2: 0}, log
+    assert log.count("resuming at epoch 0") == 2 and "world 3 (base 2)" in log
+    # every training sample of the interrupted epoch was seen exactly once over 2 -> 1 -> 3 workers
+    epoch0 = consumed(records, 0)
+    n = int(log.split(" train / ")[0].split("; ")[-1])
+    assert sorted(epoch0) == list(range(n)) and set(epoch0.values()) == {1}
+    assert sorted(consumed(records, 1)) == list(range(n))
+    assert (job_dir / "model" / "model.pt2").exists()  # the artifact goes to JOB_DIR/model
+
+
+def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_server, tmp_path, digits):
+    fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "10"}
+    server = fresh_server.start()
+    c = Client(server.url, server.admin_token)
+    records = tmp_path / "records"
+    records.mkdir()
+    job = c.submit(TRAINER + small_args(digits, records, delay=0.1, extra=("--checkpoint-every", "4")), workers=2,
+                   max_restarts=1, workdir=str(tmp_path), env={"PATH": os.environ["PATH"]})
+    job_dir = server.home / "jobs" / str(job["id"])
+    wait_until(lambda: any(p.name.startswith("ckpt-") for p in (job_dir / "checkpoints").glob("*")), 120,
+               what="a periodic checkpoint")
+    wait_until(lambda: steps_done(records) >= 2 * 6, 60)
+    victim = json.loads((job_dir / "workers.json").read_text())["1"]
+    os.kill(int(victim), signal.SIGKILL)
+    final = c.wait(job["id"], timeout=300)
+    events = [e["kind"] for e in c.events(job["id"])]
+    assert final["state"] == "succeeded", (final, events)
+    assert final["restart_count"] == 1 and "requeued" in events
+    log = b"".join(c.logs(job["id"], rank=0)).decode()
+    resumed_step = int(log.split("resuming at epoch 0 step ")[1].split(",")[0])
+    lost = max(int(line.split()[1]) for line in (records / "run0-rank0.txt").open()) - resumed_step
+    assert 0 <= lost <= 4 + 1  # at most one checkpoint interval (and the step in flight)
+    epoch0 = consumed(records, 0, keep_until={0: resumed_step})
+    assert set(epoch0.values()) == {1} and len(epoch0) == max(epoch0) + 1
+
+
+def test_digits_end_to_end_through_the_cli(fresh_server, tmp_path, digits):
+    server = fresh_server.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token,
+                "DEEPPOD_CONFIG": str(tmp_path / "c.json"), "COLUMNS": "200"})
+    p = subprocess.run([sys.executable, "-m", "deeppod.cli", "train", "image-classifier", "--data", str(digits),
+                        "--model", "resnet18", "--epochs", "3", "--batch-size", "64", "--lr", "0.05", "--workers", "2",
+                        "--image-size", "32", "--loader-workers", "0", "--histograms-every", "10", "-f"],
+                       env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    job_id = int(p.stdout.split()[1])
+    c = Client(server.url, server.admin_token)
+    model = server.home / "jobs" / str(job_id) / "model"
+    sig = json.loads((model / "signature.json").read_text())
+    assert sig["metrics"]["val_accuracy"] > 0.90, sig["metrics"]
+    assert sig["classes"] == [str(i) for i in range(10)] and sig["input"]["shape"] == [3, 32, 32]
+    assert (model / "weights.pt").exists() and (model / "model.pt2").exists()
+    # live metrics reached the control plane, and TensorBoard files the job folder
+    m = c.metrics(job_id)["metrics"]
+    assert {"loss", "accuracy", "val_accuracy", "lr", "images_per_second"} <= set(m)
+    assert m["val_accuracy"]["last"][1] > 0.90
+    assert c.histograms(job_id, max_steps=2)
+    assert list((server.home / "jobs" / str(job_id) / "tensorboard").glob("events.out.tfevents.*"))
+    # the exported program answers like the trained model (what serving will load)
+    import torch
+
+    program = torch.export.load(str(model / "model.pt2")).module()
+    assert program(torch.zeros(3, 3, 32, 32)).shape == (3, 10)
