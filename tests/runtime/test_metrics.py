@@ -1,0 +1,77 @@
+"""The reporter never blocks the step, batches, and survives the server being down."""
+
+import json
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+from deeppod.runtime.metrics import Reporter, histogram
+from deeppod.runtime.tensorboard import read_records
+from tests.helpers import free_port, wait_until
+
+
+class Sink:
+    def __init__(self, port):
+        self.points, self.requests = [], 0
+        sink = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                assert self.headers["Authorization"] == "Bearer tok"
+                sink.points += body["points"]
+                sink.requests += 1
+                self.send_response(202)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_report_is_cheap_batched_and_survives_an_outage(tmp_path):
+    port = free_port()
+    rep = Reporter(api_url=f"http://127.0.0.1:{port}", token="tok", job_id=7, tb_dir=str(tmp_path / "tb"),
+                   flush_seconds=0.2, enabled=True)
+    t0 = time.perf_counter()
+    for step in range(2000):  # the server is down
+        rep.report(step, loss=torch.tensor(1.0 / (step + 1)), accuracy=0.5)
+    per_call_us = (time.perf_counter() - t0) / 2000 * 1e6
+    assert per_call_us < 200, f"report() took {per_call_us:.0f} us a call"
+    time.sleep(0.8)  # a few failed sends, with backoff
+    sink = Sink(port)  # the server comes back
+    try:
+        rep.report(2000, loss=float("nan"))
+        assert rep.flush(timeout=20)
+        steps = sorted(p["step"] for p in sink.points)
+        assert steps == list(range(2001))  # nothing lost across the outage
+        assert sink.requests < 20  # batched
+        nan = [p for p in sink.points if p["step"] == 2000][0]["metrics"]["loss"]
+        assert nan == "nan"
+    finally:
+        rep.close()
+        sink.close()
+    records = read_records(next((tmp_path / "tb").glob("events.out.tfevents.*")))
+    assert len(records) == 1 + 2001
+
+
+def test_histogram_is_compact_and_ignores_non_finite():
+    h = histogram(torch.tensor([0.0, 1.0, 2.0, 3.0, float("nan"), float("inf")]), bins=3)
+    assert h["min"] == 0.0 and h["max"] == 3.0 and sum(h["counts"]) == 4 and len(h["counts"]) == 3
+    assert math.isfinite(sum(h["counts"]))
+
+
+def test_disabled_on_other_ranks(tmp_path):
+    rep = Reporter(api_url="http://127.0.0.1:1", token="t", job_id=1, enabled=False)
+    rep.report(1, loss=1.0)
+    assert rep.flush(timeout=0.1)
