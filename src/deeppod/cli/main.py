@@ -511,6 +511,41 @@ def train_image_classifier(
         raise typer.Exit(0 if final["state"] == "succeeded" else 1)
 
 
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: training throughput, ...")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("train")
+def bench_train_cmd(
+    model: str = "resnet50",
+    batch_size: Annotated[int, typer.Option(help="per worker")] = 64,
+    workers: int = 1,
+    image_size: int = 224,
+    steps: int = 20,
+    synthetic: Annotated[bool, typer.Option("--synthetic", help="synthetic images (the only kind for now)")] = True,
+    forward_only: Annotated[bool, typer.Option("--forward-only", help="inference only")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Training images/s per worker and in total, and scaling efficiency from 1 to N workers
+    (AMP and channels_last on GPUs)."""
+    from deeppod.bench.train import bench_train
+
+    if workers < 1 or batch_size < 1 or steps < 1:
+        raise InvalidRequest("--workers, --batch-size and --steps must be at least 1")
+    r = bench_train(model, batch_size, workers, image_size, steps, forward_only)
+    if as_json:
+        print_json(r)
+        return
+    n = r["n_workers"]
+    console.print(f"{model} batch {batch_size}/worker, {image_size}px, {'forward only' if forward_only else 'training'}")
+    console.print(f"1 worker:  {r['one_worker']['images_per_second_total']:.1f} images/s")
+    console.print(f"{n['workers']} workers: {n['images_per_second_total']:.1f} images/s in total, "
+                  f"{n['images_per_second_per_worker']:.1f} per worker; scaling efficiency {r['scaling_efficiency']:.0%}")
+    if "checkpoint_blocking_s" in n:
+        console.print(f"checkpoint: {n['checkpoint_bytes'] / 1e6:.0f} MB, {n['checkpoint_blocking_s']:.2f} s blocking, "
+                      f"{n['checkpoint_background_stall_s']:.3f} s stall in the background")
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,1 @@
+"""Benchmarks users run from the CLI (``deeppod bench ...``); runs no server code."""
