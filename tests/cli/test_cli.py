@@ -134,3 +134,45 @@ def test_sim_command(cli, tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
     p = cli("sim", "--trace", str(tmp_path / "missing.csv"), check=False)
     assert p.returncode == 2 and "does not exist" in p.stderr
+
+
+REPORTING_JOB = """
+import time
+from deeppod import runtime
+ctx = runtime.init()
+for step in range(30):
+    runtime.report(step, loss=1.0 / (step + 1), accuracy=step / 30)
+runtime.metrics.reporter().flush()
+print("reported", flush=True)
+while not runtime.should_stop():
+    time.sleep(0.1)
+print("stopping", flush=True)
+runtime.exit_for_resume()
+"""
+
+
+def test_metrics_and_stop(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    (tmp_path / "job.py").write_text(REPORTING_JOB)
+    p = cli("submit", "--", sys.executable, "job.py", **admin)
+    job_id = p.stdout.split()[1]
+    from tests.helpers import wait_until
+
+    wait_until(lambda: "reported" in cli("logs", job_id, **admin).stdout, 60)
+    table = cli("metrics", job_id, **admin).stdout
+    assert "loss" in table and "accuracy" in table and "▁" in table and "█" in table
+    data = json.loads(cli("metrics", job_id, "--json", **admin).stdout)
+    assert data["metrics"]["loss"]["points"] == 30
+    assert "stopping" in cli("stop", job_id, **admin).stdout
+    wait_until(lambda: json.loads(cli("job", "show", job_id, "--json", **admin).stdout)["state"] == "stopped", 60)
+    assert "stopping" in cli("logs", job_id, **admin).stdout
+    p = cli("stop", job_id, check=False, **admin)
+    assert p.returncode == 2 and "already ended" in p.stderr
+
+
+def test_bench_train_runs(cli):
+    p = cli("bench", "train", "--model", "resnet18", "--batch-size", "2", "--image-size", "32", "--steps", "2",
+            "--workers", "2", "--json")
+    r = json.loads(p.stdout)
+    assert r["n_workers"]["workers"] == 2 and r["n_workers"]["images_per_second_total"] > 0
+    assert 0 < r["scaling_efficiency"] and r["n_workers"]["checkpoint_bytes"] > 1_000_000
