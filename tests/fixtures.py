@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from deeppod.auth import service as auth
@@ -31,3 +32,20 @@ def populate(sessions, gpus: int = 4, cpus: int = 8, memory_mb: int = 16384) -> 
         _, bob_token = auth.create_user(s, admin, "bob", "b")
         return World(admin, auth.authenticate(s, alice_token), auth.authenticate(s, bob_token),
                      admin_token, alice_token, bob_token)
+
+
+def submit_job(sessions, who, workdir, **kw) -> int:
+    """Submit a trivial job through the service; returns its id."""
+    from deeppod.jobs import service
+
+    args = dict(command=[sys.executable, "-c", "pass"], workdir=str(workdir))
+    args.update(kw)
+    with sessions.begin() as s:
+        return service.submit(s, who, service.JobRequest(**args), default_grace=30).id
+
+
+def load_job(sessions, job_id):
+    from deeppod.store.models import Job
+
+    with sessions() as s:
+        return s.get(Job, job_id)

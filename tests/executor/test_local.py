@@ -7,7 +7,6 @@ import sys
 import textwrap
 import time
 
-import pytest
 
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor, process_start_time

@@ -1,6 +1,5 @@
 """The reconcile loop with the fake executor: state transitions, resources, tokens."""
 
-import sys
 
 import pytest
 from sqlalchemy import select
@@ -11,7 +10,7 @@ from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
 from deeppod.jobs.reconcile import Reconciler
 from deeppod.store.models import Job
-from tests.fixtures import populate
+from tests.fixtures import load_job, populate, submit_job
 
 
 @pytest.fixture
@@ -25,16 +24,8 @@ def rec(sessions, tmp_path):
                       server_env={"PATH": "/usr/bin", "DEEPPOD_DATABASE_URL": "secret"})
 
 
-def submit(sessions, who, tmp_path, **kw):
-    args = dict(command=[sys.executable, "-c", "pass"], workdir=str(tmp_path))
-    args.update(kw)
-    with sessions.begin() as s:
-        return service.submit(s, who, service.JobRequest(**args), default_grace=30).id
-
-
-def job(sessions, job_id):
-    with sessions() as s:
-        return s.get(Job, job_id)
+submit = submit_job
+job = load_job
 
 
 def test_queued_running_succeeded(sessions, world, rec, tmp_path):

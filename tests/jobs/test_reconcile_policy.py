@@ -2,11 +2,9 @@
 resize requeue with the same id, failures restart up to max_restarts avoiding the failed
 GPUs, reasons are recorded as events, cordons requeue."""
 
-import sys
 
 import pytest
 
-from deeppod.auth import service as auth
 from deeppod.cluster.service import set_health
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
@@ -14,7 +12,7 @@ from deeppod.jobs.reconcile import Reconciler
 from deeppod.plans.service import apply_plan, plan_status
 from deeppod.scheduler import Config
 from deeppod.store.models import Job
-from tests.fixtures import populate
+from tests.fixtures import load_job, populate, submit_job
 
 
 class Clock:
@@ -41,16 +39,8 @@ def rec(sessions, tmp_path, clock):
                       config=Config(min_run_before_resize=0, reserve_after_seconds=1e9), clock=clock)
 
 
-def submit(sessions, who, tmp_path, **kw):
-    args = dict(command=[sys.executable, "-c", "pass"], workdir=str(tmp_path))
-    args.update(kw)
-    with sessions.begin() as s:
-        return service.submit(s, who, service.JobRequest(**args), default_grace=30).id
-
-
-def job(sessions, job_id):
-    with sessions() as s:
-        return s.get(Job, job_id)
+submit = submit_job
+job = load_job
 
 
 def events(sessions, who, job_id):

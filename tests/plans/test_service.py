@@ -2,7 +2,6 @@
 
 import pytest
 
-from deeppod.auth import service as auth
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.plans.service import apply_plan, current_plan, plan_status
 from deeppod.scheduler.plan import parse_plan

@@ -159,31 +159,35 @@ def owner_names(session: Session, job: Job) -> tuple[str, str]:
     return tenant.name, user.name
 
 
-def cancel(session: Session, principal: Principal, job_id: int) -> Job:
+def _end(session: Session, principal: Principal, job_id: int, verb: str, final: str) -> Job | None:
+    """The part cancel and stop share: a queued job ends at once; a running one is returned
+    for the caller to mark (the reconcile loop then sends SIGTERM, the grace, SIGKILL)."""
     job = get_job(session, principal, job_id)
     if job.state in FINAL_STATES:
-        raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to cancel")
+        raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to {verb}")
     if job.state == "queued":
-        finish(session, job, "cancelled", f"cancelled by {principal.user} while it was queued")
-    elif not job.cancel_requested:
+        finish(session, job, final, f"{final} by {principal.user} while it was queued")
+        return None
+    return job
+
+
+def cancel(session: Session, principal: Principal, job_id: int) -> Job:
+    job = _end(session, principal, job_id, "cancel", "cancelled")
+    if job is not None and not job.cancel_requested:
         job.cancel_requested = True
         add_event(session, job, "cancel-requested",
                   f"{principal.user} asked to cancel; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s")
-    return job
+    return job or get_job(session, principal, job_id)
 
 
 def stop(session: Session, principal: Principal, job_id: int) -> Job:
     """Graceful stop: SIGTERM so the job checkpoints and exits; it ends as ``stopped``."""
-    job = get_job(session, principal, job_id)
-    if job.state in FINAL_STATES:
-        raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to stop")
-    if job.state == "queued":
-        finish(session, job, "stopped", f"stopped by {principal.user} while it was queued")
-    elif job.stop_reason is None:
+    job = _end(session, principal, job_id, "stop", "stopped")
+    if job is not None and job.stop_reason is None:
         job.stop_reason = f"stopped by {principal.user}"
         add_event(session, job, "stop-requested", f"{principal.user} asked for a graceful stop; workers get "
                                                  f"SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
-    return job
+    return job or get_job(session, principal, job_id)
 
 
 def finish(session: Session, job: Job, state: str, reason: str, exit_codes: dict[int, int] | None = None) -> None:

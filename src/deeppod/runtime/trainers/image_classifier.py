@@ -150,7 +150,6 @@ def lr_factor(args, epoch_progress: float) -> float:
 
 def main(argv=None) -> int:
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from deeppod import runtime
@@ -202,7 +201,6 @@ def main(argv=None) -> int:
     train_set = ImageList(train_items, transforms(args.image_size, True))
     loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps_per_epoch = math.ceil(len(train_items) / (batch * ctx.world_size))
 
     def save():
         ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
@@ -218,7 +216,6 @@ def main(argv=None) -> int:
         ddp.train()
         began, seen = time.perf_counter(), 0
         join = ddp.join() if isinstance(ddp, DDP) else _null()
-        stopped = False
         with join:
             for x, y in loader:
                 x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
@@ -250,7 +247,6 @@ def main(argv=None) -> int:
                 if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
                     save()
                 if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
-                    stopped = True
                     break
         # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
         if runtime.should_stop() or (args.max_steps and step >= args.max_steps):
@@ -264,7 +260,6 @@ def main(argv=None) -> int:
                 return 0
             rt_metrics.reporter().close()
             runtime.exit_for_resume()
-        del stopped
         acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
         if ctx.is_chief:
             print(f"epoch {epoch}: loss {loss.item():.4f} val_accuracy {acc:.4f} "
