@@ -103,6 +103,22 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     assert sorted(consumed(records, 1)) == list(range(n))
     assert (job_dir / "model" / "model.pt2").exists()  # the artifact goes to JOB_DIR/model
 
+    # transfer learning: a new run starts from this model's weights (here on 2 of the classes)
+    two = tmp_path / "two"
+    for cls in ("0", "1"):
+        (two / cls).mkdir(parents=True)
+        for f in list((Path(digits) / cls).glob("*.png"))[:60]:
+            (two / cls / f.name).write_bytes(f.read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    p = subprocess.run(TRAINER + ["--data", str(two), "--model", "small-cnn", "--image-size", "16", "--epochs", "1",
+                                  "--batch-size", "16", "--lr", "0.01", "--loader-workers", "0", "--finetune-from",
+                                  str(job_dir / "model"), "--output", str(tmp_path / "ft")],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "fine-tuning from" in p.stdout and "['10.bias', '10.weight']" in p.stdout  # only the new head
+    ft = json.loads((tmp_path / "ft" / "signature.json").read_text())
+    assert ft["classes"] == ["0", "1"] and ft["metrics"]["val_accuracy"] > 0.8
+
 
 def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_server, tmp_path, digits):
     fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "10"}

@@ -75,3 +75,19 @@ def test_disabled_on_other_ranks(tmp_path):
     rep = Reporter(api_url="http://127.0.0.1:1", token="t", job_id=1, enabled=False)
     rep.report(1, loss=1.0)
     assert rep.flush(timeout=0.1)
+
+
+def test_activation_recorder_keeps_the_latest_outputs():
+    from deeppod.runtime.metrics import ActivationRecorder
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    rec = ActivationRecorder(model)
+    model(torch.randn(5, 4))
+    t = rec.tensors()
+    assert set(t) == {"activations/0", "activations/1", "activations/2"} and t["activations/2"].shape == (5, 2)
+    assert (t["activations/1"] >= 0).all()
+    rec.close()
+    import pytest
+
+    with pytest.raises(ValueError, match="no module named"):
+        ActivationRecorder(model, ["nope"])

@@ -34,6 +34,7 @@ _EXPORTS = {
     "report_histograms": "deeppod.runtime.metrics",
     "model_histograms": "deeppod.runtime.metrics",
     "histogram": "deeppod.runtime.metrics",
+    "ActivationRecorder": "deeppod.runtime.metrics",
 }
 
 __all__ = sorted(_EXPORTS)

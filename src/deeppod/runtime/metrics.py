@@ -195,3 +195,32 @@ def model_histograms(model, *, gradients: bool = True) -> dict:
         if gradients and p.grad is not None:
             out[f"gradients/{name}"] = p.grad
     return out
+
+
+class ActivationRecorder:
+    """Keeps the latest output of chosen modules (forward hooks) for activation histograms:
+    ``report_histograms(step, recorder.tensors())``. Costs a reference per module, no copy."""
+
+    def __init__(self, model, names: list[str] | None = None, limit: int = 8):
+        model = getattr(model, "module", model)
+        modules = dict(model.named_modules())
+        if names is None:  # the top-level blocks: where activations tell the most
+            names = [n for n, _ in model.named_children()][:limit]
+        unknown = [n for n in names if n not in modules]
+        if unknown:
+            raise ValueError(f"no module named {unknown[0]!r}; choose from {', '.join(list(modules)[:20])}")
+        self._latest: dict = {}
+        self._handles = [modules[n].register_forward_hook(self._hook(n)) for n in names]
+
+    def _hook(self, name: str):
+        def hook(_module, _inputs, output):
+            if hasattr(output, "detach"):
+                self._latest[f"activations/{name}"] = output.detach()
+        return hook
+
+    def tensors(self) -> dict:
+        return dict(self._latest)
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()

@@ -201,6 +201,7 @@ def main(argv=None) -> int:
     train_set = ImageList(train_items, transforms(args.image_size, True))
     loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
     loss_fn = torch.nn.CrossEntropyLoss()
+    activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
 
     def save():
         ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
@@ -242,8 +243,8 @@ def main(argv=None) -> int:
                 runtime.report(step, loss=loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
                                lr=opt.param_groups[0]["lr"], epoch=epoch + sampler.position / max(1, sampler.n),
                                images_per_second=seen * ctx.world_size / max(1e-9, time.perf_counter() - began))
-                if args.histograms_every and step % args.histograms_every == 0:
-                    runtime.report_histograms(step, runtime.model_histograms(model))
+                if activations is not None and step % args.histograms_every == 0:
+                    runtime.report_histograms(step, {**runtime.model_histograms(model), **activations.tensors()})
                 if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
                     save()
                 if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
