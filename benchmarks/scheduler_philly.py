@@ -44,7 +44,8 @@ def main() -> None:
         results = list(pool.map(run, jobs))
     for n in a.nodes:
         rs = [r for r in results if r["cluster"]["nodes"] == n]
-        (ROOT / "benchmarks" / "results" / f"philly-{n}x8.json").write_text(json.dumps(rs, indent=1))
+        summary = [{k: v for k, v in r.items() if k != "share_samples"} for r in rs]  # the plot shows those
+        (ROOT / "benchmarks" / "results" / f"philly-{n}x8.json").write_text(json.dumps(summary, indent=1))
         plot_shares([r for r in rs if r["label"] in ("fifo", "static", "deeppod")],
                     ROOT / "docs" / "figures" / f"philly-shares-{n}x8.png")
         print(f"\n## Philly week, {n} nodes x 8 GPUs = {n * 8} GPUs, {rs[0]['jobs']} jobs")
