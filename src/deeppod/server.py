@@ -80,6 +80,7 @@ def serve(settings: Settings, *, echo=print) -> None:
 
     from deeppod.api.app import create_app
 
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
     _check_port_free(settings.host, settings.port)
     ctx = build(settings)
     secret = bootstrap_admin(ctx)

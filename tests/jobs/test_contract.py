@@ -35,3 +35,11 @@ def test_server_settings_do_not_leak_into_jobs():
     base = base_environment({"PATH": "/bin", "DEEPPOD_DATABASE_URL": "postgresql://secret", "HOME": "/root"})
     assert base == {"PATH": "/bin", "HOME": "/root"}
     assert reserved("RANK") and reserved("DEEPPOD_TOKEN") and not reserved("MY_VAR")
+
+
+def test_default_job_names():
+    from deeppod.jobs.service import default_name
+
+    assert default_name(["python", "train.py", "--epochs", "3"]) == "train.py"
+    assert default_name(["python", "-c", "print(1)"]) == "python"
+    assert default_name(["/usr/bin/env", "bash", "scripts/run.sh"]) == "run.sh"

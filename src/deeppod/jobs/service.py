@@ -112,9 +112,15 @@ def validate(req: JobRequest, cap: dict) -> None:
     req.stop_rules = check_rules(req.stop_rules)
 
 
+def default_name(command: list[str]) -> str:
+    """The script a command runs (train.py), else the program's name (python)."""
+    script = next((a for a in command[1:] if a.endswith((".py", ".sh"))), None)
+    return Path(script or command[0]).name[:64]
+
+
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
     validate(req, capacity(session))
-    name = req.name or Path(req.command[-1] if len(req.command) > 1 else req.command[0]).name
+    name = req.name or default_name(req.command)
     job = Job(
         name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
         command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
