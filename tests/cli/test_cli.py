@@ -168,6 +168,10 @@ def test_metrics_and_stop(cli, live_server, tmp_path):
     assert "stopping" in cli("logs", job_id, **admin).stdout
     p = cli("stop", job_id, check=False, **admin)
     assert p.returncode == 2 and "already ended" in p.stderr
+    assert "resumes from its checkpoint" in cli("resume", job_id, **admin).stdout
+    wait_until(lambda: cli("logs", job_id, **admin).stdout.count("reported") == 2, 60)  # it ran again
+    cli("stop", job_id, **admin)
+    wait_until(lambda: json.loads(cli("job", "show", job_id, "--json", **admin).stdout)["state"] == "stopped", 60)
 
 
 def test_bench_train_runs(cli):

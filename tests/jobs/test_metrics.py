@@ -107,3 +107,36 @@ def test_stop_command_and_exit_75_requeues(api, tmp_path):
     api.ctx.reconciler.tick()
     j = api.http.get(f"/v1/jobs/{other}", headers=api.as_(api.admin)).json()
     assert j["restart_count"] == 1 and j["state"] in ("queued", "running")
+
+
+def test_resume_a_stopped_job_with_the_same_id(api, tmp_path):
+    jid = submit(api, tmp_path, api.admin)
+    run(api, jid)
+    r = api.http.post(f"/v1/jobs/{jid}/resume", headers=api.as_(api.admin))
+    assert r.status_code == 409 and "only a stopped job" in r.json()["error"]["message"]
+    api.http.post(f"/v1/jobs/{jid}/stop", headers=api.as_(api.admin))
+    api.ctx.reconciler.tick()
+    api.ctx.reconciler.tick()
+    r = api.http.post(f"/v1/jobs/{jid}/resume", headers=api.as_(api.admin))
+    assert r.status_code == 200 and r.json()["state"] == "queued" and r.json()["stop_reason"] is None
+    api.ctx.reconciler.tick()
+    j = api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()
+    assert j["id"] == jid and j["state"] == "running"
+    kinds = [e["kind"] for e in api.http.get(f"/v1/jobs/{jid}/events", headers=api.as_(api.admin)).json()]
+    assert kinds[-3:] == ["stopped", "resumed", "started"]
+
+
+def test_plateau_rule_on_a_long_run(api, tmp_path):
+    """Thousands of reports: the rule looks at the last `patience` ones and the best before them."""
+    rule = {"kind": "plateau", "metric": "loss", "patience": 50, "mode": "min"}
+    jid = submit(api, tmp_path, api.admin, stop_rules=[rule])
+    run(api, jid)
+    falling = [{"step": s, "metrics": {"loss": 10.0 / (s + 1)}} for s in range(3000)]
+    for i in range(0, 3000, 1000):
+        assert post(api, api.admin, jid, falling[i:i + 1000]).status_code == 202
+    api.ctx.reconciler.tick()
+    assert jid not in api.ctx.executor.terminated  # still improving
+    flat = [{"step": 3000 + s, "metrics": {"loss": 0.5}} for s in range(50)]
+    post(api, api.admin, jid, flat)
+    api.ctx.reconciler.tick()
+    assert jid in api.ctx.executor.terminated

@@ -91,3 +91,30 @@ def test_activation_recorder_keeps_the_latest_outputs():
 
     with pytest.raises(ValueError, match="no module named"):
         ActivationRecorder(model, ["nope"])
+
+
+def test_batches_stay_under_the_servers_body_limit():
+    from deeppod.runtime.metrics import MAX_BATCH_BYTES
+
+    port = free_port()
+    sink = Sink(port)
+    sizes = []
+    orig = sink.server.RequestHandlerClass.do_POST
+
+    def spy(handler):
+        sizes.append(int(handler.headers["Content-Length"]))
+        orig(handler)
+
+    sink.server.RequestHandlerClass.do_POST = spy
+    rep = Reporter(api_url=f"http://127.0.0.1:{port}", token="tok", job_id=1, tb_dir=None, flush_seconds=5,
+                   enabled=True)
+    try:
+        big = {f"weights/layer{i}": torch.randn(1000) for i in range(100)}
+        for step in range(100):  # about 2 MB of histograms in all
+            rep.histograms(step, big)
+        assert rep.flush(timeout=30)
+        assert sorted(p["step"] for p in sink.points) == list(range(100))
+        assert len(sizes) > 1 and max(sizes) < MAX_BATCH_BYTES * 1.2 < (1 << 20)
+    finally:
+        rep.close()
+        sink.close()

@@ -20,7 +20,7 @@ def create_app(ctx) -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:
-        return {"ok": True, "version": __version__}
+        return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.reconciler.last_round_ms, 3)}
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes)
     return app

@@ -50,6 +50,15 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def exported_env() -> dict[str, str]:
+    """Like Slurm's default export: the job finds the same programs as your shell
+    (e.g. your virtual environment's python)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    if os.environ.get("VIRTUAL_ENV"):
+        env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
+    return env
+
+
 def parse_workers(value: str) -> tuple[int, int | None]:
     """'2' -> (2, None); '2:8' -> (2, 8)."""
     low, sep, high = value.partition(":")
@@ -153,11 +162,7 @@ def submit(
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Run a command as N workers with the torchrun environment: deeppod submit -n 2 -- python train.py"""
-    job_env = parse_env(env)
-    # Like Slurm's default export: the job finds the same programs (e.g. your venv's python).
-    job_env.setdefault("PATH", os.environ.get("PATH", os.defpath))
-    if os.environ.get("VIRTUAL_ENV"):
-        job_env.setdefault("VIRTUAL_ENV", os.environ["VIRTUAL_ENV"])
+    job_env = {**exported_env(), **parse_env(env)}
     low, high = parse_workers(workers)
     rules = parse_stop_rules(stop_on_nan, stop_patience)
     c = client(url, token)
@@ -234,6 +239,13 @@ def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     j = client(url, token).stop(job_id)
     msg = "stopped" if j["state"] == "stopped" else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
     console.print(f"job {j['id']}: {msg}")
+
+
+@app.command()
+def resume(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Queue a stopped job again: same id, it continues from its last checkpoint."""
+    j = client(url, token).resume(job_id)
+    console.print(f"job {j['id']}: {state(j['state'])} again; it resumes from its checkpoint")
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -500,8 +512,7 @@ def train_image_classifier(
     c = client(url, token)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
-                   env={"PATH": os.environ.get("PATH", os.defpath)},
-                   stop_rules=[{"kind": "nan", "metric": "loss"}])
+                   env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}])
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
                   f"and 'deeppod metrics {job['id']} -f'")
     if follow:

@@ -1,4 +1,4 @@
-"""Training metrics and histograms of jobs: ingest (evaluating stop rules), read back
+"""Training metrics and histograms of jobs: ingest (checking stop rules), read back
 downsampled for tables, sparklines and the UI's charts."""
 
 from __future__ import annotations
@@ -6,35 +6,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
-from deeppod.store.models import Job, JobHistogram, JobMetric
-
-RULE_KINDS = ("nan", "plateau")
-
-
-def check_rules(rules: list[dict]) -> list[dict]:
-    """Validate stop rules given at submit."""
-    out = []
-    for r in rules:
-        kind, metric = r.get("kind"), r.get("metric")
-        if kind not in RULE_KINDS or not isinstance(metric, str) or not metric:
-            raise InvalidRequest(f"stop rule {r!r} is not valid: use {{'kind': 'nan', 'metric': 'loss'}} or "
-                                 "{'kind': 'plateau', 'metric': 'val_loss', 'patience': 5, 'mode': 'min'}")
-        if kind == "plateau":
-            patience, mode = r.get("patience"), r.get("mode", "min")
-            if not isinstance(patience, int) or patience < 1 or mode not in ("min", "max"):
-                raise InvalidRequest(f"plateau rule on {metric}: patience must be a whole number >= 1 and mode "
-                                     "'min' or 'max'")
-            out.append({"kind": kind, "metric": metric, "patience": patience, "mode": mode,
-                        "min_delta": float(r.get("min_delta", 0.0))})
-        else:
-            out.append({"kind": kind, "metric": metric})
-    return out
+from deeppod.jobs.stop_rules import triggered
+from deeppod.store.models import JobHistogram, JobMetric
 
 
 def _number(v) -> float | None:
@@ -69,35 +48,11 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
             stored += 1
     session.flush()
     if job.stop_reason is None and job.state in ("running", "queued"):
-        reason = _triggered(session, job, touched)
+        reason = triggered(session, job, touched)
         if reason:
             job.stop_reason = reason
             add_event(session, job, "stop-requested", f"{reason}; workers get SIGTERM and keep their checkpoint")
     return stored
-
-
-def _triggered(session: Session, job: Job, touched: set[str]) -> str | None:
-    for rule in job.stop_rules or []:
-        if rule["metric"] not in touched:
-            continue
-        q = select(JobMetric.step, JobMetric.value).where(JobMetric.job_id == job.id,
-                                                         JobMetric.name == rule["metric"])
-        if rule["kind"] == "nan":
-            if session.scalar(select(func.count()).select_from(q.where(JobMetric.value.is_(None)).subquery())):
-                return f"stop rule: {rule['metric']} became NaN or infinite"
-            continue
-        values = [v for _, v in session.execute(q.order_by(JobMetric.step, JobMetric.id)) if v is not None]
-        best, since = None, 0
-        sign = 1.0 if rule["mode"] == "min" else -1.0
-        for v in values:
-            if best is None or sign * (best - v) > rule["min_delta"]:
-                best, since = v, 0
-            else:
-                since += 1
-        if since >= rule["patience"]:
-            return (f"stop rule: {rule['metric']} has not improved for {since} reports "
-                    f"(best {best:g}, patience {rule['patience']})")
-    return None
 
 
 def series(session: Session, principal: Principal, job_id: int, names: list[str] | None = None,

@@ -54,7 +54,7 @@ def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
         return "queued", f"the job exited with {EXIT_RESUME} (checkpointed, resume me)"
     if status.lost:
         return "failed", status.reason
-    if len(codes) == len((job.allocation or {}).get("workers", [])) and codes and all(c == 0 for c in codes.values()):
+    if len(codes) == len(job.placed_workers) and codes and all(c == 0 for c in codes.values()):
         return "succeeded", "all workers exited with code 0"
     if status.reason:
         return "failed", status.reason
@@ -67,10 +67,8 @@ def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
 def checkpoint_time(path: Path) -> float | None:
     """Newest modification time in a job's checkpoint folder: framework-agnostic progress."""
     try:
-        newest = path.stat().st_mtime if any(path.iterdir()) else None
-        for entry in os.scandir(path):
-            newest = max(newest or 0.0, entry.stat(follow_symlinks=False).st_mtime)
-        return newest
+        with os.scandir(path) as entries:
+            return max((e.stat(follow_symlinks=False).st_mtime for e in entries), default=None)
     except OSError:
         return None
 
@@ -120,9 +118,8 @@ class Reconciler:
             state, reason = outcome(job, status)
             revoke_job_tokens(s, job.id)
             if state == "failed" and job.restart_count < job.max_restarts:
-                failed = {r for r, c in status.exit_codes.items() if c != 0} or {
-                    w["rank"] for w in job.allocation["workers"]}
-                job.avoid = [[w["node"], g] for w in job.allocation["workers"] if w["rank"] in failed for g in w["gpus"]]
+                failed = {r for r, c in status.exit_codes.items() if c != 0} or {w["rank"] for w in job.placed_workers}
+                job.avoid = [[w["node"], g] for w in job.placed_workers if w["rank"] in failed for g in w["gpus"]]
                 self._requeue(s, job, f"{reason}; restart {job.restart_count + 1} of {job.max_restarts}, "
                                       "avoiding the failed GPUs", status)
             elif state == "queued" and job.restart_count < MAX_RESUMES:
@@ -147,7 +144,7 @@ class Reconciler:
     def stops_to_send(self, s: Session) -> list[dict]:
         """Jobs being cancelled or preempted get SIGTERM (again, after a restart: idempotent)."""
         q = select(Job).where(Job.state.in_(HOLDING), Job.handle.is_not(None))
-        return [j.handle for j in s.scalars(q) if j.cancel_requested or j.stop_reason or j.state == "preempted"]
+        return [j.handle for j in s.scalars(q) if j.stopping]
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
@@ -157,7 +154,7 @@ class Reconciler:
         running = []
         for job, tenant in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                                      .where(Job.state.in_(HOLDING))):
-            workers = (job.allocation or {}).get("workers", [])
+            workers = job.placed_workers
             for w in workers:
                 if w["node"] in nodes:
                     used[w["node"]].update(w["gpus"])
@@ -172,7 +169,7 @@ class Reconciler:
                 max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
                 preemptible=job.preemptible, started_at=started,
                 last_checkpoint_at=checkpoint_time(self.job_dir(job.id) / "checkpoints"),
-                stopping=job.state == "preempted" or job.cancel_requested or bool(job.stop_reason)))
+                stopping=job.stopping))
         node_states = []
         for n in nodes.values():
             good = [g["index"] for g in n.gpus if g.get("healthy", True)]

@@ -14,6 +14,7 @@ from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs.contract import ENV_NAME_RE, reserved
+from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
 ACTIVE_STATES = ("queued", "running", "preempted")
@@ -107,9 +108,7 @@ def validate(req: JobRequest, cap: dict) -> None:
     if req.grace_seconds is not None and not 0 <= req.grace_seconds <= 3600:
         raise InvalidRequest(f"grace_seconds must be between 0 and 3600 (got {req.grace_seconds})")
     _resolve_executable(req.command[0], req.workdir, req.env)
-    from deeppod.jobs.metrics import check_rules
-
-    req.stop_rules = check_rules(req.stop_rules)
+    check_rules(req.stop_rules)
 
 
 def default_name(command: list[str]) -> str:
@@ -125,7 +124,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
         name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
         command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
         max_workers=req.max_workers if req.max_workers != req.workers else None,
-        preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=list(req.stop_rules),
+        preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds,
@@ -194,6 +193,18 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
         add_event(session, job, "stop-requested", f"{principal.user} asked for a graceful stop; workers get "
                                                  f"SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
     return job or get_job(session, principal, job_id)
+
+
+def resume(session: Session, principal: Principal, job_id: int) -> Job:
+    """Put a gracefully stopped job back in the queue: same id, same checkpoint folder."""
+    job = get_job(session, principal, job_id)
+    if job.state != "stopped":
+        raise Conflict(f"job {job_id} is {job.state}; only a stopped job can be resumed "
+                       "(a cancelled or failed one starts over: submit it again)")
+    job.state, job.stop_reason, job.ended_at = "queued", None, None
+    job.reason = f"resumed by {principal.user}"
+    add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")
+    return job
 
 
 def finish(session: Session, job: Job, state: str, reason: str, exit_codes: dict[int, int] | None = None) -> None:

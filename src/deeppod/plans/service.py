@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.service import capacity
 from deeppod.errors import InvalidRequest
+from deeppod.jobs.service import ACTIVE_STATES
 from deeppod.scheduler.plan import Plan, parse_plan
 from deeppod.store.models import Job, PlanVersion, Tenant
 
@@ -55,12 +56,12 @@ def plan_status(session: Session, principal: Principal) -> list[TenantStatus]:
     use: dict[str, int] = defaultdict(int)
     wait: dict[str, int] = defaultdict(int)
     rows = session.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
-                           .where(Job.state.in_(("queued", "running", "preempted"))))
+                           .where(Job.state.in_(ACTIVE_STATES)))
     for job, tenant in rows:
         if job.state == "queued":
             wait[tenant] += job.workers * job.gpus_per_worker
         else:
-            use[tenant] += sum(len(w["gpus"]) for w in (job.allocation or {}).get("workers", []))
+            use[tenant] += sum(len(w["gpus"]) for w in job.placed_workers)
     out: list[TenantStatus] = []
     seen = set()
     for node, parent, depth in plan.walk():

@@ -23,6 +23,7 @@ import urllib.request
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
+MAX_BATCH_BYTES = 512 * 1024
 
 
 def _value(v) -> float:
@@ -112,7 +113,12 @@ class Reporter:
             return True
         if not self._pending:
             return True
-        batch = self._pending[:1000]
+        batch, size = [], 0
+        for p in self._pending[:1000]:  # under the server's 1 MiB body limit, whatever the points hold
+            size += len(json.dumps(p))
+            if batch and size > MAX_BATCH_BYTES:
+                break
+            batch.append(p)
         req = urllib.request.Request(
             f"{self.api_url}/v1/jobs/{self.job_id}/metrics", data=json.dumps({"points": batch}).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}, method="POST")

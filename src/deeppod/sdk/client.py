@@ -83,6 +83,10 @@ class Client:
         """Graceful stop: the job checkpoints on SIGTERM and ends as ``stopped``."""
         return self._request("POST", f"/v1/jobs/{job_id}/stop")
 
+    def resume(self, job_id: int) -> dict:
+        """Queue a stopped job again; it continues from its checkpoint with the same id."""
+        return self._request("POST", f"/v1/jobs/{job_id}/resume")
+
     def metrics(self, job_id: int, names: list[str] | None = None, max_points: int = 500) -> dict:
         params = {"max_points": max_points, **({"names": ",".join(names)} if names else {})}
         return self._request("GET", f"/v1/jobs/{job_id}/metrics", params=params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -111,6 +111,16 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
+    @property
+    def placed_workers(self) -> list[dict]:
+        """The workers of the current run: [{"rank", "node", "gpus", "cpus", "memory_mb"}] ([] when none)."""
+        return (self.allocation or {}).get("workers", [])
+
+    @property
+    def stopping(self) -> bool:
+        """Its workers are being stopped: preempted, resized, cancelled or gracefully stopped."""
+        return self.state == "preempted" or self.cancel_requested or bool(self.stop_reason)
+
 
 class PlanVersion(Base):
     """Every plan ever applied; the newest is in force."""
@@ -133,6 +143,7 @@ class JobEvent(Base):
 
 class JobMetric(Base):
     __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_series", "job_id", "name", "step"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(128))

@@ -43,6 +43,12 @@ def stop(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
     return job_out(job, *service.owner_names(session, job))
 
 
+@router.post("/{job_id}/resume", response_model=JobOut)
+def resume(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    job = service.resume(session, principal, job_id)
+    return job_out(job, *service.owner_names(session, job))
+
+
 @router.get("/{job_id}/events", response_model=list[JobEventOut])
 def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]
@@ -55,7 +61,7 @@ def logs(job_id: int, principal: PrincipalDep, request: Request, follow: bool = 
     job_dir = ctx.settings.jobs_dir / str(job_id)
     with ctx.sessions() as session:
         job = service.get_job(session, principal, job_id)
-        current = len((job.allocation or {}).get("workers", [])) or job.workers
+        current = len(job.placed_workers) or job.workers
     known = logged_ranks(job_dir, current)
     if rank is not None and rank not in known:
         raise InvalidRequest(f"job {job_id} has ranks 0..{max(known)}; --rank {rank} does not exist")

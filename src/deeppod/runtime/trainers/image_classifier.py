@@ -10,6 +10,7 @@ and writes a model artifact (weights, TorchScript, class names, input signature)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -178,19 +179,16 @@ def main(argv=None) -> int:
     ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None) if ctx.world_size > 1 else model
 
     ckpt = runtime.Checkpointer(keep=2, background=True)
-    base_world = args.base_workers or ctx.world_size
     sampler = runtime.ElasticSampler(len(train_items), seed=args.seed)
-    # The base world size is part of the run: a resumed run keeps the one it started with.
-    peek = ckpt.load_latest(restore_rng=False) if ckpt.checkpoints() else None
-    if peek and "base_world" in peek.get("extra", {}):
-        base_world = peek["extra"]["base_world"]
-    per_worker = max(1, math.ceil(args.batch_size / base_world))
-    batch, lr = scale_for_world(ctx.world_size, base_world_size=base_world, per_worker_batch=per_worker,
-                                base_lr=args.lr, rule=args.scale_rule)
-    opt = make_optimizer(args, ddp.parameters(), lr)
+    opt = make_optimizer(args, ddp.parameters(), args.lr)
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     state = ckpt.load_latest(model=model, optimizer=opt, scaler=scaler, sampler=sampler)
     step, epoch = (state["step"], state["epoch"]) if state else (0, 0)
+    # The base world size belongs to the run: a resumed run keeps the one it started with.
+    base_world = (state or {}).get("extra", {}).get("base_world") or args.base_workers or ctx.world_size
+    per_worker = max(1, math.ceil(args.batch_size / base_world))
+    batch, lr = scale_for_world(ctx.world_size, base_world_size=base_world, per_worker_batch=per_worker,
+                                base_lr=args.lr, rule=args.scale_rule)
     for g in opt.param_groups:  # a new world size may mean a new LR (linear_lr)
         g["lr"] = lr
     if ctx.is_chief:
@@ -216,7 +214,7 @@ def main(argv=None) -> int:
         k = 0
         ddp.train()
         began, seen = time.perf_counter(), 0
-        join = ddp.join() if isinstance(ddp, DDP) else _null()
+        join = ddp.join() if isinstance(ddp, DDP) else contextlib.nullcontext()
         with join:
             for x, y in loader:
                 x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
@@ -286,14 +284,6 @@ def _finish(ctx) -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:

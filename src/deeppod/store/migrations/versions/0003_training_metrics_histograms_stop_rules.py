@@ -43,6 +43,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('job_metrics', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_job_metrics_job_id'), ['job_id'], unique=False)
+        batch_op.create_index('ix_job_metrics_series', ['job_id', 'name', 'step'], unique=False)
 
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.add_column(sa.Column('stop_rules', sa.JSON(), nullable=False, server_default='[]'))
@@ -58,6 +59,7 @@ def downgrade() -> None:
         batch_op.drop_column('stop_rules')
 
     with op.batch_alter_table('job_metrics', schema=None) as batch_op:
+        batch_op.drop_index('ix_job_metrics_series')
         batch_op.drop_index(batch_op.f('ix_job_metrics_job_id'))
 
     op.drop_table('job_metrics')
