@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 SERVER_PACKAGES = ("deeppod.api", "deeppod.store", "deeppod.jobs", "deeppod.scheduler", "deeppod.executor",
-                   "deeppod.server", "deeppod.auth", "deeppod.cluster")
+                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.data")
 HEAVY = ("fastapi", "sqlalchemy", "uvicorn", "alembic", "starlette")
 
 
@@ -32,6 +32,11 @@ def test_cli_imports_no_server_code():
 
 def test_sdk_imports_no_server_code():
     mods = loaded_after("from deeppod import Client")
+    assert offenders(mods, SERVER_PACKAGES + HEAVY) == []
+
+
+def test_runtime_data_imports_no_server_code():
+    mods = loaded_after("import deeppod.runtime.data, deeppod.runtime.trainers.image_classifier")
     assert offenders(mods, SERVER_PACKAGES + HEAVY) == []
 
 

@@ -54,12 +54,17 @@ class Conflict(DeepPodError):
     status = 409
 
 
+class TooLarge(DeepPodError):
+    code = "too_large"
+    status = 413
+
+
 class ExecutorError(DeepPodError):
     code = "executor_error"
     status = 500
 
 
-_BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict)}
+_BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge)}
 
 
 def from_response(status: int, body: object) -> DeepPodError:

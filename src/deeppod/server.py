@@ -16,6 +16,9 @@ from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
 from deeppod.cluster.service import register_node
+from deeppod.data import service as data_service
+from deeppod.data.ingest import Limits
+from deeppod.data.tiers import Tiers
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
@@ -35,6 +38,7 @@ class ServerContext:
     sessions: sessionmaker[Session]
     executor: Executor
     reconciler: Reconciler
+    data: data_service.DataPlane
 
 
 def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None) -> ServerContext:
@@ -46,11 +50,27 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
         register_node(s, node)
+    data = data_service.DataPlane(Tiers(settings.hot_root, settings.cold_root),
+                                  Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
+                                  settings.data_cold_after_seconds)
+    data_service.recover(sessions, data)
     executor = executor or LocalExecutor()
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds)
-    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config)
-    return ServerContext(settings, engine, sessions, executor, reconciler)
+    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
+                            stage=lambda version_id: data_service.stage(sessions, data, version_id))
+    return ServerContext(settings, engine, sessions, executor, reconciler, data)
+
+
+def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60.0) -> None:
+    """Move idle dataset versions to the cold tier, once a minute."""
+    while not stop.wait(interval):
+        try:
+            moved = data_service.demote_idle(ctx.sessions, ctx.data)
+            if moved:
+                log.info("moved to cold: %s", ", ".join(moved))
+        except Exception:  # the next round retries
+            log.exception("tiering round failed")
 
 
 def bootstrap_admin(ctx: ServerContext) -> str | None:
@@ -94,6 +114,7 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
     loop.start()
+    threading.Thread(target=tiering_loop, args=(ctx, stop), name="tiering", daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False))
     try:

@@ -34,6 +34,11 @@ def _float(env: dict, name: str, default: float) -> float:
         raise InvalidRequest(f"{name}={raw!r} is not a number; set it to a number of seconds or unset it") from None
 
 
+def _path(env: dict, name: str) -> Path | None:
+    raw = env.get(name)
+    return Path(raw).expanduser().resolve() if raw else None
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path = field(default_factory=lambda: Path(DEFAULT_HOME).expanduser())
@@ -51,6 +56,20 @@ class Settings:
     aging_seconds: float = 600.0
     reserve_after_seconds: float = 300.0
     resize_after_seconds: float = 900.0
+    # datasets
+    hot_dir: Path | None = None  # None: home/data/hot
+    cold_dir: Path | None = None  # None: home/data/cold
+    data_max_file_bytes: int = 256 << 20
+    data_max_ingest_bytes: int = 64 << 30
+    data_cold_after_seconds: float = 30 * 86400.0  # versions unused this long move to cold
+
+    @property
+    def hot_root(self) -> Path:
+        return self.hot_dir or self.home / "data" / "hot"
+
+    @property
+    def cold_root(self) -> Path:
+        return self.cold_dir or self.home / "data" / "cold"
 
     @property
     def jobs_dir(self) -> Path:
@@ -85,6 +104,11 @@ class Settings:
             aging_seconds=_float(env, "DEEPPOD_AGING_SECONDS", 600.0),
             reserve_after_seconds=_float(env, "DEEPPOD_RESERVE_AFTER_SECONDS", 300.0),
             resize_after_seconds=_float(env, "DEEPPOD_RESIZE_AFTER_SECONDS", 900.0),
+            hot_dir=_path(env, "DEEPPOD_HOT_DIR"),
+            cold_dir=_path(env, "DEEPPOD_COLD_DIR"),
+            data_max_file_bytes=_int(env, "DEEPPOD_DATA_MAX_FILE_BYTES", 256 << 20),
+            data_max_ingest_bytes=_int(env, "DEEPPOD_DATA_MAX_INGEST_BYTES", 64 << 30),
+            data_cold_after_seconds=_float(env, "DEEPPOD_DATA_COLD_AFTER_SECONDS", 30 * 86400.0),
         )
 
 

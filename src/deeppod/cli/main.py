@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from deeppod.cli.data import app as data_app
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state
 from deeppod.errors import DeepPodError, InvalidRequest
 from deeppod.settings import client_config_path
@@ -28,16 +30,8 @@ app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(plan_app, name="plan")
 app.add_typer(nodes_app, name="nodes")
+app.add_typer(data_app, name="data")
 
-UrlOpt = Annotated[Optional[str], typer.Option("--url", help="server URL (or DEEPPOD_API_URL)", show_default=False)]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-
-
-def client(url: str | None, token: str | None):
-    from deeppod.sdk.client import Client
-
-    return Client(url, token)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -480,7 +474,8 @@ app.add_typer(train_app, name="train")
 @train_app.command("image-classifier", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train_image_classifier(
     ctx: typer.Context,
-    data: Annotated[Path, typer.Option(help="class-per-folder image directory")],
+    data: Annotated[Optional[Path], typer.Option(help="class-per-folder image directory")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
     model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...) or small-cnn")] = "resnet18",
     epochs: int = 10,
     batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
@@ -499,12 +494,15 @@ def train_image_classifier(
     --finetune-from, --scale-rule, ...) pass through to the trainer."""
     import sys as _sys
 
-    if not data.is_dir():
+    if (data is None) == (dataset is None):
+        raise InvalidRequest("give the images with either --dataset NAME[@VERSION] or --data FOLDER")
+    if data is not None and not data.is_dir():
         raise InvalidRequest(f"--data {data} is not a folder of class folders")
     if optimizer not in ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop"):
         raise InvalidRequest(f"--optimizer {optimizer!r} is not one of sgd, momentum, nesterov, adam, adamw, "
                              "adagrad, adadelta, rmsprop")
-    command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(data.resolve()),
+    source = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
+    command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *source,
                "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
                "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
                *ctx.args]
@@ -512,7 +510,8 @@ def train_image_classifier(
     c = client(url, token)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
-                   env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}])
+                   env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
+                   datasets=[dataset] if dataset else None)
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
                   f"and 'deeppod metrics {job['id']} -f'")
     if follow:

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
-from deeppod.errors import DeepPodError
+from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
 from deeppod.jobs.contract import base_environment, worker_env
@@ -81,8 +81,9 @@ def _same_reason(a: str, b: str) -> bool:
 class Reconciler:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None):
         self.sessions = sessions
+        self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
         self.executor = executor
         self.jobs_dir = jobs_dir
         self.api_url = api_url
@@ -233,18 +234,34 @@ class Reconciler:
                 job.reason = w.reason
         return d.starts, stop_now
 
+    def _stage_datasets(self, job_id: int) -> dict[str, str]:
+        """Bring the job's datasets to the hot tier before it starts: env var -> folder."""
+        with self.sessions() as s:
+            wanted = list(s.get(Job, job_id).datasets or [])
+        if wanted and self.stage is None:
+            raise ExecutorError("this server has no dataset store to stage from")
+        return {d["env"]: self.stage(d["version_id"]) for d in wanted}
+
     def start(self, start: Start) -> None:
+        try:
+            staged = self._stage_datasets(start.job_id)
+        except (DeepPodError, OSError) as exc:
+            with self.sessions.begin() as s:
+                job = s.get(Job, start.job_id)
+                finish(s, job, "failed", f"could not stage its datasets: {exc}")
+            log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
+            return
         with self.sessions.begin() as s:
             job = s.get(Job, start.job_id)
             try:
-                spec = self.launch_spec(s, job, start)
+                spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
             except (DeepPodError, OSError) as exc:
                 finish(s, job, "failed", f"could not start: {exc}")
                 revoke_job_tokens(s, job.id)
                 log.warning("job %s could not start: %s", job.id, exc)
 
-    def launch_spec(self, s: Session, job: Job, start: Start) -> LaunchSpec:
+    def launch_spec(self, s: Session, job: Job, start: Start, staged: dict[str, str] | None = None) -> LaunchSpec:
         job_dir = self.job_dir(job.id)
         ckpt = job_dir / "checkpoints"
         ckpt.mkdir(parents=True, exist_ok=True)
@@ -259,7 +276,7 @@ class Reconciler:
         for w in start.placement:
             peers = per_node[w.node]
             env = worker_env(
-                self.base_env, job.env, job_id=job.id, rank=w.rank, world_size=len(start.placement),
+                self.base_env, {**job.env, **(staged or {})}, job_id=job.id, rank=w.rank, world_size=len(start.placement),
                 local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w.node),
                 master_addr=master_addr, master_port=master_port, gpus=w.gpus, cpus=w.cpus,
                 checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count)

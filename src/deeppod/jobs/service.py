@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
+from deeppod.data.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs.contract import ENV_NAME_RE, reserved
 from deeppod.jobs.stop_rules import check_rules
@@ -38,6 +39,7 @@ class JobRequest:
     preemptible: bool = True
     max_restarts: int = 0
     stop_rules: list[dict] = field(default_factory=list)
+    datasets: list[str] = field(default_factory=list)  # NAME[@VERSION]: staged hot, path in DEEPPOD_DATA_<NAME>
 
 
 def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
@@ -119,6 +121,7 @@ def default_name(command: list[str]) -> str:
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
     validate(req, capacity(session))
+    datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
     job = Job(
         name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
@@ -127,7 +130,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
-        grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds,
+        grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
     )
     session.add(job)
     session.flush()

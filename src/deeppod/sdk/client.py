@@ -48,6 +48,50 @@ class Client:
             raise from_response(r.status_code, body)
         return r.json() if r.content else None
 
+    # datasets
+    def ingest(self, name: str, source: str, *, policy: dict | None = None, tags: dict | None = None,
+               description: str | None = None, progress=None, s3_endpoint: str | None = None,
+               s3_key_id: str | None = None, s3_secret: str | None = None) -> dict:
+        """Ingest a folder, an archive or ``s3://bucket/prefix`` as the next version of ``name``.
+        ``progress(files_done, files_total, bytes_done, bytes_total)`` is called as it uploads."""
+        import json
+
+        from deeppod.sdk.sources import open_source
+
+        src = open_source(source, s3_endpoint=s3_endpoint, s3_key_id=s3_key_id, s3_secret=s3_secret)
+        params = {"source": src.description}
+        if policy:
+            params["policy"] = json.dumps(policy)
+        if tags:
+            params["tags"] = json.dumps(tags)
+        if description is not None:
+            params["description"] = description
+        return self._request("POST", f"/v1/datasets/{name}/versions", params=params, content=src.chunks(progress),
+                             headers={"content-type": src.content_type}, timeout=None)
+
+    def datasets(self, query: str = "") -> list[dict]:
+        return self._request("GET", "/v1/datasets", params={"q": query} if query else None)
+
+    def dataset(self, ref: str) -> dict:
+        return self._request("GET", f"/v1/datasets/{ref}")
+
+    def update_dataset(self, name: str, **changes) -> dict:
+        return self._request("PATCH", f"/v1/datasets/{name}", json=changes)
+
+    def set_data_policy(self, name: str, policy: dict, replace: bool = False) -> dict:
+        return self._request("PUT", f"/v1/datasets/{name}/policy", json={"policy": policy, "replace": replace})
+
+    def stage(self, ref: str, tier: str = "hot") -> dict:
+        return self._request("POST", f"/v1/datasets/{ref}/stage", params={"tier": tier}, timeout=None)
+
+    def manifest(self, ref: str) -> list[dict]:
+        import json
+
+        r = self._http.get(f"/v1/datasets/{ref}/manifest")
+        if r.status_code >= 400:
+            raise from_response(r.status_code, r.json())
+        return [json.loads(line) for line in r.text.splitlines() if line]
+
     # identity
     def whoami(self) -> dict:
         return self._request("GET", "/v1/whoami")
@@ -57,10 +101,12 @@ class Client:
                cpus_per_worker: float = 1.0, memory_mb_per_worker: int | None = None,
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
-               max_restarts: int = 0, stop_rules: list[dict] | None = None) -> dict:
-        """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic."""
+               max_restarts: int = 0, stop_rules: list[dict] | None = None,
+               datasets: list[str] | None = None) -> dict:
+        """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
+        ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>."""
         body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
-                "stop_rules": list(stop_rules or []),"command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
+                "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir or os.getcwd()),
                 "priority": priority, "grace_seconds": grace_seconds}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -107,6 +107,8 @@ class Job(Base):
     handle: Mapped[dict | None] = mapped_column(nullable=True)
     exit_codes: Mapped[dict | None] = mapped_column(nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
+    datasets: Mapped[list] = mapped_column(default=list)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
@@ -162,3 +164,39 @@ class JobHistogram(Base):
     max: Mapped[float] = mapped_column(Float)
     counts: Mapped[list] = mapped_column(default=list)
     at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    description: Mapped[str] = mapped_column(Text, default="")
+    shared: Mapped[bool] = mapped_column(Boolean, default=False)  # readable by every tenant
+    tags: Mapped[dict] = mapped_column(default=dict)  # {"xray": "", "site": "lyon"}
+    meta: Mapped[dict] = mapped_column(default=dict)  # free metadata
+    policy: Mapped[dict] = mapped_column(default=dict)  # the ingest policy for new versions
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_versions"
+    __table_args__ = (UniqueConstraint("dataset_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    # ingesting -> ready; a row left "ingesting" by a crash is removed with its files at start
+    state: Mapped[str] = mapped_column(String(16), default="ingesting")
+    tier: Mapped[str] = mapped_column(String(8), default="hot")
+    key: Mapped[str] = mapped_column(String(256))  # folder under the tier root
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    classes: Mapped[list] = mapped_column(default=list)
+    stats: Mapped[dict] = mapped_column(default=dict)
+    lineage: Mapped[dict] = mapped_column(default=dict)
+    report: Mapped[dict] = mapped_column(default=dict)  # quarantined files and why
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(default=utcnow)

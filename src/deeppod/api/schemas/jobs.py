@@ -24,6 +24,9 @@ class JobCreate(Strict):
     stop_rules: list[dict] = Field(default_factory=list, max_length=20,
                                    description="[{'kind': 'nan', 'metric': 'loss'}, {'kind': 'plateau', "
                                                "'metric': 'val_loss', 'patience': 5, 'mode': 'min'}]")
+    datasets: list[str] = Field(default_factory=list, max_length=16,
+                                description="datasets to stage before start, NAME[@VERSION]; each job worker "
+                                            "finds its folder in DEEPPOD_DATA_<NAME>")
 
 
 class JobOut(Out):
@@ -46,6 +49,7 @@ class JobOut(Out):
     max_restarts: int
     preemptible: bool
     stop_rules: list[dict]
+    datasets: list[dict] = []
     stop_reason: str | None
     cancel_requested: bool
     allocation: dict | None

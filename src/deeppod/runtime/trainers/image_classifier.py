@@ -27,7 +27,11 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="class-per-folder image directory")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="class-per-folder image directory, or a dataset version folder")
+    src.add_argument("--dataset", help="a dataset the platform staged for this job, NAME[@VERSION]")
+    p.add_argument("--min-crop", type=float, default=0.25,
+                   help="datasets: RandomResizedCrop's smallest area fraction (ImageNet recipes use 0.08)")
     p.add_argument("--model", default="resnet18", help="a torchvision classification model, or 'small-cnn'")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128, help="global batch at --base-workers workers")
@@ -69,6 +73,33 @@ def scan(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
     if not items:
         sys.exit(f"--data {root} holds no images ({', '.join(sorted(IMAGE_EXTS))})")
     return classes, items
+
+
+def dataset_dir(args) -> Path | None:
+    """The version folder to read shards from, or None for a plain class-per-folder tree."""
+    from deeppod.runtime.data import dataset_path
+
+    if args.dataset:
+        try:
+            return dataset_path(args.dataset)
+        except FileNotFoundError as exc:
+            sys.exit(str(exc))
+    return Path(args.data) if (Path(args.data) / "index.npy").is_file() else None
+
+
+def _dataset_ref(args) -> str | None:
+    """NAME@VERSION of the data trained on (the staged folder is .../NAME/vVERSION)."""
+    folder = dataset_dir(args)
+    if folder is None:
+        return None
+    name = args.dataset.split("@")[0] if args.dataset else folder.parent.name
+    return f"{name}@{folder.name.lstrip('v')}"
+
+
+def normalize(x, mean, std):
+    from deeppod.runtime.data import normalize as _normalize
+
+    return _normalize(x, mean, std)
 
 
 def split(items, val_fraction: float):
@@ -164,8 +195,18 @@ def main(argv=None) -> int:
     amp = args.amp == "on" or (args.amp == "auto" and cuda)
     channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
 
-    classes, items = scan(Path(args.data))
-    train_items, val_items = split(items, args.val_fraction)
+    version_dir = dataset_dir(args)
+    if version_dir is not None:
+        from deeppod.runtime.data import ImageDataset
+
+        train_set = ImageDataset(version_dir, "train", size=args.image_size, train=True, seed=args.seed,
+                                 scale=(args.min_crop, 1.0))
+        val_set = ImageDataset(version_dir, "val", size=args.image_size, train=False)
+        classes, train_items, val_items = train_set.classes, range(len(train_set)), val_set
+    else:
+        classes, items = scan(Path(args.data))
+        train_items, val_items = split(items, args.val_fraction)
+        train_set = ImageList(train_items, transforms(args.image_size, True))
     model = build_model(args.model, len(classes))
     if args.finetune_from:
         state = torch.load(Path(args.finetune_from) / "weights.pt", map_location="cpu", weights_only=True)
@@ -196,7 +237,6 @@ def main(argv=None) -> int:
               f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
               f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
 
-    train_set = ImageList(train_items, transforms(args.image_size, True))
     loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
     loss_fn = torch.nn.CrossEntropyLoss()
     activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
@@ -208,7 +248,13 @@ def main(argv=None) -> int:
     while epoch < args.epochs:
         sampler.set_epoch(epoch)
         order = list(sampler)
-        loader = torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order, **loader_kw)
+        if version_dir is not None:
+            from deeppod.runtime.data import loader as shard_loader
+
+            loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
+                                  pin_memory=cuda)
+        else:
+            loader = torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order, **loader_kw)
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
             if args.record_samples else None
         k = 0
@@ -218,6 +264,8 @@ def main(argv=None) -> int:
         with join:
             for x, y in loader:
                 x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+                if x.dtype == torch.uint8:  # dataset batches: normalised here, on the device
+                    x = normalize(x, MEAN, STD)
                 if channels_last:
                     x = x.to(memory_format=torch.channels_last)
                 for g in opt.param_groups:
@@ -293,15 +341,23 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
 
     if not val_items:
         return float("nan")
-    part = val_items[ctx.rank::ctx.world_size]
-    loader = torch.utils.data.DataLoader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
-                                         num_workers=args.loader_workers)
+    if hasattr(val_items, "reader"):  # a dataset split
+        from deeppod.runtime.data import loader as shard_loader
+
+        loader = shard_loader(val_items, batch_size=256, sampler=range(ctx.rank, len(val_items), ctx.world_size),
+                              workers=args.loader_workers)
+    else:
+        part = val_items[ctx.rank::ctx.world_size]
+        loader = torch.utils.data.DataLoader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
+                                             num_workers=args.loader_workers)
     model = getattr(ddp, "module", ddp)
     model.eval()
     correct = torch.zeros(2, device=ctx.device)
     with torch.no_grad():
         for x, y in loader:
             x, y = x.to(ctx.device), y.to(ctx.device)
+            if x.dtype == torch.uint8:
+                x = normalize(x, MEAN, STD)
             if channels_last:
                 x = x.to(memory_format=torch.channels_last)
             with torch.autocast(ctx.device.type, enabled=amp):
@@ -333,6 +389,7 @@ def write_artifact(model, classes, args, val_accuracy: float, out: Path) -> None
         "metrics": {"val_accuracy": val_accuracy},
         "hyperparameters": {k: v for k, v in vars(args).items() if k not in ("step_delay",)},
         "job_id": os.environ.get("DEEPPOD_JOB_ID"),
+        "dataset": _dataset_ref(args),
     }, indent=1))
     print(f"model artifact written to {out} (val_accuracy {val_accuracy:.4f})", flush=True)
 

@@ -1,0 +1,143 @@
+"""Input pipeline: DeepPod's shard loader vs torchvision ImageFolder + DataLoader, same JPEG
+files (about 500 px, quality 90), same transforms (RandomResizedCrop(224) + horizontal flip),
+same number of loader processes, in one run. Prints images/s per loader process (= per
+core when each has a core) and the ratio. Aim: >= 3x.
+
+    python benchmarks/data_loader.py [--images 1500] [--workers 1,2] [--batch-size 64] [--epochs 2]
+
+The baseline is what users write by hand: ImageFolder, Compose([RandomResizedCrop(224),
+RandomHorizontalFlip(), ToTensor()]), DataLoader(batch_size, shuffle, num_workers).
+Normalisation is left out of both (DeepPod does it on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_images(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
+    """Photo-like JPEGs: smooth colour fields, shapes and sensor noise, 420-560 px sides."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    for i in range(n):
+        w, h = rng.randint(420, 560), rng.randint(380, 520)
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([(np.sin(xx / rng.uniform(20, 90) + c) * np.cos(yy / rng.uniform(20, 90) - c) + 1) * 110
+                         for c in range(3)], axis=-1)
+        im = Image.fromarray(np.clip(base + nrng.normal(0, 12, base.shape), 0, 255).astype("uint8"))
+        draw = ImageDraw.Draw(im)
+        for _ in range(12):
+            x, y = rng.randrange(w), rng.randrange(h)
+            draw.ellipse((x, y, x + rng.randint(20, 160), y + rng.randint(20, 160)),
+                         fill=tuple(rng.randrange(256) for _ in range(3)))
+        im = im.filter(ImageFilter.GaussianBlur(0.6))
+        d = root / f"class{i % classes:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        im.save(d / f"img{i:05d}.jpg", quality=90)
+
+
+def build_shards(src: Path, out: Path) -> None:
+    import io
+    import tarfile
+
+    from deeppod.data.ingest import Limits, build
+    from deeppod.data.objects import ObjectStore
+    from deeppod.data.policy import Policy
+
+    tar_path = out.parent / "upload.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(src, arcname="data")
+    build(tar_path, out, ObjectStore(out.parent / "objects"), Policy(), Limits(1 << 30, 1 << 40))
+    tar_path.unlink()
+
+
+def run_baseline(src: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
+    import torch
+    from torchvision import datasets, transforms as T
+
+    ds = datasets.ImageFolder(str(src), T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                                   T.ToTensor()]))
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
+                                         persistent_workers=True)
+    return _time(loader, epochs)
+
+
+def run_deeppod(version: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
+    from deeppod.runtime.data import ImageDataset, loader
+
+    ds = ImageDataset(version, split=None, size=224, train=True)
+    order = list(range(len(ds)))
+
+    class Epochs:  # a fresh shuffle each epoch, as the trainer does
+        def __iter__(self):
+            random.shuffle(order)
+            return iter(order)
+
+    return _time_fn(lambda: loader(ds, batch_size=batch, sampler=Epochs(), workers=workers), epochs)
+
+
+def _time(loader, epochs: int) -> tuple[float, int]:
+    return _time_fn(lambda: loader, epochs)
+
+
+def _time_fn(make, epochs: int) -> tuple[float, int]:
+    # epoch 0 warms the page cache and starts the workers; the rest are timed
+    n, began = 0, None
+    for e in range(epochs + 1):
+        if e == 1:
+            began = time.perf_counter()
+        for x, y in make():
+            if e >= 1:
+                n += len(y)
+    return n / (time.perf_counter() - began), n
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--images", type=int, default=1500)
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--dir", default=None, help="keep the generated files here (default: a temp folder)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="deeppod-loader-"))
+    src, version = work / "images", work / "version"
+    if not src.exists():
+        make_images(src, args.images)
+    if not version.exists():
+        build_shards(src, version)
+    mean_kb = sum(f.stat().st_size for f in src.rglob("*.jpg")) / args.images / 1024
+    print(f"{args.images} JPEGs, mean {mean_kb:.0f} KB, batch {args.batch_size}, {os.cpu_count()} cores")
+    results = []
+    for w in [int(x) for x in args.workers.split(",")]:
+        base, _ = run_baseline(src, w, args.batch_size, args.epochs)
+        ours, _ = run_deeppod(version, w, args.batch_size, args.epochs)
+        row = {"workers": w, "baseline_img_s": round(base, 1), "deeppod_img_s": round(ours, 1),
+               "baseline_per_worker": round(base / w, 1), "deeppod_per_worker": round(ours / w, 1),
+               "ratio": round(ours / base, 2)}
+        results.append(row)
+        print(f"workers {w}: torchvision ImageFolder {base:7.1f} img/s ({base / w:6.1f}/worker) | "
+              f"DeepPod {ours:7.1f} img/s ({ours / w:6.1f}/worker) | ratio {ours / base:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"images": args.images, "mean_kb": round(mean_kb), "results": results},
+                                              indent=1))
+    if not args.dir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

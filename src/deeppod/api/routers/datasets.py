@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+import re
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
+from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, dataset_out
+from deeppod.data import service
+from deeppod.errors import InvalidRequest, TooLarge
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+UPLOAD_PATH = re.compile(r"^/v1/datasets/[^/]+/versions$")
+
+
+def is_upload(method: str, path: str) -> bool:
+    return method == "POST" and bool(UPLOAD_PATH.match(path))
+
+
+def _json_param(name: str, raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise InvalidRequest(f"query parameter {name} must be a JSON object, e.g. {name}={{\"k\":\"v\"}}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"query parameter {name} must be a JSON object")
+    return value
+
+
+def _show(session, principal, ref: str) -> DatasetOut:
+    ds = service.get_dataset(session, principal, ref)
+    return dataset_out(ds, service.owner_name(session, ds), service.versions(session, ds))
+
+
+@router.post("/{name}/versions", status_code=201, response_model=DatasetOut)
+async def ingest(name: str, request: Request, principal: PrincipalDep, policy: str | None = None,
+                 tags: str | None = None, description: str | None = None,
+                 source: str = Query("upload", max_length=1000)) -> DatasetOut:
+    """Body: a tar, tar.gz or zip archive, streamed. Creates NAME@next, all or nothing."""
+    ctx = get_ctx(request)
+    plane = ctx.data
+    policy_d, tags_d = _json_param("policy", policy), _json_param("tags", tags)
+    spool = plane.spool()
+    try:
+        size = 0
+        with open(spool, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > plane.limits.max_ingest_bytes:
+                    raise TooLarge(f"the upload is over the per-ingest limit of {plane.limits.max_ingest_bytes} "
+                                   "bytes (DEEPPOD_DATA_MAX_INGEST_BYTES): split the dataset")
+                f.write(chunk)
+        if size == 0:
+            raise InvalidRequest("the upload is empty: send a tar, tar.gz or zip archive as the request body")
+        await run_in_threadpool(service.ingest_upload, ctx.sessions, plane, principal, name, spool,
+                                policy=policy_d, tags=tags_d, description=description, source=source)
+    finally:
+        spool.unlink(missing_ok=True)
+    with ctx.sessions() as s:
+        return _show(s, principal, name)
+
+
+@router.get("", response_model=list[DatasetOut])
+def list_datasets(session: SessionDep, principal: PrincipalDep, q: str = "") -> list[DatasetOut]:
+    return [dataset_out(ds, owner, vs) for ds, owner, vs in service.search(session, principal, q)]
+
+
+@router.patch("/{name}", response_model=DatasetOut)
+def update(name: str, body: DatasetPatch, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+    service.update(session, principal, name, **body.model_dump())
+    return _show(session, principal, name)
+
+
+@router.put("/{name}/policy", response_model=DatasetOut)
+def set_policy(name: str, body: PolicyIn, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+    service.set_policy(session, principal, name, body.policy, replace=body.replace)
+    return _show(session, principal, name)
+
+
+@router.post("/{ref:path}/stage", response_model=StagedOut)
+def stage(ref: str, request: Request, principal: PrincipalDep, tier: str = "hot") -> StagedOut:
+    ctx = get_ctx(request)
+    with ctx.sessions() as s:
+        ds, v = service.get_version(s, principal, ref)
+        if tier == "cold":
+            service.get_dataset(s, principal, ref, write=True)
+        name, number, version_id = ds.name, v.version, v.id
+    if tier == "hot":
+        path = service.stage(ctx.sessions, ctx.data, version_id)
+    else:
+        path = service.move_version(ctx.sessions, ctx.data, version_id, tier)
+    return StagedOut(ref=f"{name}@{number}", tier=tier, path=path)
+
+
+@router.get("/{ref:path}/manifest")
+def manifest(ref: str, request: Request, session: SessionDep, principal: PrincipalDep) -> FileResponse:
+    ds, v = service.get_version(session, principal, ref)
+    path = get_ctx(request).data.tiers.path(v.tier, v.key) / "manifest.jsonl"
+    return FileResponse(path, media_type="application/x-ndjson", filename=f"{ds.name}-v{v.version}.jsonl")
+
+
+@router.get("/{ref:path}", response_model=DatasetOut)
+def show(ref: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+    return _show(session, principal, ref.split("@")[0])

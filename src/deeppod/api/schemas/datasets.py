@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from deeppod.api.schemas.base import Out, Strict
+
+
+class VersionOut(Out):
+    ref: str
+    version: int
+    tier: str
+    samples: int
+    bytes: int
+    classes: list[str]
+    stats: dict
+    lineage: dict
+    quarantined: list[dict]
+    created_at: datetime
+    last_used_at: datetime
+
+
+class DatasetOut(Out):
+    name: str
+    owner: str
+    description: str
+    shared: bool
+    tags: dict[str, str]
+    meta: dict
+    policy: dict
+    versions: list[VersionOut]
+    created_at: datetime
+
+
+class DatasetPatch(Strict):
+    description: str | None = Field(default=None, max_length=4000)
+    shared: bool | None = None
+    tags: dict[str, str] | None = Field(default=None, description="tags to add or change")
+    untag: list[str] | None = Field(default=None, description="tag keys to remove")
+    meta: dict | None = Field(default=None, description="free metadata to merge")
+
+
+class PolicyIn(Strict):
+    policy: dict = Field(description="resize (max:N|short:N), format (keep|jpeg|png|webp), quality, "
+                                     "mode (keep|RGB|L), tile, val, split_seed")
+    replace: bool = Field(default=False, description="replace the whole policy instead of merging")
+
+
+class StagedOut(Out):
+    ref: str
+    tier: str
+    path: str
+
+
+def version_out(name: str, v) -> VersionOut:
+    return VersionOut(ref=f"{name}@{v.version}", version=v.version, tier=v.tier, samples=v.samples, bytes=v.bytes,
+                      classes=v.classes, stats=v.stats, lineage=v.lineage,
+                      quarantined=(v.report or {}).get("quarantined", []), created_at=v.created_at,
+                      last_used_at=v.last_used_at)
+
+
+def dataset_out(ds, owner: str, versions) -> DatasetOut:
+    return DatasetOut(name=ds.name, owner=owner, description=ds.description, shared=ds.shared, tags=ds.tags or {},
+                      meta=ds.meta or {}, policy=ds.policy or {}, versions=[version_out(ds.name, v) for v in versions],
+                      created_at=ds.created_at)

@@ -1,0 +1,17 @@
+"""Options and the client every CLI command shares."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="server URL (or DEEPPOD_API_URL)", show_default=False)]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+def client(url: str | None, token: str | None):
+    from deeppod.sdk.client import Client
+
+    return Client(url, token)

@@ -1,0 +1,211 @@
+"""``deeppod data``: ingest, catalog, policies, tiers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.output import console, print_json, rows_table
+from deeppod.errors import InvalidRequest
+
+app = typer.Typer(no_args_is_help=True, help="Datasets: ingest, versions, catalog and search, policies, tiers.")
+policy_app = typer.Typer(no_args_is_help=True, help="Ingest policies: what every new version gets done to it.")
+app.add_typer(policy_app, name="policy")
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not k:
+            raise InvalidRequest(f"{what} {item!r}: write KEY=VALUE (or KEY)")
+        out[k] = v
+    return out
+
+
+def parse_assignments(items: list[str]) -> dict:
+    """["resize=short:256", "format=jpeg,quality=85"] -> dict; the server checks the values."""
+    out = {}
+    for item in items:
+        for part in item.split(","):
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip():
+                raise InvalidRequest(f"policy item {part!r} is not KEY=VALUE (e.g. resize=short:256)")
+            out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+def _summary_rows(datasets: list[dict]) -> list[dict]:
+    rows = []
+    for d in datasets:
+        latest = d["versions"][-1] if d["versions"] else None
+        rows.append({"name": d["name"], "owner": d["owner"], "versions": len(d["versions"]),
+                     "latest": f"@{latest['version']}" if latest else "-",
+                     "samples": latest["samples"] if latest else 0, "classes": len(latest["classes"]) if latest else 0,
+                     "size": human(latest["bytes"]) if latest else "-", "tier": latest["tier"] if latest else "-",
+                     "tags": " ".join(f"{k}={v}" if v else k for k, v in d["tags"].items()),
+                     "shared": "yes" if d["shared"] else ""})
+    return rows
+
+
+COLUMNS = ["name", "owner", "versions", "latest", "samples", "classes", "size", "tier", "tags", "shared"]
+
+
+@app.command("ingest")
+def ingest(
+    name: str,
+    source: Annotated[str, typer.Argument(help="a folder (class folders, or images + labels.csv/labels.jsonl), "
+                                               "a .zip/.tar/.tar.gz, or s3://bucket/prefix")],
+    policy: Annotated[list[str], typer.Option("--policy", help="KEY=VALUE for this and later versions, e.g. "
+                                                                "resize=short:256 format=jpeg tile=512")] = [],
+    split: Annotated[Optional[str], typer.Option(help="validation split, e.g. val=0.1")] = None,
+    tag: Annotated[list[str], typer.Option("--tag", help="KEY=VALUE or KEY")] = [],
+    description: Optional[str] = None,
+    s3_endpoint: Annotated[Optional[str], typer.Option(help="S3 endpoint URL (or DEEPPOD_S3_ENDPOINT)")] = None,
+    s3_key_id: Annotated[Optional[str], typer.Option(help="access key (or AWS_ACCESS_KEY_ID)")] = None,
+    s3_secret: Annotated[Optional[str], typer.Option(help="secret key (or AWS_SECRET_ACCESS_KEY)")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Ingest SOURCE as the next version of dataset NAME (all or nothing)."""
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
+
+    pol = parse_assignments(policy)
+    if split:
+        key, _, value = split.partition("=")
+        if key != "val" or not value:
+            raise InvalidRequest(f"--split {split!r}: write val=FRACTION, e.g. --split val=0.1")
+        pol["val"] = value
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                  DownloadColumn(), TransferSpeedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(f"uploading {source}", total=None)
+
+        def progress(files_done, files_total, bytes_done, bytes_total):
+            bar.update(task, completed=bytes_done, total=bytes_total or None,
+                       description=f"uploading {files_done}/{files_total} files" if files_total else "uploading")
+
+        result = client(url, token).ingest(name, source, policy=pol or None, tags=_pairs(tag, "--tag") or None,
+                                           description=description, progress=progress, s3_endpoint=s3_endpoint,
+                                           s3_key_id=s3_key_id, s3_secret=s3_secret)
+    v = result["versions"][-1]
+    if as_json:
+        print_json(v)
+        return
+    lin = v["lineage"]
+    console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, {human(v['bytes'])}"
+                  f" ({lin.get('deduplicated', 0)} already stored, {lin.get('new_objects', 0)} new)")
+    split_counts = v["stats"].get("per_split", {})
+    console.print("split: " + ", ".join(f"{k} {n}" for k, n in sorted(split_counts.items())))
+    if v["quarantined"]:
+        console.print(f"[yellow]{len(v['quarantined'])} file(s) quarantined[/yellow]:")
+        for q in v["quarantined"][:20]:
+            console.print(f"  {q['path']}: {q['reason']}")
+        if len(v["quarantined"]) > 20:
+            console.print(f"  ... see 'deeppod data show {v['ref']} --json'")
+
+
+@app.command("ls")
+def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The datasets you can see: your tenant's and shared ones."""
+    rows = client(url, token).datasets()
+    if as_json:
+        print_json(rows)
+        return
+    console.print(rows_table(_summary_rows(rows), COLUMNS))
+
+
+@app.command("search")
+def search(query: Annotated[str, typer.Argument(help="e.g. 'tag:xray classes>10 size<2GB owner:teama'")],
+           as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Find datasets by tag, owner, name, class count, size, sample count or words."""
+    rows = client(url, token).datasets(query)
+    if as_json:
+        print_json(rows)
+        return
+    console.print(rows_table(_summary_rows(rows), COLUMNS) if rows else "no dataset matches")
+
+
+@app.command("show")
+def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_json: JsonOpt = False,
+         url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A dataset's versions, or one version's statistics, lineage and quarantine report."""
+    d = client(url, token).dataset(ref)
+    want = ref.split("@")[1] if "@" in ref else None
+    versions = [v for v in d["versions"] if want is None or str(v["version"]) == want]
+    if want and not versions:
+        raise InvalidRequest(f"{d['name']} has no version {want}")
+    if as_json:
+        print_json({**d, "versions": versions})
+        return
+    console.print(f"[bold]{d['owner']}/{d['name']}[/bold]  {d['description']}")
+    console.print(f"tags: {d['tags'] or '-'}  shared: {d['shared']}  policy: {d['policy'] or 'none'}")
+    if want is None:
+        console.print(rows_table([{"version": v["ref"], "samples": v["samples"], "classes": len(v["classes"]),
+                                   "size": human(v["bytes"]), "tier": v["tier"],
+                                   "quarantined": len(v["quarantined"]), "parent": v["lineage"].get("parent") or "-",
+                                   "created": v["created_at"][:19]} for v in versions],
+                                 ["version", "samples", "classes", "size", "tier", "quarantined", "parent", "created"]))
+        return
+    v = versions[0]
+    s = v["stats"]
+    console.print(f"{v['ref']}: {v['samples']} images, {human(v['bytes'])}, tier {v['tier']}")
+    console.print("per class: " + ", ".join(f"{c} {n}" for c, n in s.get("per_class", {}).items()))
+    console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
+    console.print("sizes: " + ", ".join(f"{k} {n}" for k, n in s.get("size_histogram", {}).items() if n))
+    console.print(f"width {s.get('width')}  height {s.get('height')}  formats {s.get('formats')}")
+    console.print(f"lineage: {v['lineage']}")
+    for q in v["quarantined"]:
+        console.print(f"[yellow]quarantined[/yellow] {q['path']}: {q['reason']}")
+
+
+@app.command("tag")
+def tag(name: str, tags: Annotated[list[str], typer.Argument(help="KEY=VALUE or KEY; -KEY removes")],
+        url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Add, change or remove tags."""
+    add = _pairs([t for t in tags if not t.startswith("-")], "tag")
+    d = client(url, token).update_dataset(name, tags=add, untag=[t[1:] for t in tags if t.startswith("-")])
+    console.print(f"{d['name']} tags: {d['tags']}")
+
+
+@app.command("share")
+def share(name: str, off: Annotated[bool, typer.Option("--off", help="make it private again")] = False,
+          url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Let every tenant read (not change) a dataset."""
+    d = client(url, token).update_dataset(name, shared=not off)
+    console.print(f"{d['name']} is {'shared with every tenant' if d['shared'] else 'private to ' + d['owner']}")
+
+
+@app.command("stage")
+def stage(ref: Annotated[str, typer.Argument(help="NAME@VERSION")],
+          tier: Annotated[str, typer.Option(help="hot (default) or cold")] = "hot",
+          url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Bring a version to the hot tier (or send it to cold): copy, verify, switch, delete."""
+    r = client(url, token).stage(ref, tier)
+    console.print(f"{r['ref']} is on the {r['tier']} tier: {r['path']}")
+
+
+@policy_app.command("set")
+def policy_set(name: str, items: Annotated[list[str], typer.Argument(help="KEY=VALUE: resize=max:1024|short:256, "
+                                                                         "format=keep|jpeg|png|webp, quality=90, "
+                                                                         "mode=keep|RGB|L, tile=512, val=0.1, "
+                                                                         "split_seed=0")],
+               replace: Annotated[bool, typer.Option(help="replace the whole policy")] = False,
+               url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Set the ingest policy applied to every new version of NAME."""
+    d = client(url, token).set_data_policy(name, parse_assignments(items), replace=replace)
+    console.print(f"{d['name']} policy: {d['policy']}")
+
+
+@policy_app.command("show")
+def policy_show(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    d = client(url, token).dataset(name)
+    console.print(f"{d['name']} policy: {d['policy'] or 'none (images are stored as uploaded)'}")

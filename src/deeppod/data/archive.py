@@ -1,0 +1,147 @@
+"""Reading an uploaded archive (tar, tar.gz or zip) safely, and finding each file's label.
+
+Anything that could write or read outside the dataset is refused before a byte is
+ingested: absolute paths, ``..`` components, symlinks and hard links, device files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import stat
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterator
+
+from deeppod.errors import InvalidRequest
+
+LABEL_FILES = ("labels.csv", "labels.jsonl")
+
+
+@dataclass
+class Member:
+    path: str  # relative, POSIX, checked
+    size: int
+    read: Callable[[], bytes]
+
+
+def safe_path(name: str) -> str:
+    """A member name as a relative POSIX path, or an error naming the offending entry."""
+    raw = name.replace("\\", "/")
+    if raw.startswith("/") or (len(raw) > 1 and raw[1] == ":"):
+        raise InvalidRequest(f"archive entry {name!r} has an absolute path; an archive may only hold relative "
+                             "paths (re-create it from inside the folder)")
+    parts = [p for p in PurePosixPath(raw).parts if p not in ("", ".")]
+    if ".." in parts:
+        raise InvalidRequest(f"archive entry {name!r} climbs out of the archive with '..' (zip-slip); "
+                             "remove it and upload again")
+    return "/".join(parts)
+
+
+def kind_of(path: Path) -> str:
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "zip"
+    if head.startswith(b"\x1f\x8b"):
+        return "tar.gz"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    raise InvalidRequest("the upload is not a tar, tar.gz or zip archive; send one of those "
+                         "(deeppod data ingest packs folders for you)")
+
+
+class Archive:
+    """The checked members of an archive, listed up front; read them while it is open."""
+
+    def __init__(self, path: Path):
+        self.kind = kind_of(path)
+        self._zip = self._tar = None
+        try:
+            if self.kind == "zip":
+                self._zip = zipfile.ZipFile(path)
+                self.members = list(self._zip_members())
+            else:
+                self._tar = tarfile.open(path, "r:*")
+                self.members = list(self._tar_members())
+        except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            self.close()
+            raise InvalidRequest(f"the {self.kind} archive is damaged ({exc}); upload it again") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for f in (self._zip, self._tar):
+            if f is not None:
+                f.close()
+
+    def _tar_members(self) -> Iterator[Member]:
+        tar = self._tar
+        for info in tar:
+            rel = safe_path(info.name)
+            if info.issym() or info.islnk():
+                raise InvalidRequest(f"archive entry {info.name!r} is a link (to {info.linkname!r}); links are "
+                                     "refused because they can point outside the dataset: copy the file instead")
+            if info.isdir() or not rel:
+                continue
+            if not info.isfile():
+                raise InvalidRequest(f"archive entry {info.name!r} is not a regular file; remove it")
+            yield Member(rel, info.size, lambda info=info: tar.extractfile(info).read())
+
+    def _zip_members(self) -> Iterator[Member]:
+        zf = self._zip
+        for info in zf.infolist():
+            rel = safe_path(info.filename)
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise InvalidRequest(f"archive entry {info.filename!r} is a symlink; links are refused because "
+                                     "they can point outside the dataset: copy the file instead")
+            if info.is_dir() or not rel:
+                continue
+            yield Member(rel, info.file_size, lambda info=info: zf.read(info))
+
+
+def strip_common_root(paths: list[str]) -> str:
+    """The single top folder every entry shares (archives of a folder usually have one), or ''."""
+    tops = {p.split("/", 1)[0] for p in paths}
+    if len(tops) == 1 and all("/" in p for p in paths):
+        top = tops.pop()
+        inner = [p.split("/", 1)[1] for p in paths]
+        if any("/" in p for p in inner) or any(p in LABEL_FILES for p in inner):
+            return top + "/"
+    return ""
+
+
+def parse_labels(name: str, data: bytes) -> dict[str, str]:
+    """labels.csv (path,label; a header row is optional) or labels.jsonl ({"path", "label"})."""
+    text = data.decode("utf-8-sig", errors="replace")
+    out: dict[str, str] = {}
+    if name.endswith(".jsonl"):
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                out[safe_path(str(row["path"]))] = str(row["label"])
+            except (ValueError, KeyError, TypeError):
+                raise InvalidRequest(f"{name} line {n} is not a JSON object with 'path' and 'label': {line[:80]!r}")
+        return out
+    rows = list(csv.reader(io.StringIO(text)))
+    if rows and [c.strip().lower() for c in rows[0][:2]] == ["path", "label"]:
+        rows = rows[1:]
+    for n, row in enumerate(rows, 1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 2 or not row[1].strip():
+            raise InvalidRequest(f"{name} row {n} needs two columns, path and label: {row!r}")
+        out[safe_path(row[0].strip())] = row[1].strip()
+    return out

@@ -1,0 +1,350 @@
+"""Datasets through the store: versions (ingest, recover), catalog, policies, tiers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.auth.service import Principal, check_name
+from deeppod.data import catalog, ingest, tiers as tiermod
+from deeppod.data.objects import ObjectStore
+from deeppod.data.policy import Policy
+from deeppod.data.tiers import Tiers
+from deeppod.errors import Forbidden, InvalidRequest, NotFound
+from deeppod.store.models import Dataset, DatasetVersion, Job, Tenant, utcnow
+
+log = logging.getLogger(__name__)
+REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<version>\d+|latest))?$")
+ACTIVE_JOB_STATES = ("queued", "running", "preempted")
+
+
+@dataclass(frozen=True)
+class Ref:
+    owner: str | None
+    name: str
+    version: int | None  # None: the latest ready version
+
+
+def parse_ref(ref: str) -> Ref:
+    m = REF_RE.match(ref or "")
+    if not m:
+        raise InvalidRequest(f"dataset {ref!r}: write NAME, NAME@VERSION or TENANT/NAME@VERSION (e.g. digits@2)")
+    v = m.group("version")
+    return Ref(m.group("owner"), m.group("name"), None if v in (None, "latest") else int(v))
+
+
+def env_key(name: str) -> str:
+    return "DEEPPOD_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+# -- lookups -----------------------------------------------------------------------------
+
+def _visible(principal: Principal, ds: Dataset) -> bool:
+    return principal.is_admin or ds.tenant_id == principal.tenant_id or ds.shared
+
+
+def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write: bool = False) -> Dataset:
+    ref = parse_ref(ref) if isinstance(ref, str) else ref
+    q = select(Dataset).join(Tenant, Dataset.tenant_id == Tenant.id).where(Dataset.name == ref.name)
+    if ref.owner:
+        q = q.where(Tenant.name == ref.owner)
+    found = [d for d in session.scalars(q) if _visible(principal, d)]
+    if len(found) > 1:  # own first, then an unambiguous shared one
+        own = [d for d in found if d.tenant_id == principal.tenant_id]
+        if len(own) == 1:
+            found = own
+        else:
+            owners = ", ".join(sorted(session.get(Tenant, d.tenant_id).name for d in found))
+            raise InvalidRequest(f"several datasets are called {ref.name!r} (tenants {owners}): write TENANT/{ref.name}")
+    if not found:
+        raise NotFound(f"no dataset {ref.name!r} that you can see: list them with 'deeppod data ls'")
+    ds = found[0]
+    if write and not (principal.is_admin or ds.tenant_id == principal.tenant_id):
+        raise Forbidden(f"dataset {ref.name!r} belongs to another tenant; you can read it but not change it")
+    return ds
+
+
+def get_version(session: Session, principal: Principal, ref: str) -> tuple[Dataset, DatasetVersion]:
+    r = parse_ref(ref)
+    ds = get_dataset(session, principal, r)
+    q = select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id, DatasetVersion.state == "ready")
+    if r.version is None:
+        v = session.scalars(q.order_by(DatasetVersion.version.desc()).limit(1)).first()
+        if v is None:
+            raise NotFound(f"dataset {ds.name!r} has no versions yet: ingest one with 'deeppod data ingest'")
+    else:
+        v = session.scalars(q.where(DatasetVersion.version == r.version)).first()
+        if v is None:
+            raise NotFound(f"dataset {ds.name!r} has no version {r.version}: see 'deeppod data show {ds.name}'")
+    return ds, v
+
+
+def versions(session: Session, ds: Dataset) -> list[DatasetVersion]:
+    return list(session.scalars(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id,
+                                                             DatasetVersion.state == "ready")
+                                .order_by(DatasetVersion.version)))
+
+
+def owner_name(session: Session, ds: Dataset) -> str:
+    return session.get(Tenant, ds.tenant_id).name
+
+
+# -- catalog ------------------------------------------------------------------------------
+
+def search(session: Session, principal: Principal, query: str = "") -> list[tuple[Dataset, str, list[DatasetVersion]]]:
+    terms = catalog.parse(query)
+    out = []
+    rows = session.execute(select(Dataset, Tenant.name).join(Tenant, Dataset.tenant_id == Tenant.id)
+                           .order_by(Tenant.name, Dataset.name))
+    for ds, owner in rows:
+        if not _visible(principal, ds):
+            continue
+        vs = versions(session, ds)
+        latest = vs[-1] if vs else None
+        entry = {"name": ds.name, "owner": owner, "description": ds.description, "shared": ds.shared,
+                 "tags": ds.tags or {}, "classes": len(latest.classes) if latest else 0,
+                 "size": latest.bytes if latest else 0, "samples": latest.samples if latest else 0,
+                 "versions": len(vs)}
+        if catalog.matches(entry, terms):
+            out.append((ds, owner, vs))
+    return out
+
+
+def update(session: Session, principal: Principal, name: str, *, description: str | None = None,
+           shared: bool | None = None, tags: dict | None = None, untag: list[str] | None = None,
+           meta: dict | None = None) -> Dataset:
+    ds = get_dataset(session, principal, name, write=True)
+    if description is not None:
+        ds.description = description
+    if shared is not None:
+        ds.shared = shared
+    if tags or untag:
+        new = dict(ds.tags or {})
+        new.update({k: str(v) for k, v in (tags or {}).items()})
+        for k in untag or []:
+            new.pop(k, None)
+        ds.tags = new
+    if meta:
+        ds.meta = {**(ds.meta or {}), **meta}
+    return ds
+
+
+def set_policy(session: Session, principal: Principal, name: str, raw: dict, *, replace: bool = False) -> Dataset:
+    ds = get_dataset(session, principal, name, write=True)
+    merged = raw if replace else {**(ds.policy or {}), **raw}
+    ds.policy = Policy.parse(merged).to_dict()
+    return ds
+
+
+def create(session: Session, principal: Principal, name: str, **kw) -> Dataset:
+    check_name("dataset", name)
+    existing = session.scalars(select(Dataset).where(Dataset.tenant_id == principal.tenant_id,
+                                                     Dataset.name == name)).first()
+    if existing:
+        return existing
+    ds = Dataset(tenant_id=principal.tenant_id, name=name, created_by=principal.user_id, **kw)
+    session.add(ds)
+    session.flush()
+    return ds
+
+
+# -- ingest -------------------------------------------------------------------------------
+
+@dataclass
+class DataPlane:
+    """What the data features need besides the database: storage roots and limits."""
+
+    tiers: Tiers
+    limits: ingest.Limits
+    cold_after_seconds: float
+
+    @property
+    def objects(self) -> ObjectStore:
+        return ObjectStore(self.tiers.objects)
+
+    def spool(self) -> Path:
+        self.tiers.staging.mkdir(parents=True, exist_ok=True)
+        return self.tiers.staging / f"upload-{uuid.uuid4().hex}"
+
+
+_commit_lock = threading.Lock()
+
+
+def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal, name: str, upload: Path, *,
+                  policy: dict | None = None, tags: dict | None = None, description: str | None = None,
+                  source: str = "upload") -> int:
+    """Build a new version from an uploaded archive; returns its id. All or nothing."""
+    check_name("dataset", name)
+    with sessions.begin() as s:
+        ds = create(s, principal, name)
+        if ds.tenant_id != principal.tenant_id and not principal.is_admin:
+            raise Forbidden(f"dataset {name!r} belongs to another tenant")
+        if policy:
+            ds.policy = Policy.parse({**(ds.policy or {}), **policy}).to_dict()
+        applied = Policy.parse(ds.policy)
+        if tags:
+            ds.tags = {**(ds.tags or {}), **{k: str(v) for k, v in tags.items()}}
+        if description is not None:
+            ds.description = description
+        parent = s.scalar(select(func.max(DatasetVersion.version)).where(
+            DatasetVersion.dataset_id == ds.id, DatasetVersion.state == "ready"))
+        number = (s.scalar(select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == ds.id)) or 0) + 1
+        owner = owner_name(s, ds)
+        v = DatasetVersion(dataset_id=ds.id, version=number, state="ingesting", tier="hot",
+                           key=f"{owner}/{name}/v{number}", created_by=principal.user_id,
+                           lineage={"source": source, "policy": applied.to_dict(), "parent": parent,
+                                    "by": principal.user})
+        s.add(v)
+        s.flush()
+        version_id, key = v.id, v.key
+    staging = plane.tiers.staging / f"v{version_id}"
+    final = plane.tiers.path("hot", key)
+    try:
+        if staging.exists():
+            shutil.rmtree(staging)
+        built = ingest.build(upload, staging / "version", plane.objects, applied, plane.limits)
+        if built.samples == 0:
+            raise InvalidRequest("no image could be ingested: " + _first_reasons(built.report)
+                                 + "; fix the files and ingest again")
+        (staging / "journal").write_text("\n".join(built.new_objects))
+        with _commit_lock:  # objects: rename into the store; version: rename into place; then the row
+            plane.objects.commit(staging / "version")
+            final.parent.mkdir(parents=True, exist_ok=True)
+            (staging / "version").rename(final)
+            with sessions.begin() as s:
+                v = s.get(DatasetVersion, version_id)
+                v.state, v.samples, v.bytes, v.classes = "ready", built.samples, built.bytes, built.classes
+                v.stats, v.report = built.stats, built.report
+                v.lineage = {**v.lineage, "new_objects": len(built.new_objects),
+                             "deduplicated": built.samples - len(built.new_objects)}
+        shutil.rmtree(staging, ignore_errors=True)
+        return version_id
+    except BaseException:
+        _abort(sessions, plane, version_id, key)
+        raise
+
+
+def _first_reasons(report: dict) -> str:
+    q = report.get("quarantined") or []
+    return "; ".join(f"{x['path']}: {x['reason']}" for x in q[:3]) or "the archive holds no files"
+
+
+def _referenced(sessions: sessionmaker, plane: DataPlane, shas: set[str]) -> set[str]:
+    """Which of ``shas`` a ready version's manifest names (slow; only after a crash)."""
+    found = set()
+    with sessions() as s:
+        rows = list(s.scalars(select(DatasetVersion).where(DatasetVersion.state == "ready")))
+    for v in rows:
+        manifest = plane.tiers.path(v.tier, v.key) / "manifest.jsonl"
+        if manifest.is_file():
+            with open(manifest) as f:
+                for line in f:
+                    sha = json.loads(line)["sha256"]
+                    if sha in shas:
+                        found.add(sha)
+    return found
+
+
+def _abort(sessions: sessionmaker, plane: DataPlane, version_id: int, key: str) -> None:
+    staging = plane.tiers.staging / f"v{version_id}"
+    journal = staging / "journal"
+    if journal.is_file():
+        shas = set(filter(None, journal.read_text().splitlines()))
+        plane.objects.remove(shas - _referenced(sessions, plane, shas))
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(plane.tiers.path("hot", key), ignore_errors=True)
+    with sessions.begin() as s:
+        v = s.get(DatasetVersion, version_id)
+        if v is not None and v.state == "ingesting":
+            s.delete(v)
+
+
+def recover(sessions: sessionmaker, plane: DataPlane) -> None:
+    """At server start: undo ingests a crash interrupted and remove what moves left over."""
+    with sessions() as s:
+        broken = [(v.id, v.key) for v in s.scalars(select(DatasetVersion).where(DatasetVersion.state == "ingesting"))]
+    for version_id, key in broken:
+        log.warning("removing dataset version %s: its ingest was interrupted", key)
+        _abort(sessions, plane, version_id, key)
+    if plane.tiers.staging.is_dir():
+        shutil.rmtree(plane.tiers.staging, ignore_errors=True)
+    with sessions() as s:
+        live = {v.key: v.tier for v in s.scalars(select(DatasetVersion))}
+    tiermod.sweep(plane.tiers, live)
+
+
+# -- tiers --------------------------------------------------------------------------------
+
+_move_locks: dict[int, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(version_id: int) -> threading.Lock:
+    with _locks_guard:
+        return _move_locks.setdefault(version_id, threading.Lock())
+
+
+def move_version(sessions: sessionmaker, plane: DataPlane, version_id: int, tier: str, *, on_file=None) -> str:
+    if tier not in tiermod.TIERS:
+        raise InvalidRequest(f"tier {tier!r}: use hot or cold")
+    with _lock(version_id):
+        with sessions() as s:
+            v = s.get(DatasetVersion, version_id)
+            current, key = v.tier, v.key
+        if current != tier:
+            def switch():
+                with sessions.begin() as s2:
+                    s2.get(DatasetVersion, version_id).tier = tier
+
+            tiermod.move(plane.tiers, key, current, tier, switch, on_file=on_file)
+            log.info("dataset version %s moved %s -> %s", key, current, tier)
+        return str(plane.tiers.path(tier, key))
+
+
+def stage(sessions: sessionmaker, plane: DataPlane, version_id: int) -> str:
+    """Bring a version to the hot tier (no-op when there) and mark it used; returns its folder."""
+    path = move_version(sessions, plane, version_id, "hot")
+    with sessions.begin() as s:
+        s.get(DatasetVersion, version_id).last_used_at = utcnow()
+    return path
+
+
+def demote_idle(sessions: sessionmaker, plane: DataPlane, now: datetime | None = None) -> list[str]:
+    """Move hot versions unused for ``cold_after_seconds`` (and named by no active job) to cold."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=plane.cold_after_seconds)
+    with sessions() as s:
+        idle = [(v.id, v.key) for v in s.scalars(select(DatasetVersion).where(
+            DatasetVersion.state == "ready", DatasetVersion.tier == "hot", DatasetVersion.last_used_at < cutoff))]
+        busy = {d.get("version_id") for j in s.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)))
+                for d in (j.datasets or [])}
+    moved = []
+    for version_id, key in idle:
+        if version_id in busy:
+            continue
+        move_version(sessions, plane, version_id, "cold")
+        moved.append(key)
+    return moved
+
+
+def resolve_for_job(session: Session, principal: Principal, refs: list[str]) -> list[dict]:
+    """A job's --dataset references, pinned to versions at submit time."""
+    out, keys = [], set()
+    for ref in refs:
+        ds, v = get_version(session, principal, ref)
+        key = env_key(ds.name)
+        if key in keys:
+            raise InvalidRequest(f"two datasets called {ds.name!r} in one job: name each once")
+        keys.add(key)
+        out.append({"ref": f"{ds.name}@{v.version}", "version_id": v.id, "env": key})
+    return out

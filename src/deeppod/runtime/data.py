@@ -1,0 +1,258 @@
+"""``deeppod.runtime.data``: read a DeepPod dataset version and feed it to training.
+
+On-disk format of one version (written by the platform at ingest; documented in
+docs/datasets.md)::
+
+    manifest.jsonl        one JSON object per sample: path, label, bytes, sha256, width, height, split
+    classes.json          ["cat", "dog", ...]: label i is classes[i]
+    index.npy             int64 [N, 6]: shard, offset, length, label, split (0 train, 1 val), width*65536+height
+    shards/shard-00000.dps  b"DPSHARD1" then records: <u32 length><i32 label><length bytes of image>
+
+A record's offset in index.npy points at its image bytes, so random access is one slice of
+a memory map; reading the index in order reads every shard front to back (sequential).
+
+The loader decodes in worker processes, asks Pillow for a reduced-size JPEG decode when the
+random crop allows it (``draft``: the DCT does the downscaling), crops and resizes in one
+step, and hands over one uint8 NCHW tensor per batch: normalisation (and channels_last)
+belong on the device (:func:`normalize`). Sharding across workers uses :class:`ElasticSampler`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import mmap
+import os
+import random
+import struct
+from pathlib import Path
+
+MAGIC = b"DPSHARD1"
+RECORD_HEADER = struct.Struct("<Ii")
+TRAIN, VAL = 0, 1
+SPLITS = {"train": TRAIN, "val": VAL}
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# index.npy columns
+SHARD, OFFSET, LENGTH, LABEL, SPLIT, SIZE = range(6)
+
+
+def dataset_path(name: str) -> Path:
+    """The folder of a dataset the platform staged for this job (``DEEPPOD_DATA_<NAME>``)."""
+    key = "DEEPPOD_DATA_" + name.split("@")[0].upper().replace("-", "_").replace(".", "_")
+    value = os.environ.get(key)
+    if not value:
+        raise FileNotFoundError(f"dataset {name!r} is not staged for this job: submit it with --dataset {name} "
+                                f"(the platform sets {key})")
+    return Path(value)
+
+
+class ShardReader:
+    """Random and sequential access to the samples of one version folder."""
+
+    def __init__(self, root: str | os.PathLike, split: str | None = None):
+        import numpy as np
+
+        self.root = Path(root)
+        if not (self.root / "index.npy").is_file():
+            raise FileNotFoundError(f"{self.root} is not a DeepPod dataset version (no index.npy)")
+        index = np.load(self.root / "index.npy")
+        if split is not None:
+            if split not in SPLITS:
+                raise ValueError(f"split {split!r}: use one of {', '.join(SPLITS)}")
+            index = index[index[:, SPLIT] == SPLITS[split]]
+        self.index = index
+        self.classes: list[str] = json.loads((self.root / "classes.json").read_text())
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def labels(self) -> list[int]:
+        return self.index[:, LABEL].tolist()
+
+    def _map(self, shard: int) -> mmap.mmap:
+        m = self._maps.get(shard)
+        if m is None:
+            with open(self.root / "shards" / f"shard-{shard:05d}.dps", "rb") as f:
+                m = self._maps[shard] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return m
+
+    def read(self, i: int) -> tuple[bytes, int]:
+        shard, offset, length, label = (int(v) for v in self.index[i, :4])
+        return self._map(shard)[offset:offset + length], label
+
+    def size(self, i: int) -> tuple[int, int]:
+        v = int(self.index[i, SIZE])
+        return v >> 16, v & 0xFFFF
+
+    def __getstate__(self):  # worker processes open their own maps
+        return {**self.__dict__, "_maps": {}}
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+
+def iter_shard(path: str | os.PathLike):
+    """Sequential read of one shard file without its index: yields (label, image bytes)."""
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path} is not a DeepPod shard (bad magic)")
+        while head := f.read(RECORD_HEADER.size):
+            length, label = RECORD_HEADER.unpack(head)
+            yield label, f.read(length)
+
+
+# -- transforms ------------------------------------------------------------------------
+
+def random_resized_crop_box(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
+                            ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop box sampling: (left, top, w, h)."""
+    area = width * height
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def center_box(width: int, height: int, size: int, resize: float = 256 / 224) -> tuple[int, int, int, int]:
+    """The evaluation crop: the central square that Resize(size*1.14) + CenterCrop(size) sees."""
+    side = min(width, height) / resize
+    return int((width - side) / 2), int((height - side) / 2), max(1, int(side)), max(1, int(side))
+
+
+def decode_crop(data: bytes, box_fn, size: int, flip: bool = False):
+    """Decode an image, crop ``box_fn(w, h)`` and resize it to size x size: uint8 [3, S, S].
+
+    For JPEG, Pillow's draft mode decodes at 1/2, 1/4 or 1/8 scale whenever the crop still
+    has at least ``size`` pixels per side at that scale (the DCT does the downscaling). The
+    remaining resize is torch's antialiased bilinear on uint8 (vectorised; about twice as
+    fast as Pillow's), the same filter torchvision's RandomResizedCrop uses.
+    """
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    im = Image.open(io.BytesIO(data))
+    width, height = im.size
+    left, top, w, h = box_fn(width, height)
+    if im.format == "JPEG":
+        im.draft("RGB", (max(1, math.ceil(width * size / w)), max(1, math.ceil(height * size / h))))
+        sx, sy = im.size[0] / width, im.size[1] / height
+        left, top, w, h = left * sx, top * sy, w * sx, h * sy
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    box = (int(left), int(top), max(int(left) + 1, int(round(left + w))), max(int(top) + 1, int(round(top + h))))
+    crop = np.array(im.crop(box))  # writable: torch shares it
+    x = torch.from_numpy(crop).permute(2, 0, 1).unsqueeze(0)  # channels_last view: the fast uint8 path
+    if crop.shape[0] != size or crop.shape[1] != size:
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
+                                            align_corners=False)
+    if flip:
+        x = x.flip(-1)
+    return x[0]
+
+
+def normalize(batch, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype=None):
+    """uint8 NCHW on the device -> normalised float, keeping channels_last."""
+    import torch
+
+    dtype = dtype or torch.float32
+    m = torch.tensor(mean, device=batch.device, dtype=dtype).view(1, -1, 1, 1) * 255
+    s = torch.tensor(std, device=batch.device, dtype=dtype).view(1, -1, 1, 1) * 255
+    return (batch.to(dtype) - m) / s
+
+
+class ImageDataset:
+    """Map-style dataset over one split of a version. ``train`` applies RandomResizedCrop and
+    a horizontal flip; otherwise the centre crop. ``__getitems__`` builds a whole batch."""
+
+    def __init__(self, root, split: str | None = "train", *, size: int = 224, train: bool = True,
+                 seed: int = 0, scale=(0.08, 1.0)):
+        self.reader = root if isinstance(root, ShardReader) else ShardReader(root, split)
+        self.size, self.train, self.seed, self.scale = size, train, seed, scale
+        self._rng = random.Random(seed)
+
+    @property
+    def classes(self) -> list[str]:
+        return self.reader.classes
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def _pixels(self, i: int):
+        data, label = self.reader.read(i)
+        if self.train:
+            rng = self._rng
+            pixels = decode_crop(data, lambda w, h: random_resized_crop_box(w, h, rng, self.scale), self.size,
+                                 flip=rng.random() < 0.5)
+        else:
+            pixels = decode_crop(data, lambda w, h: center_box(w, h, self.size), self.size)
+        return pixels, label
+
+    def __getitem__(self, i: int):
+        import torch
+
+        pixels, label = self._pixels(i)
+        return pixels.contiguous(), label
+
+    def __getitems__(self, indices):
+        """One uint8 [B, 3, S, S] tensor and the labels: one transfer per batch."""
+        import torch
+
+        n, s = len(indices), self.size
+        out = torch.empty((n, 3, s, s), dtype=torch.uint8)
+        labels = torch.empty(n, dtype=torch.int64)
+        for k, i in enumerate(indices):
+            pixels, labels[k] = self._pixels(i)
+            out[k].copy_(pixels)
+        return out, labels
+
+
+def _seed_worker(worker_id: int) -> None:
+    import torch
+
+    info = torch.utils.data.get_worker_info()
+    ds = info.dataset
+    ds._rng = random.Random(hash((ds.seed, info.seed, worker_id)))
+
+
+def _first(batch):
+    return batch
+
+
+def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int = 2, pin_memory: bool | None = None,
+           prefetch: int = 4, drop_last: bool = False):
+    """A DataLoader that yields (uint8 [B,3,S,S], int64 labels) batches.
+
+    ``sampler`` is an iterable of indices (e.g. :class:`ElasticSampler` or its ``rest()``);
+    default: all samples in order. Pinned memory is on when CUDA is available.
+    """
+    import torch
+
+    order = list(sampler) if sampler is not None else list(range(len(dataset)))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if drop_last and batches and len(batches[-1]) < batch_size:
+        batches.pop()
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    kw = dict(num_workers=workers, prefetch_factor=prefetch, persistent_workers=False,
+              worker_init_fn=_seed_worker) if workers else {}
+    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=_first,
+                                       pin_memory=pin_memory, **kw)
