@@ -144,7 +144,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
                 for suffix, stored, w, h in pieces:
                     sha = hashlib.sha256(stored).hexdigest()
                     if sha not in seen_new and not objects.has(sha):
-                        objects.stage(out, sha, stored)
+                        objects.stage(out.parent, sha, stored)  # beside the version, not in it
                         seen_new.add(sha)
                         built.new_objects.append(sha)
                     writer.add(stored, index[label], split, w, h)

@@ -218,7 +218,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
                                  + "; fix the files and ingest again")
         (staging / "journal").write_text("\n".join(built.new_objects))
         with _commit_lock:  # objects: rename into the store; version: rename into place; then the row
-            plane.objects.commit(staging / "version")
+            plane.objects.commit(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
             (staging / "version").rename(final)
             with sessions.begin() as s:

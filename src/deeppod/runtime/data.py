@@ -184,9 +184,9 @@ class ImageDataset:
     a horizontal flip; otherwise the centre crop. ``__getitems__`` builds a whole batch."""
 
     def __init__(self, root, split: str | None = "train", *, size: int = 224, train: bool = True,
-                 seed: int = 0, scale=(0.08, 1.0)):
+                 seed: int = 0, scale=(0.08, 1.0), flip: bool = True):
         self.reader = root if isinstance(root, ShardReader) else ShardReader(root, split)
-        self.size, self.train, self.seed, self.scale = size, train, seed, scale
+        self.size, self.train, self.seed, self.scale, self.flip = size, train, seed, scale, flip
         self._rng = random.Random(seed)
 
     @property
@@ -201,7 +201,7 @@ class ImageDataset:
         if self.train:
             rng = self._rng
             pixels = decode_crop(data, lambda w, h: random_resized_crop_box(w, h, rng, self.scale), self.size,
-                                 flip=rng.random() < 0.5)
+                                 flip=self.flip and rng.random() < 0.5)
         else:
             pixels = decode_crop(data, lambda w, h: center_box(w, h, self.size), self.size)
         return pixels, label

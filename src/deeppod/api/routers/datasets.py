@@ -70,13 +70,13 @@ def list_datasets(session: SessionDep, principal: PrincipalDep, q: str = "") -> 
     return [dataset_out(ds, owner, vs) for ds, owner, vs in service.search(session, principal, q)]
 
 
-@router.patch("/{name}", response_model=DatasetOut)
+@router.patch("/{name:path}", response_model=DatasetOut)
 def update(name: str, body: DatasetPatch, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
     service.update(session, principal, name, **body.model_dump())
     return _show(session, principal, name)
 
 
-@router.put("/{name}/policy", response_model=DatasetOut)
+@router.put("/{name:path}/policy", response_model=DatasetOut)
 def set_policy(name: str, body: PolicyIn, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
     service.set_policy(session, principal, name, body.policy, replace=body.replace)
     return _show(session, principal, name)

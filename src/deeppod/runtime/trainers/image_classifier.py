@@ -32,6 +32,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     src.add_argument("--dataset", help="a dataset the platform staged for this job, NAME[@VERSION]")
     p.add_argument("--min-crop", type=float, default=0.25,
                    help="datasets: RandomResizedCrop's smallest area fraction (ImageNet recipes use 0.08)")
+    p.add_argument("--no-hflip", dest="hflip", action="store_false",
+                   help="datasets: no random horizontal flips (digits, text: mirrored is another class)")
     p.add_argument("--model", default="resnet18", help="a torchvision classification model, or 'small-cnn'")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128, help="global batch at --base-workers workers")
@@ -200,7 +202,7 @@ def main(argv=None) -> int:
         from deeppod.runtime.data import ImageDataset
 
         train_set = ImageDataset(version_dir, "train", size=args.image_size, train=True, seed=args.seed,
-                                 scale=(args.min_crop, 1.0))
+                                 scale=(args.min_crop, 1.0), flip=args.hflip)
         val_set = ImageDataset(version_dir, "val", size=args.image_size, train=False)
         classes, train_items, val_items = train_set.classes, range(len(train_set)), val_set
     else:
