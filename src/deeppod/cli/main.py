@@ -99,6 +99,8 @@ def server(
     cpus: Annotated[Optional[int], typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
     database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
+    hot_dir: Annotated[Optional[Path], typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
+    cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
 ) -> None:
     """Start the control plane: API, scheduler loop and local executor."""
     import logging
@@ -108,7 +110,9 @@ def server(
 
     settings = Settings.from_env().with_overrides(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
-        memory_mb=parse_memory(memory), database_url=database_url)
+        memory_mb=parse_memory(memory), database_url=database_url,
+        hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
@@ -523,6 +527,47 @@ def train_image_classifier(
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: training throughput, ...")
 app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("storage")
+def bench_storage_cmd(
+    dataset: Annotated[Optional[str], typer.Option(help="NAME[@VERSION]: staged on this host and read there")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="a dataset version folder instead")] = None,
+    mode: Annotated[str, typer.Option(help="raw (bytes, as MLPerf Storage), loader (decode + crop) or both")] = "both",
+    batch: Annotated[int, typer.Option(help="samples per accelerator step (resnet50 on H100: 400)")] = 400,
+    compute: Annotated[float, typer.Option(help="seconds of compute per step (resnet50 on H100: 0.224)")] = 0.224,
+    steps: int = 10,
+    loader_workers: Annotated[int, typer.Option(help="loader processes per accelerator (loader mode)")] = 1,
+    image_size: int = 224,
+    threads: Annotated[int, typer.Option(help="threads for the raw read test")] = 4,
+    out: Annotated[Optional[Path], typer.Option(help="also write the results here as JSON")] = None,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Accelerator utilisation with N emulated accelerators (largest N with AU >= 90%), and
+    sequential/random read throughput of the data folder."""
+    from deeppod.bench.storage import as_dicts, max_accelerators, read_throughput
+
+    if (dataset is None) == (data is None):
+        raise InvalidRequest("give --dataset NAME[@VERSION] or --data FOLDER")
+    if mode not in ("raw", "loader", "both"):
+        raise InvalidRequest(f"--mode {mode!r}: use raw, loader or both")
+    folder = Path(client(url, token).stage(dataset)["path"]) if dataset else data
+    if not (folder / "index.npy").is_file():
+        raise InvalidRequest(f"{folder} is not a dataset version folder (no index.npy)")
+    report = {"folder": str(folder), "batch": batch, "compute_s": compute, "steps": steps}
+    io_ = read_throughput(folder, threads=threads)
+    report["read"] = io_
+    console.print(f"read {io_['bytes'] / 1e6:.1f} MB in {io_['files']} files with {threads} threads: sequential "
+                  f"{io_['sequential_MBps']} MB/s, random {io_['random_block'] // 1024} KB reads "
+                  f"{io_['random_MBps']} MB/s ({io_['random_iops']} IOPS)")
+    for m in (("raw", "loader") if mode == "both" else (mode,)):
+        console.print(f"{m}: emulated accelerators, batch {batch}, {compute} s compute per step")
+        best, rows = max_accelerators(folder, mode=m, batch=batch, compute=compute, steps=steps,
+                                      workers=loader_workers, size=image_size, echo=console.print)
+        report[m] = {"max_accelerators_au90": best, "runs": as_dicts(rows)}
+        console.print(f"{m}: largest N with AU >= 90%: {best}")
+    if out:
+        out.write_text(json.dumps(report, indent=1))
 
 
 @bench_app.command("train")
