@@ -47,7 +47,6 @@ def make_images(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
 
 
 def build_shards(src: Path, out: Path) -> None:
-    import io
     import tarfile
 
     from deeppod.data.ingest import Limits, build

@@ -8,7 +8,6 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-import pytest
 from PIL import Image
 
 from deeppod.runtime.data import ShardReader, iter_shard

@@ -1,6 +1,5 @@
 """s3:// sources against a real S3 endpoint on loopback (moto's server), through boto3."""
 
-import json
 
 import pytest
 

@@ -1,13 +1,11 @@
 """Hot/cold tiers: stage and demote through the service, a move killed midway leaves the
 version intact and readable, and recovery clears what interrupted ingests and moves left."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import timedelta
 
 from deeppod.data import service
@@ -17,7 +15,6 @@ from deeppod.runtime.data import ImageDataset, ShardReader
 from deeppod.store.models import DatasetVersion, Job, utcnow
 from tests.data.images import class_folders
 from tests.data.test_datasets import data_files, upload, version_dir
-from tests.helpers import wait_until
 
 
 def _version(api, version_id):

@@ -21,6 +21,7 @@ from deeppod.data.objects import ObjectStore
 from deeppod.data.policy import Policy
 from deeppod.data.tiers import Tiers
 from deeppod.errors import Forbidden, InvalidRequest, NotFound
+from deeppod.runtime.data import env_key
 from deeppod.store.models import Dataset, DatasetVersion, Job, Tenant, utcnow
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,6 @@ def parse_ref(ref: str) -> Ref:
         raise InvalidRequest(f"dataset {ref!r}: write NAME, NAME@VERSION or TENANT/NAME@VERSION (e.g. digits@2)")
     v = m.group("version")
     return Ref(m.group("owner"), m.group("name"), None if v in (None, "latest") else int(v))
-
-
-def env_key(name: str) -> str:
-    return "DEEPPOD_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 # -- lookups -----------------------------------------------------------------------------

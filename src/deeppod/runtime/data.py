@@ -25,6 +25,7 @@ import math
 import mmap
 import os
 import random
+import re
 import struct
 from pathlib import Path
 
@@ -38,9 +39,14 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 SHARD, OFFSET, LENGTH, LABEL, SPLIT, SIZE = range(6)
 
 
+def env_key(name: str) -> str:
+    """The variable that carries a staged dataset's folder: digits-v2 -> DEEPPOD_DATA_DIGITS_V2."""
+    return "DEEPPOD_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
+
+
 def dataset_path(name: str) -> Path:
     """The folder of a dataset the platform staged for this job (``DEEPPOD_DATA_<NAME>``)."""
-    key = "DEEPPOD_DATA_" + name.split("@")[0].upper().replace("-", "_").replace(".", "_")
+    key = env_key(name)
     value = os.environ.get(key)
     if not value:
         raise FileNotFoundError(f"dataset {name!r} is not staged for this job: submit it with --dataset {name} "
@@ -207,7 +213,6 @@ class ImageDataset:
         return pixels, label
 
     def __getitem__(self, i: int):
-        import torch
 
         pixels, label = self._pixels(i)
         return pixels.contiguous(), label

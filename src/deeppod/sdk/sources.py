@@ -37,6 +37,33 @@ def _pad(size: int) -> bytes:
     return b"\0" * ((512 - size % 512) % 512)
 
 
+def _file_blocks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            yield block
+
+
+def _tar_stream(members, progress: Progress | None) -> Iterator[bytes]:
+    """A tar archive, member by member, as it is read: members are (name, size, blocks(), where)."""
+    done_bytes, total = 0, sum(m[1] for m in members)
+    for i, (name, size, blocks, where) in enumerate(members, 1):
+        yield _header(name, size)
+        sent = 0
+        for block in blocks():
+            block = block[: size - sent]
+            sent += len(block)
+            yield block
+            if sent == size:
+                break
+        if sent != size:
+            raise InvalidRequest(f"{where} changed size while it was being sent; ingest again")
+        yield _pad(size)
+        done_bytes += size
+        if progress:
+            progress(i, len(members), done_bytes, total)
+    yield b"\0" * 1024
+
+
 def _folder(root: Path) -> Source:
     root = root.resolve()
     entries = []
@@ -65,22 +92,8 @@ def _folder(root: Path) -> Source:
                              "plus labels.csv")
 
     def chunks(progress: Progress | None) -> Iterator[bytes]:
-        done_bytes = 0
-        total = sum(e[2] for e in entries)
-        for i, (rel, full, size) in enumerate(entries, 1):
-            yield _header(rel, size)
-            sent = 0
-            with open(full, "rb") as fh:
-                while sent < size and (block := fh.read(min(CHUNK, size - sent))):
-                    sent += len(block)
-                    yield block
-            if sent != size:
-                raise InvalidRequest(f"{full} changed size while it was being sent; ingest again")
-            yield _pad(size)
-            done_bytes += size
-            if progress:
-                progress(i, len(entries), done_bytes, total)
-        yield b"\0" * 1024
+        return _tar_stream([(rel, size, lambda full=full: _file_blocks(full), str(full)) for rel, full, size in entries],
+                           progress)
 
     return Source(f"folder {root}", len(entries), sum(e[2] for e in entries), "application/x-tar", chunks)
 
@@ -128,21 +141,8 @@ def _s3(url: str, endpoint: str | None, key_id: str | None, secret: str | None) 
         raise InvalidRequest(f"{url} holds no objects")
 
     def chunks(progress: Progress | None) -> Iterator[bytes]:
-        done_bytes, total = 0, sum(o[2] for o in objects)
-        for i, (rel, key, size) in enumerate(objects, 1):
-            yield _header(rel, size)
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-            sent = 0
-            for block in body.iter_chunks(CHUNK):
-                sent += len(block)
-                yield block
-            if sent != size:
-                raise InvalidRequest(f"s3://{bucket}/{key} changed while it was being read; ingest again")
-            yield _pad(size)
-            done_bytes += size
-            if progress:
-                progress(i, len(objects), done_bytes, total)
-        yield b"\0" * 1024
+        return _tar_stream([(rel, size, lambda key=key: s3.get_object(Bucket=bucket, Key=key)["Body"].iter_chunks(CHUNK),
+                             f"s3://{bucket}/{key}") for rel, key, size in objects], progress)
 
     return Source(url, len(objects), sum(o[2] for o in objects), "application/x-tar", chunks)
 
