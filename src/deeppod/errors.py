@@ -59,12 +59,18 @@ class TooLarge(DeepPodError):
     status = 413
 
 
+class Unavailable(DeepPodError):
+    code = "unavailable"
+    status = 503
+
+
 class ExecutorError(DeepPodError):
     code = "executor_error"
     status = 500
 
 
-_BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge)}
+_BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge,
+                                                    Unavailable)}
 
 
 def from_response(status: int, body: object) -> DeepPodError:

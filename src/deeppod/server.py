@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
@@ -23,6 +24,10 @@ from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs.reconcile import Reconciler
+from deeppod.registry import artifacts
+from deeppod.registry import service as registry
+from deeppod.serve.controller import DeploymentController
+from deeppod.serve.router import Router
 from deeppod.scheduler import Config
 from deeppod.settings import Settings
 from deeppod.store.db import make_engine, make_sessionmaker
@@ -39,6 +44,9 @@ class ServerContext:
     executor: Executor
     reconciler: Reconciler
     data: data_service.DataPlane
+    router: Router
+    deployments: DeploymentController
+    principals: PrincipalCache
 
 
 def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None) -> ServerContext:
@@ -57,9 +65,21 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     executor = executor or LocalExecutor()
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds)
+    settings.models_dir.mkdir(parents=True, exist_ok=True)
+    artifacts.sweep(settings.models_dir)
+
+    def on_finished(session: Session, job) -> None:
+        if job.kind == "evaluate":
+            registry.absorb_evaluation(session, job, settings.jobs_dir)
+
     reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
-                            stage=lambda version_id: data_service.stage(sessions, data, version_id))
-    return ServerContext(settings, engine, sessions, executor, reconciler, data)
+                            stage=lambda version_id: data_service.stage(sessions, data, version_id),
+                            on_finished=on_finished)
+    router = Router()
+    deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
+                                       default_grace=settings.grace_seconds)
+    return ServerContext(settings, engine, sessions, executor, reconciler, data, router, deployments,
+                         PrincipalCache(sessions))
 
 
 def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60.0) -> None:
@@ -115,6 +135,8 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
     loop.start()
     threading.Thread(target=tiering_loop, args=(ctx, stop), name="tiering", daemon=True).start()
+    threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
+                     daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False))
     try:

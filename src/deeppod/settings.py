@@ -62,6 +62,8 @@ class Settings:
     data_max_file_bytes: int = 256 << 20
     data_max_ingest_bytes: int = 64 << 30
     data_cold_after_seconds: float = 30 * 86400.0  # versions unused this long move to cold
+    # serving
+    predict_max_bytes: int = 16 << 20  # one predict request's body
 
     @property
     def hot_root(self) -> Path:
@@ -74,6 +76,10 @@ class Settings:
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
 
     @property
     def db_url(self) -> str:
@@ -109,6 +115,7 @@ class Settings:
             data_max_file_bytes=_int(env, "DEEPPOD_DATA_MAX_FILE_BYTES", 256 << 20),
             data_max_ingest_bytes=_int(env, "DEEPPOD_DATA_MAX_INGEST_BYTES", 64 << 30),
             data_cold_after_seconds=_float(env, "DEEPPOD_DATA_COLD_AFTER_SECONDS", 30 * 86400.0),
+            predict_max_bytes=_int(env, "DEEPPOD_PREDICT_MAX_BYTES", 16 << 20),
         )
 
 

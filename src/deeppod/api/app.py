@@ -7,20 +7,23 @@ from fastapi import FastAPI
 from deeppod import __version__
 from deeppod.api import errors
 from deeppod.api.limits import BodyLimit
-from deeppod.api.routers import datasets, jobs, metrics, nodes, plans, tenants, tokens, users
+from deeppod.api.routers import datasets, deployments, jobs, metrics, models, nodes, plans, tenants, tokens, users
 
 
 def create_app(ctx) -> FastAPI:
     app = FastAPI(title="DeepPod", version=__version__,
-                  description="DeepPod control plane: jobs, datasets, tenants, users, tokens, nodes.")
+                  description="DeepPod control plane: jobs, datasets, models, deployments, tenants, users, "
+                              "tokens, nodes.")
     app.state.ctx = ctx
     errors.install(app)
-    for r in (jobs, metrics, tenants, users, tokens, nodes, plans, datasets):
+    for r in (jobs, metrics, tenants, users, tokens, nodes, plans, datasets, models, deployments):
         app.include_router(r.router)
+    app.include_router(deployments.replicas_router)
+    app.include_router(deployments.page_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.reconciler.last_round_ms, 3)}
 
-    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=datasets.is_upload)
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or deployments.is_predict(method, path))
     return app

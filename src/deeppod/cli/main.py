@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from deeppod.cli.data import app as data_app
+from deeppod.cli.deploy import app as deploy_app
+from deeppod.cli.models import app as models_app
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state
 from deeppod.errors import DeepPodError, InvalidRequest
@@ -31,6 +33,8 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(plan_app, name="plan")
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
+app.add_typer(deploy_app, name="deploy")
 
 
 

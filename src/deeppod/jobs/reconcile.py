@@ -81,8 +81,10 @@ def _same_reason(a: str, b: str) -> bool:
 class Reconciler:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
-                 clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None):
+                 clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
+                 on_finished: Callable[[Session, Job], None] | None = None):
         self.sessions = sessions
+        self.on_finished = on_finished  # called in the same transaction when a job ends for good
         self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
         self.executor = executor
         self.jobs_dir = jobs_dir
@@ -130,7 +132,14 @@ class Reconciler:
                        status.exit_codes)
             else:
                 finish(s, job, state, reason, status.exit_codes)
+                job.endpoint = None
                 log.info("job %s %s: %s", job.id, state, reason)
+                if self.on_finished is not None:
+                    try:
+                        with s.begin_nested():
+                            self.on_finished(s, job)
+                    except Exception:  # a hook must not undo the round's observations
+                        log.exception("after job %s ended", job.id)
 
     def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus) -> None:
         job.state = "queued"
@@ -138,6 +147,7 @@ class Reconciler:
         job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
         job.allocation = None
         job.handle = None
+        job.endpoint = None  # a restarted replica announces its new address
         job.reason = reason
         add_event(s, job, "requeued", reason)
         log.info("job %s requeued: %s", job.id, reason)

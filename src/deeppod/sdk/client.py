@@ -92,6 +92,97 @@ class Client:
             raise from_response(r.status_code, r.json())
         return [json.loads(line) for line in r.text.splitlines() if line]
 
+    # models
+    def register_model(self, name: str, *, job_id: int | None = None, path: str | None = None,
+                       description: str | None = None, aliases: list[str] | None = None) -> dict:
+        """A new version of model ``name`` from a job's artifact (JOB_DIR/model) or a server folder."""
+        return self._request("POST", f"/v1/models/{name}/versions", json={
+            "job_id": job_id, "path": path, "description": description, "aliases": aliases or []})
+
+    def models(self) -> list[dict]:
+        return self._request("GET", "/v1/models")
+
+    def model(self, name: str) -> dict:
+        return self._request("GET", f"/v1/models/{name}")
+
+    def model_version(self, ref: str) -> dict:
+        """NAME@VERSION or NAME@ALIAS."""
+        return self._request("GET", f"/v1/models/{ref}/version")
+
+    def set_alias(self, name: str, alias: str, version: str | int | None) -> dict:
+        """Point ``alias`` at a version (None removes it)."""
+        return self._request("PUT", f"/v1/models/{name}/aliases/{alias}",
+                             json={"version": None if version is None else str(version)})
+
+    def compare(self, name: str, a: str | int, b: str | int, data: str) -> dict:
+        """Start a comparison job; poll :meth:`comparison` (or ``wait=True`` in :meth:`compare_and_wait`)."""
+        return self._request("POST", f"/v1/models/{name}/comparisons", json={"a": str(a), "b": str(b), "data": data})
+
+    def comparison(self, name: str, job_id: int) -> dict:
+        return self._request("GET", f"/v1/models/{name}/comparisons/{job_id}")
+
+    def compare_and_wait(self, name: str, a: str | int, b: str | int, data: str, timeout: float = 1800.0) -> dict:
+        job = self.compare(name, a, b, data)
+        self.wait(job["job_id"], timeout=timeout)
+        return self.comparison(name, job["job_id"])
+
+    def promote(self, name: str, version: str | int, *, force: bool = False) -> dict:
+        return self._request("POST", f"/v1/models/{name}/promote", json={"version": str(version), "force": force})
+
+    # deployments
+    def deploy(self, model: str, *, name: str | None = None, replicas: int = 1, gpus_per_replica: int = 0,
+               cpus_per_replica: float = 1.0, max_batch: int = 32, max_wait_ms: float = 5.0) -> dict:
+        return self._request("POST", "/v1/deployments", json={
+            "model": model, "name": name, "replicas": replicas, "gpus_per_replica": gpus_per_replica,
+            "cpus_per_replica": cpus_per_replica, "max_batch": max_batch, "max_wait_ms": max_wait_ms})
+
+    def deployments(self) -> list[dict]:
+        return self._request("GET", "/v1/deployments")
+
+    def deployment(self, name: str) -> dict:
+        return self._request("GET", f"/v1/deployments/{name}", headers={"accept": "application/json"})
+
+    def update_deployment(self, name: str, *, version: str | int | None = None, replicas: int | None = None,
+                          max_batch: int | None = None, max_wait_ms: float | None = None) -> dict:
+        return self._request("PATCH", f"/v1/deployments/{name}", json={
+            "version": None if version is None else str(version), "replicas": replicas, "max_batch": max_batch,
+            "max_wait_ms": max_wait_ms})
+
+    def rollback(self, name: str) -> dict:
+        return self._request("POST", f"/v1/deployments/{name}/rollback")
+
+    def delete_deployment(self, name: str) -> None:
+        self._request("DELETE", f"/v1/deployments/{name}")
+
+    def create_deployment_key(self, name: str, label: str = "") -> dict:
+        return self._request("POST", f"/v1/deployments/{name}/keys", json={"name": label})
+
+    def wait_deployment(self, name: str, *, version: int | None = None, timeout: float = 300.0,
+                        poll: float = 0.5) -> dict:
+        """Until every replica is healthy (on ``version`` when given) and nothing old is left."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.deployment(name)
+            if d["state"] == "ready" and (version is None or d["version"] == version):
+                return d
+            if d["state"] == "failed":
+                raise DeepPodError(f"deployment {name} failed: {d['reason']}", code="deployment_failed")
+            if time.monotonic() > deadline:
+                raise DeepPodError(f"deployment {name} is still {d['state']} after {timeout:g} s: {d['reason']}",
+                                   code="timeout")
+            time.sleep(poll)
+
+    def predict(self, name: str, images: list[bytes] | None = None, *, tensors: list | None = None,
+                top_k: int = 5) -> dict:
+        """Images (encoded bytes) go as multipart uploads; tensors as JSON."""
+        if tensors is not None:
+            return self._request("POST", f"/v1/deployments/{name}/predict",
+                                 json={"tensors": tensors, "top_k": top_k, **({"images": []} if not images else {})})
+        files = [("image", (f"image{i}", data, "application/octet-stream")) for i, data in enumerate(images or [])]
+        return self._request("POST", f"/v1/deployments/{name}/predict", files=files, data={"top_k": str(top_k)})
+
     # identity
     def whoami(self) -> dict:
         return self._request("GET", "/v1/whoami")

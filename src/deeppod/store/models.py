@@ -1,4 +1,4 @@
-"""SQLAlchemy models: tenants, users, tokens, nodes, jobs, job events."""
+"""SQLAlchemy models: tenants, users, tokens, nodes, jobs, datasets, models, deployments."""
 
 from __future__ import annotations
 
@@ -109,6 +109,11 @@ class Job(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
     datasets: Mapped[list] = mapped_column(default=list)
+    # "batch" (the default), "serve" (a deployment's replica) or "evaluate" (a model comparison)
+    kind: Mapped[str] = mapped_column(String(16), default="batch")
+    deployment_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    model_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what a replica serves
+    endpoint: Mapped[str | None] = mapped_column(String(256), nullable=True)  # a replica's URL once it listens
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
@@ -200,3 +205,78 @@ class DatasetVersion(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    description: Mapped[str] = mapped_column(Text, default="")
+    aliases: Mapped[dict] = mapped_column(default=dict)  # {"champion": 3, "challenger": 4}
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelVersion(Base):
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(256))  # folder under the models root
+    signature: Mapped[dict] = mapped_column(default=dict)  # input, preprocessing, classes
+    metrics: Mapped[dict] = mapped_column(default=dict)
+    lineage: Mapped[dict] = mapped_column(default=dict)  # job, dataset@version, hyperparameters, command
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str] = mapped_column(String(64), default="")  # of model.pt2
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelEvaluation(Base):
+    """One version's figures on one dataset version, from a comparison job."""
+    __tablename__ = "model_evaluations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(Integer, index=True)
+    dataset: Mapped[str] = mapped_column(String(160))  # NAME@VERSION
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    accuracy: Mapped[float] = mapped_column(Float, default=0.0)
+    per_class: Mapped[dict] = mapped_column(default=dict)  # class -> {"samples", "accuracy", "precision", "recall"}
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))  # the version it should serve
+    previous_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # for rollback
+    replicas: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_replica: Mapped[int] = mapped_column(Integer, default=0)
+    cpus_per_replica: Mapped[float] = mapped_column(Float, default=1.0)
+    max_batch: Mapped[int] = mapped_column(Integer, default=32)
+    max_wait_ms: Mapped[float] = mapped_column(Float, default=5.0)
+    # deploying -> ready -> updating -> ready ...; deleting when removed
+    state: Mapped[str] = mapped_column(String(16), default="deploying")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeploymentKey(Base):
+    """A key that may call one deployment's predict and nothing else."""
+    __tablename__ = "deployment_keys"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--loader-workers", type=int, default=2)
     p.add_argument("--histograms-every", type=int, default=0, help="report weight/gradient histograms every N steps")
     p.add_argument("--output", default=None, help="model artifact folder (default: JOB_DIR/model)")
+    p.add_argument("--register", default=None, metavar="NAME",
+                   help="register the artifact as a new version of model NAME when training ends")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (0: each epoch)")
@@ -305,8 +307,9 @@ def main(argv=None) -> int:
                 print(f"stopping at epoch {epoch} step {step} ({sampler.position}/{sampler.n} samples); "
                       "checkpoint saved", flush=True)
             if args.max_steps and step >= args.max_steps and not runtime.should_stop(sync=False):
-                _finish(ctx)
-                return 0
+                acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)  # done: the model is final
+                runtime.report(step, val_accuracy=acc)
+                break
             rt_metrics.reporter().close()
             runtime.exit_for_resume()
         acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
@@ -319,8 +322,10 @@ def main(argv=None) -> int:
         save()
     ckpt.wait()
     if ctx.is_chief:
-        write_artifact(model, classes, args, acc, Path(args.output) if args.output else
-                       (ctx.job_dir / "model" if ctx.job_dir else Path("model")))
+        out = Path(args.output) if args.output else (ctx.job_dir / "model" if ctx.job_dir else Path("model"))
+        write_artifact(model, classes, args, acc, out, crop="center" if version_dir is not None else "squash")
+        if args.register:
+            register(args.register, out)
     _finish(ctx)
     return 0
 
@@ -371,7 +376,19 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
     return (correct[0] / correct[1].clamp(min=1)).item()
 
 
-def write_artifact(model, classes, args, val_accuracy: float, out: Path) -> None:
+def register(name: str, out: Path) -> None:
+    """Ask the platform to register the artifact (the job's own token authorises it)."""
+    from deeppod.runtime.registry import register_model
+
+    try:
+        v = register_model(name, out)
+    except RuntimeError as exc:  # the model is still on disk: register it by hand later
+        print(f"could not register the model as {name!r}: {exc}", flush=True)
+        return
+    print(f"registered as {name}@{v['version']}", flush=True)
+
+
+def write_artifact(model, classes, args, val_accuracy: float, out: Path, crop: str = "squash") -> None:
     """weights.pt (state dict), model.pt2 (torch.export program with a dynamic batch: the
     self-contained serving form) and signature.json (classes, input shape, preprocessing):
     what the registry and serving need."""
@@ -387,10 +404,13 @@ def write_artifact(model, classes, args, val_accuracy: float, out: Path) -> None
     (out / "signature.json").write_text(json.dumps({
         "task": "image-classification", "model": args.model, "classes": classes,
         "input": {"kind": "image", "shape": [3, args.image_size, args.image_size], "dtype": "float32",
-                  "resize": [args.image_size, args.image_size], "color": "RGB", "mean": MEAN, "std": STD},
+                  "resize": [args.image_size, args.image_size], "color": "RGB", "mean": MEAN, "std": STD,
+                  # center: Resize(S*256/224) + CenterCrop(S), as the dataset loader evaluates; squash: Resize((S, S))
+                  "crop": crop},
         "metrics": {"val_accuracy": val_accuracy},
         "hyperparameters": {k: v for k, v in vars(args).items() if k not in ("step_delay",)},
         "job_id": os.environ.get("DEEPPOD_JOB_ID"),
+        "command": sys.argv,
         "dataset": _dataset_ref(args),
     }, indent=1))
     print(f"model artifact written to {out} (val_accuracy {val_accuracy:.4f})", flush=True)

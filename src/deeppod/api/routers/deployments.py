@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import re
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx, get_principal
+from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
+                                             ReplicaOut)
+from deeppod.auth.tokens import hash_secret
+from deeppod.errors import NotFound, TooLarge, Unauthenticated, Unavailable
+from deeppod.serve import page, service
+from deeppod.serve.router import NoReplica
+
+router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
+replicas_router = APIRouter(prefix="/v1/replicas", tags=["deployments"])
+page_router = APIRouter(prefix="/ui/deployments", tags=["deployments"])
+PREDICT_PATH = re.compile(r"^/v1/deployments/[^/]+/predict$")
+
+
+def is_predict(method: str, path: str) -> bool:
+    """Predict bodies (images) have their own, larger limit: DEEPPOD_PREDICT_MAX_BYTES."""
+    return method == "POST" and bool(PREDICT_PATH.match(path))
+
+
+def _out(request: Request, session, dep) -> DeploymentOut:
+    ctx = get_ctx(request)
+    d = service.describe(session, dep)
+    route = ctx.router.routes.get(dep.id)
+    routed = {t.job_id for t in route.targets} if route else set()
+    base = ctx.settings.url
+    return DeploymentOut(
+        name=dep.name, model=d["model"], version=d["version"], previous_version=d["previous_version"],
+        replicas=dep.replicas, gpus_per_replica=dep.gpus_per_replica, cpus_per_replica=dep.cpus_per_replica,
+        max_batch=dep.max_batch, max_wait_ms=dep.max_wait_ms, state=dep.state, reason=dep.reason,
+        predict_url=f"{base}/v1/deployments/{dep.name}/predict", page_url=f"{base}/ui/deployments/{dep.name}",
+        signature=d["signature"], created_at=dep.created_at, updated_at=dep.updated_at,
+        replica_jobs=[ReplicaOut(**r, routed=r["job_id"] in routed, inflight=ctx.router.load(r["job_id"]))
+                      for r in d["replica_jobs"]])
+
+
+@router.post("", status_code=201, response_model=DeploymentOut)
+def create(body: DeploymentIn, request: Request, session: SessionDep, principal: PrincipalDep) -> DeploymentOut:
+    dep = service.create(session, principal, body.name or body.model.split("@")[0].split("/")[-1], body.model,
+                         replicas=body.replicas, gpus_per_replica=body.gpus_per_replica,
+                         cpus_per_replica=body.cpus_per_replica, max_batch=body.max_batch, max_wait_ms=body.max_wait_ms)
+    return _out(request, session, dep)
+
+
+@router.get("", response_model=list[DeploymentOut])
+def list_deployments(request: Request, session: SessionDep, principal: PrincipalDep) -> list[DeploymentOut]:
+    return [_out(request, session, d) for d in service.list_deployments(session, principal)]
+
+
+@router.get("/{name}", response_model=DeploymentOut)
+def show(name: str, request: Request, session: SessionDep) -> DeploymentOut | HTMLResponse:
+    """JSON for clients; a browser (Accept: text/html, no token) gets the test page."""
+    if "text/html" in request.headers.get("accept", "") and "authorization" not in request.headers:
+        return HTMLResponse(page.render(name))
+    return _out(request, session, service.get(session, get_principal(request), name))
+
+
+@router.patch("/{name}", response_model=DeploymentOut)
+def update(name: str, body: DeploymentPatch, request: Request, session: SessionDep,
+           principal: PrincipalDep) -> DeploymentOut:
+    dep = service.update(session, principal, name, **body.model_dump())
+    return _out(request, session, dep)
+
+
+@router.post("/{name}/rollback", response_model=DeploymentOut)
+def rollback(name: str, request: Request, session: SessionDep, principal: PrincipalDep) -> DeploymentOut:
+    return _out(request, session, service.rollback(session, principal, name))
+
+
+@router.delete("/{name}", status_code=204)
+def delete(name: str, session: SessionDep, principal: PrincipalDep) -> Response:
+    service.delete(session, principal, name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/keys", status_code=201, response_model=KeyOut)
+def create_key(name: str, body: KeyIn, session: SessionDep, principal: PrincipalDep) -> KeyOut:
+    key, secret = service.create_key(session, principal, name, body.name)
+    return KeyOut(id=key.id, name=key.name, created_at=key.created_at, key=secret)
+
+
+@router.get("/{name}/keys", response_model=list[KeyOut])
+def list_keys(name: str, session: SessionDep, principal: PrincipalDep) -> list[KeyOut]:
+    return [KeyOut.model_validate(k) for k in service.list_keys(session, principal, name)]
+
+
+@router.delete("/{name}/keys/{key_id}", response_model=KeyOut)
+def revoke_key(name: str, key_id: int, session: SessionDep, principal: PrincipalDep) -> KeyOut:
+    return KeyOut.model_validate(service.revoke_key(session, principal, name, key_id))
+
+
+@router.get("/{name}/metrics", response_class=PlainTextResponse)
+async def metrics(name: str, request: Request) -> PlainTextResponse:
+    """Prometheus text: the router's figures and every routed replica's."""
+    ctx = get_ctx(request)
+    dep_id = await _authorize(request, name)
+    text = ctx.router.render_metrics(dep_id, name) + await ctx.router.replica_metrics(dep_id)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+async def _authorize(request: Request, name: str) -> int:
+    """A token of the deployment's tenant, or one of its keys: the deployment's id."""
+    ctx = get_ctx(request)
+    key = request.headers.get("x-deeppod-key")
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    secret = value.strip() if scheme.lower() == "bearer" else ""
+    if key or secret.startswith(service.KEY_PREFIX):
+        dep_id = ctx.router.keys.get(hash_secret(key or secret))
+        route = ctx.router.routes.get(dep_id) if dep_id is not None else None
+        if route is None or route.name != name:
+            raise Unauthenticated(f"this key is unknown, revoked, or not a key of deployment {name!r}")
+        return dep_id
+    if not secret:
+        raise Unauthenticated("predict needs a token of the tenant ('Authorization: Bearer ...') or a deployment key "
+                              "('X-DeepPod-Key: ...', from 'deeppod deploy key create NAME')")
+    principal = ctx.principals.cached(secret)
+    if principal is None:
+        raise Unauthenticated("the token is unknown or revoked")
+    if principal is False:
+        principal = await run_in_threadpool(ctx.principals.lookup, secret)
+    route = ctx.router.find(principal.tenant_id, name)
+    if route is None:
+        raise NotFound(f"no deployment {name!r} in tenant {principal.tenant}: list them with 'deeppod deploy ls' "
+                       "(a new deployment takes a moment to appear)")
+    return route.deployment_id
+
+
+@router.post("/{name}/predict")
+async def predict(name: str, request: Request) -> Response:
+    """Body: multipart field 'image' (one or more), raw image bytes (Content-Type image/*), or JSON
+    {"images": [base64...]} / {"tensors": [...]}; query or field top_k. Answers the top-k labels with
+    confidences, and the model version that answered."""
+    ctx = get_ctx(request)
+    dep_id = await _authorize(request, name)
+    limit = ctx.settings.predict_max_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"the request is {declared} bytes, over the {limit}-byte limit (DEEPPOD_PREDICT_MAX_BYTES): "
+                       "send smaller or fewer images")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the request is over the {limit}-byte limit (DEEPPOD_PREDICT_MAX_BYTES)")
+        chunks.append(chunk)
+    query = request.url.query
+    try:
+        answer = await ctx.router.forward(dep_id, "/predict" + (f"?{query}" if query else ""), b"".join(chunks),
+                                          request.headers.get("content-type", ""))
+    except NoReplica as exc:
+        raise Unavailable(str(exc)) from None
+    return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
+                    headers={"x-deeppod-replica": str(answer.replica.job_id), "x-deeppod-version":
+                             str(answer.replica.version)} if answer.replica else None)
+
+
+@replicas_router.put("/{job_id}")
+def announce(job_id: int, body: AnnounceIn, session: SessionDep, principal: PrincipalDep) -> dict:
+    """A replica (with its job token) says where it listens."""
+    job = service.announce(session, principal, job_id, body.url)
+    return {"job_id": job.id, "url": job.endpoint}
+
+
+@page_router.get("/{name}", response_class=HTMLResponse)
+def test_page(name: str) -> HTMLResponse:
+    return HTMLResponse(page.render(name))
+
+
+@router.get("/{name}/page", include_in_schema=False)
+def to_page(name: str) -> RedirectResponse:
+    return RedirectResponse(f"/ui/deployments/{name}")

@@ -1,0 +1,47 @@
+"""Token lookups for the hot path (predict): a short-lived cache in front of the store.
+
+A revoked token keeps working for at most ``ttl`` seconds on this path; every other route
+checks the store on each call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.auth.service import Principal, authenticate
+from deeppod.auth.tokens import hash_secret
+from deeppod.errors import Unauthenticated
+
+
+class PrincipalCache:
+    def __init__(self, sessions: sessionmaker[Session], ttl: float = 10.0, max_entries: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic):
+        self.sessions, self.ttl, self.max_entries, self.clock = sessions, ttl, max_entries, clock
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._lock = threading.Lock()
+
+    def cached(self, secret: str) -> Principal | None | bool:
+        """The principal, None for a known-bad token, or False when it must be looked up."""
+        hit = self._entries.get(hash_secret(secret))
+        if hit is None or hit[0] < self.clock():
+            return False
+        return hit[1]
+
+    def lookup(self, secret: str) -> Principal:
+        """Blocking: ask the store, remember the answer (good or bad) for ``ttl``."""
+        try:
+            with self.sessions() as s:
+                principal = authenticate(s, secret)
+        except Unauthenticated:
+            principal = None
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[hash_secret(secret)] = (self.clock() + self.ttl, principal)
+        if principal is None:
+            raise Unauthenticated("the token is unknown or revoked: create a new one with 'deeppod tokens create', "
+                                  "or use a deployment key ('deeppod deploy key create NAME')")
+        return principal

@@ -1,0 +1,136 @@
+"""``deeppod models``: register, list, aliases, compare, promote."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.output import console, print_json, rows_table
+from deeppod.errors import InvalidRequest
+
+app = typer.Typer(no_args_is_help=True, help="Model registry: versions, lineage, aliases, champion/challenger.")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.2%}"
+
+
+@app.command("register")
+def register(name: str,
+             from_job: Annotated[Optional[int], typer.Option("--from-job", help="a job whose JOB_DIR/model to register")] = None,
+             path: Annotated[Optional[str], typer.Option(help="an artifact folder on the server instead")] = None,
+             alias: Annotated[list[str], typer.Option("--alias", help="point this alias at the new version (repeat)")] = [],
+             description: Optional[str] = None, as_json: JsonOpt = False,
+             url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Register a model version: its artifact, signature, metrics and lineage."""
+    if from_job is None and path is None:
+        raise InvalidRequest("say where the model is: --from-job JOB_ID or --path FOLDER")
+    v = client(url, token).register_model(name, job_id=from_job, path=path, description=description, aliases=alias)
+    if as_json:
+        print_json(v)
+        return
+    acc = v["metrics"].get("val_accuracy")
+    console.print(f"registered {v['ref']}" + (f" (val_accuracy {_pct(acc)})" if acc is not None else "")
+                  + (f", aliases: {', '.join(v['aliases'])}" if v["aliases"] else ""))
+
+
+@app.command("ls")
+def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    models = client(url, token).models()
+    if as_json:
+        print_json(models)
+        return
+    rows = []
+    for m in models:
+        latest = m["versions"][-1] if m["versions"] else None
+        rows.append({"name": m["name"], "owner": m["owner"], "versions": len(m["versions"]),
+                     "latest": f"@{latest['version']}" if latest else "-",
+                     "aliases": " ".join(f"{a}=@{n}" for a, n in sorted(m["aliases"].items())),
+                     "val_accuracy": _pct(latest["metrics"].get("val_accuracy")) if latest else "-"})
+    console.print(rows_table(rows, ["name", "owner", "versions", "latest", "aliases", "val_accuracy"]))
+
+
+@app.command("show")
+def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Versions with their lineage and metrics, aliases, and comparison figures."""
+    m = client(url, token).model(name)
+    if as_json:
+        print_json(m)
+        return
+    console.print(f"[bold]{m['name']}[/] (owner {m['owner']}) {m['description']}")
+    rows = []
+    for v in m["versions"]:
+        lin = v["lineage"]
+        rows.append({"version": v["version"], "aliases": ",".join(v["aliases"]),
+                     "val_accuracy": _pct(v["metrics"].get("val_accuracy")),
+                     "job": lin.get("job_id") or "-", "dataset": lin.get("dataset") or "-",
+                     "model": v["signature"].get("model", "-"), "classes": len(v["signature"].get("classes", [])),
+                     "size": f"{v['bytes'] / 1e6:.1f} MB", "created": v["created_at"][:19]})
+    console.print(rows_table(rows, ["version", "aliases", "val_accuracy", "job", "dataset", "model", "classes",
+                                    "size", "created"]))
+    if m["evaluations"]:
+        console.print("comparisons:")
+        console.print(rows_table([{"job": e["job_id"], "version": e["version"], "data": e["dataset"],
+                                   "images": e["samples"], "accuracy": _pct(e["accuracy"])} for e in m["evaluations"]],
+                                 ["job", "version", "data", "images", "accuracy"]))
+
+
+@app.command("alias")
+def alias(name: str, alias_: Annotated[str, typer.Argument(metavar="ALIAS")],
+          version: Annotated[Optional[str], typer.Argument(help="version number or alias")] = None,
+          rm: Annotated[bool, typer.Option("--rm", help="remove the alias")] = False,
+          url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Point ALIAS (champion, challenger, staging, ...) at a version, or remove it with --rm."""
+    if (version is None) != rm:
+        raise InvalidRequest("give a VERSION to point the alias at, or --rm to remove it")
+    m = client(url, token).set_alias(name, alias_, None if rm else version)
+    console.print(f"{name}: " + (" ".join(f"{a}=@{n}" for a, n in sorted(m["aliases"].items())) or "no aliases"))
+
+
+def comparison_table(c: dict):
+    by_version = {e["version"]: e for e in c["evaluations"]}
+    a, b = by_version.get(c["a"]), by_version.get(c["b"])
+    rows = [{"": "accuracy", f"v{c['a']}": _pct(a and a["accuracy"]), f"v{c['b']}": _pct(b and b["accuracy"])},
+            {"": "images", f"v{c['a']}": a and a["samples"], f"v{c['b']}": b and b["samples"]}]
+    classes = sorted(set((a or {}).get("per_class", {})) | set((b or {}).get("per_class", {})))
+    for cls in classes:
+        pa, pb = (a or {}).get("per_class", {}).get(cls, {}), (b or {}).get("per_class", {}).get(cls, {})
+        rows.append({"": f"class {cls} ({pa.get('samples', pb.get('samples', 0))})",
+                     f"v{c['a']}": f"acc {_pct(pa.get('accuracy'))} prec {_pct(pa.get('precision'))}",
+                     f"v{c['b']}": f"acc {_pct(pb.get('accuracy'))} prec {_pct(pb.get('precision'))}"})
+    return rows_table(rows, ["", f"v{c['a']}", f"v{c['b']}"])
+
+
+@app.command("compare")
+def compare(name: str, a: str, b: str,
+            data: Annotated[str, typer.Option("--data", help="held-out data: DATASET@VERSION")],
+            wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait for the job and print the figures")] = True,
+            timeout: float = 1800.0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Evaluate versions A and B on the same data, as a job: accuracy and per-class figures side by side."""
+    c = client(url, token)
+    started = c.compare(name, a, b, data)
+    if not wait:
+        console.print(f"comparison job {started['job_id']} submitted; see it with "
+                      f"'deeppod models show {name}' when it ends")
+        return
+    job = c.wait(started["job_id"], timeout=timeout)
+    result = c.comparison(name, started["job_id"])
+    if as_json:
+        print_json(result)
+        return
+    if job["state"] != "succeeded":
+        raise InvalidRequest(f"the comparison job {job['id']} {job['state']}: {job['reason']} "
+                             f"(see 'deeppod logs {job['id']}')")
+    console.print(f"{name}: v{result['a']} vs v{result['b']} on {result['data']} (job {result['job_id']})")
+    console.print(comparison_table(result))
+
+
+@app.command("promote")
+def promote(name: str, version: str,
+            force: Annotated[bool, typer.Option("--force", help="promote even if it did not win")] = False,
+            url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Make VERSION the champion, if it beat the champion in their latest comparison."""
+    r = client(url, token).promote(name, version, force=force)
+    console.print(f"{name}: champion is now v{r['champion']} ({r['reason']})")

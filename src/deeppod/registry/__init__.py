@@ -1,0 +1,1 @@
+"""Model registry: versions with lineage, aliases, evaluation, champion/challenger."""

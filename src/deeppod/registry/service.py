@@ -1,0 +1,306 @@
+"""Models through the store: register, list, aliases, compare (as a job), promote."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.service import Principal, check_name
+from deeppod.errors import Conflict, InvalidRequest, NotFound
+from deeppod.jobs import service as jobs
+from deeppod.registry import artifacts
+from deeppod.registry.compare import Figures, verdict
+from deeppod.store.models import Job, JobMetric, Model, ModelEvaluation, ModelVersion, Tenant, User
+
+log = logging.getLogger(__name__)
+REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<sel>[^@/]+))?$")
+ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
+CHAMPION, CHALLENGER = "champion", "challenger"
+EVALUATION_FILE = "evaluation.json"
+
+
+@dataclass(frozen=True)
+class Ref:
+    owner: str | None
+    name: str
+    selector: str | None  # a version number, an alias, "latest" or None (latest)
+
+
+def parse_ref(ref: str) -> Ref:
+    m = REF_RE.match(ref or "")
+    if not m:
+        raise InvalidRequest(f"model {ref!r}: write NAME, NAME@VERSION or NAME@ALIAS (e.g. digits@3, digits@champion)")
+    return Ref(m.group("owner"), m.group("name"), m.group("sel"))
+
+
+def check_alias(alias: str) -> str:
+    if not ALIAS_RE.match(alias or "") or alias == "latest":
+        raise InvalidRequest(f"alias {alias!r} is not valid: use a lowercase word starting with a letter "
+                             "(champion, challenger, staging, ...); 'latest' and numbers are taken")
+    return alias
+
+
+# -- lookups -----------------------------------------------------------------------------
+
+def get_model(session: Session, principal: Principal, ref: Ref | str) -> Model:
+    """Models belong to a tenant; administrators may name another tenant's as TENANT/NAME."""
+    ref = parse_ref(ref) if isinstance(ref, str) else ref
+    tenant_id = principal.tenant_id
+    if ref.owner and ref.owner != principal.tenant:
+        tenant = session.scalar(select(Tenant).where(Tenant.name == ref.owner))
+        if tenant is None or not principal.is_admin:
+            raise NotFound(f"no model {ref.owner}/{ref.name} that you can see: list yours with 'deeppod models ls'")
+        tenant_id = tenant.id
+    model = session.scalar(select(Model).where(Model.tenant_id == tenant_id, Model.name == ref.name))
+    if model is None:
+        raise NotFound(f"no model {ref.name!r} in tenant {ref.owner or principal.tenant}: list them with "
+                       "'deeppod models ls', or register one with 'deeppod models register NAME --from-job ID'")
+    return model
+
+
+def versions(session: Session, model: Model) -> list[ModelVersion]:
+    return list(session.scalars(select(ModelVersion).where(ModelVersion.model_id == model.id)
+                                .order_by(ModelVersion.version)))
+
+
+def resolve(session: Session, model: Model, selector: str | None) -> ModelVersion:
+    """A version number, an alias, or the latest."""
+    q = select(ModelVersion).where(ModelVersion.model_id == model.id)
+    if selector is None or selector == "latest":
+        v = session.scalar(q.order_by(ModelVersion.version.desc()).limit(1))
+        if v is None:
+            raise NotFound(f"model {model.name!r} has no versions yet")
+        return v
+    if selector.lstrip("v").isdigit():
+        number = int(selector.lstrip("v"))
+    elif selector in model.aliases:
+        number = model.aliases[selector]
+    else:
+        known = ", ".join(sorted(model.aliases)) or "none yet"
+        raise NotFound(f"model {model.name!r} has no version or alias {selector!r} (aliases: {known})")
+    v = session.scalar(q.where(ModelVersion.version == number))
+    if v is None:
+        raise NotFound(f"model {model.name!r} has no version {number}: see 'deeppod models show {model.name}'")
+    return v
+
+
+def get_version(session: Session, principal: Principal, ref: str) -> tuple[Model, ModelVersion]:
+    r = parse_ref(ref)
+    model = get_model(session, principal, r)
+    return model, resolve(session, model, r.selector)
+
+
+def folder(root: Path, session: Session, version: ModelVersion) -> Path:
+    return root / version.key
+
+
+# -- register ----------------------------------------------------------------------------
+
+def _job_metrics(session: Session, job_id: int) -> dict[str, float]:
+    """The last value of every metric the job reported."""
+    last = (select(JobMetric.name, func.max(JobMetric.step).label("step"))
+            .where(JobMetric.job_id == job_id).group_by(JobMetric.name).subquery())
+    rows = session.execute(select(JobMetric.name, JobMetric.value)
+                           .join(last, (JobMetric.name == last.c.name) & (JobMetric.step == last.c.step))
+                           .where(JobMetric.job_id == job_id))
+    return {name: value for name, value in rows if value is not None}
+
+
+def register(session: Session, principal: Principal, name: str, *, root: Path, jobs_dir: Path,
+             job_id: int | None = None, path: str | None = None, description: str | None = None,
+             aliases: list[str] | tuple = ()) -> tuple[Model, ModelVersion]:
+    """A new immutable version from a job's artifact (JOB_DIR/model) or an artifact folder."""
+    check_name("model", name)
+    for a in aliases:
+        check_alias(a)
+    job = jobs.get_job(session, principal, job_id) if job_id is not None else None
+    if job is None and not path:
+        raise InvalidRequest("say where the model is: --from-job JOB_ID (its JOB_DIR/model) or --path FOLDER")
+    if job is not None and job.state in ("failed", "cancelled") and not path:
+        raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
+    if path and not Path(path).is_absolute():
+        raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
+    source = Path(path) if path else jobs_dir / str(job.id) / "model"
+    art = artifacts.inspect(source)
+    model = session.scalar(select(Model).where(Model.tenant_id == principal.tenant_id, Model.name == name))
+    if model is None:
+        model = Model(tenant_id=principal.tenant_id, name=name, created_by=principal.user_id,
+                      description=description or "")
+        session.add(model)
+        session.flush()
+    elif description is not None:
+        model.description = description
+    number = (session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.model_id == model.id)) or 0) + 1
+    key = f"{principal.tenant}/{name}/v{number}"
+    dest = root / key
+    if dest.exists():  # left by a crash between the copy and the commit: never registered
+        shutil.rmtree(dest)
+    artifacts.copy_in(art, dest)
+    sig = art.signature
+    metrics = {k: v for k, v in (sig.get("metrics") or {}).items() if isinstance(v, (int, float))}
+    lineage = {"source": str(source), "registered_by": principal.user, "dataset": sig.get("dataset"),
+               "hyperparameters": sig.get("hyperparameters") or {}, "command": sig.get("command")}
+    if job is not None:
+        metrics = {**_job_metrics(session, job.id), **metrics}
+        lineage.update(job_id=job.id, job_name=job.name, command=job.command,
+                       datasets=[d["ref"] for d in job.datasets or []])
+    version = ModelVersion(model_id=model.id, version=number, key=key, signature=sig, metrics=metrics,
+                           lineage=lineage, bytes=art.bytes, sha256=art.sha256, created_by=principal.user_id)
+    session.add(version)
+    session.flush()
+    if aliases:
+        model.aliases = {**model.aliases, **{a: number for a in aliases}}
+    log.info("model %s/%s@%d registered from %s", principal.tenant, name, number, source)
+    return model, version
+
+
+# -- catalog -----------------------------------------------------------------------------
+
+def list_models(session: Session, principal: Principal) -> list[tuple[Model, list[ModelVersion]]]:
+    q = select(Model).order_by(Model.name)
+    if not principal.is_admin:
+        q = q.where(Model.tenant_id == principal.tenant_id)
+    return [(m, versions(session, m)) for m in session.scalars(q)]
+
+
+def owner_name(session: Session, model: Model) -> str:
+    return session.get(User, model.created_by).name
+
+
+def evaluations(session: Session, model: Model, job_id: int | None = None) -> list[ModelEvaluation]:
+    q = select(ModelEvaluation).where(ModelEvaluation.model_id == model.id)
+    if job_id is not None:
+        q = q.where(ModelEvaluation.job_id == job_id)
+    return list(session.scalars(q.order_by(ModelEvaluation.id)))
+
+
+def set_alias(session: Session, principal: Principal, name: str, alias: str, selector: str | None) -> Model:
+    """Point ``alias`` at a version; ``selector`` None removes it."""
+    model = get_model(session, principal, name)
+    check_alias(alias)
+    aliases = dict(model.aliases)
+    if selector is None:
+        if alias not in aliases:
+            raise NotFound(f"model {name!r} has no alias {alias!r}")
+        del aliases[alias]
+    else:
+        aliases[alias] = resolve(session, model, selector).version
+    model.aliases = aliases
+    return model
+
+
+# -- compare and promote -----------------------------------------------------------------
+
+def compare(session: Session, principal: Principal, name: str, a: str, b: str, dataset: str, *,
+            root: Path, jobs_dir: Path, default_grace: float) -> tuple[Job, ModelVersion, ModelVersion]:
+    """Evaluate two versions on the same held-out data, as a job; its figures land in the
+    registry when it ends (absorb_evaluation)."""
+    model = get_model(session, principal, name)
+    va, vb = resolve(session, model, a), resolve(session, model, b)
+    if va.id == vb.id:
+        raise InvalidRequest(f"{name}@{a} and {name}@{b} are the same version ({va.version}): compare two versions")
+    command = [sys.executable, "-m", "deeppod.runtime.evaluate", "--dataset", dataset]
+    for v in (va, vb):
+        command += ["--model", f"{v.id}:{v.version}={root / v.key}"]
+    job = jobs.submit(session, principal, jobs.JobRequest(
+        command=command, workdir=str(root), name=f"compare-{name}-v{va.version}-v{vb.version}",
+        datasets=[dataset], env={}), default_grace=default_grace)
+    job.kind = "evaluate"
+    job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
+    return job, va, vb
+
+
+def comparison(session: Session, principal: Principal, name: str, job_id: int
+               ) -> tuple[Model, Job, tuple[int, int], list[ModelEvaluation]]:
+    """A comparison job, the two version numbers it compares, and its figures once it ended."""
+    model = get_model(session, principal, name)
+    job = jobs.get_job(session, principal, job_id)
+    specs = [job.command[i + 1] for i, a in enumerate(job.command[:-1]) if a == "--model"]
+    if job.kind != "evaluate" or len(specs) != 2:
+        raise NotFound(f"job {job_id} is not a comparison of model {name!r}")
+    numbers = tuple(int(s.split("=", 1)[0].split(":")[1]) for s in specs)
+    ids = {int(s.split(":", 1)[0]) for s in specs}
+    if not ids <= {v.id for v in versions(session, model)}:
+        raise NotFound(f"job {job_id} is not a comparison of model {name!r}")
+    return model, job, numbers, evaluations(session, model, job_id)
+
+
+def absorb_evaluation(session: Session, job: Job, jobs_dir: Path) -> int:
+    """Store a finished comparison job's figures (idempotent); returns how many rows it added."""
+    path = jobs_dir / str(job.id) / EVALUATION_FILE
+    if job.state != "succeeded" or not path.is_file():
+        return 0
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError:
+        log.warning("job %s wrote an unreadable %s", job.id, path)
+        return 0
+    added = 0
+    for r in doc.get("results", []):
+        version = session.get(ModelVersion, int(r["version_id"]))
+        if version is None:
+            continue
+        seen = session.scalar(select(ModelEvaluation.id).where(ModelEvaluation.job_id == job.id,
+                                                               ModelEvaluation.version_id == version.id))
+        if seen is None:
+            session.add(ModelEvaluation(model_id=version.model_id, version_id=version.id, job_id=job.id,
+                                        dataset=doc["dataset"], samples=int(r["samples"]),
+                                        accuracy=float(r["accuracy"]), per_class=r.get("per_class") or {}))
+            added += 1
+    return added
+
+
+def _latest_head_to_head(session: Session, model: Model, a: ModelVersion, b: ModelVersion
+                         ) -> tuple[ModelEvaluation, ModelEvaluation] | None:
+    rows = evaluations(session, model)
+    by_job: dict[int, dict[int, ModelEvaluation]] = {}
+    for e in rows:
+        by_job.setdefault(e.job_id, {})[e.version_id] = e
+    for job_id in sorted(by_job, reverse=True):
+        pair = by_job[job_id]
+        if a.id in pair and b.id in pair:
+            return pair[a.id], pair[b.id]
+    return None
+
+
+def promote(session: Session, principal: Principal, name: str, selector: str, *, force: bool = False
+            ) -> tuple[Model, ModelVersion, str]:
+    """Move ``champion`` to the version if it beat the champion in their latest comparison."""
+    model = get_model(session, principal, name)
+    challenger = resolve(session, model, selector)
+    current = model.aliases.get(CHAMPION)
+    if current == challenger.version:
+        raise Conflict(f"{name}@{challenger.version} is already the champion")
+    if current is None:
+        why = "there was no champion"
+    else:
+        champion = resolve(session, model, str(current))
+        pair = _latest_head_to_head(session, model, challenger, champion)
+        if pair is None:
+            why = f"no comparison of v{challenger.version} with champion v{champion.version}"
+            if not force:
+                raise Conflict(f"{why}: run 'deeppod models compare {name} {champion.version} {challenger.version} "
+                               "--data DATASET@VERSION' first, or promote with --force")
+        else:
+            ec, eo = pair
+            wins, why = verdict(Figures(challenger.version, ec.dataset, ec.samples, ec.accuracy),
+                                Figures(champion.version, eo.dataset, eo.samples, eo.accuracy))
+            if not wins and not force:
+                raise Conflict(f"not promoted: {why}; pass --force to promote it anyway")
+        if force:
+            why += "; forced"
+    aliases = dict(model.aliases)
+    aliases[CHAMPION] = challenger.version
+    if aliases.get(CHALLENGER) == challenger.version:
+        del aliases[CHALLENGER]
+    model.aliases = aliases
+    log.info("model %s: champion is now v%d (%s)", name, challenger.version, why)
+    return model, challenger, why

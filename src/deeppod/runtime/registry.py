@@ -1,0 +1,42 @@
+"""Inside a job: register the model the job wrote (stdlib only; the job's token authorises it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def api_call(method: str, path: str, body: dict | None = None, *, timeout: float = 30.0) -> dict:
+    """One call to the control plane as this job (DEEPPOD_API_URL, DEEPPOD_TOKEN)."""
+    url, token = os.environ.get("DEEPPOD_API_URL"), os.environ.get("DEEPPOD_TOKEN")
+    if not url or not token:
+        raise RuntimeError("not running under DeepPod (DEEPPOD_API_URL and DEEPPOD_TOKEN are not set)")
+    req = urllib.request.Request(url + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("message", detail)
+        except (ValueError, AttributeError):
+            pass
+        raise RuntimeError(f"the server answered {exc.code}: {detail}") from None
+    except (OSError, urllib.error.URLError) as exc:
+        raise RuntimeError(f"cannot reach the server at {url}: {exc}") from None
+    return json.loads(raw) if raw else {}
+
+
+def register_model(name: str, artifact: str | os.PathLike, *, description: str | None = None) -> dict:
+    """Register ``artifact`` (a folder with model.pt2 and signature.json) as the next version of
+    model ``name``, with this job as its lineage. Returns the new version."""
+    job_id = os.environ.get("DEEPPOD_JOB_ID")
+    body = {"path": str(Path(artifact).resolve()), "job_id": int(job_id) if job_id else None}
+    if description is not None:
+        body["description"] = description
+    return api_call("POST", f"/v1/models/{name}/versions", body)

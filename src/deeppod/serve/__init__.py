@@ -1,0 +1,1 @@
+"""Inference service: replicas with dynamic batching, routing, rolling update and rollback."""

@@ -1,0 +1,125 @@
+"""Carries out the rollout policy for every deployment, a round at a time: reads the
+store, checks replicas' health, asks rollout.decide, then submits, cancels and routes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.errors import DeepPodError
+from deeppod.jobs import service as jobs
+from deeppod.serve import rollout, service
+from deeppod.serve.router import Route, Router, Target
+from deeppod.store.models import Deployment, Job, Model, ModelVersion
+
+log = logging.getLogger(__name__)
+UNHEALTHY_AFTER = 3  # failed checks in a row before a routed replica leaves the route
+
+
+def http_health(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class DeploymentController:
+    def __init__(self, sessions: sessionmaker[Session], router: Router, *, models_root: Path,
+                 default_grace: float = 30.0, health: Callable[[str], bool] = http_health,
+                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0):
+        self.sessions, self.router, self.models_root = sessions, router, models_root
+        self.default_grace, self.health, self.clock, self.drain_seconds = default_grace, health, clock, drain_seconds
+        self.failures: dict[int, int] = {}  # job id -> failed health checks in a row
+        self.healthy_once: set[int] = set()
+        self.unrouted_at: dict[int, float] = {}  # job id -> when it left the route
+
+    def _healthy(self, job: Job) -> bool:
+        if job.state != "running" or not job.endpoint:
+            self.failures.pop(job.id, None)
+            self.healthy_once.discard(job.id)
+            return False
+        if self.health(job.endpoint):
+            self.failures[job.id] = 0
+            self.healthy_once.add(job.id)
+            return True
+        self.failures[job.id] = self.failures.get(job.id, 0) + 1
+        # a replica that answered before gets a few chances (it may be busy), a new one none
+        return job.id in self.healthy_once and self.failures[job.id] < UNHEALTHY_AFTER
+
+    def tick(self) -> None:
+        with self.sessions() as s:
+            snapshot = [(d.id, [(j.id, j.state, j.endpoint) for j in service.replicas(s, d)])
+                        for d in s.scalars(select(Deployment))]
+        health = {}
+        for _, reps in snapshot:
+            for job_id, state, endpoint in reps:
+                health[job_id] = self._healthy(_JobLike(job_id, state, endpoint))
+        for table in (self.failures, self.unrouted_at):  # forget replicas that ended
+            for job_id in [j for j in table if j not in health]:
+                del table[job_id]
+        self.healthy_once &= set(health)
+        now = self.clock()
+        routes = []
+        with self.sessions.begin() as s:
+            for dep in s.scalars(select(Deployment)):
+                routes.append(self._one(s, dep, health, now))
+            keys = service.active_keys(s)
+        self.router.set_routes(routes, keys)
+
+    def _one(self, s: Session, dep: Deployment, health: dict[int, bool], now: float) -> Route:
+        reps = service.replicas(s, dep)
+        views = []
+        for j in reps:
+            gone = self.unrouted_at.get(j.id)
+            views.append(rollout.ReplicaView(
+                job_id=j.id, version_id=j.model_version_id, healthy=health.get(j.id, False),
+                inflight=self.router.load(j.id), unrouted_for=None if gone is None else now - gone))
+        d = rollout.decide(rollout.DeploymentView(dep.id, dep.version_id, dep.replicas, service.failed_starts(s, dep)),
+                           views, drain_seconds=self.drain_seconds)
+        owner = service.owner(s, dep)
+        for _ in range(d.start):
+            job = service.start_replica(s, dep, models_root=self.models_root, default_grace=self.default_grace)
+            log.info("deployment %s: started replica job %s", dep.name, job.id)
+        for job_id in d.stop:
+            job = s.get(Job, job_id)
+            if job.state in jobs.ACTIVE_STATES and not job.cancel_requested:
+                try:
+                    jobs.cancel(s, owner, job_id)
+                    log.info("deployment %s: stopping replica %s (drained)", dep.name, job_id)
+                except DeepPodError as exc:
+                    log.warning("deployment %s: could not stop replica %s: %s", dep.name, job_id, exc)
+        route_ids = set(d.route)
+        for v in views:  # when each replica left (or never joined) the route: what draining waits on
+            if v.job_id in route_ids:
+                self.unrouted_at.pop(v.job_id, None)
+            else:
+                self.unrouted_at.setdefault(v.job_id, now)
+        if (dep.state, dep.reason) != (d.state, d.reason):
+            dep.state, dep.reason = d.state, d.reason
+        by_id = {j.id: j for j in reps}
+        versions = {v.id: v.version for v in s.scalars(select(ModelVersion).where(
+            ModelVersion.id.in_({j.model_version_id for j in reps} or {-1})))}
+        model = s.get(Model, dep.model_id)
+        targets = tuple(Target(i, by_id[i].endpoint, versions.get(by_id[i].model_version_id, 0)) for i in d.route)
+        return Route(dep.id, dep.tenant_id, dep.name, model.name, targets, d.state)
+
+    def run(self, stop: threading.Event, interval: float = 0.5) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # the next round retries
+                log.exception("deployment round failed")
+            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+
+
+class _JobLike:
+    def __init__(self, job_id: int, state: str, endpoint: str | None):
+        self.id, self.state, self.endpoint = job_id, state, endpoint

@@ -1,0 +1,214 @@
+"""One serving replica: ``python -m deeppod.serve.replica --model-dir DIR``.
+
+Runs as a DeepPod job (kind "serve"): loads the model's serving form, warms it up, listens
+on loopback, tells the control plane where it listens, and answers predict requests with
+dynamic batching. Bad input gets a 4xx and never stops the replica. Imports no server code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
+from deeppod.runtime import inference
+from deeppod.runtime.inference import BadInput
+from deeppod.serve import inputs
+from deeppod.serve.batcher import Batcher
+from deeppod.serve.metrics import ReplicaMetrics
+
+log = logging.getLogger("deeppod.serve.replica")
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+class Replica:
+    def __init__(self, model: inference.Loaded, *, max_batch: int, max_wait_ms: float, max_body_bytes: int,
+                 version: int | None = None, name: str = "", replica_id: str = "", decode_threads: int = 2):
+        self.model, self.version, self.name, self.replica_id = model, version, name, replica_id
+        self.max_body_bytes = max_body_bytes
+        self.metrics = ReplicaMetrics(deployment=name or "-", replica=replica_id or "-")
+        self.batcher = Batcher(self._forward, max_batch=max_batch, max_wait=max_wait_ms / 1000.0,
+                               on_batch=self._observe_batch)
+        self.decoder = ThreadPoolExecutor(decode_threads, thread_name_prefix="decode")
+        self.inflight = 0
+        self.started = time.time()
+
+    def _forward(self, items: list) -> list:
+        return list(inference.forward(self.model, items))
+
+    def _observe_batch(self, size: int, seconds: float) -> None:
+        self.metrics.batch_size.observe(size)
+        self.metrics.batch_seconds.observe(seconds)
+
+    def _prepare(self, got: inputs.Items) -> list:
+        sig = self.model.signature
+        out = []
+        for n, data in enumerate(got.images):
+            try:
+                out.append(inference.decode(data, sig))
+            except BadInput as exc:
+                raise BadInput(f"image {n}: {exc}" if len(got.images) + len(got.tensors) > 1 else str(exc)) from None
+        for n, t in enumerate(got.tensors):
+            try:
+                out.append(inference.tensor_input(t, sig))
+            except BadInput as exc:
+                raise BadInput(f"tensors[{n}]: {exc}") from None
+        return out
+
+    async def _body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise inputs.TooLarge(f"the request is {declared} bytes, over the {self.max_body_bytes}-byte limit: "
+                                  "send smaller or fewer images")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise inputs.TooLarge(f"the request is over the {self.max_body_bytes}-byte limit: "
+                                      "send smaller or fewer images")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        request._body = body  # multipart parsing reads it from here
+        return body
+
+    async def predict(self, request: Request) -> JSONResponse:
+        began = time.perf_counter()
+        self.inflight += 1
+        status = 200
+        try:
+            body = await self._body(request)
+            got = await inputs.read(request, request.headers.get("content-type", ""), body)
+            items = await asyncio.get_running_loop().run_in_executor(self.decoder, self._prepare, got)
+            rows = await self.batcher(items)
+            import torch
+
+            answers = inference.top_k(torch.stack(rows), self.model.classes, got.top_k)
+            self.metrics.items.inc(len(items))
+            return JSONResponse({"model": self.name, "version": self.version, "replica": self.replica_id,
+                                 "predictions": answers})
+        except inputs.TooLarge as exc:
+            status = 413
+            return error(413, "too_large", str(exc))
+        except inputs.UnsupportedType as exc:
+            status = 415
+            return error(415, "unsupported_media_type", str(exc))
+        except BadInput as exc:
+            status = 422
+            return error(422, "bad_input", str(exc))
+        except Exception:  # the replica outlives any one request
+            log.exception("predict failed")
+            status = 500
+            return error(500, "internal", "the replica failed to answer; see its log")
+        finally:
+            self.inflight -= 1
+            self.metrics.requests.inc(code=str(status))
+            self.metrics.latency.observe(time.perf_counter() - began)
+
+    async def healthz(self, request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True, "model": self.name, "version": self.version, "replica": self.replica_id,
+                             "inflight": self.inflight, "queue": self.batcher.depth,
+                             "uptime_s": round(time.time() - self.started, 1)})
+
+    async def prometheus(self, request: Request) -> PlainTextResponse:
+        return PlainTextResponse(self.metrics.render(self.batcher.depth, self.inflight),
+                                 media_type="text/plain; version=0.0.4")
+
+    async def signature(self, request: Request) -> JSONResponse:
+        return JSONResponse(self.model.signature)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/predict", self.predict, methods=["POST"]),
+                                 Route("/healthz", self.healthz), Route("/metrics", self.prometheus),
+                                 Route("/signature", self.signature)])
+
+
+def warm_up(model: inference.Loaded, max_batch: int) -> None:
+    """The first forward of each batch size is slow; pay it before taking traffic."""
+    import torch
+
+    for n in sorted({1, max_batch}):
+        inference.forward(model, [torch.zeros((3, model.size, model.size), dtype=torch.uint8)] * n)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--name", default="")
+    p.add_argument("--version", type=int, default=None)
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--max-body-bytes", type=int, default=16 << 20)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0: any free port (the control plane is told which)")
+    p.add_argument("--decode-threads", type=int, default=2)
+    return p.parse_args(argv)
+
+
+def announce(url: str, version: int | None) -> None:
+    """Tell the control plane where this replica listens (retries while it is restarting)."""
+    from deeppod.runtime.registry import api_call
+
+    job_id = os.environ.get("DEEPPOD_JOB_ID")
+    if not job_id or not os.environ.get("DEEPPOD_API_URL"):
+        return
+    for attempt in range(30):
+        try:
+            api_call("PUT", f"/v1/replicas/{job_id}", {"url": url, "version": version})
+            return
+        except RuntimeError as exc:
+            log.warning("could not announce %s (%s); retrying", url, exc)
+            time.sleep(min(5.0, 0.2 * (attempt + 1)))
+    raise SystemExit("the control plane never took this replica's address")
+
+
+def main(argv=None) -> int:
+    import torch
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        os.environ.pop("CUDA_VISIBLE_DEVICES")  # no GPU slot given: CPU
+    model = inference.load(args.model_dir)
+    began = time.perf_counter()
+    warm_up(model, args.max_batch)
+    log.info("model %s v%s loaded on %s (%d torch threads), warm in %.1f s", args.name, args.version, model.device,
+             torch.get_num_threads(), time.perf_counter() - began)
+    replica = Replica(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                      max_body_bytes=args.max_body_bytes, version=args.version, name=args.name,
+                      replica_id=os.environ.get("DEEPPOD_JOB_ID", ""), decode_threads=args.decode_threads)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(1024)
+    url = f"http://{args.host}:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(replica.app(), log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=30))
+    startup = server.startup
+
+    async def started(sockets=None):  # announce only once uvicorn accepts connections
+        await startup(sockets=sockets)
+        await asyncio.get_running_loop().run_in_executor(None, announce, url, args.version)
+        log.info("serving on %s", url)
+
+    server.startup = started
+    server.run(sockets=[sock])
+    replica.batcher.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

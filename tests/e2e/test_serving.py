@@ -1,0 +1,246 @@
+"""Register -> compare -> promote -> deploy -> predict on real data (scikit-learn digits)
+with the built-in trainer, then a rolling update and a rollback under concurrent load."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from deeppod import Client
+from deeppod.runtime import inference
+from deeppod.runtime.data import ShardReader
+from deeppod.runtime.trainers.digits import write_digits
+from tests.helpers import LiveServer
+
+pytestmark = pytest.mark.slow
+MODEL = "digits-clf"
+
+
+def run(cli_env, *args, ok=True, timeout=600, cwd=None):
+    p = subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=cli_env, capture_output=True, text=True,
+                       timeout=timeout, cwd=cwd)
+    if ok:
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serving")
+    server = LiveServer(tmp / "home", extra_env={"DEEPPOD_PREDICT_MAX_BYTES": str(1 << 20)}).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token,
+                "DEEPPOD_CONFIG": str(tmp / "c.json"), "COLUMNS": "200"})
+    try:
+        run(env, "data", "ingest", "digits", str(write_digits(tmp / "digits")), "--split", "val=0.2")
+        common = ["train", "image-classifier", "--dataset", "digits", "--model", "small-cnn", "--image-size", "16",
+                  "--batch-size", "32", "--lr", "0.05", "--min-crop", "0.8", "--no-hflip", "--loader-workers", "0",
+                  "-f"]
+        # v1: a few steps only (a weak model), registered by the trainer itself
+        p = run(env, *common, "--epochs", "1", "--max-steps", "3", "--register", MODEL, cwd=tmp)
+        weak_job = int(p.stdout.split()[1])
+        # v2: trained properly, registered from its job
+        p = run(env, *common, "--epochs", "6", cwd=tmp)
+        strong_job = int(p.stdout.split()[1])
+        yield {"server": server, "env": env, "weak_job": weak_job, "strong_job": strong_job, "tmp": tmp,
+               "client": Client(server.url, server.admin_token)}
+    finally:
+        server.stop()
+        server.cleanup_jobs()
+
+
+def test_register_compare_promote_deploy_predict(flow):
+    env, c, server = flow["env"], flow["client"], flow["server"]
+    m = c.model(MODEL)
+    assert [v["version"] for v in m["versions"]] == [1], "the trainer registered v1 itself"
+    assert m["versions"][0]["lineage"]["job_id"] == flow["weak_job"]
+    p = run(env, "models", "register", MODEL, "--from-job", str(flow["strong_job"]))
+    assert f"registered {MODEL}@2" in p.stdout
+    v2 = c.model_version(f"{MODEL}@2")
+    lin = v2["lineage"]
+    assert lin["job_id"] == flow["strong_job"] and lin["dataset"] == "digits@1" and lin["datasets"] == ["digits@1"]
+    assert lin["hyperparameters"]["epochs"] == 6 and "deeppod.runtime.trainers.image_classifier" in lin["command"]
+    assert v2["signature"]["classes"] == [str(i) for i in range(10)] and v2["signature"]["input"]["crop"] == "center"
+    assert len(v2["sha256"]) == 64 and v2["metrics"]["val_accuracy"] > 0.5
+
+    run(env, "models", "alias", MODEL, "champion", "1")
+    p = run(env, "models", "promote", MODEL, "2", ok=False)
+    assert p.returncode == 2 and "no comparison" in p.stderr, p.stderr
+    p = run(env, "models", "compare", MODEL, "champion", "2", "--data", "digits@1", timeout=900)
+    assert "v1 vs v2 on digits@1" in p.stdout and "class 7" in p.stdout, p.stdout
+    evals = {e["version"]: e for e in c.model(MODEL)["evaluations"]}
+    assert evals[2]["accuracy"] > evals[1]["accuracy"], evals
+    assert evals[2]["samples"] == evals[1]["samples"] == len(ShardReader(server.home / "data" / "hot" / "default"
+                                                                         / "digits" / "v1", "val"))
+    assert set(evals[2]["per_class"]) == {str(i) for i in range(10)}
+    p = run(env, "models", "promote", MODEL, "1", ok=False)  # v1 lost the comparison
+    assert p.returncode == 2 and "is already the champion" in p.stderr
+    p = run(env, "models", "promote", MODEL, "2")
+    assert "champion is now v2" in p.stdout and "beats champion v1" in p.stdout
+    assert c.model(MODEL)["aliases"]["champion"] == 2
+
+    p = run(env, "deploy", f"{MODEL}@champion", "--replicas", "2", "--max-batch", "16", "--max-wait-ms", "10",
+            timeout=300)
+    assert "ready" in p.stdout, p.stdout
+    d = c.deployment(MODEL)
+    assert d["version"] == 2 and sum(r["routed"] for r in d["replica_jobs"]) == 2
+    replica_jobs = [c.job(r["job_id"]) for r in d["replica_jobs"]]
+    assert all(not j["preemptible"] for j in replica_jobs)
+
+    # predictions equal the registered model run directly on the same images
+    reader = ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1", "val")
+    images = [reader.read(i)[0] for i in range(24)]
+    model = inference.load(server.home / "models" / "default" / MODEL / "v2", device="cpu")
+    direct = inference.top_k(inference.forward(model, [inference.decode(b, model.signature) for b in images]),
+                             model.classes, 3)
+    served = c.predict(MODEL, images, top_k=3)
+    assert served["version"] == 2 and len(served["predictions"]) == 24
+    for a, b in zip(served["predictions"], direct):
+        assert a["label"] == b["label"]
+        assert abs(a["confidence"] - b["confidence"]) < 1e-4
+    truth = [reader.classes[reader.read(i)[1]] for i in range(24)]
+    assert sum(a["label"] == t for a, t in zip(served["predictions"], truth)) >= 18
+
+    # JSON: base64 images and tensors give the same answers
+    import base64
+
+    r = httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", json={"images": [base64.b64encode(images[0]).decode()],
+                   "top_k": 2}, headers={"Authorization": f"Bearer {server.admin_token}"})
+    assert r.status_code == 200 and r.json()["predictions"][0]["label"] == direct[0]["label"]
+    from deeppod.runtime.data import normalize
+
+    x = normalize(inference.decode(images[0], model.signature)[None], model.signature["input"]["mean"],
+                  model.signature["input"]["std"])[0]
+    r = c.predict(MODEL, tensors=[x.tolist()], top_k=1)
+    assert r["predictions"][0]["label"] == direct[0]["label"]
+
+    # a deployment key works for predict only
+    key = c.create_deployment_key(MODEL, "kiosk")["key"]
+    time.sleep(1.0)  # the router learns keys each round
+    r = httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
+                   headers={"X-DeepPod-Key": key, "content-type": "image/png"})
+    assert r.status_code == 200, r.text
+    assert httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401
+    assert httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
+                      headers={"content-type": "image/png"}).status_code == 401
+
+    # the browser page, built from the signature by its script, and the metrics
+    page = httpx.get(f"{server.url}/v1/deployments/{MODEL}", headers={"accept": "text/html"})
+    assert page.status_code == 200 and "signature" in page.text and "<form" in page.text
+    text = httpx.get(f"{server.url}/v1/deployments/{MODEL}/metrics",
+                     headers={"Authorization": f"Bearer {server.admin_token}"}).text
+    assert "deeppod_batch_size_bucket" in text and "deeppod_predict_latency_seconds_count" in text
+    assert "deeppod_router_requests_total" in text
+
+
+def test_bad_input_gets_4xx_and_the_replica_lives(flow):
+    server, c = flow["server"], flow["client"]
+    c.wait_deployment(MODEL, timeout=120)
+    url, auth = f"{server.url}/v1/deployments/{MODEL}/predict", {"Authorization": f"Bearer {server.admin_token}"}
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(buf, "JPEG")
+    good = buf.getvalue()
+    cases = [
+        (dict(content=b"this is not an image", headers={**auth, "content-type": "image/jpeg"}), 422, "not an image"),
+        (dict(content=good[: len(good) // 2], headers={**auth, "content-type": "image/jpeg"}), 422, "decoded"),
+        (dict(content=b"", headers={**auth, "content-type": "image/png"}), 422, "empty"),
+        (dict(json={"tensors": [[[0.0] * 5] * 5]}, headers=auth), 422, "[3, 16, 16]"),
+        (dict(json={"images": ["@@@"]}, headers=auth), 422, "base64"),
+        (dict(json={"pictures": []}, headers=auth), 422, "unknown field"),
+        (dict(json={}, headers=auth), 422, "no image"),
+        (dict(content=b"{bad json", headers={**auth, "content-type": "application/json"}), 422, "not valid JSON"),
+        (dict(content=b"x" * 10, headers={**auth, "content-type": "text/plain"}), 415, "multipart"),
+        (dict(content=b"x" * (2 << 20), headers={**auth, "content-type": "image/png"}), 413, "limit"),
+        (dict(files=[("image", ("a.png", good))], data={"top_k": "zero"}, headers=auth), 422, "top_k"),
+    ]
+    for kw, status, words in cases:
+        r = httpx.post(url, timeout=30, **kw)
+        assert r.status_code == status, (kw.get("json"), r.status_code, r.text)
+        assert words in r.json()["error"]["message"], r.text
+    r = httpx.post(url, files=[("image", ("a.jpg", good))], headers=auth, timeout=30)
+    assert r.status_code == 200 and r.json()["predictions"][0]["label"] in [str(i) for i in range(10)]
+    d = c.deployment(MODEL)
+    assert d["state"] == "ready" and all(r["restarts"] == 0 for r in d["replica_jobs"])
+
+
+class Load:
+    """Closed-loop clients predicting without pause; every failure is kept."""
+
+    def __init__(self, url: str, token: str, image: bytes, clients: int = 6):
+        self.url, self.token, self.image = url, token, image
+        self.ok, self.failures, self.versions = 0, [], set()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+
+    def _run(self):
+        with httpx.Client(timeout=60) as h:
+            while not self.stop.is_set():
+                try:
+                    r = h.post(self.url, content=self.image, headers={"Authorization": f"Bearer {self.token}",
+                                                                      "content-type": "image/png"})
+                    if r.status_code == 200:
+                        self.ok += 1
+                        self.versions.add(r.json()["version"])
+                    else:
+                        self.failures.append((r.status_code, r.text[:200]))
+                except httpx.HTTPError as exc:
+                    self.failures.append(("transport", repr(exc)))
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def test_rolling_update_and_rollback_under_load_lose_nothing(flow):
+    server, c, env = flow["server"], flow["client"], flow["env"]
+    c.wait_deployment(MODEL, timeout=120)
+    reader = ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1", "val")
+    with Load(f"{server.url}/v1/deployments/{MODEL}/predict", server.admin_token, reader.read(0)[0]) as load:
+        time.sleep(2)
+        p = run(env, "deploy", "update", MODEL, "--version", "1", timeout=300)
+        assert "ready" in p.stdout
+        time.sleep(2)
+        p = run(env, "deploy", "rollback", MODEL, timeout=300)
+        assert "rolling back to" in p.stdout and "ready" in p.stdout
+        time.sleep(2)
+    assert load.failures == [], load.failures[:5]
+    assert load.ok > 50 and load.versions == {1, 2}
+    d = c.deployment(MODEL)
+    assert d["version"] == 2 and d["previous_version"] == 1 and len(d["replica_jobs"]) == 2
+    text = httpx.get(f"{server.url}/v1/deployments/{MODEL}/metrics",
+                     headers={"Authorization": f"Bearer {server.admin_token}"}).text
+    sizes = [line for line in text.splitlines() if line.startswith("deeppod_batch_size_bucket") and 'le="1"' in line]
+    counts = [line for line in text.splitlines() if line.startswith("deeppod_batch_size_count")]
+    assert sizes and counts
+    # under 6 concurrent clients and 2 replicas, batches of more than one formed
+    assert any(float(s.rsplit(" ", 1)[1]) < float(n.rsplit(" ", 1)[1]) for s, n in zip(sizes, counts)), text
+
+
+def test_a_killed_replica_is_restarted(flow):
+    server, c = flow["server"], flow["client"]
+    d = c.wait_deployment(MODEL, timeout=120)
+    victim = d["replica_jobs"][0]["job_id"]
+    pid = json.loads((server.home / "jobs" / str(victim) / "workers.json").read_text())["0"]
+    os.kill(pid, 9)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        j = c.job(victim)
+        if j["restart_count"] >= 1 and c.deployment(MODEL)["state"] == "ready":
+            break
+        time.sleep(0.5)
+    assert c.job(victim)["restart_count"] >= 1
+    assert c.wait_deployment(MODEL, timeout=120)["state"] == "ready"
