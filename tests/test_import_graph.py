@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 SERVER_PACKAGES = ("deeppod.api", "deeppod.store", "deeppod.jobs", "deeppod.scheduler", "deeppod.executor",
-                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.data")
+                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.data", "deeppod.registry")
 HEAVY = ("fastapi", "sqlalchemy", "uvicorn", "alembic", "starlette")
 
 
@@ -43,3 +43,14 @@ def test_runtime_data_imports_no_server_code():
 def test_supervisor_is_standard_library_only():
     mods = loaded_after("import deeppod.executor.supervisor")
     assert offenders(mods, HEAVY + ("deeppod.api", "deeppod.store", "deeppod.jobs", "httpx", "torch")) == []
+
+
+def test_inference_evaluation_and_registration_in_jobs_import_no_server_code():
+    mods = loaded_after("import deeppod.runtime.inference, deeppod.runtime.evaluate, deeppod.runtime.registry")
+    assert offenders(mods, SERVER_PACKAGES + HEAVY) == []
+
+
+def test_a_serving_replica_imports_no_server_code():
+    mods = loaded_after("import deeppod.serve.replica")
+    assert offenders(mods, SERVER_PACKAGES + ("sqlalchemy", "alembic", "fastapi")) == []
+    assert not any(m in mods for m in ("deeppod.serve.service", "deeppod.serve.controller"))

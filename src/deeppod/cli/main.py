@@ -574,6 +574,49 @@ def bench_storage_cmd(
         out.write_text(json.dumps(report, indent=1))
 
 
+@bench_app.command("infer")
+def bench_infer_cmd(
+    deployment: Annotated[str, typer.Option(help="the deployment to load")],
+    concurrency: Annotated[str, typer.Option(help="comma-separated numbers of concurrent clients")] = "1,8,32,64",
+    duration: Annotated[float, typer.Option(help="seconds per concurrency level")] = 30.0,
+    image: Annotated[Optional[Path], typer.Option(help="the image every request sends (default: a 224x224 JPEG)")] = None,
+    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline",
+                                           help="also run a plain FastAPI + torch server with the same model")] = True,
+    out: Annotated[Optional[Path], typer.Option(help="also write the results here as JSON")] = None,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Closed-loop load: throughput and p50/p99 latency per concurrency, beside the baseline."""
+    import io
+
+    from deeppod.bench.infer import compare
+
+    try:
+        levels = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidRequest(f"--concurrency {concurrency!r}: write numbers separated by commas, e.g. 1,8,32") from None
+    if not levels or min(levels) < 1 or duration <= 0:
+        raise InvalidRequest("--concurrency needs numbers of at least 1 and --duration more than 0")
+    c = client(url, token)
+    d = c.deployment(deployment)
+    if image is not None:
+        body = image.read_bytes()
+    else:
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.effect_noise((224, 224), 64).convert("RGB").save(buf, "JPEG", quality=90)
+        body = buf.getvalue()
+    model_dir = c.model_version(f"{d['model']}@{d['version']}")["path"] if baseline else None
+    console.print(f"{deployment}: {d['model']}@{d['version']}, {d['replicas']} replicas, batch {d['max_batch']} / "
+                  f"{d['max_wait_ms']:g} ms; {len(body)}-byte image; {duration:g} s per level")
+    rows = compare(d["predict_url"], {"Authorization": f"Bearer {c.token}"}, body, "image/jpeg", model_dir=model_dir,
+                   concurrencies=levels, duration=duration, echo=console.print)
+    if out:
+        out.write_text(json.dumps({"deployment": d["name"], "model": f"{d['model']}@{d['version']}",
+                                   "replicas": d["replicas"], "max_batch": d["max_batch"],
+                                   "max_wait_ms": d["max_wait_ms"], **rows}, indent=1))
+
+
 @bench_app.command("train")
 def bench_train_cmd(
     model: str = "resnet50",

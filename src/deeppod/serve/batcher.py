@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 class Batcher:
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], *, max_batch: int = 32, max_wait: float = 0.005,
-                 on_batch: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.monotonic):
+                 on_batch: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 thread: bool = True):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.run, self.max_batch, self.max_wait = run, max_batch, max(0.0, max_wait)
@@ -31,8 +32,10 @@ class Batcher:
         self.clock = clock
         self._q: queue.Queue = queue.Queue()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="batcher", daemon=True)
-        self._thread.start()
+        self._thread = None
+        if thread:  # else the caller runs serve_forever() itself (the main thread: see replica.py)
+            self._thread = threading.Thread(target=self._loop, name="batcher", daemon=True)
+            self._thread.start()
 
     @property
     def depth(self) -> int:
@@ -52,10 +55,15 @@ class Batcher:
         """Await the outputs of ``items`` (from an event loop)."""
         return [await asyncio.wrap_future(f) for f in self.submit(items)]
 
+    def serve_forever(self) -> None:
+        """Run batches in the calling thread until close()."""
+        self._loop()
+
     def close(self) -> None:
         self._stop.set()
         self._q.put(None)
-        self._thread.join(timeout=5)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def _take(self) -> list[tuple[float, Any, Future]] | None:
         first = self._q.get()

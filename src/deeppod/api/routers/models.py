@@ -23,7 +23,7 @@ def register(name: str, body: RegisterIn, request: Request, session: SessionDep,
     model, version = service.register(session, principal, name, root=settings.models_dir,
                                       jobs_dir=settings.jobs_dir, job_id=body.job_id, path=body.path,
                                       description=body.description, aliases=body.aliases)
-    return version_out(model, version)
+    return version_out(model, version, settings.models_dir)
 
 
 @router.get("", response_model=list[ModelOut])
@@ -37,10 +37,10 @@ def show(name: str, session: SessionDep, principal: PrincipalDep) -> ModelOut:
 
 
 @router.get("/{ref}/version", response_model=VersionOut)
-def show_version(ref: str, session: SessionDep, principal: PrincipalDep) -> VersionOut:
+def show_version(ref: str, request: Request, session: SessionDep, principal: PrincipalDep) -> VersionOut:
     """One version, by NAME@VERSION or NAME@ALIAS."""
     model, version = service.get_version(session, principal, ref)
-    return version_out(model, version)
+    return version_out(model, version, get_ctx(request).settings.models_dir)
 
 
 @router.put("/{name}/aliases/{alias}", response_model=ModelOut)

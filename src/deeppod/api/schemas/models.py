@@ -49,6 +49,7 @@ class VersionOut(Out):
     lineage: dict
     bytes: int
     sha256: str
+    path: str = ""
     created_at: datetime
 
 
@@ -77,8 +78,8 @@ class PromoteOut(Out):
     reason: str
 
 
-def version_out(model, v) -> VersionOut:
-    return VersionOut(ref=f"{model.name}@{v.version}", version=v.version,
+def version_out(model, v, root=None) -> VersionOut:
+    return VersionOut(path=str(root / v.key) if root is not None else "", ref=f"{model.name}@{v.version}", version=v.version,
                       aliases=sorted(a for a, n in model.aliases.items() if n == v.version), signature=v.signature,
                       metrics=v.metrics, lineage=v.lineage, bytes=v.bytes, sha256=v.sha256, created_at=v.created_at)
 

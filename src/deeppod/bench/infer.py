@@ -1,0 +1,133 @@
+"""``deeppod bench infer``: a closed-loop load generator (N clients, each sends its next
+request when the last is answered) reporting throughput and p50/p99 latency, against a
+deployment and, in the same run, against a plain FastAPI + torch server that runs one
+request per forward pass with the same model."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def closed_loop(url: str, body: bytes, content_type: str, *, concurrency: int, duration: float,
+                headers: dict[str, str] | None = None, warmup: float = 2.0) -> dict:
+    """``concurrency`` clients on keep-alive connections for ``duration`` seconds (after a warm-up)."""
+    u = urllib.parse.urlsplit(url)
+    path = u.path + (f"?{u.query}" if u.query else "")
+    hdrs = {"Content-Type": content_type, **(headers or {})}
+    start_at = time.monotonic() + warmup
+    end_at = start_at + duration
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+        while True:
+            t0 = time.monotonic()
+            if t0 >= end_at:
+                break
+            try:
+                conn.request("POST", path, body=body, headers=hdrs)
+                r = conn.getresponse()
+                r.read()
+                ok = r.status == 200
+                if not ok:
+                    errors.append(f"HTTP {r.status}")
+            except (OSError, http.client.HTTPException) as exc:
+                errors.append(type(exc).__name__)
+                conn.close()
+                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+                ok = False
+            t1 = time.monotonic()
+            if ok and t0 >= start_at and t1 <= end_at:
+                latencies[i].append(t1 - t0)
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lat = sorted(v for per in latencies for v in per)
+    return {"concurrency": concurrency, "requests": len(lat), "errors": len(errors),
+            "throughput_rps": round(len(lat) / duration, 2),
+            "p50_ms": round(_percentile(lat, 0.50) * 1000, 2), "p99_ms": round(_percentile(lat, 0.99) * 1000, 2)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PlainServer:
+    """The baseline in its own process: FastAPI + uvicorn + torch, one forward per request."""
+
+    def __init__(self, model_dir: str | Path, threads: int | None = None):
+        self.port = _free_port()
+        env = dict(os.environ)
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        self.proc = subprocess.Popen([sys.executable, "-m", "deeppod.bench.plain_server", str(model_dir),
+                                      str(self.port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{self.port}/predict"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the baseline server exited: " + self.proc.stderr.read().decode()[-2000:])
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("the baseline server did not start in 120 s")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def compare(target_url: str, headers: dict[str, str], body: bytes, content_type: str, *, model_dir: str | None,
+            concurrencies: list[int], duration: float, echo=print) -> dict:
+    """Both servers at every concurrency, one after the other (never at the same time)."""
+    rows = {"deeppod": [], "baseline": []}
+    for n in concurrencies:
+        r = closed_loop(target_url, body, content_type, concurrency=n, duration=duration, headers=headers)
+        rows["deeppod"].append(r)
+        echo(f"deeppod   c={n:<3} {r['throughput_rps']:8.1f} req/s  p50 {r['p50_ms']:8.1f} ms  "
+             f"p99 {r['p99_ms']:8.1f} ms  errors {r['errors']}")
+    if model_dir is not None:
+        plain = PlainServer(model_dir)
+        try:
+            for n in concurrencies:
+                r = closed_loop(plain.url, body, content_type, concurrency=n, duration=duration)
+                rows["baseline"].append(r)
+                echo(f"baseline  c={n:<3} {r['throughput_rps']:8.1f} req/s  p50 {r['p50_ms']:8.1f} ms  "
+                     f"p99 {r['p99_ms']:8.1f} ms  errors {r['errors']}")
+        finally:
+            plain.close()
+        for d, b in zip(rows["deeppod"], rows["baseline"]):
+            ratio = d["throughput_rps"] / b["throughput_rps"] if b["throughput_rps"] else float("inf")
+            d["throughput_ratio"] = round(ratio, 2)
+            echo(f"c={d['concurrency']:<3} throughput {ratio:.2f}x the baseline; p99 {d['p99_ms']:.0f} ms vs "
+                 f"{b['p99_ms']:.0f} ms")
+    return rows

@@ -1,0 +1,145 @@
+"""The registry through the store (SQLite and PostgreSQL): register, aliases, evaluations,
+promote, tenant scoping, bad artifacts."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deeppod.auth.service import Principal, bootstrap, create_tenant, create_user
+from deeppod.errors import Conflict, InvalidRequest, NotFound
+from deeppod.registry import service
+from deeppod.registry.compare import Figures, verdict
+from deeppod.store.models import Job, ModelEvaluation
+
+SIG = {"classes": ["cat", "dog"], "model": "small-cnn", "dataset": "pets@2", "hyperparameters": {"lr": 0.1},
+       "metrics": {"val_accuracy": 0.9},
+       "input": {"kind": "image", "shape": [3, 16, 16], "mean": [0.5] * 3, "std": [0.2] * 3, "crop": "center"}}
+
+
+def artifact(folder: Path, sig=SIG, serving=b"program") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.pt2").write_bytes(serving)
+    (folder / "weights.pt").write_bytes(b"weights")
+    (folder / "signature.json").write_text(json.dumps(sig))
+    return folder
+
+
+@pytest.fixture
+def env(sessions, tmp_path):
+    with sessions.begin() as s:
+        bootstrap(s)
+        admin = Principal(1, "admin", 1, "default", True)
+        create_tenant(s, admin, "vision")
+        user, _ = create_user(s, admin, "ana", "vision")
+        ana = Principal(user.id, "ana", user.tenant_id, "vision", False)
+    return sessions, admin, ana, tmp_path / "models", tmp_path / "jobs"
+
+
+def test_register_from_a_job_copies_the_artifact_with_lineage(env):
+    sessions, admin, ana, root, jobs_dir = env
+    with sessions.begin() as s:
+        job = Job(name="train", tenant_id=ana.tenant_id, user_id=ana.user_id, state="succeeded",
+                  command=["python", "-m", "trainer"], workdir="/", datasets=[{"ref": "pets@2", "version_id": 1,
+                                                                                 "env": "DEEPPOD_DATA_PETS"}])
+        s.add(job)
+        s.flush()
+        job_id = job.id
+    artifact(jobs_dir / str(job_id) / "model")
+    with sessions.begin() as s:
+        model, v = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, job_id=job_id, aliases=["staging"])
+        assert v.version == 1 and model.aliases == {"staging": 1}
+        assert v.lineage["job_id"] == job_id and v.lineage["dataset"] == "pets@2" and v.lineage["datasets"] == ["pets@2"]
+        assert v.lineage["command"] == ["python", "-m", "trainer"] and v.metrics["val_accuracy"] == 0.9
+        assert (root / v.key / "model.pt2").read_bytes() == b"program" and len(v.sha256) == 64
+    with sessions.begin() as s:
+        _, v2 = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(jobs_dir / str(job_id) / "model"))
+        assert v2.version == 2
+        m, latest = service.get_version(s, ana, "pets")
+        assert latest.version == 2 and service.get_version(s, ana, "pets@staging")[1].version == 1
+    with sessions() as s:  # another tenant does not see it
+        with pytest.raises(NotFound):
+            service.get_model(s, Principal(1, "bob", 1, "default", False), "pets")
+        assert service.get_model(s, admin, "vision/pets").name == "pets"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"classes": ["one"]}, "at least two class"),
+    ({"input": {"kind": "text"}}, "input.kind"),
+    ({"input": {**SIG["input"], "shape": [3, 16, 8]}}, "input.shape"),
+    ({"input": {**SIG["input"], "std": [0, 1, 1]}}, "zero"),
+    ({"input": {**SIG["input"], "crop": "zoom"}}, "input.crop"),
+])
+def test_incomplete_signatures_are_refused_with_what_is_missing(env, change, words):
+    sessions, _, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "x", {**SIG, **change})
+    with sessions.begin() as s:
+        with pytest.raises(InvalidRequest, match=words):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+    assert not root.exists() or not any(root.rglob("model.pt2"))
+
+
+def test_missing_files_and_bad_names(env, tmp_path):
+    sessions, _, ana, root, jobs_dir = env
+    (tmp_path / "empty").mkdir()
+    with sessions.begin() as s:
+        with pytest.raises(InvalidRequest, match="model.pt2"):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(tmp_path / "empty"))
+        with pytest.raises(InvalidRequest, match="absolute"):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path="relative/dir")
+        with pytest.raises(InvalidRequest, match="name"):
+            service.register(s, ana, "Bad Name", root=root, jobs_dir=jobs_dir, path=str(tmp_path / "empty"))
+        with pytest.raises(InvalidRequest, match="--from-job"):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir)
+
+
+def test_promote_needs_a_win_in_the_latest_comparison(env):
+    sessions, _, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "a")
+    with sessions.begin() as s:
+        for _ in range(3):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        model, v1, why = service.promote(s, ana, "pets", "1")
+        assert model.aliases["champion"] == 1 and "no champion" in why
+        with pytest.raises(Conflict, match="no comparison"):
+            service.promote(s, ana, "pets", "2")
+        versions = {v.version: v for v in service.versions(s, model)}
+
+        def evaluation(job, version, acc):
+            s.add(ModelEvaluation(model_id=model.id, version_id=versions[version].id, job_id=job, dataset="pets@2",
+                                  samples=100, accuracy=acc, per_class={}))
+        evaluation(10, 1, 0.80)
+        evaluation(10, 2, 0.75)
+        s.flush()
+        with pytest.raises(Conflict, match="below champion"):
+            service.promote(s, ana, "pets", "2")
+        evaluation(11, 1, 0.80)  # a newer comparison decides
+        evaluation(11, 2, 0.85)
+        s.flush()
+        model.aliases = {**model.aliases, "challenger": 2}
+        _, v, why = service.promote(s, ana, "pets", "challenger")
+        assert v.version == 2 and "beats champion v1" in why and model.aliases == {"champion": 2}
+        with pytest.raises(Conflict, match="already the champion"):
+            service.promote(s, ana, "pets", "2")
+        _, v, why = service.promote(s, ana, "pets", "3", force=True)
+        assert v.version == 3 and "forced" in why
+
+
+def test_verdict_is_strict():
+    assert verdict(Figures(2, "d@1", 10, 0.9), Figures(1, "d@1", 10, 0.8))[0]
+    assert not verdict(Figures(2, "d@1", 10, 0.8), Figures(1, "d@1", 10, 0.8))[0]
+    with pytest.raises(ValueError):
+        verdict(Figures(2, "d@1", 10, 0.9), Figures(1, "d@2", 10, 0.8))
+
+
+def test_aliases(env):
+    sessions, _, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "a")
+    with sessions.begin() as s:
+        service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        assert service.set_alias(s, ana, "pets", "staging", "1").aliases == {"staging": 1}
+        with pytest.raises(InvalidRequest):
+            service.set_alias(s, ana, "pets", "latest", "1")
+        with pytest.raises(NotFound, match="no version 7"):
+            service.set_alias(s, ana, "pets", "x", "7")
+        assert service.set_alias(s, ana, "pets", "staging", None).aliases == {}

@@ -1,0 +1,110 @@
+"""Dynamic batching: batches form under concurrency, results equal unbatched ones, and a
+failing batch fails only its own requests."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from deeppod.runtime import inference
+from deeppod.serve.batcher import Batcher
+
+
+def test_concurrent_requests_share_forward_passes_and_get_their_own_answers():
+    sizes = []
+    gate = threading.Event()
+
+    def run(items):
+        gate.wait(5)  # hold the first batch so the rest queue up behind it
+        sizes.append(len(items))
+        return [x * 10 for x in items]
+
+    b = Batcher(run, max_batch=8, max_wait=0.05)
+
+    async def main():
+        tasks = [asyncio.create_task(b([i])) for i in range(20)]
+        await asyncio.sleep(0.1)
+        gate.set()
+        return await asyncio.gather(*tasks)
+
+    out = asyncio.run(main())
+    b.close()
+    assert out == [[i * 10] for i in range(20)]
+    assert max(sizes) == 8 and sum(sizes) == 20 and len(sizes) <= 4, sizes
+
+
+def test_a_lone_request_waits_at_most_max_wait():
+    b = Batcher(lambda items: items, max_batch=32, max_wait=0.02)
+    began = time.perf_counter()
+    assert [f.result(5) for f in b.submit(["x"])] == ["x"]
+    assert time.perf_counter() - began < 0.5
+    b.close()
+
+
+def test_a_failing_batch_fails_its_items_and_the_batcher_goes_on():
+    calls = []
+
+    def run(items):
+        calls.append(items)
+        if "boom" in items:
+            raise RuntimeError("bad batch")
+        return items
+
+    b = Batcher(run, max_batch=1, max_wait=0)
+    bad = b.submit(["boom"])[0]
+    with pytest.raises(RuntimeError, match="bad batch"):
+        bad.result(5)
+    assert b.submit(["fine"])[0].result(5) == "fine"
+    b.close()
+
+
+def test_max_batch_must_be_positive():
+    with pytest.raises(ValueError):
+        Batcher(lambda i: i, max_batch=0)
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    import json
+
+    folder = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    program = torch.export.export(net, (torch.zeros(2, 3, 16, 16),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    torch.export.save(program, str(folder / "model.pt2"))
+    (folder / "signature.json").write_text(json.dumps({
+        "classes": ["a", "b", "c", "d"], "input": {"kind": "image", "shape": [3, 16, 16], "mean": [0.5] * 3,
+                                                   "std": [0.25] * 3, "crop": "center"}}))
+    return inference.load(folder, device="cpu")
+
+
+def test_batched_answers_equal_unbatched_ones(small_model):
+    g = torch.Generator().manual_seed(1)
+    items = [torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=g) for _ in range(24)]
+    one_by_one = torch.cat([inference.forward(small_model, [x]) for x in items])
+    sizes = []
+
+    def run(batch):
+        sizes.append(len(batch))
+        return list(inference.forward(small_model, batch))
+
+    b = Batcher(run, max_batch=16, max_wait=0.2)
+    futures = [f for x in items for f in b.submit([x])]
+    batched = torch.stack([f.result(10) for f in futures])
+    b.close()
+    assert max(sizes) > 1
+    torch.testing.assert_close(batched, one_by_one, rtol=1e-4, atol=1e-5)
+
+
+def test_images_and_tensors_mix_in_one_batch_in_order(small_model):
+    from deeppod.runtime.data import normalize
+
+    img = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)
+    tensor = normalize(img[None], [0.5] * 3, [0.25] * 3)[0]
+    out = inference.forward(small_model, [img, tensor, img])
+    torch.testing.assert_close(out[0], out[1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out[0], out[2])
