@@ -14,7 +14,6 @@ serving speed does not depend on them), deploys it, and runs `deeppod bench infe
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import subprocess

@@ -129,6 +129,13 @@ def test_register_compare_promote_deploy_predict(flow):
     assert httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401
     assert httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
                       headers={"content-type": "image/png"}).status_code == 401
+    p = run(env, "deploy", "key", "ls", MODEL)
+    assert "kiosk" in p.stdout
+    key_id = c.deployment_keys(MODEL)[0]["id"]
+    run(env, "deploy", "key", "revoke", MODEL, str(key_id))
+    time.sleep(1.0)
+    assert httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
+                      headers={"X-DeepPod-Key": key, "content-type": "image/png"}).status_code == 401
 
     # the browser page, built from the signature by its script, and the metrics
     page = httpx.get(f"{server.url}/v1/deployments/{MODEL}", headers={"accept": "text/html"})

@@ -21,7 +21,7 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def _bearer(request: Request) -> str | None:
+def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
@@ -30,7 +30,7 @@ def _bearer(request: Request) -> str | None:
 def get_principal(request: Request) -> Principal:
     # A short session of its own, so auth never holds the request's transaction open.
     with request.app.state.ctx.sessions() as session:
-        return authenticate(session, _bearer(request))
+        return authenticate(session, bearer(request))
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

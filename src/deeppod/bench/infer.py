@@ -15,6 +15,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from deeppod.bench.train import free_port
+
 
 def _percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
@@ -68,17 +70,11 @@ def closed_loop(url: str, body: bytes, content_type: str, *, concurrency: int, d
             "p50_ms": round(_percentile(lat, 0.50) * 1000, 2), "p99_ms": round(_percentile(lat, 0.99) * 1000, 2)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PlainServer:
     """The baseline in its own process: FastAPI + uvicorn + torch, one forward per request."""
 
     def __init__(self, model_dir: str | Path, threads: int | None = None):
-        self.port = _free_port()
+        self.port = free_port()
         env = dict(os.environ)
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 
-def _port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -19,7 +19,7 @@ def _port() -> int:
 def run_workers(workers: int, args: list[str], module: str = "deeppod.bench.train_worker",
                 threads_per_worker: int = 1, timeout: float = 3600) -> list[dict]:
     """Start ``workers`` local processes with the torchrun environment; collect their results."""
-    port = _port()
+    port = free_port()
     procs = []
     for rank in range(workers):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(workers),

@@ -142,3 +142,21 @@ def key_create(name: str, label: Annotated[str, typer.Option("--label")] = "",
     k = client(url, token).create_deployment_key(name, label)
     console.print(f"key {k['id']} for {name} (shown once):\n  {k['key']}\n"
                   f"call predict with the header 'X-DeepPod-Key: {k['key']}'")
+
+
+@key_app.command("ls")
+def key_ls(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    keys = client(url, token).deployment_keys(name)
+    if as_json:
+        print_json(keys)
+        return
+    console.print(rows_table([{"id": k["id"], "label": k["name"], "created": k["created_at"][:19],
+                               "revoked": (k["revoked_at"] or "")[:19]} for k in keys],
+                             ["id", "label", "created", "revoked"]))
+
+
+@key_app.command("revoke")
+def key_revoke(name: str, key_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Revoke a key: predict refuses it within one controller round (about a second)."""
+    client(url, token).revoke_deployment_key(name, key_id)
+    console.print(f"key {key_id} of {name} revoked")

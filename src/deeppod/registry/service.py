@@ -98,10 +98,6 @@ def get_version(session: Session, principal: Principal, ref: str) -> tuple[Model
     return model, resolve(session, model, r.selector)
 
 
-def folder(root: Path, session: Session, version: ModelVersion) -> Path:
-    return root / version.key
-
-
 # -- register ----------------------------------------------------------------------------
 
 def _job_metrics(session: Session, job_id: int) -> dict[str, float]:
@@ -212,7 +208,7 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
         command += ["--model", f"{v.id}:{v.version}={root / v.key}"]
     job = jobs.submit(session, principal, jobs.JobRequest(
         command=command, workdir=str(root), name=f"compare-{name}-v{va.version}-v{vb.version}",
-        datasets=[dataset], env={}), default_grace=default_grace)
+        datasets=[dataset]), default_grace=default_grace)
     job.kind = "evaluate"
     job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
     return job, va, vb

@@ -9,11 +9,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from deeppod.errors import InvalidRequest
+
 MAX_PIXELS = 50_000_000  # a bigger image is refused before it is decoded
 
 
-class BadInput(ValueError):
+class BadInput(InvalidRequest):
     """The request's input cannot be fed to the model; the message says what was expected."""
+
+    code = "bad_input"
 
 
 @dataclass

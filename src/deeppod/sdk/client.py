@@ -157,6 +157,12 @@ class Client:
     def create_deployment_key(self, name: str, label: str = "") -> dict:
         return self._request("POST", f"/v1/deployments/{name}/keys", json={"name": label})
 
+    def deployment_keys(self, name: str) -> list[dict]:
+        return self._request("GET", f"/v1/deployments/{name}/keys")
+
+    def revoke_deployment_key(self, name: str, key_id: int) -> dict:
+        return self._request("DELETE", f"/v1/deployments/{name}/keys/{key_id}")
+
     def wait_deployment(self, name: str, *, version: int | None = None, timeout: float = 300.0,
                         poll: float = 0.5) -> dict:
         """Until every replica is healthy (on ``version`` when given) and nothing old is left."""
@@ -177,9 +183,11 @@ class Client:
     def predict(self, name: str, images: list[bytes] | None = None, *, tensors: list | None = None,
                 top_k: int = 5) -> dict:
         """Images (encoded bytes) go as multipart uploads; tensors as JSON."""
-        if tensors is not None:
-            return self._request("POST", f"/v1/deployments/{name}/predict",
-                                 json={"tensors": tensors, "top_k": top_k, **({"images": []} if not images else {})})
+        if tensors is not None:  # JSON carries both: images base64-encoded, answered first
+            import base64
+
+            return self._request("POST", f"/v1/deployments/{name}/predict", json={
+                "images": [base64.b64encode(b).decode() for b in images or []], "tensors": tensors, "top_k": top_k})
         files = [("image", (f"image{i}", data, "application/octet-stream")) for i, data in enumerate(images or [])]
         return self._request("POST", f"/v1/deployments/{name}/predict", files=files, data={"top_k": str(top_k)})
 

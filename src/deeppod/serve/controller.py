@@ -40,27 +40,26 @@ class DeploymentController:
         self.healthy_once: set[int] = set()
         self.unrouted_at: dict[int, float] = {}  # job id -> when it left the route
 
-    def _healthy(self, job: Job) -> bool:
-        if job.state != "running" or not job.endpoint:
-            self.failures.pop(job.id, None)
-            self.healthy_once.discard(job.id)
+    def _healthy(self, job_id: int, state: str, endpoint: str | None) -> bool:
+        if state != "running" or not endpoint:
+            self.failures.pop(job_id, None)
+            self.healthy_once.discard(job_id)
             return False
-        if self.health(job.endpoint):
-            self.failures[job.id] = 0
-            self.healthy_once.add(job.id)
+        if self.health(endpoint):
+            self.failures[job_id] = 0
+            self.healthy_once.add(job_id)
             return True
-        self.failures[job.id] = self.failures.get(job.id, 0) + 1
+        self.failures[job_id] = self.failures.get(job_id, 0) + 1
         # a replica that answered before gets a few chances (it may be busy), a new one none
-        return job.id in self.healthy_once and self.failures[job.id] < UNHEALTHY_AFTER
+        return job_id in self.healthy_once and self.failures[job_id] < UNHEALTHY_AFTER
 
     def tick(self) -> None:
         with self.sessions() as s:
             snapshot = [(d.id, [(j.id, j.state, j.endpoint) for j in service.replicas(s, d)])
                         for d in s.scalars(select(Deployment))]
-        health = {}
-        for _, reps in snapshot:
-            for job_id, state, endpoint in reps:
-                health[job_id] = self._healthy(_JobLike(job_id, state, endpoint))
+        # health checks are HTTP calls: made between the two transactions, never inside one
+        health = {job_id: self._healthy(job_id, state, endpoint)
+                  for _, reps in snapshot for job_id, state, endpoint in reps}
         for table in (self.failures, self.unrouted_at):  # forget replicas that ended
             for job_id in [j for j in table if j not in health]:
                 del table[job_id]
@@ -118,8 +117,3 @@ class DeploymentController:
             except Exception:  # the next round retries
                 log.exception("deployment round failed")
             stop.wait(max(0.0, interval - (time.monotonic() - began)))
-
-
-class _JobLike:
-    def __init__(self, job_id: int, state: str, endpoint: str | None):
-        self.id, self.state, self.endpoint = job_id, state, endpoint

@@ -8,6 +8,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
+from deeppod.errors import DeepPodError, TooLarge
 from deeppod.runtime.inference import BadInput
 
 MAX_ITEMS = 256  # images or tensors in one request
@@ -16,12 +17,24 @@ USAGE = ("send an image as multipart form field 'image' (curl -F image=@cat.jpg)
          "Content-Type image/*, or JSON {\"images\": [\"<base64>\"...]} or {\"tensors\": [[[...]]]}")
 
 
-class TooLarge(BadInput):
-    pass
+class UnsupportedType(DeepPodError):
+    code = "unsupported_media_type"
+    status = 415
 
 
-class UnsupportedType(BadInput):
-    pass
+async def read_body(request, limit: int, hint: str) -> bytes:
+    """The whole body, refused with 413 as soon as it is over ``limit`` (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"the request is {declared} bytes, over the {limit}-byte limit{hint}: "
+                       "send smaller or fewer images")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the request is over the {limit}-byte limit{hint}: send smaller or fewer images")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @dataclass

@@ -5,6 +5,7 @@ form from it: the classes, the input size, the preprocessing."""
 from __future__ import annotations
 
 import html
+import json
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>DeepPod: {name}</title>
@@ -64,6 +65,4 @@ if ($("token").value) load();
 
 
 def render(name: str) -> str:
-    import json
-
     return PAGE.format(name=html.escape(name), name_js=json.dumps(name).replace("<", "\\u003c"))

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from deeppod.errors import DeepPodError
 from deeppod.runtime import inference
 from deeppod.runtime.inference import BadInput
 from deeppod.serve import inputs
@@ -72,19 +73,8 @@ class Replica:
         return out
 
     async def _body(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise inputs.TooLarge(f"the request is {declared} bytes, over the {self.max_body_bytes}-byte limit: "
-                                  "send smaller or fewer images")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise inputs.TooLarge(f"the request is over the {self.max_body_bytes}-byte limit: "
-                                      "send smaller or fewer images")
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        request._body = body  # multipart parsing reads it from here
+        body = await inputs.read_body(request, self.max_body_bytes, "")
+        request._body = body  # starlette's multipart parser reads the cached body from here
         return body
 
     async def predict(self, request: Request) -> JSONResponse:
@@ -102,15 +92,9 @@ class Replica:
             self.metrics.items.inc(len(items))
             return JSONResponse({"model": self.name, "version": self.version, "replica": self.replica_id,
                                  "predictions": answers})
-        except inputs.TooLarge as exc:
-            status = 413
-            return error(413, "too_large", str(exc))
-        except inputs.UnsupportedType as exc:
-            status = 415
-            return error(415, "unsupported_media_type", str(exc))
-        except BadInput as exc:
-            status = 422
-            return error(422, "bad_input", str(exc))
+        except DeepPodError as exc:  # bad input: 422, 413 or 415 with what was expected
+            status = exc.status
+            return error(exc.status, exc.code, exc.message)
         except Exception:  # the replica outlives any one request
             log.exception("predict failed")
             status = 500

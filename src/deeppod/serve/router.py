@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from deeppod.errors import Unavailable
 from deeppod.serve.metrics import LATENCY_BUCKETS, Counter, Histogram, merge
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,8 @@ class Route:
     state: str = "deploying"
 
 
-class NoReplica(Exception):
-    pass
+class NoReplica(Unavailable):
+    """No replica can take the request: the API answers 503."""
 
 
 @dataclass

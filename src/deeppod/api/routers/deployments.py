@@ -6,13 +6,12 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx, get_principal
+from deeppod.api.deps import PrincipalDep, SessionDep, bearer, get_ctx, get_principal
 from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
                                              ReplicaOut)
 from deeppod.auth.tokens import hash_secret
-from deeppod.errors import NotFound, TooLarge, Unauthenticated, Unavailable
-from deeppod.serve import page, service
-from deeppod.serve.router import NoReplica
+from deeppod.errors import NotFound, Unauthenticated
+from deeppod.serve import inputs, page, service
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 replicas_router = APIRouter(prefix="/v1/replicas", tags=["deployments"])
@@ -109,9 +108,7 @@ async def _authorize(request: Request, name: str) -> int:
     """A token of the deployment's tenant, or one of its keys: the deployment's id."""
     ctx = get_ctx(request)
     key = request.headers.get("x-deeppod-key")
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    secret = value.strip() if scheme.lower() == "bearer" else ""
+    secret = bearer(request) or ""
     if key or secret.startswith(service.KEY_PREFIX):
         dep_id = ctx.router.keys.get(hash_secret(key or secret))
         route = ctx.router.routes.get(dep_id) if dep_id is not None else None
@@ -140,23 +137,10 @@ async def predict(name: str, request: Request) -> Response:
     confidences, and the model version that answered."""
     ctx = get_ctx(request)
     dep_id = await _authorize(request, name)
-    limit = ctx.settings.predict_max_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"the request is {declared} bytes, over the {limit}-byte limit (DEEPPOD_PREDICT_MAX_BYTES): "
-                       "send smaller or fewer images")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"the request is over the {limit}-byte limit (DEEPPOD_PREDICT_MAX_BYTES)")
-        chunks.append(chunk)
+    body = await inputs.read_body(request, ctx.settings.predict_max_bytes, " (DEEPPOD_PREDICT_MAX_BYTES)")
     query = request.url.query
-    try:
-        answer = await ctx.router.forward(dep_id, "/predict" + (f"?{query}" if query else ""), b"".join(chunks),
-                                          request.headers.get("content-type", ""))
-    except NoReplica as exc:
-        raise Unavailable(str(exc)) from None
+    answer = await ctx.router.forward(dep_id, "/predict" + (f"?{query}" if query else ""), body,
+                                      request.headers.get("content-type", ""))
     return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
                     headers={"x-deeppod-replica": str(answer.replica.job_id), "x-deeppod-version":
                              str(answer.replica.version)} if answer.replica else None)

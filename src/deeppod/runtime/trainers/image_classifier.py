@@ -4,7 +4,8 @@ Trains a torchvision model on a class-per-folder image directory with DDP, check
 every epoch and on SIGTERM, resumes on any number of workers (elastic sampler; the user
 picks the batch/LR rule), reports loss, accuracy, validation accuracy, learning rate and
 throughput live, uses AMP and channels_last on GPUs, fine-tunes from an earlier model,
-and writes a model artifact (weights, TorchScript, class names, input signature).
+and writes a model artifact (weights, a torch.export program, class names, input signature),
+registering it in the model registry with --register NAME.
 """
 
 from __future__ import annotations
