@@ -33,5 +33,9 @@ def get_principal(request: Request) -> Principal:
         return authenticate(session, bearer(request))
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": commit before the response is sent. With the default ("request") the
+# commit ran after the client had its answer, so an immediate GET could miss what a POST
+# had just created (seen as a flaky 404 in tests/e2e/test_reclaim.py), and a failed commit
+# went unreported.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
