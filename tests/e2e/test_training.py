@@ -19,6 +19,7 @@ from deeppod.jobs.contract import worker_env
 from deeppod.jobs.reconcile import free_port
 from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.runtime.trainers.digits import write_digits
+from tests.e2e.datasets import digits_version
 from tests.helpers import wait_until
 
 TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
@@ -29,10 +30,25 @@ def digits(tmp_path_factory):
     return write_digits(tmp_path_factory.mktemp("digits") / "digits")
 
 
+@pytest.fixture(scope="module")
+def version(tmp_path_factory):
+    """A dataset version: the trainer reads it through deeppod.runtime.data's loader."""
+    return digits_version(tmp_path_factory.mktemp("version"))
+
+
 def small_args(data, records, epochs=1, delay=0.05, extra=()):
+    """A small, slow-stepping run with the trainer's defaults otherwise (2 loader workers)."""
     return ["--data", str(data), "--model", "small-cnn", "--image-size", "16", "--epochs", str(epochs),
-            "--batch-size", "32", "--lr", "0.05", "--loader-workers", "0", "--step-delay", str(delay),
+            "--batch-size", "32", "--lr", "0.05", "--step-delay", str(delay),
             "--record-samples", str(records), *extra]
+
+
+def stopped_at(log: str) -> int:
+    return int(log.split("stopping at epoch ")[-1].split(" step ")[1].split()[0])
+
+
+def resumed_at(log: str) -> int:
+    return int(log.split("resuming at epoch ")[-1].split(" step ")[1].split(",")[0])
 
 
 def launch(ex, job_dir, command, workers, restart, grace=20.0):
@@ -64,11 +80,11 @@ def consumed(records: Path, epoch: int, keep_until: dict[int, int] | None = None
     return c
 
 
-def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_path, digits):
+def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_path, version, digits):
     ex, job_dir, records = LocalExecutor(), tmp_path / "job", tmp_path / "records"
     job_dir.mkdir()
     records.mkdir()
-    command = TRAINER + small_args(digits, records, epochs=2, delay=0.1)
+    command = TRAINER + small_args(version, records, epochs=2, delay=0.1)
     logs = job_dir / "logs"
 
     # 2 workers, then SIGTERM: checkpoint and the documented exit code, well within the grace
@@ -80,15 +96,19 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     assert st.exit_codes == {0: EXIT_RESUME, 1: EXIT_RESUME}, (logs / "rank-0.log").read_text()
     assert time.monotonic() - t0 < 20
     first = (logs / "rank-0.log").read_text()
-    assert "checkpoint saved" in first
+    assert "checkpoint saved" in first and "DataLoader worker" not in first
+    step = stopped_at(first)
+    assert step >= 8
 
-    # 1 worker resumes mid-epoch from the checkpoint, is stopped again
+    # 1 worker resumes mid-epoch at the very step it stopped at, is stopped again
     h = launch(ex, job_dir, command, 1, restart=1)
     wait_until(lambda: "resuming at epoch" in (logs / "rank-0.log").read_text(), 120)
+    assert resumed_at((logs / "rank-0.log").read_text()) == step
     before = steps_done(records)
     wait_until(lambda: steps_done(records) >= before + 6, 120)
     ex.terminate(h)
     assert wait_until(lambda: (s := ex.poll(h)).finished and s, 60).exit_codes == {0: EXIT_RESUME}
+    step = stopped_at((logs / "rank-0.log").read_text())
 
     # 3 workers finish the job
     h = launch(ex, job_dir, command, 3, restart=2)
@@ -96,6 +116,7 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     log = (logs / "rank-0.log").read_text()
     assert st.exit_codes == {0: 0, 1: 0, 2: 0}, log
     assert log.count("resuming at epoch 0") == 2 and "world 3 (base 2)" in log
+    assert resumed_at(log) == step
     # every training sample of the interrupted epoch was seen exactly once over 2 -> 1 -> 3 workers
     epoch0 = consumed(records, 0)
     n = int(log.split(" train / ")[0].split("; ")[-1])
@@ -118,6 +139,45 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     assert "fine-tuning from" in p.stdout and "['10.bias', '10.weight']" in p.stdout  # only the new head
     ft = json.loads((tmp_path / "ft" / "signature.json").read_text())
     assert ft["classes"] == ["0", "1"] and ft["metrics"]["val_accuracy"] > 0.8
+
+
+def test_a_group_wide_sigterm_still_checkpoints_with_loader_workers(tmp_path, digits):
+    """Launchers such as torchrun signal the worker's whole process group: the trainer's
+    loader workers (torch's DataLoader over a plain folder here) must not die first."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    env["DEEPPOD_CHECKPOINT_DIR"] = str(tmp_path / "ckpt")
+    records = tmp_path / "records"
+    records.mkdir()
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen(TRAINER + small_args(digits, records, delay=0.1), env=env, cwd=tmp_path,
+                             stdout=out, stderr=subprocess.STDOUT, process_group=0)
+    try:
+        wait_until(lambda: steps_done(records) >= 4, 120, what="a few steps")
+        os.killpg(p.pid, signal.SIGTERM)
+        assert p.wait(60) == EXIT_RESUME, log.read_text()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert "checkpoint saved" in log.read_text()
+    assert list((tmp_path / "ckpt").glob("ckpt-*.pt"))
+
+
+def test_resuming_a_finished_run_from_its_final_checkpoint_writes_the_model(tmp_path, version):
+    """A job resumed after its last epoch's checkpoint has nothing left to train: it evaluates
+    and writes its artifact instead of crashing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    env["DEEPPOD_CHECKPOINT_DIR"] = str(tmp_path / "ckpt")
+    records = tmp_path / "records"
+    records.mkdir()
+    command = TRAINER + small_args(version, records, delay=0) + ["--output", str(tmp_path / "model")]
+    first = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (tmp_path / "model" / "signature.json").unlink()
+    again = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming at epoch 1" in again.stdout
+    assert json.loads((tmp_path / "model" / "signature.json").read_text())["metrics"]["val_accuracy"] > 0
 
 
 def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_server, tmp_path, digits):

@@ -75,6 +75,43 @@ def test_terminate_gives_a_grace_period_then_sigkill(tmp_path):
     assert "saving checkpoint" in (tmp_path / "job/logs/rank-0.log").read_text()
 
 
+CHILD = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: print("child got SIGTERM", flush=True))
+print("child ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_sigterm_reaches_only_the_worker_process_and_its_children_are_killed_after(tmp_path):
+    """Loader workers and other children must live while the worker finishes its step and
+    saves (they die of SIGTERM first otherwise); once it exits, its group goes."""
+    (tmp_path / "child.py").write_text(CHILD)
+    ex, h = launch(tmp_path, """
+        import signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "child.py"])
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        print('ready', flush=True)
+        while not stop:
+            time.sleep(0.05)
+        time.sleep(0.5)  # "the last step": a group-wide SIGTERM would have reached the child by now
+        print('child alive while saving:', child.poll() is None, flush=True)
+        open('child.pid', 'w').write(str(child.pid))
+        sys.exit(75)
+    """, workers=1, grace=10.0)
+    log = tmp_path / "job/logs/rank-0.log"
+    wait_until(lambda: log.exists() and "ready" in log.read_text() and "child ready" in log.read_text(), 20)
+    ex.terminate(h)
+    st = finished(ex, h)
+    out = log.read_text()
+    assert st.exit_codes == {0: 75} and st.stopped, out
+    assert "child alive while saving: True" in out and "child got SIGTERM" not in out
+    child = int((tmp_path / "child.pid").read_text())
+    wait_until(lambda: process_start_time(child) is None, 10, what="the left-over child to be killed")
+
+
 def test_memory_request_is_enforced(tmp_path):
     ex, h = launch(tmp_path, """
         import time

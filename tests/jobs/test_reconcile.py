@@ -99,3 +99,60 @@ def test_launch_failure_marks_failed_and_frees_resources(sessions, world, rec, t
     assert j.state == "failed" and "no fork for you" in j.reason
     with sessions() as s:
         assert s.scalars(select(Job).where(Job.state == "running")).all() == []
+
+
+def _stop_with_checkpoint(sessions, world, rec, tmp_path, write):
+    """Run a job, stop it gracefully, let ``write(folder)`` act as the job on the way out."""
+    jid = submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1)
+    rec.tick()
+    folder = tmp_path / "jobs" / str(jid) / "checkpoints"
+    with sessions.begin() as s:
+        service.stop(s, world.alice, jid)
+    rec.tick()  # SIGTERM sent (the fake ends the run at once)
+    write(folder)
+    rec.tick()
+    return job(sessions, jid)
+
+
+def test_a_stop_says_at_which_step_the_checkpoint_was_saved(sessions, world, rec, tmp_path):
+    j = _stop_with_checkpoint(sessions, world, rec, tmp_path,
+                              lambda d: (d / "ckpt-000000000040.pt").write_bytes(b"x"))
+    assert j.state == "stopped" and j.reason == "stopped by alice; checkpoint saved at step 40"
+
+
+def test_a_stop_without_a_new_checkpoint_says_what_is_lost(sessions, world, rec, tmp_path):
+    import os
+    import time
+
+    def old(d):
+        (d / "ckpt-000000000008.pt").write_bytes(b"x")
+        os.utime(d / "ckpt-000000000008.pt", (time.time() - 120, time.time() - 120))
+
+    j = _stop_with_checkpoint(sessions, world, rec, tmp_path, old)
+    assert j.state == "stopped"
+    assert "no checkpoint was written on the way out" in j.reason and "at step 8" in j.reason
+    assert "work since then is lost" in j.reason and "checkpoint saved" not in j.reason
+
+
+def test_a_stop_with_no_checkpoint_at_all_says_the_work_is_lost(sessions, world, rec, tmp_path):
+    j = _stop_with_checkpoint(sessions, world, rec, tmp_path, lambda d: None)
+    assert j.state == "stopped" and "no checkpoint was written" in j.reason and "work so far is lost" in j.reason
+
+
+def test_a_preempted_job_is_requeued_with_what_its_checkpoint_kept(sessions, world, rec, tmp_path):
+    jid = submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1)
+    rec.tick()
+    with sessions.begin() as s:  # what the policy's preemption does to the row
+        j = s.get(Job, jid)
+        j.state, j.reason, j.stop_requested_at = "preempted", "reclaim for tenant b", service.utcnow()
+    rec.tick()
+    (tmp_path / "jobs" / str(jid) / "checkpoints" / "ckpt-000000000012.pt").write_bytes(b"x")
+    rec.tick()
+    events = {e.kind: e.message for e in _events(sessions, world, jid)}
+    assert "requeued: reclaim for tenant b; checkpoint saved at step 12" in events["requeued"]
+    assert job(sessions, jid).stop_requested_at is not None or job(sessions, jid).state == "running"
+
+
+def _events(sessions, world, jid):
+    with sessions() as s:
+        return service.list_events(s, world.alice, jid)

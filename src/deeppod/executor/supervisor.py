@@ -3,8 +3,12 @@
 Runs in its own session so the job outlives the server. Starts every worker of the job
 in its own process group, writes each worker's exit code to ``JOB_DIR/exit/rank-N`` as
 it happens and ``JOB_DIR/result.json`` at the end. When one worker fails it stops the
-others; on SIGTERM it stops all (SIGTERM, the grace period, then SIGKILL). It enforces
-the per-worker memory request by the resident size of each worker's process group.
+others; on SIGTERM it stops all. A stop sends SIGTERM to each worker's own process only
+(as Kubernetes and Docker do to a container's first process): its data-loader workers and
+other children keep running, so the training process can finish its step and checkpoint.
+After the grace period, or as soon as the worker's process exits, everything left in its
+process group gets SIGKILL. It enforces the per-worker memory request by the resident size
+of each worker's process group.
 
 Standard library only: it must start fast and never import server code.
 """
@@ -30,6 +34,13 @@ def _write_json(path: Path, data: object) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _signal_process(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -102,7 +113,9 @@ class Supervisor:
         self.reason = self.reason or reason
         for rank, p in self.procs.items():
             if rank not in self.codes:
-                _signal_group(p.pid, signal.SIGTERM)
+                # Not the group: a SIGTERM that reached the loader workers first would kill the
+                # step the training process is finishing (torch raises "DataLoader worker killed").
+                _signal_process(p.pid, signal.SIGTERM)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)

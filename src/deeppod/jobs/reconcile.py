@@ -24,6 +24,7 @@ from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
 from deeppod.jobs.contract import base_environment, worker_env
+from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
@@ -41,17 +42,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
-    """What a finished run means: succeeded, failed, cancelled, or requeue (preempted/resized)."""
+def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[str, str]:
+    """What a finished run means: succeeded, failed, cancelled, or requeue (preempted/resized).
+    ``kept`` says what its checkpoint folder holds (progress.stop_outcome) for the stop cases."""
     if job.cancel_requested:
         return "cancelled", "cancelled by request"
+    tail = f"; {kept}" if kept else ""
     if job.stop_reason:
-        return "stopped", job.stop_reason + ("; its checkpoint is kept" if status.exit_codes else "")
+        return "stopped", job.stop_reason + tail
     if job.state == "preempted":
-        return "queued", "requeued: " + (job.reason or "preempted")
+        return "queued", "requeued: " + (job.reason or "preempted") + tail
     codes = status.exit_codes
     if codes and all(c in (0, EXIT_RESUME) for c in codes.values()) and EXIT_RESUME in codes.values():
-        return "queued", f"the job exited with {EXIT_RESUME} (checkpointed, resume me)"
+        return "queued", f"the job exited with {EXIT_RESUME} (resume me){tail}"
     if status.lost:
         return "failed", status.reason
     if len(codes) == len(job.placed_workers) and codes and all(c == 0 for c in codes.values()):
@@ -62,15 +65,6 @@ def outcome(job: Job, status: ExecStatus) -> tuple[str, str]:
     if bad:
         return "failed", f"rank {bad[0][0]} {describe_exit(bad[0][1])}"
     return "failed", "the job ended without every worker reporting an exit code"
-
-
-def checkpoint_time(path: Path) -> float | None:
-    """Newest modification time in a job's checkpoint folder: framework-agnostic progress."""
-    try:
-        with os.scandir(path) as entries:
-            return max((e.stat(follow_symlinks=False).st_mtime for e in entries), default=None)
-    except OSError:
-        return None
 
 
 def _same_reason(a: str, b: str) -> bool:
@@ -118,7 +112,8 @@ class Reconciler:
             status = self.executor.poll(handle)
             if not status.finished:
                 continue
-            state, reason = outcome(job, status)
+            asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
+            state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
             revoke_job_tokens(s, job.id)
             if state == "failed" and job.restart_count < job.max_restarts:
                 failed = {r for r, c in status.exit_codes.items() if c != 0} or {w["rank"] for w in job.placed_workers}
@@ -211,13 +206,14 @@ class Reconciler:
         stop_now = []
         for p in d.preempts:
             job = s.get(Job, p.job_id)
-            job.state, job.reason = "preempted", p.reason
+            job.state, job.reason, job.stop_requested_at = "preempted", p.reason, utcnow()
             add_event(s, job, "preempted", f"{p.reason}; SIGTERM now, SIGKILL after {job.grace_seconds:g} s")
             if job.handle:
                 stop_now.append(job.handle)
         for r in d.resizes:
             job = s.get(Job, r.job_id)
             job.state, job.reason, job.resize_to = "preempted", r.reason, r.workers
+            job.stop_requested_at = utcnow()
             add_event(s, job, "resizing", f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
             if job.handle:
                 stop_now.append(job.handle)
@@ -227,6 +223,7 @@ class Reconciler:
             job.started_at = utcnow()
             job.handle = None
             job.resize_to = None
+            job.stop_requested_at = None
             job.reason = ""
             job.allocation = {"workers": [
                 {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_mb": w.memory_mb}

@@ -183,6 +183,7 @@ def cancel(session: Session, principal: Principal, job_id: int) -> Job:
     job = _end(session, principal, job_id, "cancel", "cancelled")
     if job is not None and not job.cancel_requested:
         job.cancel_requested = True
+        job.stop_requested_at = job.stop_requested_at or utcnow()
         add_event(session, job, "cancel-requested",
                   f"{principal.user} asked to cancel; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s")
     return job or get_job(session, principal, job_id)
@@ -193,6 +194,7 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
     job = _end(session, principal, job_id, "stop", "stopped")
     if job is not None and job.stop_reason is None:
         job.stop_reason = f"stopped by {principal.user}"
+        job.stop_requested_at = job.stop_requested_at or utcnow()
         add_event(session, job, "stop-requested", f"{principal.user} asked for a graceful stop; workers get "
                                                  f"SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
     return job or get_job(session, principal, job_id)
@@ -204,7 +206,7 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
     if job.state != "stopped":
         raise Conflict(f"job {job_id} is {job.state}; only a stopped job can be resumed "
                        "(a cancelled or failed one starts over: submit it again)")
-    job.state, job.stop_reason, job.ended_at = "queued", None, None
+    job.state, job.stop_reason, job.ended_at, job.stop_requested_at = "queued", None, None, None
     job.reason = f"resumed by {principal.user}"
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")
     return job

@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
 
 
+def step_of(name: str) -> int | None:
+    """The step a checkpoint file name records (``ckpt-000000000120.pt`` -> 120), else None."""
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
 def _unwrap(model):
     return getattr(model, "module", model)  # DDP / DataParallel
 

@@ -233,6 +233,10 @@ class ImageDataset:
 def _seed_worker(worker_id: int) -> None:
     import torch
 
+    from deeppod.runtime.stop import loader_worker_init
+
+    loader_worker_init(worker_id)
+
     info = torch.utils.data.get_worker_info()
     ds = info.dataset
     ds._rng = random.Random(hash((ds.seed, info.seed, worker_id)))
@@ -259,5 +263,29 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
         pin_memory = torch.cuda.is_available()
     kw = dict(num_workers=workers, prefetch_factor=prefetch, persistent_workers=False,
               worker_init_fn=_seed_worker) if workers else {}
-    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=_first,
-                                       pin_memory=pin_memory, **kw)
+    return StopSafeLoader(torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=_first,
+                                                      pin_memory=pin_memory, **kw))
+
+
+class StopSafeLoader:
+    """A DataLoader whose worker processes survive a SIGTERM meant for the training process
+    (their ``worker_init_fn`` must call :func:`deeppod.runtime.stop.loader_worker_init`, as
+    :func:`loader`'s do). Iterating forks the workers with SIGTERM held back; everything
+    else is the wrapped DataLoader's."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        from deeppod.runtime.stop import holding_sigterm
+
+        with holding_sigterm():
+            return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        if name == "loader":  # not set yet (copy, unpickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 
 #: Exit code of a worker that stopped cleanly after a checkpoint and wants to be resumed
 #: (75 is EX_TEMPFAIL in sysexits.h: "try again later").
@@ -76,6 +77,33 @@ def exit_for_resume() -> None:
         except Exception:  # noqa: BLE001 - a peer may already be gone; we are exiting anyway
             pass
     sys.exit(EXIT_RESUME)
+
+
+def loader_worker_init(worker_id: int = 0) -> None:
+    """``worker_init_fn`` for data-loader worker processes: ignore SIGTERM.
+
+    A stop is the training process's to handle: it finishes the step, checkpoints and exits,
+    and its loader workers go with it. A launcher that signals the whole process group
+    (torchrun does) would otherwise kill the workers first and the training process would
+    die with "DataLoader worker is killed by signal: Terminated" before it could save.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+@contextmanager
+def holding_sigterm():
+    """Hold SIGTERM back while loader workers are forked: a child inherits the blocked mask,
+    so none can die of a SIGTERM before :func:`loader_worker_init` ignores it. A SIGTERM that
+    arrives meanwhile reaches this process as soon as the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _reset_for_tests() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from deeppod.contract import FINAL_STATES
 from deeppod.errors import DeepPodError, from_response
 from deeppod.settings import ClientSettings
 
@@ -258,7 +259,7 @@ class Client:
         deadline = time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job["state"] in ("succeeded", "failed", "cancelled"):
+            if job["state"] in FINAL_STATES:
                 return job
             if time.monotonic() > deadline:
                 raise DeepPodError(f"job {job_id} still {job['state']} after {timeout:g} s", code="timeout")

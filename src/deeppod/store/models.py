@@ -101,6 +101,8 @@ class Job(Base):
     stop_rules: Mapped[list] = mapped_column(default=list)
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # a graceful stop was asked: why
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # when the current stop was asked (any kind): a checkpoint newer than this was saved on the way out
+    stop_requested_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # {"node": "n", "workers": [{"rank": 0, "node": "n", "gpus": [0], "cpus": 1.0}]}
     allocation: Mapped[dict | None] = mapped_column(nullable=True)
     # what the executor needs to find the job again after a server restart
@@ -246,6 +248,17 @@ class ModelEvaluation(Base):
     samples: Mapped[int] = mapped_column(Integer, default=0)
     accuracy: Mapped[float] = mapped_column(Float, default=0.0)
     per_class: Mapped[dict] = mapped_column(default=dict)  # class -> {"samples", "accuracy", "precision", "recall"}
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelComparison(Base):
+    """What a comparison job compares, recorded when it is created."""
+    __tablename__ = "model_comparisons"
+    job_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    version_a_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
+    version_b_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
+    dataset: Mapped[str] = mapped_column(String(160))  # NAME@VERSION as asked
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -191,6 +191,8 @@ def main(argv=None) -> int:
 
     from deeppod import runtime
     from deeppod.runtime import metrics as rt_metrics
+    from deeppod.runtime.data import StopSafeLoader
+    from deeppod.runtime.stop import loader_worker_init
     from deeppod.runtime.scaling import scale_for_world
 
     args = parse_args(argv)
@@ -242,7 +244,8 @@ def main(argv=None) -> int:
               f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
               f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
 
-    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
+    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False,
+                     worker_init_fn=loader_worker_init if args.loader_workers else None)
     loss_fn = torch.nn.CrossEntropyLoss()
     activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
 
@@ -250,6 +253,7 @@ def main(argv=None) -> int:
         ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
                   extra={"base_world": base_world, "classes": classes})
 
+    acc = None  # validation accuracy of the final model
     while epoch < args.epochs:
         sampler.set_epoch(epoch)
         order = list(sampler)
@@ -259,7 +263,8 @@ def main(argv=None) -> int:
             loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
                                   pin_memory=cuda)
         else:
-            loader = torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order, **loader_kw)
+            loader = StopSafeLoader(torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order,
+                                                                **loader_kw))
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
             if args.record_samples else None
         k = 0
@@ -322,6 +327,9 @@ def main(argv=None) -> int:
         sampler.set_epoch(epoch)
         save()
     ckpt.wait()
+    if acc is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
+        acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
+        runtime.report(step, val_accuracy=acc)
     if ctx.is_chief:
         out = Path(args.output) if args.output else (ctx.job_dir / "model" if ctx.job_dir else Path("model"))
         write_artifact(model, classes, args, acc, out, crop="center" if version_dir is not None else "squash")
@@ -347,6 +355,9 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
     import torch
     import torch.distributed as dist
 
+    from deeppod.runtime.data import StopSafeLoader
+    from deeppod.runtime.stop import loader_worker_init
+
     if not val_items:
         return float("nan")
     if hasattr(val_items, "reader"):  # a dataset split
@@ -356,8 +367,9 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
                               workers=args.loader_workers)
     else:
         part = val_items[ctx.rank::ctx.world_size]
-        loader = torch.utils.data.DataLoader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
-                                             num_workers=args.loader_workers)
+        loader = StopSafeLoader(torch.utils.data.DataLoader(
+            ImageList(part, transforms(args.image_size, False)), batch_size=256, num_workers=args.loader_workers,
+            worker_init_fn=loader_worker_init if args.loader_workers else None))
     model = getattr(ddp, "module", ddp)
     model.eval()
     correct = torch.zeros(2, device=ctx.device)
