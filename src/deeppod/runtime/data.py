@@ -233,10 +233,6 @@ class ImageDataset:
 def _seed_worker(worker_id: int) -> None:
     import torch
 
-    from deeppod.runtime.stop import loader_worker_init
-
-    loader_worker_init(worker_id)
-
     info = torch.utils.data.get_worker_info()
     ds = info.dataset
     ds._rng = random.Random(hash((ds.seed, info.seed, worker_id)))
@@ -261,17 +257,35 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
         batches.pop()
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
-    kw = dict(num_workers=workers, prefetch_factor=prefetch, persistent_workers=False,
-              worker_init_fn=_seed_worker) if workers else {}
-    return StopSafeLoader(torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=_first,
-                                                      pin_memory=pin_memory, **kw))
+    kw = dict(prefetch_factor=prefetch, persistent_workers=False, worker_init_fn=_seed_worker) if workers else {}
+    return stop_safe_loader(dataset, num_workers=workers, batch_sampler=batches, collate_fn=_first,
+                            pin_memory=pin_memory, **kw)
+
+
+def stop_safe_loader(dataset, *, num_workers: int = 0, worker_init_fn=None, **kw):
+    """``torch.utils.data.DataLoader(dataset, ...)`` whose worker processes ignore the SIGTERM
+    meant for the training process (see :class:`StopSafeLoader`)."""
+    import functools
+
+    import torch
+
+    if num_workers:  # a partial of a module function: picklable under any start method
+        kw["worker_init_fn"] = functools.partial(_init_stop_safe_worker, worker_init_fn)
+    return StopSafeLoader(torch.utils.data.DataLoader(dataset, num_workers=num_workers, **kw))
+
+
+def _init_stop_safe_worker(user_init, worker_id: int) -> None:
+    from deeppod.runtime.stop import loader_worker_init
+
+    loader_worker_init(worker_id)
+    if user_init is not None:
+        user_init(worker_id)
 
 
 class StopSafeLoader:
     """A DataLoader whose worker processes survive a SIGTERM meant for the training process
-    (their ``worker_init_fn`` must call :func:`deeppod.runtime.stop.loader_worker_init`, as
-    :func:`loader`'s do). Iterating forks the workers with SIGTERM held back; everything
-    else is the wrapped DataLoader's."""
+    (build it with :func:`stop_safe_loader`, whose workers ignore SIGTERM). Iterating forks
+    the workers with SIGTERM held back; everything else is the wrapped DataLoader's."""
 
     def __init__(self, loader):
         self.loader = loader

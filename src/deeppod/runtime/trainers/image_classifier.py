@@ -191,8 +191,7 @@ def main(argv=None) -> int:
 
     from deeppod import runtime
     from deeppod.runtime import metrics as rt_metrics
-    from deeppod.runtime.data import StopSafeLoader
-    from deeppod.runtime.stop import loader_worker_init
+    from deeppod.runtime.data import stop_safe_loader
     from deeppod.runtime.scaling import scale_for_world
 
     args = parse_args(argv)
@@ -244,8 +243,7 @@ def main(argv=None) -> int:
               f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
               f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
 
-    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False,
-                     worker_init_fn=loader_worker_init if args.loader_workers else None)
+    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
     loss_fn = torch.nn.CrossEntropyLoss()
     activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
 
@@ -263,8 +261,7 @@ def main(argv=None) -> int:
             loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
                                   pin_memory=cuda)
         else:
-            loader = StopSafeLoader(torch.utils.data.DataLoader(train_set, batch_size=batch, sampler=order,
-                                                                **loader_kw))
+            loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
             if args.record_samples else None
         k = 0
@@ -355,8 +352,7 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
     import torch
     import torch.distributed as dist
 
-    from deeppod.runtime.data import StopSafeLoader
-    from deeppod.runtime.stop import loader_worker_init
+    from deeppod.runtime.data import stop_safe_loader
 
     if not val_items:
         return float("nan")
@@ -367,9 +363,8 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
                               workers=args.loader_workers)
     else:
         part = val_items[ctx.rank::ctx.world_size]
-        loader = StopSafeLoader(torch.utils.data.DataLoader(
-            ImageList(part, transforms(args.image_size, False)), batch_size=256, num_workers=args.loader_workers,
-            worker_init_fn=loader_worker_init if args.loader_workers else None))
+        loader = stop_safe_loader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
+                                  num_workers=args.loader_workers)
     model = getattr(ddp, "module", ddp)
     model.eval()
     correct = torch.zeros(2, device=ctx.device)
