@@ -19,10 +19,40 @@ def offenders(mods: set[str], roots) -> list[str]:
     return sorted(m for m in mods if any(m == r or m.startswith(r + ".") for r in roots))
 
 
-def test_runtime_imports_no_server_code():
-    mods = loaded_after("import deeppod.runtime")
-    assert offenders(mods, SERVER_PACKAGES + HEAVY) == []
-    assert "httpx" not in mods and "typer" not in mods
+def submodules(package: str) -> list[str]:
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    return sorted(m.name for m in pkgutil.walk_packages(pkg.__path__, package + "."))
+
+
+def test_the_check_catches_server_code():
+    # the checker itself must be able to fail: a server module does pull in the store
+    assert offenders(loaded_after("import deeppod.jobs.service"), SERVER_PACKAGES + HEAVY) != []
+
+
+def test_every_runtime_module_imports_no_server_code():
+    mods = submodules("deeppod.runtime")
+    assert {"deeppod.runtime.checkpoint", "deeppod.runtime.metrics", "deeppod.runtime.context",
+            "deeppod.runtime.sampler", "deeppod.runtime.stop", "deeppod.runtime.data"} <= set(mods)
+    # every module, and every lazily exported name resolved (from deeppod.runtime import *)
+    loaded = loaded_after("\n".join(f"import {m}" for m in mods) + "\nfrom deeppod.runtime import *")
+    assert set(mods) <= loaded
+    assert offenders(loaded, SERVER_PACKAGES + HEAVY + ("deeppod.sdk", "deeppod.cli", "deeppod.serve")) == []
+    assert "httpx" not in loaded and "typer" not in loaded
+
+
+def test_runtime_core_needs_only_the_standard_library_and_torch():
+    core = ("checkpoint", "metrics", "context", "sampler", "stop", "scaling", "registry")
+    loaded = loaded_after("\n".join(f"import deeppod.runtime.{m}" for m in core))
+    assert offenders(loaded, ("PIL", "numpy.distutils", "torchvision", "httpx", "requests", "yaml")) == []
+
+
+def test_every_cli_module_imports_no_server_code():
+    mods = submodules("deeppod.cli")
+    loaded = loaded_after("\n".join(f"import {m}" for m in mods if m != "deeppod.cli.__main__"))
+    assert offenders(loaded, SERVER_PACKAGES + HEAVY + ("torch", "torchvision")) == []
 
 
 def test_cli_imports_no_server_code():

@@ -1,13 +1,35 @@
+import importlib
+
+import pytest
+
 import deeppod
+from deeppod import errors
 
 
 def test_all_is_exactly_the_public_api():
     assert sorted(deeppod.__all__) == sorted(
         ["__version__", "Client", "DeepPodError", "InvalidRequest", "Unauthenticated", "Forbidden", "NotFound",
          "Conflict"])
-    for name in deeppod.__all__:
-        assert getattr(deeppod, name) is not None
     assert set(dir(deeppod)) == set(deeppod.__all__)
+
+
+def test_every_public_name_is_the_object_its_module_defines():
+    from deeppod.sdk.client import Client
+
+    assert deeppod.Client is Client
+    for name in ("DeepPodError", "InvalidRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict"):
+        assert getattr(deeppod, name) is getattr(errors, name)
+    assert isinstance(deeppod.__version__, str) and deeppod.__version__.count(".") == 2
+    with pytest.raises(AttributeError):
+        deeppod.JobService  # noqa: B018  (internals are not reachable from the package)
+
+
+def test_runtime_exports_resolve_to_their_modules():
+    from deeppod import runtime
+
+    for name in runtime.__all__:
+        value = getattr(runtime, name)
+        assert value is getattr(importlib.import_module(runtime._EXPORTS[name]), name)
 
 
 def test_every_error_shares_one_root():
@@ -15,8 +37,22 @@ def test_every_error_shares_one_root():
         assert issubclass(getattr(deeppod, name), deeppod.DeepPodError)
 
 
-def test_sdk_rebuilds_api_errors():
-    from deeppod.errors import from_response
+ALL_ERRORS = [errors.InvalidRequest, errors.Unauthenticated, errors.Forbidden, errors.NotFound, errors.Conflict,
+              errors.TooLarge, errors.UnsupportedMediaType, errors.Unavailable]
 
-    err = from_response(403, {"error": {"code": "forbidden", "message": "job 3 belongs to another tenant"}})
-    assert isinstance(err, deeppod.Forbidden) and err.code == "forbidden" and "another tenant" in str(err)
+
+def test_each_http_status_has_one_error_class_and_one_code():
+    assert len({c.status for c in ALL_ERRORS}) == len(ALL_ERRORS)
+    assert len({c.code for c in ALL_ERRORS}) == len(ALL_ERRORS)
+
+
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_sdk_rebuilds_every_api_error(cls):
+    """What the server's one handler sends comes back as the same class, code and message."""
+    from deeppod.api.errors import error_response
+    import json
+
+    sent = cls("what to do next")
+    resp = error_response(sent.status, sent.code, sent.message)
+    got = errors.from_response(resp.status_code, json.loads(resp.body))
+    assert type(got) is cls and got.code == sent.code and got.message == "what to do next"

@@ -59,6 +59,11 @@ class TooLarge(DeepPodError):
     status = 413
 
 
+class UnsupportedMediaType(DeepPodError):
+    code = "unsupported_media_type"
+    status = 415
+
+
 class Unavailable(DeepPodError):
     code = "unavailable"
     status = 503
@@ -70,7 +75,7 @@ class ExecutorError(DeepPodError):
 
 
 _BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge,
-                                                    Unavailable)}
+                                          UnsupportedMediaType, Unavailable)}
 
 
 def from_response(status: int, body: object) -> DeepPodError:

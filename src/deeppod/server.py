@@ -77,7 +77,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                             on_finished=on_finished)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
-                                       default_grace=settings.grace_seconds)
+                                       default_grace=settings.grace_seconds,
+                                       max_body_bytes=settings.predict_max_bytes)
     return ServerContext(settings, engine, sessions, executor, reconciler, data, router, deployments,
                          PrincipalCache(sessions))
 

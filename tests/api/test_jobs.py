@@ -75,7 +75,7 @@ def test_malformed_json(api):
 def test_oversized_body_declared_and_chunked(api, tmp_path):
     big = body(tmp_path, env={"BIG": "x" * 100_000})
     r = api.http.post("/v1/jobs", json=big, headers=api.as_(api.admin))
-    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
 
     def chunks():
         data = json.dumps(big).encode()

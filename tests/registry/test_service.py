@@ -143,3 +143,35 @@ def test_aliases(env):
         with pytest.raises(NotFound, match="no version 7"):
             service.set_alias(s, ana, "pets", "x", "7")
         assert service.set_alias(s, ana, "pets", "staging", None).aliases == {}
+
+
+def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env):
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.cluster.inventory import local_node
+    from deeppod.cluster.service import register_node
+    from deeppod.store.models import Dataset, DatasetVersion
+
+    sessions, _, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "a")
+    with sessions.begin() as s:
+        register_node(s, local_node(LogicalProbe(1), cpus=4, memory_mb=4096))
+        ds = Dataset(tenant_id=ana.tenant_id, name="pets", created_by=ana.user_id)
+        s.add(ds)
+        s.flush()
+        s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
+        for _ in range(3):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        job, va, vb = service.compare(s, ana, "pets", "3", "1", "pets@2", root=root, jobs_dir=jobs_dir,
+                                      default_grace=5)
+        job_id = job.id
+    with sessions.begin() as s:
+        s.get(Job, job_id).command = ["python", "-c", "pass"]  # what it compares is not parsed from here
+    with sessions() as s:
+        _, _, numbers, figures = service.comparison(s, ana, "pets", job_id)
+        assert numbers == (3, 1) and figures == []
+        other = Job(name="train", tenant_id=ana.tenant_id, user_id=ana.user_id, state="succeeded",
+                    command=["python"], workdir="/", kind="evaluate")
+        s.add(other)
+        s.flush()
+        with pytest.raises(NotFound, match="not a comparison"):
+            service.comparison(s, ana, "pets", other.id)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from deeppod.errors import TooLarge
+
 
 class BodyLimit:
     def __init__(self, app, max_bytes: int, streamed=None):
@@ -38,7 +40,7 @@ class BodyLimit:
                                              then=receive), send)
 
     async def _reject(self, send):
-        body = json.dumps({"error": {"code": "body_too_large", "message":
+        body = json.dumps({"error": {"code": TooLarge.code, "message":
                           f"the request body is larger than {self.max_bytes} bytes; send less "
                           "(the server's limit is DEEPPOD_MAX_BODY_BYTES)"}}).encode()
         await send({"type": "http.response.start", "status": 413,

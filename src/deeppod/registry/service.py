@@ -18,7 +18,7 @@ from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.registry import artifacts
 from deeppod.registry.compare import Figures, verdict
-from deeppod.store.models import Job, JobMetric, Model, ModelEvaluation, ModelVersion, Tenant, User
+from deeppod.store.models import Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion, Tenant, User
 
 log = logging.getLogger(__name__)
 REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<sel>[^@/]+))?$")
@@ -211,6 +211,8 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
         datasets=[dataset]), default_grace=default_grace)
     job.kind = "evaluate"
     job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
+    session.add(ModelComparison(job_id=job.id, model_id=model.id, version_a_id=va.id, version_b_id=vb.id,
+                                dataset=dataset))
     return job, va, vb
 
 
@@ -219,13 +221,11 @@ def comparison(session: Session, principal: Principal, name: str, job_id: int
     """A comparison job, the two version numbers it compares, and its figures once it ended."""
     model = get_model(session, principal, name)
     job = jobs.get_job(session, principal, job_id)
-    specs = [job.command[i + 1] for i, a in enumerate(job.command[:-1]) if a == "--model"]
-    if job.kind != "evaluate" or len(specs) != 2:
-        raise NotFound(f"job {job_id} is not a comparison of model {name!r}")
-    numbers = tuple(int(s.split("=", 1)[0].split(":")[1]) for s in specs)
-    ids = {int(s.split(":", 1)[0]) for s in specs}
-    if not ids <= {v.id for v in versions(session, model)}:
-        raise NotFound(f"job {job_id} is not a comparison of model {name!r}")
+    row = session.get(ModelComparison, job_id)
+    if row is None or row.model_id != model.id:
+        raise NotFound(f"job {job_id} is not a comparison of model {name!r}: "
+                       f"start one with 'deeppod models compare {name} A B --data DATASET@VERSION'")
+    numbers = (session.get(ModelVersion, row.version_a_id).version, session.get(ModelVersion, row.version_b_id).version)
     return model, job, numbers, evaluations(session, model, job_id)
 
 

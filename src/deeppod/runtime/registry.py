@@ -21,15 +21,22 @@ def api_call(method: str, path: str, body: dict | None = None, *, timeout: float
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw = r.read()
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        try:
-            detail = json.loads(detail).get("message", detail)
-        except (ValueError, AttributeError):
-            pass
-        raise RuntimeError(f"the server answered {exc.code}: {detail}") from None
+        raise RuntimeError(f"the server answered {exc.code}: {error_message(exc.read())}") from None
     except (OSError, urllib.error.URLError) as exc:
         raise RuntimeError(f"cannot reach the server at {url}: {exc}") from None
     return json.loads(raw) if raw else {}
+
+
+def error_message(raw: bytes) -> str:
+    """The message of an API error body (``{"error": {"code", "message"}}``), else the raw text."""
+    text = raw.decode(errors="replace")
+    try:
+        err = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return text
+    if isinstance(err, dict) and err.get("message"):
+        return f"{err['message']} ({err.get('code', 'error')})"
+    return text
 
 
 def register_model(name: str, artifact: str | os.PathLike, *, description: str | None = None) -> dict:

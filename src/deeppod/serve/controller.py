@@ -33,9 +33,11 @@ def http_health(url: str) -> bool:
 class DeploymentController:
     def __init__(self, sessions: sessionmaker[Session], router: Router, *, models_root: Path,
                  default_grace: float = 30.0, health: Callable[[str], bool] = http_health,
-                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0):
+                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0,
+                 max_body_bytes: int = 16 << 20):
         self.sessions, self.router, self.models_root = sessions, router, models_root
         self.default_grace, self.health, self.clock, self.drain_seconds = default_grace, health, clock, drain_seconds
+        self.max_body_bytes = max_body_bytes  # the router's limit (DEEPPOD_PREDICT_MAX_BYTES): replicas take the same
         self.failures: dict[int, int] = {}  # job id -> failed health checks in a row
         self.healthy_once: set[int] = set()
         self.unrouted_at: dict[int, float] = {}  # job id -> when it left the route
@@ -84,7 +86,8 @@ class DeploymentController:
                            views, drain_seconds=self.drain_seconds)
         owner = service.owner(s, dep)
         for _ in range(d.start):
-            job = service.start_replica(s, dep, models_root=self.models_root, default_grace=self.default_grace)
+            job = service.start_replica(s, dep, models_root=self.models_root, default_grace=self.default_grace,
+                                        max_body_bytes=self.max_body_bytes)
             log.info("deployment %s: started replica job %s", dep.name, job.id)
         for job_id in d.stop:
             job = s.get(Job, job_id)

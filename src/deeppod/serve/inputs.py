@@ -8,18 +8,13 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from deeppod.errors import DeepPodError, TooLarge
+from deeppod.errors import TooLarge, UnsupportedMediaType
 from deeppod.runtime.inference import BadInput
 
 MAX_ITEMS = 256  # images or tensors in one request
 DEFAULT_TOP_K = 5
 USAGE = ("send an image as multipart form field 'image' (curl -F image=@cat.jpg), the raw image bytes with "
          "Content-Type image/*, or JSON {\"images\": [\"<base64>\"...]} or {\"tensors\": [[[...]]]}")
-
-
-class UnsupportedType(DeepPodError):
-    code = "unsupported_media_type"
-    status = 415
 
 
 async def read_body(request, limit: int, hint: str) -> bytes:
@@ -116,4 +111,4 @@ async def read(request, content_type: str, body: bytes | None = None) -> Items:
         if not body:
             raise BadInput(f"the image is empty: {USAGE}")
         return Items([body], [], _top_k(k))
-    raise UnsupportedType(f"Content-Type {ctype!r} is not understood: {USAGE}")
+    raise UnsupportedMediaType(f"Content-Type {ctype!r} is not understood: {USAGE}")

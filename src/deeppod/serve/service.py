@@ -150,12 +150,13 @@ def owner(session: Session, dep: Deployment) -> Principal:
     return Principal(user.id, user.name, tenant.id, tenant.name, user.is_admin)
 
 
-def start_replica(session: Session, dep: Deployment, *, models_root: Path, default_grace: float) -> Job:
+def start_replica(session: Session, dep: Deployment, *, models_root: Path, default_grace: float,
+                  max_body_bytes: int = 16 << 20) -> Job:
     version = session.get(ModelVersion, dep.version_id)
     model = session.get(Model, dep.model_id)
     command = [sys.executable, "-m", "deeppod.serve.replica", "--model-dir", str(models_root / version.key),
                "--name", dep.name, "--version", str(version.version), "--max-batch", str(dep.max_batch),
-               "--max-wait-ms", f"{dep.max_wait_ms:g}"]
+               "--max-wait-ms", f"{dep.max_wait_ms:g}", "--max-body-bytes", str(max_body_bytes)]
     job = jobs.submit(session, owner(session, dep), jobs.JobRequest(
         command=command, workdir=str(models_root), name=f"serve-{dep.name}-{model.name}-v{version.version}",
         gpus_per_worker=dep.gpus_per_replica, cpus_per_worker=dep.cpus_per_replica, preemptible=False,

@@ -1,0 +1,51 @@
+"""Deployments through the store: replicas are started with the control plane's limits."""
+
+import pytest
+
+from deeppod.registry import service as registry
+from deeppod.serve import replica, service
+from deeppod.serve.controller import DeploymentController
+from deeppod.serve.router import Router
+from deeppod.store.models import Job
+from tests.fixtures import populate
+from tests.registry.test_service import artifact
+
+
+@pytest.fixture
+def deployed(sessions, tmp_path):
+    world = populate(sessions)
+    with sessions.begin() as s:
+        registry.register(s, world.alice, "pets", root=tmp_path / "models", jobs_dir=tmp_path / "jobs",
+                          path=str(artifact(tmp_path / "art")))
+        service.create(s, world.alice, "pets", "pets@1", replicas=2)
+    return sessions, tmp_path / "models"
+
+
+def replica_commands(sessions) -> list[list[str]]:
+    with sessions() as s:
+        return [j.command for j in s.query(Job).filter(Job.kind == "serve")]
+
+
+def test_replicas_take_the_predict_body_limit_the_router_has(deployed):
+    sessions, models = deployed
+    DeploymentController(sessions, Router(), models_root=models, health=lambda url: False,
+                         max_body_bytes=64 << 20).tick()
+    commands = replica_commands(sessions)
+    assert len(commands) == 2
+    for cmd in commands:
+        args = replica.parse_args(cmd[cmd.index("deeppod.serve.replica") + 1:])
+        assert args.max_body_bytes == 64 << 20
+
+
+def test_the_server_wires_DEEPPOD_PREDICT_MAX_BYTES_to_the_controller(tmp_path):
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.executor.fake import FakeExecutor
+    from deeppod.server import build
+    from deeppod.settings import Settings
+
+    settings = Settings.from_env({"DEEPPOD_HOME": str(tmp_path), "DEEPPOD_PREDICT_MAX_BYTES": str(40 << 20)})
+    ctx = build(settings, executor=FakeExecutor(), probe=LogicalProbe(1))
+    try:
+        assert ctx.deployments.max_body_bytes == 40 << 20
+    finally:
+        ctx.engine.dispose()
