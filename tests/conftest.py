@@ -15,6 +15,20 @@ from deeppod.settings import Settings
 from deeppod.store.migrate import upgrade
 from tests.helpers import LiveServer
 
+# Tests that start real servers or processes are 'slow' (deselect with -m "not slow"): by
+# the fixtures they use or the folder they live in, so a new one cannot forget the mark.
+SLOW_FIXTURES = {"live_server", "fresh_server", "cli"}
+SLOW_PATHS = ("tests/e2e/", "tests/executor/test_local.py", "tests/cli/")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath)
+    for item in items:
+        where = str(item.path).removeprefix(root).lstrip("/")
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or where.startswith(SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)
+
+
 PG_ADMIN_URL = os.environ.get("DEEPPOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from datetime import timedelta
 
+import pytest
+
 from deeppod.data import service
 from deeppod.data.shards import verify_checksums
 from deeppod.data.tiers import Tiers, move, sweep
@@ -69,6 +71,7 @@ MOVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_move_killed_midway_leaves_the_version_intact(api, tmp_path):
     upload(api, "pets", class_folders(tmp_path / "src"))
     tiers = api.ctx.data.tiers
