@@ -117,3 +117,63 @@ def test_openapi_and_docs(api):
 def test_unknown_route_is_json(api):
     r = api.http.get("/v1/nope", headers=api.as_(api.admin))
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+# -- defaults a new user gets ----------------------------------------------------------
+
+@pytest.fixture
+def small_gpu_box(tmp_path):
+    """The new user's machine: 2 cores, 4 GPU slots."""
+    from fastapi.testclient import TestClient
+
+    from deeppod.api.app import create_app
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.executor.fake import FakeExecutor
+    from deeppod.server import bootstrap_admin, build
+    from deeppod.settings import Settings
+    from tests.conftest import Api
+
+    ctx = build(Settings(home=tmp_path / "home", cpus=2, memory_mb=8192), executor=FakeExecutor(),
+                probe=LogicalProbe(4))
+    admin = bootstrap_admin(ctx)
+    with TestClient(create_app(ctx)) as http:
+        yield Api(ctx, http, admin)
+    ctx.engine.dispose()
+
+
+def test_jobs_default_to_one_gpu_and_a_cpu_share_that_leaves_no_gpu_idle(small_gpu_box, tmp_path):
+    api, h = small_gpu_box, small_gpu_box.as_(small_gpu_box.admin)
+    ids = [api.http.post("/v1/jobs", json=body(tmp_path), headers=h).json()["id"] for _ in range(5)]
+    first = api.http.get(f"/v1/jobs/{ids[0]}", headers=h).json()
+    assert first["gpus_per_worker"] == 1 and first["cpus_per_worker"] == 0.5
+    api.ctx.reconciler.tick()
+    states = [api.http.get(f"/v1/jobs/{i}", headers=h).json() for i in ids]
+    assert [j["state"] for j in states] == ["running"] * 4 + ["queued"]  # every GPU used
+    assert states[4]["reason"].startswith("waiting for 1 GPUs (0 free)")
+    nodes = api.http.get("/v1/nodes", headers=h).json()
+    assert [(n["gpus_used"], n["gpus_free"], n["cpus_used"], n["workers"]) for n in nodes] == [(4, 0, 2.0, 4)]
+
+
+def test_explicit_cpu_requests_that_exhaust_the_cores_are_named_in_the_reason(small_gpu_box, tmp_path):
+    api, h = small_gpu_box, small_gpu_box.as_(small_gpu_box.admin)
+    ids = [api.http.post("/v1/jobs", json=body(tmp_path, cpus_per_worker=1), headers=h).json()["id"]
+           for _ in range(3)]
+    api.ctx.reconciler.tick()
+    third = api.http.get(f"/v1/jobs/{ids[2]}", headers=h).json()
+    assert third["state"] == "queued" and third["reason"].startswith("not enough free CPUs")
+
+
+def test_zero_gpus_stays_possible_and_a_cpu_worker_asks_for_one_cpu(small_gpu_box, tmp_path):
+    api, h = small_gpu_box, small_gpu_box.as_(small_gpu_box.admin)
+    job = api.http.post("/v1/jobs", json=body(tmp_path, gpus_per_worker=0), headers=h).json()
+    assert job["gpus_per_worker"] == 0 and job["cpus_per_worker"] == 1.0
+
+
+def test_a_cluster_without_gpus_defaults_to_cpu_workers(tmp_path):
+    from deeppod.jobs.service import JobRequest, with_defaults
+
+    cap = {"gpus": 0, "cpus_per_gpu": None}
+    req = with_defaults(JobRequest(command=["x"], workdir="/"), cap)
+    assert (req.gpus_per_worker, req.cpus_per_worker) == (0, 1.0)
+    req = with_defaults(JobRequest(command=["x"], workdir="/", gpus_per_worker=2), {"gpus": 8, "cpus_per_gpu": 8.0})
+    assert (req.gpus_per_worker, req.cpus_per_worker) == (2, 16.0)

@@ -257,3 +257,34 @@ def test_a_job_on_a_sick_gpu_is_requeued():
     n = NodeState("n", (1,), 64.0, 1 << 20, True, total_gpus=1, sick_gpus=(0,))
     d = schedule(snap([n], [], [running(9, "a", [(0,)])]))
     assert [(p.job_id, "GPU 0 of node n is unhealthy" in p.reason) for p in d.preempts] == [(9, True)]
+
+
+# -- wait reasons name the short resource ----------------------------------------------
+
+def waits(decisions):
+    return {w.job_id: w.reason for w in decisions.waits}
+
+
+def test_a_wait_for_cpus_says_cpus_not_nodes():
+    # 2 cores, 4 GPUs, 2 GPUs in use by jobs that took 1 CPU each: a free GPU, no free CPU
+    n = NodeState("n", (2, 3), 0.0, 1 << 20, True, total_gpus=4)
+    reason = waits(schedule(snap([n], [job(1, cpus=1.0)])))[1]
+    assert reason.startswith("not enough free CPUs") and "--cpus-per-worker" in reason
+
+
+def test_a_wait_for_memory_says_memory():
+    n = NodeState("n", (0, 1), 8.0, 1000, True, total_gpus=2)
+    reason = waits(schedule(snap([n], [job(1, cpus=1.0, mem=4000)])))[1]
+    assert reason.startswith("not enough free memory") and "1000 MiB free" in reason
+
+
+def test_a_gang_split_over_nodes_says_gpus():
+    nodes = [node("a", gpus=2), node("b", gpus=2)]
+    reason = waits(schedule(snap(nodes, [job(1, workers=1, gpus=3)])))[1]
+    assert reason.startswith("no set of nodes has 1 x 3 free GPUs")
+
+
+def test_a_cpu_only_job_that_does_not_fit_says_cpus():
+    n = NodeState("n", (0,), 1.0, 1 << 20, True, total_gpus=1)
+    reason = waits(schedule(snap([n], [job(1, workers=2, gpus=0, cpus=1.0)])))[1]
+    assert reason.startswith("not enough free CPUs: 2 workers x 1 CPUs, 1 CPUs free")

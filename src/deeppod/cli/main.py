@@ -14,7 +14,7 @@ from deeppod.cli.data import app as data_app
 from deeppod.cli.deploy import app as deploy_app
 from deeppod.cli.models import app as models_app
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
-from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state
+from deeppod.cli.output import console, err_console, jobs_table, nodes_table, print_json, rows_table, state
 from deeppod.errors import DeepPodError, InvalidRequest
 from deeppod.settings import client_config_path
 
@@ -147,8 +147,12 @@ def submit(
     command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
     name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n", help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
-    gpus_per_worker: Annotated[int, typer.Option(help="GPUs per worker")] = 0,
-    cpus_per_worker: Annotated[float, typer.Option(help="CPUs per worker")] = 1.0,
+    gpus_per_worker: Annotated[Optional[int], typer.Option(
+        help="GPUs per worker [default: 1 when the cluster has GPUs, else 0; pass 0 for a CPU-only job]",
+        show_default=False)] = None,
+    cpus_per_worker: Annotated[Optional[float], typer.Option(
+        help="CPUs per worker [default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
+             "idle; 1 for a CPU-only worker]", show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
@@ -318,11 +322,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, toke
     if as_json:
         print_json(rows)
         return
-    for n in rows:
-        kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
-        sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
-        n["gpus"] = f"{len(n['gpus'])}{kind}" + (f" (sick: {','.join(sick)})" if sick else "")
-    console.print(rows_table(rows, ["name", "address", "gpus", "cpus", "memory_mb", "healthy"]))
+    console.print(nodes_table(rows))
 
 
 @nodes_app.command("cordon")
@@ -492,7 +492,8 @@ def train_image_classifier(
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
-    gpus_per_worker: int = 0,
+    gpus_per_worker: Annotated[Optional[int], typer.Option(
+        help="GPUs per worker [default: 1 when the cluster has GPUs, else 0]", show_default=False)] = None,
     name: Optional[str] = None,
     max_restarts: int = 3,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,

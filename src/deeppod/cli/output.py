@@ -74,3 +74,22 @@ def rows_table(rows: list[dict], columns: list[str]) -> Table:
     for r in rows:
         t.add_row(*(str(r.get(c, "")) for c in columns))
     return t
+
+
+def nodes_table(nodes: list[dict]) -> Table:
+    """Per node: GPUs, CPUs and memory, each as used/total, and what is free."""
+    t = Table(box=None, header_style="bold")
+    for col in ("NODE", "HEALTH", "GPUS USED", "GPUS FREE", "CPUS USED", "MEMORY USED", "WORKERS", "ADDRESS"):
+        t.add_column(col, no_wrap=True)
+    for n in nodes:
+        kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
+        sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
+        health = ("ok" if n["healthy"] else "[red]cordoned[/]") + (f" (sick GPUs: {','.join(sick)})" if sick else "")
+        t.add_row(n["name"], health, f"{n['gpus_used']}/{len(n['gpus'])}{kind}", str(n["gpus_free"]),
+                  f"{n['cpus_used']:g}/{n['cpus']}", f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
+                  str(n["workers"]), n["address"])
+    return t
+
+
+def _gib(mb: int) -> str:
+    return f"{mb / 1024:.1f}G" if mb >= 1024 else f"{mb}M"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dataclasses import dataclass
+
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.inventory import NodeInfo
+from deeppod.contract import HOLDING_STATES
 from deeppod.errors import InvalidRequest, NotFound
-from deeppod.store.models import Node, utcnow
+from deeppod.store.models import Job, Node, utcnow
 
 
 def register_node(session: Session, info: NodeInfo) -> Node:
@@ -32,6 +35,29 @@ def list_nodes(session: Session) -> list[Node]:
     return list(session.scalars(select(Node).order_by(Node.name)))
 
 
+@dataclass
+class NodeUsage:
+    """What the workers placed on a node hold now."""
+
+    gpus: set[int]
+    cpus: float = 0.0
+    memory_mb: int = 0
+    workers: int = 0
+
+
+def usage(session: Session) -> dict[str, NodeUsage]:
+    """Per node name: the GPUs, CPUs and memory held by running (or stopping) jobs' workers."""
+    out: dict[str, NodeUsage] = {}
+    for job in session.scalars(select(Job).where(Job.state.in_([str(s) for s in HOLDING_STATES]))):
+        for w in job.placed_workers:
+            u = out.setdefault(w["node"], NodeUsage(set()))
+            u.gpus.update(w["gpus"])
+            u.cpus += w["cpus"]
+            u.memory_mb += w["memory_mb"]
+            u.workers += 1
+    return out
+
+
 def capacity(session: Session) -> dict:
     """Totals over healthy nodes: what the largest possible job may ask for."""
     nodes = [n for n in list_nodes(session) if n.healthy]
@@ -43,6 +69,8 @@ def capacity(session: Session) -> dict:
         "max_node_cpus": max((n.cpus for n in nodes), default=0),
         "max_node_memory_mb": max((n.memory_mb for n in nodes), default=0),
         "max_node_gpus": max((len(n.gpus) for n in nodes), default=0),
+        # the fewest CPUs per GPU on any GPU node: a GPU worker's default CPU request fits everywhere
+        "cpus_per_gpu": min((n.cpus / len(n.gpus) for n in nodes if n.gpus), default=None),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -30,8 +30,8 @@ class JobRequest:
     name: str | None = None
     workers: int = 1  # the minimum: all of these start together
     max_workers: int | None = None  # elastic up to this many
-    gpus_per_worker: int = 0
-    cpus_per_worker: float = 1.0
+    gpus_per_worker: int | None = None  # None: 1 when the cluster has GPUs, else 0
+    cpus_per_worker: float | None = None  # None: default_cpus()
     memory_mb_per_worker: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
@@ -61,6 +61,21 @@ def _resolve_executable(cmd0: str, workdir: str, env: dict[str, str]) -> str:
             f"executable {cmd0!r} was not found on the job's PATH; give its full path, or pass "
             f"--env PATH=... (searched: {search})")
     return found
+
+
+def default_cpus(gpus_per_worker: int, cap: dict) -> float:
+    """A CPU worker asks for 1 CPU; a GPU worker for its share of a GPU node's CPUs, so that
+    CPU requests never leave a GPU idle (2 cores and 4 GPUs: 0.5 CPU per GPU)."""
+    if gpus_per_worker == 0 or not cap.get("cpus_per_gpu"):
+        return 1.0
+    return max(0.01, int(gpus_per_worker * cap["cpus_per_gpu"] * 100) / 100)
+
+
+def with_defaults(req: JobRequest, cap: dict) -> JobRequest:
+    """Fill what the user left out from what the cluster has."""
+    gpus = req.gpus_per_worker if req.gpus_per_worker is not None else (1 if cap["gpus"] > 0 else 0)
+    cpus = req.cpus_per_worker if req.cpus_per_worker is not None else default_cpus(gpus, cap)
+    return replace(req, gpus_per_worker=gpus, cpus_per_worker=cpus)
 
 
 def validate(req: JobRequest, cap: dict) -> None:
@@ -120,7 +135,9 @@ def default_name(command: list[str]) -> str:
 
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
-    validate(req, capacity(session))
+    cap = capacity(session)
+    req = with_defaults(req, cap)
+    validate(req, cap)
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
     job = Job(

@@ -208,7 +208,7 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
         command += ["--model", f"{v.id}:{v.version}={root / v.key}"]
     job = jobs.submit(session, principal, jobs.JobRequest(
         command=command, workdir=str(root), name=f"compare-{name}-v{va.version}-v{vb.version}",
-        datasets=[dataset]), default_grace=default_grace)
+        gpus_per_worker=0, datasets=[dataset]), default_grace=default_grace)  # held-out scoring is light
     job.kind = "evaluate"
     job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
     session.add(ModelComparison(job_id=job.id, model_id=model.id, version_a_id=va.id, version_b_id=vb.id,

@@ -431,7 +431,8 @@ def schedule(snap: Snapshot) -> Decisions:
                 failed_need[gpw] = min(failed_need.get(gpw, 1 << 30), job.min_workers)
                 if is_head:
                     reported.add(t)
-                    out.waits.append(Wait(job.id, f"no set of nodes can hold all {job.min_workers} workers at once"))
+                    why = pool.shortage(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker)
+                    out.waits.append(Wait(job.id, why))
                 continue
             gpus = len(placement) * gpw
             held_for[t] = max(0.0, held_for[t] - gpus)

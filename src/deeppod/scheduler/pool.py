@@ -73,6 +73,28 @@ class FreePool:
             room = min(room, self.mem[i] // mpw)
         return room
 
+    def shortage(self, workers: int, gpw: int, cpw: float = 0.0, mpw: int = 0) -> str:
+        """Why ``place`` found no room for this gang: which resource is short (for wait reasons)."""
+        def fits(c: float, m: int) -> bool:
+            return self.copy().place(workers, gpw, c, m) is not None
+
+        free_cpus = sum(max(0.0, c) for c in self.cpus)
+        free_mem = sum(max(0, m) for m in self.mem)
+        cpus = (f"not enough free CPUs: {workers} workers x {cpw:g} CPUs, {free_cpus:g} CPUs free "
+                "(lower --cpus-per-worker, or wait for running jobs)")
+        mem = (f"not enough free memory: {workers} workers x {mpw} MiB, {free_mem} MiB free "
+               "(lower --memory, or wait for running jobs)")
+        if gpw and workers * gpw <= self.total_free and fits(0.0, 0):
+            pass  # the GPUs are there together: CPU or memory is what is short
+        elif gpw:
+            return (f"no set of nodes has {workers} x {gpw} free GPUs at once ({self.total_free} free, spread "
+                    "over nodes or held back)")
+        if fits(0.0, mpw):
+            return cpus
+        if fits(cpw, 0):
+            return mem
+        return f"{cpus}; {mem}"
+
     def fits(self, workers: int, gpw: int) -> bool:
         return workers * gpw <= self.total_free
 

@@ -197,14 +197,17 @@ class Client:
         return self._request("GET", "/v1/whoami")
 
     # jobs
-    def submit(self, command: list[str], *, name: str | None = None, workers: int = 1, gpus_per_worker: int = 0,
-               cpus_per_worker: float = 1.0, memory_mb_per_worker: int | None = None,
+    def submit(self, command: list[str], *, name: str | None = None, workers: int = 1,
+               gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
+               memory_mb_per_worker: int | None = None,
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
                datasets: list[str] | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
-        ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>."""
+        ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
+        Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
+        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker)."""
         body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,

@@ -13,8 +13,11 @@ class JobCreate(Strict):
     name: str | None = Field(default=None, max_length=128)
     workers: int = Field(default=1, ge=1, le=4096, description="workers that start together (the minimum)")
     max_workers: int | None = Field(default=None, ge=1, le=4096, description="elastic: grow up to this many")
-    gpus_per_worker: int = Field(default=0, ge=0, le=64)
-    cpus_per_worker: float = Field(default=1.0, gt=0, le=1024)
+    gpus_per_worker: int | None = Field(default=None, ge=0, le=64,
+                                        description="default: 1 when the cluster has GPUs, else 0")
+    cpus_per_worker: float | None = Field(default=None, gt=0, le=1024,
+                                          description="default: a GPU worker gets its node's CPUs per GPU for each "
+                                                      "GPU (so every GPU can be used); a CPU worker 1")
     memory_mb_per_worker: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
