@@ -32,3 +32,42 @@ def test_client_resolution_order(tmp_path):
     assert ClientSettings.resolve(env=env) == ClientSettings(f"http://127.0.0.1:{DEFAULT_PORT}", "dp_local")
     # a remote server never gets the local admin token
     assert ClientSettings.resolve("http://remote:1", env=env).token is None
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_local_server_is_found_whatever_its_port(tmp_path):
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "admin.token").write_text("dp_local\n")
+    env = {"DEEPPOD_CONFIG": str(tmp_path / "cfg" / "c.json"), "DEEPPOD_HOME": str(home)}
+    (home / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9123", "pid": os.getpid()}))
+    assert ClientSettings.resolve(env=env) == ClientSettings("http://127.0.0.1:9123", "dp_local")
+    # a file left by a server that died is ignored
+    (home / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9123", "pid": _dead_pid()}))
+    assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"
+
+
+def test_a_server_started_with_another_home_is_found_from_the_last_started_file(tmp_path):
+    import os
+
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    (home / "admin.token").write_text("dp_other\n")
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "local-server.json").write_text(json.dumps(
+        {"url": "http://127.0.0.1:9200", "pid": os.getpid(), "home": str(home)}))
+    env = {"DEEPPOD_CONFIG": str(tmp_path / "cfg" / "c.json"), "HOME": str(tmp_path / "nohome")}
+    assert ClientSettings.resolve(env=env) == ClientSettings("http://127.0.0.1:9200", "dp_other")
+    # an explicit DEEPPOD_HOME with no server in it is not overridden by another home's server
+    env["DEEPPOD_HOME"] = str(tmp_path / "empty")
+    assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"

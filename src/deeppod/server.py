@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ from deeppod.registry import service as registry
 from deeppod.serve.controller import DeploymentController
 from deeppod.serve.router import Router
 from deeppod.scheduler import Config
-from deeppod.settings import Settings
+from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 
@@ -106,6 +107,39 @@ def bootstrap_admin(ctx: ServerContext) -> str | None:
     return secret
 
 
+def _write_private(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def announce_local(settings: Settings) -> list[Path]:
+    """Let the CLI and SDK on this machine find this server whatever its port or home
+    (settings.ClientSettings reads these). Returns the files to remove at shutdown."""
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"http://{host}:{settings.port}"
+    doc = {"url": url, "pid": os.getpid(), "home": str(settings.home)}
+    paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
+    for path in paths:
+        try:
+            _write_private(path, doc)
+        except OSError as exc:  # a read-only config folder only costs the discovery
+            log.warning("could not write %s (%s); the CLI needs --url for this server", path, exc)
+    return paths
+
+
+def forget_local(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+
+
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -140,9 +174,11 @@ def serve(settings: Settings, *, echo=print) -> None:
                      daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False))
+    announced = announce_local(settings)
     try:
         server.run()
     finally:
+        forget_local(announced)
         stop.set()
         loop.join(timeout=10)
         ctx.engine.dispose()

@@ -119,6 +119,10 @@ class Settings:
         )
 
 
+SERVER_FILE = "server.json"  # in DEEPPOD_HOME while a server runs: {"url", "pid"}
+LAST_LOCAL_SERVER = "local-server.json"  # beside the login config: {"home", "url", "pid"} of the last one started
+
+
 def client_config_path(env: dict | None = None) -> Path:
     env = os.environ if env is None else env
     return Path(env.get("DEEPPOD_CONFIG") or "~/.config/deeppod/config.json").expanduser()
@@ -147,13 +151,40 @@ class ClientSettings:
                 raise InvalidRequest(f"{path} is not valid JSON; run 'deeppod login' again or delete it") from None
             url = url or saved.get("url")
             token = token or saved.get("token")
+        home, local_url = _local_server(env)
+        url = url or local_url
         if token is None:
-            home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
             local = home / "admin.token"
             if local.exists() and (url is None or _is_loopback(url)):
                 token = local.read_text().strip() or None
         return cls(url=(url or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}").rstrip("/"),
                    token=token)
+
+
+def _local_server(env: dict) -> tuple[Path, str | None]:
+    """A server running on this machine, whatever its port: the one in DEEPPOD_HOME (or the
+    default home), else the last one started by this user. Returns its home and URL (None
+    when none is running there)."""
+    import json
+
+    def running(path: Path) -> dict | None:
+        try:
+            doc = json.loads(path.read_text())
+            os.kill(int(doc["pid"]), 0)  # a file left by a server that died says nothing
+        except PermissionError:
+            return doc
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return doc
+
+    home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
+    here = running(home / SERVER_FILE)
+    if here is not None or env.get("DEEPPOD_HOME"):
+        return home, here and here.get("url")
+    last = running(client_config_path(env).parent / LAST_LOCAL_SERVER)
+    if last is not None and last.get("home"):
+        return Path(last["home"]), last.get("url")
+    return home, None
 
 
 def _is_loopback(url: str) -> bool:

@@ -117,7 +117,8 @@ def test_elastic_submit_and_cordon(cli, live_server, tmp_path):
     assert p.returncode == 2 and "MIN:MAX" in p.stderr
     node = json.loads(cli("nodes", "--json", **admin).stdout)[0]["name"]
     cli("nodes", "cordon", node, "--gpu", "3", **admin)
-    assert "(sick: 3)" in cli("nodes", **admin).stdout
+    shown = cli("nodes", **admin).stdout
+    assert "(sick GPUs: 3)" in shown and "GPUS FREE" in shown and "CPUS USED" in shown
     cli("nodes", "uncordon", node, "--gpu", "3", **admin)
     assert "sick" not in cli("nodes", **admin).stdout
     p = cli("nodes", "cordon", "no-such-node", check=False, **admin)
@@ -180,3 +181,42 @@ def test_bench_train_runs(cli):
     r = json.loads(p.stdout)
     assert r["n_workers"]["workers"] == 2 and r["n_workers"]["images_per_second_total"] > 0
     assert 0 < r["scaling_efficiency"] and r["n_workers"]["checkpoint_bytes"] > 1_000_000
+
+
+def _plain_cli(*args, env_extra, cwd, columns="200"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"COLUMNS": columns, **env_extra})
+    return subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=env, capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_the_cli_finds_a_local_server_on_any_port(live_server, tmp_path):
+    # by DEEPPOD_HOME alone: no --url, no token, no login
+    p = _plain_cli("whoami", env_extra={"DEEPPOD_HOME": str(live_server.home),
+                                         "DEEPPOD_CONFIG": str(tmp_path / "c.json")}, cwd=tmp_path)
+    assert p.returncode == 0 and "admin (tenant default, admin)" in p.stdout, p.stderr
+    # with no DEEPPOD_HOME at all: the last server this user started (its DEEPPOD_CONFIG folder)
+    p = _plain_cli("whoami", env_extra={"DEEPPOD_CONFIG": str(live_server.home / "client.json"),
+                                         "HOME": str(tmp_path)}, cwd=tmp_path)
+    assert p.returncode == 0 and "admin (tenant default, admin)" in p.stdout, p.stderr
+
+
+def test_jobs_filters_version_and_a_narrow_terminal(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    assert cli("--version").stdout.strip().startswith("deeppod 0.")
+    cli("submit", "--name", "alpha-run", "--gpus-per-worker", "0", "-f", "--", sys.executable, "-c", "pass", **admin)
+    cli("submit", "--name", "beta-run", "--gpus-per-worker", "0", "-f", "--", sys.executable, "-c", "pass", **admin)
+    names = [j["name"] for j in json.loads(cli("jobs", "--json", "--name", "alpha", **admin).stdout)]
+    assert set(names) == {"alpha-run"}
+    assert json.loads(cli("jobs", "--json", "--user", "nobody", **admin).stdout) == []
+    assert json.loads(cli("jobs", "--json", "--kind", "serve", **admin).stdout) == []
+    p = cli("jobs", "--kind", "bogus", check=False, **admin)
+    assert p.returncode == 2 and "unknown job kind 'bogus'" in p.stderr
+    listed = json.loads(cli("jobs", "--json", "--tenant", "default", **admin).stdout)
+    assert {"alpha-run", "beta-run"} <= {j["name"] for j in listed} and all(j["kind"] == "batch" for j in listed)
+    env = {"DEEPPOD_API_URL": live_server.url, "DEEPPOD_TOKEN": live_server.admin_token}
+    narrow = _plain_cli("jobs", "--name", "-run", env_extra=env, cwd=tmp_path, columns="80").stdout
+    lines = narrow.splitlines()
+    assert lines[0].split()[0] == "ID" and all(len(line) <= 80 for line in lines)
+    ids = {str(j["id"]) for j in listed if j["name"].endswith("-run")}
+    assert ids <= {line.split()[0] for line in lines[1:] if line.strip()}

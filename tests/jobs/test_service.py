@@ -80,3 +80,27 @@ def test_submit_list_show_cancel_and_tenant_scoping(sessions, tmp_path):
             service.cancel(s, world.alice, a.id)
         kinds = [e.kind for e in service.list_events(s, world.alice, a.id)]
         assert kinds == ["queued", "cancelled"]
+
+
+def test_list_filters_by_kind_tenant_user_and_name(sessions, tmp_path):
+    world = populate(sessions)
+    with sessions.begin() as s:
+        service.submit(s, world.alice, req(tmp_path, name="resnet_50%"), default_grace=30)
+        replica = service.submit(s, world.alice, req(tmp_path, name="serve-pets"), default_grace=30)
+        replica.kind = "serve"
+        service.submit(s, world.bob, req(tmp_path, name="resnet-b"), default_grace=30)
+    F = service.JobFilter
+    with sessions() as s:
+        def names(who, **kw):
+            return sorted(j.name for j, _, _ in service.list_jobs(s, who, where=F(**kw)))
+
+        assert names(world.alice, exclude_kinds=("serve",)) == ["resnet_50%"]
+        assert names(world.alice, kinds=("serve",)) == ["serve-pets"]
+        assert names(world.admin, name="resnet") == ["resnet-b", "resnet_50%"]
+        assert names(world.admin, name="_50%") == ["resnet_50%"]  # LIKE wildcards are literal
+        assert names(world.admin, name="t_b") == []  # "_" would match the "-" of resnet-b as a wildcard
+        assert names(world.admin, tenant="b") == ["resnet-b"]
+        assert names(world.alice, tenant="b") == []  # a user never sees another tenant's
+        assert names(world.admin, user="alice", exclude_kinds=("serve",)) == ["resnet_50%"]
+        with pytest.raises(InvalidRequest, match="unknown job kind"):
+            service.list_jobs(s, world.alice, where=F(kinds=("trainer",)))

@@ -18,8 +18,9 @@ from deeppod.cli.output import console, err_console, jobs_table, nodes_table, pr
 from deeppod.errors import DeepPodError, InvalidRequest
 from deeppod.settings import client_config_path
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="DeepPod: shared GPUs, bring-your-own-framework jobs.")
+app = typer.Typer(no_args_is_help=True, add_completion=True,
+                  help="DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: "
+                       "deeppod --install-completion")
 job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
 users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
@@ -36,6 +37,20 @@ app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(deploy_app, name="deploy")
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from deeppod import __version__
+
+        console.print(f"deeppod {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    """DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: deeppod --install-completion"""
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -148,11 +163,11 @@ def submit(
     name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n", help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(
-        help="GPUs per worker [default: 1 when the cluster has GPUs, else 0; pass 0 for a CPU-only job]",
+        help="GPUs per worker (default: 1 when the cluster has GPUs, else 0; pass 0 for a CPU-only job)",
         show_default=False)] = None,
     cpus_per_worker: Annotated[Optional[float], typer.Option(
-        help="CPUs per worker [default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
-             "idle; 1 for a CPU-only worker]", show_default=False)] = None,
+        help="CPUs per worker (default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
+             "idle; 1 for a CPU-only worker)", show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
@@ -186,9 +201,19 @@ def submit(
 
 @app.command("jobs")
 def jobs_cmd(state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
+             kind: Annotated[Optional[str], typer.Option(
+                 help="only this kind: batch, serve (deployment replicas) or evaluate; comma-separated "
+                      "(default: all but serve)", show_default=False)] = None,
+             all_kinds: Annotated[bool, typer.Option("--all", "-a", help="every kind, replicas included")] = False,
+             tenant: Annotated[Optional[str], typer.Option(help="only this tenant's (admins)")] = None,
+             user: Annotated[Optional[str], typer.Option(help="only this user's")] = None,
+             name: Annotated[Optional[str], typer.Option(help="only jobs whose name contains this")] = None,
              limit: int = 200, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """List jobs (yours and your tenant's; admins see all)."""
-    rows = client(url, token).jobs(state_, limit)
+    """List jobs, newest first (yours and your tenant's; admins see all). Deployment replicas
+    are hidden unless you ask for them (--kind serve or --all)."""
+    exclude = None if (kind or all_kinds) else "serve"
+    rows = client(url, token).jobs(state_, limit, kind=kind, exclude_kind=exclude, tenant=tenant, user=user,
+                                   name=name)
     print_json(rows) if as_json else console.print(jobs_table(rows))
 
 
@@ -493,7 +518,7 @@ def train_image_classifier(
     weight_decay: float = 1e-4,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(
-        help="GPUs per worker [default: 1 when the cluster has GPUs, else 0]", show_default=False)] = None,
+        help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
     name: Optional[str] = None,
     max_restarts: int = 3,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,

@@ -55,15 +55,30 @@ def state(value: str) -> str:
     return f"[{STATE_STYLE.get(value, 'white')}]{value}[/]"
 
 
-def jobs_table(jobs: list[dict]) -> Table:
+def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
+    """ID, STATE, WORKERS and GPUS are never cut; under 100 columns TENANT, USER and
+    SUBMITTED make room for the reason (see them with 'deeppod job show ID')."""
+    wide = (width or console.width) >= 100
     t = Table(box=None, header_style="bold")
-    for col in ("ID", "NAME", "TENANT", "USER", "STATE", "WORKERS", "GPUS", "SUBMITTED", "DURATION"):
-        t.add_column(col, no_wrap=True)
+
+    def col(name: str, values: list[str], cut: bool = False) -> None:
+        if cut:
+            t.add_column(name, no_wrap=True, overflow="ellipsis", max_width=24 if wide else 14)
+        else:  # never shrunk: as wide as its widest cell
+            t.add_column(name, no_wrap=True, min_width=max([len(name), *(len(v) for v in values)]))
+
+    cells = [{
+        "ID": str(j["id"]), "NAME": j["name"], "TENANT": j["tenant"], "USER": j["user"], "STATE": j["state"],
+        "WORKERS": workers(j), "GPUS": str(current_workers(j) * j["gpus_per_worker"]),
+        "SUBMITTED": j["submitted_at"][5:16].replace("T", " "), "DURATION": duration(j),
+        "REASON": "" if j["state"] in ("running", "succeeded") else j["reason"]} for j in jobs]
+    names = ["ID", "NAME", *(("TENANT", "USER") if wide else ()), "STATE", "WORKERS", "GPUS",
+             *(("SUBMITTED",) if wide else ()), "DURATION"]
+    for name in names:
+        col(name, [c[name] for c in cells], cut=name in ("NAME", "TENANT", "USER"))
     t.add_column("REASON", overflow="fold", ratio=1)
-    for j in jobs:
-        t.add_row(str(j["id"]), j["name"], j["tenant"], j["user"], state(j["state"]), workers(j),
-                  str(current_workers(j) * j["gpus_per_worker"]), j["submitted_at"][5:16].replace("T", " "),
-                  duration(j), "" if j["state"] in ("running", "succeeded") else j["reason"])
+    for c in cells:
+        t.add_row(*(state(c[n]) if n == "STATE" else c[n] for n in names), c["REASON"])
     return t
 
 

@@ -21,6 +21,7 @@ from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 ACTIVE_STATES = ("queued", "running", "preempted")
 FINAL_STATES = ("succeeded", "failed", "cancelled", "stopped")
 STATES = ACTIVE_STATES + FINAL_STATES
+JOB_KINDS = ("batch", "serve", "evaluate")  # submitted work, deployment replicas, model comparisons
 
 
 @dataclass
@@ -164,17 +165,43 @@ def get_job(session: Session, principal: Principal, job_id: int) -> Job:
     return job
 
 
-def list_jobs(session: Session, principal: Principal, state: str | None = None,
-              limit: int = 200) -> list[tuple[Job, str, str]]:
+@dataclass
+class JobFilter:
+    """What 'deeppod jobs' narrows the list to; every field optional."""
+
+    state: str | None = None
+    kinds: tuple[str, ...] = ()  # only these kinds (batch, serve, evaluate)
+    exclude_kinds: tuple[str, ...] = ()
+    tenant: str | None = None
+    user: str | None = None
+    name: str | None = None  # a part of the name
+
+
+def list_jobs(session: Session, principal: Principal, state: str | None = None, limit: int = 200,
+              where: JobFilter | None = None) -> list[tuple[Job, str, str]]:
     """Jobs with their tenant and user names, newest first."""
-    if state is not None and state not in STATES:
-        raise InvalidRequest(f"unknown state {state!r}: use one of {', '.join(STATES)}")
+    f = where or JobFilter(state=state)
+    if f.state is not None and f.state not in STATES:
+        raise InvalidRequest(f"unknown state {f.state!r}: use one of {', '.join(STATES)}")
+    for k in (*f.kinds, *f.exclude_kinds):
+        if k not in JOB_KINDS:
+            raise InvalidRequest(f"unknown job kind {k!r}: use one of {', '.join(JOB_KINDS)}")
     q = (select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id)
          .join(User, Job.user_id == User.id).order_by(Job.id.desc()).limit(limit))
     if not principal.is_admin:
         q = q.where(Job.tenant_id == principal.tenant_id)
-    if state is not None:
-        q = q.where(Job.state == state)
+    if f.state is not None:
+        q = q.where(Job.state == f.state)
+    if f.kinds:
+        q = q.where(Job.kind.in_(f.kinds))
+    if f.exclude_kinds:
+        q = q.where(Job.kind.not_in(f.exclude_kinds))
+    if f.tenant:
+        q = q.where(Tenant.name == f.tenant)
+    if f.user:
+        q = q.where(User.name == f.user)
+    if f.name:
+        q = q.where(Job.name.contains(f.name, autoescape=True))
     return [(r[0], r[1], r[2]) for r in session.execute(q)]
 
 

@@ -215,8 +215,14 @@ class Client:
                 "priority": priority, "grace_seconds": grace_seconds}
         return self._request("POST", "/v1/jobs", json=body)
 
-    def jobs(self, state: str | None = None, limit: int = 200) -> list[dict]:
-        params = {"limit": limit, **({"state": state} if state else {})}
+    def jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,
+             exclude_kind: str | None = None, tenant: str | None = None, user: str | None = None,
+             name: str | None = None) -> list[dict]:
+        """Newest first. ``kind``/``exclude_kind``: comma-separated batch, serve, evaluate;
+        ``name``: a part of the job's name."""
+        given = {"state": state, "kind": kind, "exclude_kind": exclude_kind, "tenant": tenant, "user": user,
+                 "name": name}
+        params = {"limit": limit, **{k: v for k, v in given.items() if v}}
         return self._request("GET", "/v1/jobs", params=params)
 
     def job(self, job_id: int) -> dict:

@@ -21,8 +21,18 @@ def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, reques
 
 @router.get("", response_model=list[JobOut])
 def list_jobs(session: SessionDep, principal: PrincipalDep, state: str | None = None,
-              limit: int = Query(200, ge=1, le=10000)) -> list[JobOut]:
-    return [job_out(j, t, u) for j, t, u in service.list_jobs(session, principal, state, limit)]
+              limit: int = Query(200, ge=1, le=10000),
+              kind: str | None = Query(None, description="only these kinds, comma-separated: batch, serve, evaluate"),
+              exclude_kind: str | None = Query(None, description="not these kinds, comma-separated"),
+              tenant: str | None = None, user: str | None = None,
+              name: str | None = Query(None, description="jobs whose name contains this")) -> list[JobOut]:
+    where = service.JobFilter(state=state, kinds=_csv(kind), exclude_kinds=_csv(exclude_kind), tenant=tenant,
+                              user=user, name=name)
+    return [job_out(j, t, u) for j, t, u in service.list_jobs(session, principal, limit=limit, where=where)]
+
+
+def _csv(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
 
 @router.get("/{job_id}", response_model=JobOut)

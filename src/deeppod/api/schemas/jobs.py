@@ -35,6 +35,7 @@ class JobCreate(Strict):
 class JobOut(Out):
     id: int
     name: str
+    kind: str = "batch"  # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison)
     tenant: str
     user: str
     state: str
