@@ -78,3 +78,14 @@ def test_tokens_create_list_revoke(api, people):
     assert all("token" not in t for t in api.http.get("/v1/tokens", headers=A).json())
     assert api.http.delete(f"/v1/tokens/{new['id']}", headers=A).status_code == 204
     assert api.http.get("/v1/whoami", headers=api.as_(new["token"])).status_code == 401
+
+
+def test_the_api_docs_page_needs_no_internet(api):
+    page = api.http.get("/docs")
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    assert "cdn" not in page.text.lower() and "https://" not in page.text.split("<body>")[0]
+    for asset in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css"):
+        assert asset in page.text
+        r = api.http.get(asset)
+        assert r.status_code == 200 and len(r.content) > 100_000
+    assert api.http.get("/openapi.json").json()["openapi"].startswith("3.")

@@ -5,16 +5,17 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from deeppod import __version__
-from deeppod.api import errors
+from deeppod.api import docs, errors
 from deeppod.api.limits import BodyLimit
 from deeppod.api.routers import datasets, deployments, jobs, metrics, models, nodes, plans, tenants, tokens, users
 
 
 def create_app(ctx) -> FastAPI:
-    app = FastAPI(title="DeepPod", version=__version__,
+    app = FastAPI(title="DeepPod", version=__version__, docs_url=None, redoc_url=None,
                   description="DeepPod control plane: jobs, datasets, models, deployments, tenants, users, "
                               "tokens, nodes.")
     app.state.ctx = ctx
+    docs.install(app)
     errors.install(app)
     for r in (jobs, metrics, tenants, users, tokens, nodes, plans, datasets, models, deployments):
         app.include_router(r.router)
