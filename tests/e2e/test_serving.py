@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 import time
 
 import httpx
@@ -88,6 +89,14 @@ def test_register_compare_promote_deploy_predict(flow):
     p = run(env, "deploy", f"{MODEL}@champion", "--replicas", "2", "--max-batch", "16", "--max-wait-ms", "10",
             timeout=300)
     assert "ready" in p.stdout, p.stdout
+    # the printed curl line works when pasted into a shell (a digit image as picture.jpg)
+    curl = next(line for line in p.stdout.splitlines() if line.startswith("predict: ")).removeprefix("predict: ")
+    (tmp / "picture.jpg").write_bytes(ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1",
+                                                  "val").read(0)[0])
+    shell_env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    answer = subprocess.run(["bash", "-c", curl + " --fail-with-body -s"], env=shell_env, cwd=tmp,
+                            capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0 and "predictions" in json.loads(answer.stdout), answer.stdout + answer.stderr
     d = c.deployment(MODEL)
     assert d["version"] == 2 and sum(r["routed"] for r in d["replica_jobs"]) == 2
     replica_jobs = [c.job(r["job_id"]) for r in d["replica_jobs"]]

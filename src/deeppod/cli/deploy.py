@@ -36,11 +36,16 @@ def _summary(d: dict) -> str:
             f"{healthy} of {d['replicas']} replicas taking traffic")
 
 
+def curl_line(predict_url: str) -> str:
+    """A command that works when pasted: the token comes from the same place the CLI's does."""
+    return f'curl -H "Authorization: Bearer $(deeppod tokens current)" -F image=@picture.jpg {predict_url}'
+
+
 def _wait(c, name: str, version: int | None, timeout: float) -> None:
     with console.status(f"waiting for {name} to be ready"):
         d = c.wait_deployment(name, version=version, timeout=timeout)
     console.print(_summary(d))
-    console.print(f"predict: curl -H 'Authorization: Bearer $TOKEN' -F image=@picture.jpg {d['predict_url']}")
+    console.print(f"predict: {curl_line(d['predict_url'])}", highlight=False, soft_wrap=True)
     console.print(f"test page: {d['page_url']}")
 
 

@@ -393,6 +393,17 @@ def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = Non
     print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "tenant", "is_admin"]))
 
 
+@tokens_app.command("current")
+def tokens_current(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Print the token this CLI uses (for scripts: curl -H "Authorization: Bearer $(deeppod tokens current)")."""
+    from deeppod.settings import ClientSettings
+
+    found = ClientSettings.resolve(url, token).token
+    if not found:
+        raise InvalidRequest("no token: log in with 'deeppod login --url URL --token TOKEN' or set DEEPPOD_TOKEN")
+    sys.stdout.write(found + "\n")
+
+
 @tokens_app.command("create")
 def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
                   user: Annotated[Optional[str], typer.Option(help="admins: for this user")] = None,
