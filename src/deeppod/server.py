@@ -24,6 +24,7 @@ from deeppod.data.tiers import Tiers
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
+from deeppod.jobs import retention
 from deeppod.jobs.reconcile import Reconciler
 from deeppod.registry import artifacts
 from deeppod.registry import service as registry
@@ -85,7 +86,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
 
 
 def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60.0) -> None:
-    """Move idle dataset versions to the cold tier, once a minute."""
+    """Once a minute: move idle dataset versions to the cold tier, and remove the folders of
+    jobs past the retention."""
     while not stop.wait(interval):
         try:
             moved = data_service.demote_idle(ctx.sessions, ctx.data)
@@ -93,6 +95,12 @@ def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60
                 log.info("moved to cold: %s", ", ".join(moved))
         except Exception:  # the next round retries
             log.exception("tiering round failed")
+        try:
+            purged = retention.apply_retention(ctx.sessions, ctx.settings.jobs_dir, ctx.settings.job_retention_days)
+            if purged:
+                log.info("removed the folders of %d finished jobs (retention)", len(purged))
+        except Exception:  # the next round retries
+            log.exception("retention round failed")
 
 
 def bootstrap_admin(ctx: ServerContext) -> str | None:

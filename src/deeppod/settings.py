@@ -64,6 +64,8 @@ class Settings:
     data_cold_after_seconds: float = 30 * 86400.0  # versions unused this long move to cold
     # serving
     predict_max_bytes: int = 16 << 20  # one predict request's body
+    # finished jobs' folders are removed this many days after they ended (0: kept); stopped jobs keep theirs
+    job_retention_days: float = 30.0
 
     @property
     def hot_root(self) -> Path:
@@ -116,6 +118,7 @@ class Settings:
             data_max_ingest_bytes=_int(env, "DEEPPOD_DATA_MAX_INGEST_BYTES", 64 << 30),
             data_cold_after_seconds=_float(env, "DEEPPOD_DATA_COLD_AFTER_SECONDS", 30 * 86400.0),
             predict_max_bytes=_int(env, "DEEPPOD_PREDICT_MAX_BYTES", 16 << 20),
+            job_retention_days=_float(env, "DEEPPOD_JOB_RETENTION_DAYS", 30.0),
         )
 
 

@@ -177,3 +177,23 @@ def test_a_cluster_without_gpus_defaults_to_cpu_workers(tmp_path):
     assert (req.gpus_per_worker, req.cpus_per_worker) == (0, 1.0)
     req = with_defaults(JobRequest(command=["x"], workdir="/", gpus_per_worker=2), {"gpus": 8, "cpus_per_gpu": 8.0})
     assert (req.gpus_per_worker, req.cpus_per_worker) == (2, 16.0)
+
+
+def test_remove_a_finished_jobs_files_then_its_logs_say_so(api, tmp_path):
+    h = api.as_(api.admin)
+    job = api.http.post("/v1/jobs", json=body(tmp_path), headers=h).json()
+    r = api.http.delete(f"/v1/jobs/{job['id']}/files", headers=h)
+    assert r.status_code == 409 and "cancel it first" in r.json()["error"]["message"]
+    api.http.post(f"/v1/jobs/{job['id']}/cancel", headers=h)  # queued: ends at once
+    folder = api.ctx.settings.jobs_dir / str(job["id"])
+    folder.mkdir(parents=True)
+    (folder / "rank-0.log").write_text("hello\n")
+    r = api.http.delete(f"/v1/jobs/{job['id']}/files", headers=h)
+    assert r.status_code == 200 and r.json() == {"jobs": [job["id"]], "bytes_freed": 6}
+    assert not folder.exists() and api.http.get(f"/v1/jobs/{job['id']}", headers=h).json()["purged_at"]
+    r = api.http.get(f"/v1/jobs/{job['id']}/logs", headers=h)
+    assert r.status_code == 409 and "were removed" in r.json()["error"]["message"]
+    r = api.http.post("/v1/jobs/purge", json={"older_than_seconds": 0}, headers=h)
+    assert r.status_code == 200 and r.json()["jobs"] == []
+    r = api.http.post("/v1/jobs/purge", json={"older_than_seconds": -1}, headers=h)
+    assert r.status_code == 422

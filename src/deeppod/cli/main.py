@@ -22,12 +22,14 @@ app = typer.Typer(no_args_is_help=True, add_completion=True,
                   help="DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: "
                        "deeppod --install-completion")
 job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
+jobs_app = typer.Typer(invoke_without_command=True, help="List jobs; remove finished jobs' files (rm, purge).")
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
 users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens.")
 nodes_app = typer.Typer(help="Nodes and GPUs: list, cordon, uncordon.", invoke_without_command=True)
 plan_app = typer.Typer(no_args_is_help=True, help="Resource plans: guaranteed GPUs, borrowing caps, weights.")
 app.add_typer(job_app, name="job")
+app.add_typer(jobs_app, name="jobs")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
@@ -199,8 +201,8 @@ def submit(
         raise typer.Exit(0 if final["state"] == "succeeded" else 1)
 
 
-@app.command("jobs")
-def jobs_cmd(state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
+@jobs_app.callback()
+def jobs_cmd(ctx: typer.Context, state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
              kind: Annotated[Optional[str], typer.Option(
                  help="only this kind: batch, serve (deployment replicas) or evaluate; comma-separated "
                       "(default: all but serve)", show_default=False)] = None,
@@ -210,11 +212,42 @@ def jobs_cmd(state_: Annotated[Optional[str], typer.Option("--state", help="only
              name: Annotated[Optional[str], typer.Option(help="only jobs whose name contains this")] = None,
              limit: int = 200, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """List jobs, newest first (yours and your tenant's; admins see all). Deployment replicas
-    are hidden unless you ask for them (--kind serve or --all)."""
+    are hidden unless you ask for them (--kind serve or --all). 'jobs rm' and 'jobs purge'
+    remove finished jobs' folders."""
+    if ctx.invoked_subcommand:
+        return
     exclude = None if (kind or all_kinds) else "serve"
     rows = client(url, token).jobs(state_, limit, kind=kind, exclude_kind=exclude, tenant=tenant, user=user,
                                    name=name)
     print_json(rows) if as_json else console.print(jobs_table(rows))
+
+
+@jobs_app.command("rm")
+def jobs_rm(job_ids: Annotated[list[int], typer.Argument(help="finished jobs")],
+            force: Annotated[bool, typer.Option("--force", help="also a stopped job (its checkpoint goes too)")] = False,
+            url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Remove finished jobs' folders (logs, checkpoints, outputs); their records and events stay."""
+    c = client(url, token)
+    freed = sum(c.remove_job_files(i, force=force)["bytes_freed"] for i in job_ids)
+    console.print(f"removed the files of {len(job_ids)} job(s): {freed / 1e6:.1f} MB freed")
+
+
+@jobs_app.command("purge")
+def jobs_purge(older_than: Annotated[str, typer.Option(help="jobs that ended longer ago than this: 30m, 12h, 7d")],
+               url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Remove the folders of every finished job (your tenant's; admins: all) that ended before
+    --older-than. Stopped jobs keep theirs, so they can still be resumed."""
+    r = client(url, token).purge_jobs(parse_age(older_than))
+    console.print(f"removed the files of {len(r['jobs'])} job(s): {r['bytes_freed'] / 1e6:.1f} MB freed")
+
+
+def parse_age(value: str) -> float:
+    """'30m', '12h', '7d', '90s' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    try:
+        return float(value[:-1]) * units[value[-1]] if value[-1:] in units else float(value)
+    except ValueError:
+        raise InvalidRequest(f"--older-than {value!r} is not an age: use e.g. 30m, 12h or 7d") from None
 
 
 @job_app.command("show")

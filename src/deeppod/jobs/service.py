@@ -250,6 +250,8 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
     if job.state != "stopped":
         raise Conflict(f"job {job_id} is {job.state}; only a stopped job can be resumed "
                        "(a cancelled or failed one starts over: submit it again)")
+    if job.purged_at is not None:
+        raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
     job.state, job.stop_reason, job.ended_at, job.stop_requested_at = "queued", None, None, None
     job.reason = f"resumed by {principal.user}"
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")

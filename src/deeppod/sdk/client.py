@@ -228,6 +228,14 @@ class Client:
     def job(self, job_id: int) -> dict:
         return self._request("GET", f"/v1/jobs/{job_id}")
 
+    def remove_job_files(self, job_id: int, *, force: bool = False) -> dict:
+        """Remove a finished job's folder (logs, checkpoints, outputs); its record stays."""
+        return self._request("DELETE", f"/v1/jobs/{job_id}/files", params={"force": force})
+
+    def purge_jobs(self, older_than_seconds: float) -> dict:
+        """Remove the folders of finished jobs that ended longer ago (stopped jobs keep theirs)."""
+        return self._request("POST", "/v1/jobs/purge", json={"older_than_seconds": older_than_seconds})
+
     def events(self, job_id: int) -> list[dict]:
         return self._request("GET", f"/v1/jobs/{job_id}/events")
 

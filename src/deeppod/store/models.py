@@ -115,6 +115,8 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(16), default="batch")
     deployment_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     model_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what a replica serves
+    # its folder (logs, checkpoints, outputs) was removed; the record and its events stay
+    purged_at: Mapped[datetime | None] = mapped_column(nullable=True)
     endpoint: Mapped[str | None] = mapped_column(String(256), nullable=True)  # a replica's URL once it listens
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, job_out
-from deeppod.errors import InvalidRequest
-from deeppod.jobs import service
+from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, PurgeIn, PurgeOut, job_out
+from deeppod.errors import Conflict, InvalidRequest
+from deeppod.jobs import retention, service
 from deeppod.jobs.logs import logged_ranks, stream_logs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -59,6 +61,20 @@ def resume(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
     return job_out(job, *service.owner_names(session, job))
 
 
+@router.delete("/{job_id}/files", response_model=PurgeOut)
+def remove_files(job_id: int, session: SessionDep, principal: PrincipalDep, request: Request,
+                 force: bool = False) -> PurgeOut:
+    freed = retention.purge(session, principal, job_id, get_ctx(request).settings.jobs_dir, force=force)
+    return PurgeOut(jobs=[job_id], bytes_freed=freed)
+
+
+@router.post("/purge", response_model=PurgeOut)
+def purge(body: PurgeIn, session: SessionDep, principal: PrincipalDep, request: Request) -> PurgeOut:
+    ids, freed = retention.purge_finished(session, principal, get_ctx(request).settings.jobs_dir,
+                                          older_than=timedelta(seconds=body.older_than_seconds))
+    return PurgeOut(jobs=ids, bytes_freed=freed)
+
+
 @router.get("/{job_id}/events", response_model=list[JobEventOut])
 def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]
@@ -72,6 +88,8 @@ def logs(job_id: int, principal: PrincipalDep, request: Request, follow: bool = 
     with ctx.sessions() as session:
         job = service.get_job(session, principal, job_id)
         current = len(job.placed_workers) or job.workers
+        if job.purged_at is not None:
+            raise Conflict(f"job {job_id}'s files, its logs with them, were removed on {job.purged_at:%Y-%m-%d %H:%M}")
     known = logged_ranks(job_dir, current)
     if rank is not None and rank not in known:
         raise InvalidRequest(f"job {job_id} has ranks 0..{max(known)}; --rank {rank} does not exist")

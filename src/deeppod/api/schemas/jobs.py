@@ -62,6 +62,7 @@ class JobOut(Out):
     submitted_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    purged_at: datetime | None = None
 
 
 class JobEventOut(Out):
@@ -74,3 +75,12 @@ class JobEventOut(Out):
 def job_out(job, tenant: str, user: str) -> JobOut:
     return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
                                   "tenant": tenant, "user": user})
+
+
+class PurgeIn(Strict):
+    older_than_seconds: float = Field(ge=0, description="remove the folders of jobs that ended longer ago than this")
+
+
+class PurgeOut(Out):
+    jobs: list[int]
+    bytes_freed: int
