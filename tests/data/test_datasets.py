@@ -85,7 +85,7 @@ def test_labels_csv_zip_and_tar_gz_sources(api, tmp_path):
     for i in range(4):
         (flat / f"img{i}.png").write_bytes(image_bytes(i, fmt="PNG"))
     (flat / "labels.csv").write_text("path,label\n" + "".join(f"img{i}.png,{'yes' if i % 2 else 'no'}\n"
-                                                            for i in range(3)))
+                                                            for i in range(3)) + "gone.png,yes\n")
     z = tmp_path / "flat.zip"
     with zipfile.ZipFile(z, "w") as zf:
         for f in flat.iterdir():
@@ -95,6 +95,7 @@ def test_labels_csv_zip_and_tar_gz_sources(api, tmp_path):
     v = r.json()["versions"][0]
     assert v["classes"] == ["no", "yes"] and v["samples"] == 3
     assert [q["path"] for q in v["quarantined"]] == ["img3.png"]
+    assert v["labels_without_file"] == ["gone.png"]  # a row naming no file is reported
     tgz = tmp_path / "pets.tar.gz"
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(class_folders(tmp_path / "src"), arcname="pets")

@@ -15,6 +15,15 @@ policy_app = typer.Typer(no_args_is_help=True, help="Ingest policies: what every
 app.add_typer(policy_app, name="policy")
 
 
+def pairs(value) -> str:
+    """A dict as 'k=v, k=v' (a bare key for an empty value), a list as 'a, b'; '-' when empty."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={pairs(v)}" if v not in ("", None) else str(k) for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(pairs(v) for v in value) or "-"
+    return "-" if value in (None, "") else str(value)
+
+
 def human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":
@@ -77,7 +86,7 @@ def ingest(
     as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Ingest SOURCE as the next version of dataset NAME (all or nothing)."""
-    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     pol = parse_assignments(policy)
     if split:
@@ -85,8 +94,10 @@ def ingest(
         if key != "val" or not value:
             raise InvalidRequest(f"--split {split!r}: write val=FRACTION, e.g. --split val=0.1")
         pol["val"] = value
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
-                  DownloadColumn(), TransferSpeedColumn(), console=console, transient=True) as bar:
+    # the bar counts bytes; files are counted in the description only when the source knows them
+    # (a folder or S3 prefix does, an archive is sent as it is)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=console, transient=True) as bar:
         task = bar.add_task(f"uploading {source}", total=None)
 
         def progress(files_done, files_total, bytes_done, bytes_total):
@@ -111,6 +122,10 @@ def ingest(
             console.print(f"  {q['path']}: {q['reason']}")
         if len(v["quarantined"]) > 20:
             console.print(f"  ... see 'deeppod data show {v['ref']} --json'")
+    missing = v.get("labels_without_file") or []
+    if missing:
+        console.print(f"[yellow]{len(missing)} row(s) of the labels file name no file in the source[/yellow]: "
+                      + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""), highlight=False)
 
 
 @app.command("ls")
@@ -146,8 +161,9 @@ def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_js
     if as_json:
         print_json({**d, "versions": versions})
         return
-    console.print(f"[bold]{d['owner']}/{d['name']}[/bold]  {d['description']}")
-    console.print(f"tags: {d['tags'] or '-'}  shared: {d['shared']}  policy: {d['policy'] or 'none'}")
+    console.print(f"[bold]{d['owner']}/{d['name']}[/bold]  {d['description']}", highlight=False)
+    console.print(f"tags: {pairs(d['tags'])}  shared: {'yes' if d['shared'] else 'no'}  policy: {pairs(d['policy'])}",
+                  highlight=False)
     if want is None:
         console.print(rows_table([{"version": v["ref"], "samples": v["samples"], "classes": len(v["classes"]),
                                    "size": human(v["bytes"]), "tier": v["tier"],
@@ -161,10 +177,46 @@ def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_js
     console.print("per class: " + ", ".join(f"{c} {n}" for c, n in s.get("per_class", {}).items()))
     console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
     console.print("sizes: " + ", ".join(f"{k} {n}" for k, n in s.get("size_histogram", {}).items() if n))
-    console.print(f"width {s.get('width')}  height {s.get('height')}  formats {s.get('formats')}")
-    console.print(f"lineage: {v['lineage']}")
+    console.print(f"width: {pairs(s.get('width'))}  height: {pairs(s.get('height'))}  "
+                  f"formats: {pairs(s.get('formats'))}", highlight=False)
+    console.print("lineage:")
+    for key, value in (v["lineage"] or {}).items():
+        console.print(f"  {key}: {pairs(value)}", highlight=False)
     for q in v["quarantined"]:
         console.print(f"[yellow]quarantined[/yellow] {q['path']}: {q['reason']}")
+
+
+@app.command("rm")
+def rm(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Delete one version and the stored images no other version names. Refused while a job or
+    a registered model version uses it."""
+    r = client(url, token).remove_dataset_version(ref)
+    console.print(f"removed {r['ref']} ({r['objects_removed']} stored images freed)")
+
+
+@app.command("diff")
+def diff(a: Annotated[str, typer.Argument(help="NAME@VERSION")], b: Annotated[str, typer.Argument(help="NAME@VERSION")],
+         limit: Annotated[int, typer.Option(help="files listed per kind of change")] = 20,
+         as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """What changed from A to B: files added, removed, relabelled or re-encoded, and per class."""
+    from deeppod.cli.datadiff import diff_manifests
+
+    c = client(url, token)
+    d = diff_manifests(c.manifest(a), c.manifest(b))
+    if as_json:
+        print_json(d)
+        return
+    console.print(f"{a} -> {b}: {len(d['added'])} added, {len(d['removed'])} removed, "
+                  f"{len(d['relabelled'])} relabelled, {len(d['changed'])} changed content, {d['same']} the same",
+                  highlight=False)
+    for kind, mark in (("added", "+"), ("removed", "-"), ("relabelled", "~"), ("changed", "*")):
+        for row in d[kind][:limit]:
+            console.print(f"  {mark} {row}", highlight=False)
+        if len(d[kind]) > limit:
+            console.print(f"  ... {len(d[kind]) - limit} more {kind} (--limit, --json)")
+    if d["per_class"]:
+        console.print(rows_table([{"class": k, "before": x, "after": y, "change": f"{y - x:+d}"}
+                                  for k, (x, y) in d["per_class"].items()], ["class", "before", "after", "change"]))
 
 
 @app.command("tag")

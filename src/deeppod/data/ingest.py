@@ -104,6 +104,8 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
     built = Built()
     quarantined: list[dict] = []
     candidates = []
+    # labels.csv rows naming files the source does not hold: reported, never silently dropped
+    orphans = sorted(set(labels) - {rel for rel, _ in items}) if labels else []
     for rel, m in items:
         label, why = _label(rel, labels)
         if why:
@@ -173,7 +175,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
             dest.write_bytes(data)
         report.append(q)
     built.classes = classes
-    built.report = {"quarantined": report, "ingested": built.samples}
+    built.report = {"quarantined": report, "ingested": built.samples, "labels_without_file": orphans}
     built.stats = {
         "samples": built.samples, "bytes": built.bytes, "classes": len(classes),
         "per_class": {c: per_class[c] for c in classes}, "per_split": dict(per_split),

@@ -20,9 +20,9 @@ from deeppod.data import catalog, ingest, tiers as tiermod
 from deeppod.data.objects import ObjectStore
 from deeppod.data.policy import Policy
 from deeppod.data.tiers import Tiers
-from deeppod.errors import Forbidden, InvalidRequest, NotFound
+from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.runtime.data import env_key
-from deeppod.store.models import Dataset, DatasetVersion, Job, Tenant, utcnow
+from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<version>\d+|latest))?$")
@@ -332,6 +332,52 @@ def demote_idle(sessions: sessionmaker, plane: DataPlane, now: datetime | None =
         move_version(sessions, plane, version_id, "cold")
         moved.append(key)
     return moved
+
+
+# -- removal ------------------------------------------------------------------------------
+
+def users_of(session: Session, ds: Dataset, v: DatasetVersion) -> list[str]:
+    """What still needs this version: active jobs that named it, and model versions trained on it."""
+    ref = f"{ds.name}@{v.version}"
+    found = [f"job {j.id} ({j.state})" for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)))
+             if any(d.get("version_id") == v.id for d in (j.datasets or []))]
+    rows = session.execute(select(Model.name, ModelVersion.version, ModelVersion.lineage)
+                           .join(ModelVersion, ModelVersion.model_id == Model.id).where(Model.tenant_id == ds.tenant_id))
+    found += [f"model {name}@{number}" for name, number, lineage in rows
+              if ref in (lineage or {}).get("datasets", []) or (lineage or {}).get("dataset") == ref]
+    return found
+
+
+def remove_version(sessions: sessionmaker, plane: DataPlane, principal: Principal, ref: str) -> dict:
+    """Delete one version: its row, its folder and the objects no other version names.
+    Refused while an active job or a registered model version uses it."""
+    if parse_ref(ref).version is None:
+        raise InvalidRequest(f"name the version to remove: NAME@VERSION (e.g. {parse_ref(ref).name}@1)")
+    with sessions.begin() as s:
+        ds, v = get_version(s, principal, ref)
+        get_dataset(s, principal, ref, write=True)
+        users = users_of(s, ds, v)
+        if users:
+            raise Conflict(f"{ds.name}@{v.version} is in use by {', '.join(users[:5])}"
+                           f"{' and more' if len(users) > 5 else ''}: remove those first (models rm), or wait")
+        version_id, key, tier, name, number = v.id, v.key, v.tier, ds.name, v.version
+        folder = plane.tiers.path(tier, key)
+        shas = _manifest_shas(folder)
+        s.delete(v)  # the row first: a crash after this leaves only files, which recover() sweeps
+    with _lock(version_id):
+        shutil.rmtree(folder, ignore_errors=True)
+    unused = shas - _referenced(sessions, plane, shas)
+    plane.objects.remove(unused)
+    log.info("dataset version %s@%d removed (%d objects freed)", name, number, len(unused))
+    return {"ref": f"{name}@{number}", "objects_removed": len(unused)}
+
+
+def _manifest_shas(folder: Path) -> set[str]:
+    manifest = folder / "manifest.jsonl"
+    if not manifest.is_file():
+        return set()
+    with open(manifest) as f:
+        return {json.loads(line)["sha256"] for line in f if line.strip()}
 
 
 def resolve_for_job(session: Session, principal: Principal, refs: list[str]) -> list[dict]:

@@ -82,6 +82,10 @@ class Client:
     def set_data_policy(self, name: str, policy: dict, replace: bool = False) -> dict:
         return self._request("PUT", f"/v1/datasets/{name}/policy", json={"policy": policy, "replace": replace})
 
+    def remove_dataset_version(self, ref: str) -> dict:
+        """Delete NAME@VERSION and the stored images no other version names."""
+        return self._request("DELETE", f"/v1/datasets/{ref}")
+
     def stage(self, ref: str, tier: str = "hot") -> dict:
         return self._request("POST", f"/v1/datasets/{ref}/stage", params={"tier": tier}, timeout=None)
 

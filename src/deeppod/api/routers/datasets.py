@@ -97,6 +97,12 @@ def stage(ref: str, request: Request, principal: PrincipalDep, tier: str = "hot"
     return StagedOut(ref=f"{name}@{number}", tier=tier, path=path)
 
 
+@router.delete("/{ref:path}")
+def remove_version(ref: str, request: Request, principal: PrincipalDep) -> dict:
+    ctx = get_ctx(request)
+    return service.remove_version(ctx.sessions, ctx.data, principal, ref)
+
+
 @router.get("/{ref:path}/manifest")
 def manifest(ref: str, request: Request, session: SessionDep, principal: PrincipalDep) -> FileResponse:
     ds, v = service.get_version(session, principal, ref)

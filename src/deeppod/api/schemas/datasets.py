@@ -17,6 +17,7 @@ class VersionOut(Out):
     stats: dict
     lineage: dict
     quarantined: list[dict]
+    labels_without_file: list[str] = []  # labels.csv/jsonl rows whose file is not in the source
     created_at: datetime
     last_used_at: datetime
 
@@ -57,6 +58,7 @@ def version_out(name: str, v) -> VersionOut:
     return VersionOut(ref=f"{name}@{v.version}", version=v.version, tier=v.tier, samples=v.samples, bytes=v.bytes,
                       classes=v.classes, stats=v.stats, lineage=v.lineage,
                       quarantined=(v.report or {}).get("quarantined", []), created_at=v.created_at,
+                      labels_without_file=(v.report or {}).get("labels_without_file", []),
                       last_used_at=v.last_used_at)
 
 

@@ -1,0 +1,44 @@
+"""What the CLI prints, without a server: dataset diffs, dict rendering, the jobs table."""
+
+from rich.console import Console
+
+from deeppod.cli import output
+from deeppod.cli.data import pairs
+from deeppod.cli.datadiff import diff_manifests
+
+
+def row(path, label, sha):
+    return {"path": path, "label": label, "sha256": sha}
+
+
+def test_diff_names_added_removed_relabelled_and_changed_files():
+    a = [row("cat/1.jpg", "cat", "s1"), row("cat/2.jpg", "cat", "s2"), row("dog/3.jpg", "dog", "s3"),
+         row("x.jpg", "cat", "s4")]
+    b = [row("cat/1.jpg", "cat", "s1"), row("dog/3.jpg", "dog", "s3b"), row("x.jpg", "dog", "s4"),
+         row("bird/5.jpg", "bird", "s5")]
+    d = diff_manifests(a, b)
+    assert d["added"] == ["bird/5.jpg"] and d["removed"] == ["cat/2.jpg"]
+    assert d["relabelled"] == ["x.jpg: cat -> dog"] and d["changed"] == ["dog/3.jpg"] and d["same"] == 1
+    assert d["per_class"] == {"bird": (0, 1), "cat": (3, 1), "dog": (1, 2)}
+    assert diff_manifests(a, a)["per_class"] == {} and diff_manifests(a, a)["same"] == 4
+
+
+def test_dicts_print_as_key_value_pairs_not_python():
+    assert pairs({"resize": "short:256", "val": 0.1}) == "resize=short:256, val=0.1"
+    assert pairs({"xray": "", "site": "lyon"}) == "xray, site=lyon"
+    assert pairs({}) == "-" and pairs(None) == "-" and pairs(["a@1", "b@2"]) == "a@1, b@2"
+    assert "{" not in pairs({"width": {"min": 1, "max": 3}})
+
+
+def test_the_jobs_table_keeps_every_id_whole_at_80_columns(monkeypatch):
+    jobs = [{"id": i, "name": "serve-a-very-long-deployment-name-v12", "tenant": "vision", "user": "ana",
+             "state": "preempted", "workers": 2, "max_workers": 8, "gpus_per_worker": 1, "allocation": None,
+             "submitted_at": "2026-11-22T10:11:12", "started_at": None, "ended_at": None,
+             "reason": "waiting for 2 GPUs (0 free) " * 3} for i in (7, 123456)]
+    console = Console(width=80, record=True)
+    monkeypatch.setattr(output, "console", console)
+    console.print(output.jobs_table(jobs))
+    lines = console.export_text().splitlines()
+    assert lines[0].split()[:3] == ["ID", "NAME", "STATE"]
+    assert [line.split()[0] for line in lines[1:] if line[:8].strip()] == ["7", "123456"]
+    assert all("preempted" in line for line in lines if line[:8].strip() and not line.startswith(" ID"))
