@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from deeppod.auth.service import Principal, bootstrap, create_tenant, create_user
 from deeppod.errors import Conflict, InvalidRequest, NotFound
@@ -175,3 +176,37 @@ def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env
         s.flush()
         with pytest.raises(NotFound, match="not a comparison"):
             service.comparison(s, ana, "pets", other.id)
+
+
+def test_remove_a_version_or_a_model_but_not_what_a_deployment_serves(env):
+    from deeppod.store.models import Deployment
+
+    sessions, admin, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "a")
+    with sessions.begin() as s:
+        for _ in range(3):
+            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        service.set_alias(s, ana, "pets", "staging", "2")
+        model = service.get_model(s, ana, "pets")
+        v3 = service.resolve(s, model, "3")
+        s.add(ModelEvaluation(model_id=model.id, version_id=v3.id, job_id=5, dataset="d@1", samples=1,
+                              accuracy=1.0, per_class={}))
+        s.add(Deployment(tenant_id=ana.tenant_id, name="pets", model_id=model.id, version_id=v3.id, replicas=1,
+                         gpus_per_replica=0, cpus_per_replica=1, max_batch=8, max_wait_ms=5, created_by=ana.user_id))
+    with sessions.begin() as s:
+        assert service.remove(s, ana, "pets@staging", root=root) == [2]
+        assert service.get_model(s, ana, "pets").aliases == {}
+    assert not (root / "vision" / "pets" / "v2").exists() and (root / "vision" / "pets" / "v1").exists()
+    with sessions.begin() as s:
+        with pytest.raises(Conflict, match="deployment pets serves"):
+            service.remove(s, ana, "pets@3", root=root)
+        with pytest.raises(Conflict, match="deployment pets serves"):
+            service.remove(s, ana, "pets", root=root)
+        with pytest.raises(NotFound):
+            service.remove(s, Principal(1, "bob", 1, "default", False), "pets@1", root=root)
+        s.delete(s.scalar(select(Deployment)))
+    with sessions.begin() as s:
+        assert service.remove(s, ana, "pets", root=root) == [1, 3]
+        with pytest.raises(NotFound):
+            service.get_model(s, ana, "pets")
+        assert s.scalars(select(ModelEvaluation)).all() == []

@@ -134,3 +134,12 @@ def promote(name: str, version: str,
     """Make VERSION the champion, if it beat the champion in their latest comparison."""
     r = client(url, token).promote(name, version, force=force)
     console.print(f"{name}: champion is now v{r['champion']} ({r['reason']})")
+
+
+@app.command("rm")
+def rm(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME@ALIAS) for one version, NAME for all")],
+       url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Delete a model version (or the whole model) with its artifact and figures. Refused while a
+    deployment serves it."""
+    removed = client(url, token).remove_model(ref)
+    console.print(f"removed {ref.split('@')[0]} version(s) {', '.join(map(str, removed))}")

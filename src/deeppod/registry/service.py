@@ -193,6 +193,47 @@ def set_alias(session: Session, principal: Principal, name: str, alias: str, sel
     return model
 
 
+# -- removal ------------------------------------------------------------------------------
+
+def remove(session: Session, principal: Principal, ref: str, *, root: Path) -> list[int]:
+    """Delete one version (NAME@V or NAME@ALIAS), or the whole model (NAME): rows, artifacts,
+    figures and aliases. Refused while a deployment serves any of them. Returns the numbers removed."""
+    from deeppod.store.models import Deployment
+
+    r = parse_ref(ref)
+    model = get_model(session, principal, r)
+    if model.tenant_id != principal.tenant_id and not principal.is_admin:
+        raise NotFound(f"no model {r.name!r} of yours")
+    doomed = versions(session, model) if r.selector is None else [resolve(session, model, r.selector)]
+    ids = {v.id for v in doomed}
+    serving = [d.name for d in session.scalars(select(Deployment).where(Deployment.model_id == model.id))
+               if r.selector is None or d.version_id in ids
+               or any(j.model_version_id in ids and j.state in jobs.ACTIVE_STATES
+                                              for j in session.scalars(select(Job).where(Job.deployment_id == d.id)))]
+    if serving:
+        raise Conflict(f"deployment {', '.join(sorted(serving))} serves {ref}: move it to another version "
+                       f"('deeppod deploy update NAME --version V') or remove it ('deeppod deploy rm NAME') first")
+    for job in session.scalars(select(Job).where(Job.model_version_id.in_(ids))):
+        job.model_version_id = None  # finished replicas keep their record, not the reference
+    for row in session.scalars(select(ModelEvaluation).where(ModelEvaluation.version_id.in_(ids))):
+        session.delete(row)
+    for row in session.scalars(select(ModelComparison).where(
+            ModelComparison.version_a_id.in_(ids) | ModelComparison.version_b_id.in_(ids))):
+        session.delete(row)
+    numbers = sorted(v.version for v in doomed)
+    model.aliases = {a: n for a, n in model.aliases.items() if n not in numbers}
+    folders = [root / v.key for v in doomed]
+    for v in doomed:
+        session.delete(v)
+    if r.selector is None:
+        session.delete(model)
+    session.flush()  # rows first: a failure here leaves the artifacts in place
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    log.info("model %s: removed versions %s", model.name, numbers)
+    return numbers
+
+
 # -- compare and promote -----------------------------------------------------------------
 
 def compare(session: Session, principal: Principal, name: str, a: str, b: str, dataset: str, *,

@@ -114,6 +114,10 @@ class Client:
         """NAME@VERSION or NAME@ALIAS."""
         return self._request("GET", f"/v1/models/{ref}/version")
 
+    def remove_model(self, ref: str) -> list[int]:
+        """NAME@VERSION removes one version, NAME the whole model; returns the versions removed."""
+        return self._request("DELETE", f"/v1/models/{ref}")["removed"]
+
     def set_alias(self, name: str, alias: str, version: str | int | None) -> dict:
         """Point ``alias`` at a version (None removes it)."""
         return self._request("PUT", f"/v1/models/{name}/aliases/{alias}",

@@ -26,6 +26,12 @@ def register(name: str, body: RegisterIn, request: Request, session: SessionDep,
     return version_out(model, version, settings.models_dir)
 
 
+@router.delete("/{ref}")
+def remove(ref: str, request: Request, session: SessionDep, principal: PrincipalDep) -> dict:
+    """NAME@VERSION (or @ALIAS) removes one version; NAME the whole model."""
+    return {"removed": service.remove(session, principal, ref, root=get_ctx(request).settings.models_dir)}
+
+
 @router.get("", response_model=list[ModelOut])
 def list_models(session: SessionDep, principal: PrincipalDep) -> list[ModelOut]:
     return [model_out(m, service.owner_name(session, m), vs) for m, vs in service.list_models(session, principal)]
