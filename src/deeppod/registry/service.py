@@ -225,9 +225,10 @@ def remove(session: Session, principal: Principal, ref: str, *, root: Path) -> l
     folders = [root / v.key for v in doomed]
     for v in doomed:
         session.delete(v)
+    session.flush()  # versions before their model; rows before files: a failure leaves the artifacts
     if r.selector is None:
         session.delete(model)
-    session.flush()  # rows first: a failure here leaves the artifacts in place
+        session.flush()
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
     log.info("model %s: removed versions %s", model.name, numbers)
