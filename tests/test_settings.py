@@ -71,3 +71,15 @@ def test_a_server_started_with_another_home_is_found_from_the_last_started_file(
     # an explicit DEEPPOD_HOME with no server in it is not overridden by another home's server
     env["DEEPPOD_HOME"] = str(tmp_path / "empty")
     assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"
+
+
+def test_the_server_logs_no_line_per_http_call_unless_debugging():
+    import logging
+
+    from deeppod.server import configure_logging
+
+    configure_logging("INFO")
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    configure_logging("DEBUG")
+    assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
+    configure_logging("INFO")

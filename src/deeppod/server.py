@@ -115,6 +115,16 @@ def bootstrap_admin(ctx: ServerContext) -> str | None:
     return secret
 
 
+QUIET_LOGGERS = ("httpx", "httpcore")  # a line per proxied predict and health check at INFO
+
+
+def configure_logging(level: str) -> None:
+    """The server process's logging: LEVEL for DeepPod; HTTP client chatter only at DEBUG."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
+
+
 def _write_private(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -220,3 +220,22 @@ def test_jobs_filters_version_and_a_narrow_terminal(cli, live_server, tmp_path):
     assert lines[0].split()[0] == "ID" and all(len(line) <= 80 for line in lines)
     ids = {str(j["id"]) for j in listed if j["name"].endswith("-run")}
     assert ids <= {line.split()[0] for line in lines[1:] if line.strip()}
+
+
+def test_trainer_mistakes_are_refused_at_submit_with_the_choices(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    (tmp_path / "imgs" / "cat").mkdir(parents=True)
+    before = len(json.loads(cli("jobs", "--json", "--all", **admin).stdout))
+    base = ("train", "image-classifier", "--data", str(tmp_path / "imgs"))
+    p = cli(*base, "--model", "resnet5", check=False, **admin)
+    assert p.returncode == 2 and "resnet50" in p.stderr and "small-cnn" in p.stderr
+    p = cli(*base, "--optimizer", "adamx", check=False, **admin)
+    assert p.returncode == 2 and "adamw" in p.stderr
+    p = cli(*base, "--lr-schedule", "wavy", check=False, **admin)
+    assert p.returncode == 2 and "linear-warmup-cosine" in p.stderr
+    p = cli("train", "image-classifier", "--dataset", "nosuch", check=False, **admin)
+    assert p.returncode == 2 and "no such dataset" in p.stderr and "deeppod data ingest" in p.stderr
+    assert len(json.loads(cli("jobs", "--json", "--all", **admin).stdout)) == before  # nothing submitted
+    helptext = cli("train", "image-classifier", "--help").stdout
+    assert "--register" in helptext and "--image-size" in helptext and "default: 1 when the cluster" in helptext
+    assert cli("tokens", "current", **admin).stdout.strip() == live_server.admin_token

@@ -124,9 +124,8 @@ def server(
     cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
 ) -> None:
     """Start the control plane: API, scheduler loop and local executor."""
-    import logging
 
-    from deeppod.server import serve
+    from deeppod.server import configure_logging, serve
     from deeppod.settings import Settings
 
     settings = Settings.from_env().with_overrides(
@@ -134,7 +133,7 @@ def server(
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
         cold_dir=cold_dir.expanduser().resolve() if cold_dir else None)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
@@ -560,6 +559,9 @@ def train_image_classifier(
     optimizer: Annotated[str, typer.Option(help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
+    image_size: Annotated[int, typer.Option(help="input size in pixels (square crops)")] = 224,
+    register: Annotated[Optional[str], typer.Option(
+        help="register the trained model as a new version of model NAME when training ends")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(
         help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
@@ -568,24 +570,25 @@ def train_image_classifier(
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
-    """Train an image classifier on your images; more options (--lr-schedule, --image-size,
-    --finetune-from, --scale-rule, ...) pass through to the trainer."""
+    """Train an image classifier on your images; more options (--lr-schedule, --loader-workers,
+    --finetune-from, --scale-rule, --amp, ...: 'python -m deeppod.runtime.trainers.image_classifier
+    --help') pass through to the trainer and are checked before the job is submitted."""
     import sys as _sys
 
     if (data is None) == (dataset is None):
         raise InvalidRequest("give the images with either --dataset NAME[@VERSION] or --data FOLDER")
     if data is not None and not data.is_dir():
         raise InvalidRequest(f"--data {data} is not a folder of class folders")
-    if optimizer not in ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop"):
-        raise InvalidRequest(f"--optimizer {optimizer!r} is not one of sgd, momentum, nesterov, adam, adamw, "
-                             "adagrad, adadelta, rmsprop")
     source = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
-    command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *source,
-               "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
-               "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
-               *ctx.args]
-    low, high = parse_workers(workers)
+    args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
+            "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
+            "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
+    _check_trainer_args(args, model)
+    command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args]
     c = client(url, token)
+    if dataset is not None:
+        _check_dataset(c, dataset)
+    low, high = parse_workers(workers)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
@@ -597,6 +600,49 @@ def train_image_classifier(
         final = c.wait(job["id"])
         console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
         raise typer.Exit(0 if final["state"] == "succeeded" else 1)
+
+
+def _check_trainer_args(args: list[str], model: str) -> None:
+    """Mistakes the trainer would make the job fail on, caught before it is submitted."""
+    import contextlib
+    import io
+
+    from deeppod.runtime.trainers import image_classifier as trainer
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            trainer.parse_args(args)
+    except SystemExit:
+        why = said.getvalue().strip().splitlines()[-1:] or ["invalid options"]
+        raise InvalidRequest(f"the trainer refuses these options: {why[0].removeprefix('image_classifier.py: ')}"
+                             ) from None
+    try:
+        names = trainer.model_names()
+    except ImportError:  # a client without torchvision: the trainer checks it on the cluster
+        return
+    if model not in names:
+        close = [n for n in names if n.startswith(model[:4])][:8]
+        raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use small-cnn or a torchvision "
+                             f"classification model ({', '.join(close or names[:12])}, ...; "
+                             f"{len(names)} in all)")
+
+
+def _check_dataset(c, ref: str) -> None:
+    from deeppod.errors import NotFound
+
+    name, _, version = ref.partition("@")
+    try:
+        d = c.dataset(name)
+    except NotFound:
+        known = sorted(x["name"] for x in c.datasets())
+        raise InvalidRequest(f"--dataset {ref!r}: no such dataset; yours are: {', '.join(known) or 'none yet'} "
+                             "(ingest one with 'deeppod data ingest NAME FOLDER')") from None
+    numbers = [str(v["version"]) for v in d["versions"]]
+    if version and version != "latest" and version not in numbers:
+        raise InvalidRequest(f"--dataset {ref!r}: {name} has versions {', '.join(numbers) or 'none'}")
+    if not numbers:
+        raise InvalidRequest(f"--dataset {ref!r}: {name} has no versions yet")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: training throughput, ...")

@@ -143,6 +143,13 @@ def transforms(size: int, train: bool):
 
 # -- model -----------------------------------------------------------------------------
 
+def model_names() -> list[str]:
+    """What --model takes: torchvision's classification models and 'small-cnn'."""
+    import torchvision
+
+    return ["small-cnn", *torchvision.models.list_models(module=torchvision.models)]
+
+
 def build_model(name: str, num_classes: int):
     import torch
 
