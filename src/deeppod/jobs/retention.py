@@ -36,6 +36,12 @@ def _remove(session: Session, job: Job, jobs_dir: Path, why: str) -> int:
     return size
 
 
+def _ended_before(cutoff: datetime):
+    """Finished jobs with a folder, ended before ``cutoff``; stopped ones keep theirs (resumable)."""
+    return select(Job).where(Job.state.in_(_FINAL), Job.state != JobState.STOPPED.value, Job.purged_at.is_(None),
+                             Job.ended_at <= cutoff).order_by(Job.id)
+
+
 def purge(session: Session, principal: Principal, job_id: int, jobs_dir: Path, *, force: bool = False) -> int:
     """Remove one finished job's folder; returns the bytes freed."""
     job = get_job(session, principal, job_id)
@@ -54,8 +60,7 @@ def purge_finished(session: Session, principal: Principal, jobs_dir: Path, *, ol
     """Remove the folders of the caller's tenant's jobs (every tenant's for admins) that
     ended more than ``older_than`` ago. Stopped jobs keep theirs (they can be resumed)."""
     cutoff = (now or utcnow()) - older_than
-    q = select(Job).where(Job.state.in_(_FINAL), Job.state != JobState.STOPPED.value, Job.purged_at.is_(None),
-                          Job.ended_at <= cutoff)
+    q = _ended_before(cutoff)
     if not principal.is_admin:
         q = q.where(Job.tenant_id == principal.tenant_id)
     ids, freed = [], 0
@@ -71,8 +76,7 @@ def apply_retention(sessions: sessionmaker, jobs_dir: Path, days: float, now: da
         return []
     cutoff = (now or utcnow()) - timedelta(days=days)
     with sessions.begin() as s:
-        jobs = list(s.scalars(select(Job).where(Job.state.in_(_FINAL), Job.state != JobState.STOPPED.value,
-                                                Job.purged_at.is_(None), Job.ended_at <= cutoff).limit(500)))
+        jobs = list(s.scalars(_ended_before(cutoff).limit(500)))  # a bounded batch a minute
         for job in jobs:
             _remove(s, job, jobs_dir, f"files removed after {days:g} days (DEEPPOD_JOB_RETENTION_DAYS)")
         return [j.id for j in jobs]
