@@ -42,7 +42,9 @@ def test_unmodified_ddp_script_all_reduces(live_server, tmp_path):
     assert e0["MASTER_ADDR"] == "127.0.0.1" and e0["MASTER_PORT"] == e1["MASTER_PORT"]
     assert {e0["CUDA_VISIBLE_DEVICES"], e1["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
     assert e0["DEEPPOD_JOB_ID"] == str(job["id"]) and Path(e0["DEEPPOD_CHECKPOINT_DIR"]).is_dir()
-    assert e0["DEEPPOD_API_URL"] == live_server.url and e0["OMP_NUM_THREADS"] == "1"
+    # the default CPU request: the node's CPUs per GPU (8 / 4), and the thread pools follow it
+    assert final["cpus_per_worker"] == 2.0
+    assert e0["DEEPPOD_API_URL"] == live_server.url and e0["OMP_NUM_THREADS"] == "2"
     assert r0["cwd"] == str(workdir)
     # the job's token worked while it ran and is revoked now
     assert httpx.get(live_server.url + "/v1/whoami",

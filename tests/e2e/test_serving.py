@@ -91,6 +91,7 @@ def test_register_compare_promote_deploy_predict(flow):
     assert "ready" in p.stdout, p.stdout
     # the printed curl line works when pasted into a shell (a digit image as picture.jpg)
     curl = next(line for line in p.stdout.splitlines() if line.startswith("predict: ")).removeprefix("predict: ")
+    tmp = flow["tmp"]
     (tmp / "picture.jpg").write_bytes(ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1",
                                                   "val").read(0)[0])
     shell_env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
