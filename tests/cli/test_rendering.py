@@ -42,3 +42,21 @@ def test_the_jobs_table_keeps_every_id_whole_at_80_columns(monkeypatch):
     assert lines[0].split()[:3] == ["ID", "NAME", "STATE"]
     assert [line.split()[0] for line in lines[1:] if line[:8].strip()] == ["7", "123456"]
     assert all("preempted" in line for line in lines if line[:8].strip() and not line.startswith(" ID"))
+
+
+def test_the_upload_bar_of_an_archive_counts_bytes_not_files():
+    from deeppod.cli.data import upload_bar
+
+    console = Console(width=120, record=True, force_terminal=False)
+    bar, progress = upload_bar("pets.zip", out=console)
+    with bar:
+        progress(0, 0, 3 * 1024 * 1024, 10 * 1024 * 1024)  # an archive: files unknown
+        bar.refresh()
+    shown = console.export_text()
+    assert "files" not in shown and "3.1/10.5 MB" in shown and "uploading pets.zip" in shown
+    console = Console(width=120, record=True, force_terminal=False)
+    bar, progress = upload_bar("./pets", out=console)
+    with bar:
+        progress(12, 40, 1000, 5000)  # a folder: files known
+        bar.refresh()
+    assert "uploading 12/40 files" in console.export_text()

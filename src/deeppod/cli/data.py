@@ -70,6 +70,23 @@ def _summary_rows(datasets: list[dict]) -> list[dict]:
 COLUMNS = ["name", "owner", "versions", "latest", "samples", "classes", "size", "tier", "tags", "shared"]
 
 
+def upload_bar(source: str, out=None):
+    """A progress bar in bytes, and the callback the SDK's ingest calls. Files are counted in
+    the description only when the source knows them (a folder or an S3 prefix does; an
+    archive is sent as it is)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   console=out or console, transient=out is None)
+    task = bar.add_task(f"uploading {source}", total=None)
+
+    def progress(files_done, files_total, bytes_done, bytes_total):
+        bar.update(task, completed=bytes_done, total=bytes_total or None,
+                   description=f"uploading {files_done}/{files_total} files" if files_total else f"uploading {source}")
+
+    return bar, progress
+
+
 @app.command("ingest")
 def ingest(
     name: str,
@@ -86,24 +103,14 @@ def ingest(
     as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Ingest SOURCE as the next version of dataset NAME (all or nothing)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
     pol = parse_assignments(policy)
     if split:
         key, _, value = split.partition("=")
         if key != "val" or not value:
             raise InvalidRequest(f"--split {split!r}: write val=FRACTION, e.g. --split val=0.1")
         pol["val"] = value
-    # the bar counts bytes; files are counted in the description only when the source knows them
-    # (a folder or S3 prefix does, an archive is sent as it is)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task(f"uploading {source}", total=None)
-
-        def progress(files_done, files_total, bytes_done, bytes_total):
-            bar.update(task, completed=bytes_done, total=bytes_total or None,
-                       description=f"uploading {files_done}/{files_total} files" if files_total else "uploading")
-
+    bar, progress = upload_bar(source)
+    with bar:
         result = client(url, token).ingest(name, source, policy=pol or None, tags=_pairs(tag, "--tag") or None,
                                            description=description, progress=progress, s3_endpoint=s3_endpoint,
                                            s3_key_id=s3_key_id, s3_secret=s3_secret)
