@@ -180,6 +180,29 @@ def test_resuming_a_finished_run_from_its_final_checkpoint_writes_the_model(tmp_
     assert json.loads((tmp_path / "model" / "signature.json").read_text())["metrics"]["val_accuracy"] > 0
 
 
+def test_a_stop_after_an_epochs_last_step_resumes_into_the_next_epoch(tmp_path, version):
+    """Found by following the README: a stop that lands after the last step of an epoch saves
+    a checkpoint with the epoch's samples all consumed; the resumed run must evaluate that
+    epoch and go on, not crash on the loss of a loop that ran no step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    records = tmp_path / "records"
+    records.mkdir()
+    probe_env = {**env, "DEEPPOD_CHECKPOINT_DIR": str(tmp_path / "probe")}
+    probe = subprocess.run(TRAINER + small_args(version, records, delay=0) + ["--output", str(tmp_path / "m0")],
+                           env=probe_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    per_epoch = steps_done(records)
+    env["DEEPPOD_CHECKPOINT_DIR"] = str(tmp_path / "ckpt")
+    common = small_args(version, tmp_path / "records", epochs=2, delay=0) + ["--output", str(tmp_path / "model")]
+    first = subprocess.run(TRAINER + common + ["--max-steps", str(per_epoch)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and f"stopping at epoch 0 step {per_epoch}" in first.stdout, first.stdout + first.stderr
+    again = subprocess.run(TRAINER + common, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resuming at epoch 0 step {per_epoch}" in again.stdout and "epoch 0: loss - val_accuracy" in again.stdout
+    assert "epoch 1: loss " in again.stdout and steps_done(records) == 3 * per_epoch  # probe, epoch 0, epoch 1
+
+
 def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_server, tmp_path, digits):
     fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "10"}
     server = fresh_server.start()

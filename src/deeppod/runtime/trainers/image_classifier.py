@@ -272,6 +272,7 @@ def main(argv=None) -> int:
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
             if args.record_samples else None
         k = 0
+        loss = None  # stays None when a stop came after the epoch's last step: resumed, nothing left to train
         ddp.train()
         began, seen = time.perf_counter(), 0
         join = ddp.join() if isinstance(ddp, DDP) else contextlib.nullcontext()
@@ -324,7 +325,7 @@ def main(argv=None) -> int:
             runtime.exit_for_resume()
         acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
         if ctx.is_chief:
-            print(f"epoch {epoch}: loss {loss.item():.4f} val_accuracy {acc:.4f} "
+            print(f"epoch {epoch}: loss {'-' if loss is None else f'{loss.item():.4f}'} val_accuracy {acc:.4f} "
                   f"({seen * ctx.world_size / max(1e-9, time.perf_counter() - began):.1f} images/s)", flush=True)
         runtime.report(step, val_accuracy=acc)
         epoch += 1
