@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 from dataclasses import dataclass
@@ -158,6 +159,10 @@ def forget_local(paths: list[Path]) -> None:
             pass
 
 
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -193,6 +198,10 @@ def serve(settings: Settings, *, echo=print) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False))
     announced = announce_local(settings)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
+    # that was there before: make that handler an exception, so the clean-up below runs.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_on_signal)
     try:
         server.run()
     finally:
