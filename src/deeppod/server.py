@@ -109,10 +109,7 @@ def bootstrap_admin(ctx: ServerContext) -> str | None:
     with ctx.sessions.begin() as s:
         secret = bootstrap(s)
     if secret:
-        path = ctx.settings.home / "admin.token"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secret + "\n")
+        _write_private(ctx.settings.home / "admin.token", secret + "\n")
     return secret
 
 
@@ -126,12 +123,13 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
 
 
-def _write_private(path: Path, doc: dict) -> None:
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only this user can read (mode 0600 from the start), atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -144,7 +142,7 @@ def announce_local(settings: Settings) -> list[Path]:
     paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
     for path in paths:
         try:
-            _write_private(path, doc)
+            _write_private(path, json.dumps(doc))
         except OSError as exc:  # a read-only config folder only costs the discovery
             log.warning("could not write %s (%s); the CLI needs --url for this server", path, exc)
     return paths

@@ -196,3 +196,13 @@ def test_jobs_pin_their_datasets(api, tmp_path):
     assert r.status_code == 404 and "no version 7" in r.json()["error"]["message"]
     r = api.http.post("/v1/jobs", json={**body, "datasets": ["nope"]}, headers=api.as_(api.admin))
     assert r.status_code == 404 and "deeppod data ls" in r.json()["error"]["message"]
+
+
+def test_unknown_datasets_and_versions_are_refused_with_the_choices(api, tmp_path):
+    assert upload(api, "pets", class_folders(tmp_path / "src")).status_code == 201
+    h = api.as_(api.admin)
+    r = api.http.get("/v1/datasets/pest", headers=h)
+    assert r.status_code == 404 and "pets" in r.json()["error"]["message"]
+    job = {"command": ["python3", "-c", "pass"], "workdir": str(tmp_path), "datasets": ["pets@7"]}
+    r = api.http.post("/v1/jobs", json=job, headers=h)
+    assert r.status_code == 404 and "its versions: 1" in r.json()["error"]["message"]

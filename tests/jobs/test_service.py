@@ -72,7 +72,7 @@ def test_submit_list_show_cancel_and_tenant_scoping(sessions, tmp_path):
         with pytest.raises(NotFound):
             service.get_job(s, world.alice, 9999)
         with pytest.raises(InvalidRequest):
-            service.list_jobs(s, world.alice, state="bogus")
+            service.list_jobs(s, world.alice, service.JobFilter(state="bogus"))
         job = service.cancel(s, world.alice, a.id)
         assert job.state == "cancelled" and job.ended_at is not None
     with sessions.begin() as s:

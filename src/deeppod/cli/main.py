@@ -16,7 +16,7 @@ from deeppod.cli.models import app as models_app
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, err_console, jobs_table, nodes_table, print_json, rows_table, state
 from deeppod.errors import DeepPodError, InvalidRequest
-from deeppod.settings import client_config_path
+from deeppod.settings import ClientSettings, client_config_path
 
 app = typer.Typer(no_args_is_help=True, add_completion=True,
                   help="DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: "
@@ -428,8 +428,6 @@ def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = Non
 @tokens_app.command("current")
 def tokens_current(url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Print the token this CLI uses (for scripts: curl -H "Authorization: Bearer $(deeppod tokens current)")."""
-    from deeppod.settings import ClientSettings
-
     found = ClientSettings.resolve(url, token).token
     if not found:
         raise InvalidRequest("no token: log in with 'deeppod login --url URL --token TOKEN' or set DEEPPOD_TOKEN")
@@ -585,9 +583,7 @@ def train_image_classifier(
             "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
     _check_trainer_args(args, model)
     command = [_sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args]
-    c = client(url, token)
-    if dataset is not None:
-        _check_dataset(c, dataset)
+    c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     low, high = parse_workers(workers)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
@@ -626,23 +622,6 @@ def _check_trainer_args(args: list[str], model: str) -> None:
         raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use small-cnn or a torchvision "
                              f"classification model ({', '.join(close or names[:12])}, ...; "
                              f"{len(names)} in all)")
-
-
-def _check_dataset(c, ref: str) -> None:
-    from deeppod.errors import NotFound
-
-    name, _, version = ref.partition("@")
-    try:
-        d = c.dataset(name)
-    except NotFound:
-        known = sorted(x["name"] for x in c.datasets())
-        raise InvalidRequest(f"--dataset {ref!r}: no such dataset; yours are: {', '.join(known) or 'none yet'} "
-                             "(ingest one with 'deeppod data ingest NAME FOLDER')") from None
-    numbers = [str(v["version"]) for v in d["versions"]]
-    if version and version != "latest" and version not in numbers:
-        raise InvalidRequest(f"--dataset {ref!r}: {name} has versions {', '.join(numbers) or 'none'}")
-    if not numbers:
-        raise InvalidRequest(f"--dataset {ref!r}: {name} has no versions yet")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: training throughput, ...")

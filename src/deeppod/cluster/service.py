@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-
-from dataclasses import dataclass
 
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.inventory import NodeInfo
@@ -47,8 +48,13 @@ class NodeUsage:
 
 def usage(session: Session) -> dict[str, NodeUsage]:
     """Per node name: the GPUs, CPUs and memory held by running (or stopping) jobs' workers."""
+    return usage_of(session.scalars(select(Job).where(Job.state.in_([str(s) for s in HOLDING_STATES]))))
+
+
+def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:
+    """What these jobs' placed workers hold, per node name."""
     out: dict[str, NodeUsage] = {}
-    for job in session.scalars(select(Job).where(Job.state.in_([str(s) for s in HOLDING_STATES]))):
+    for job in jobs:
         for w in job.placed_workers:
             u = out.setdefault(w["node"], NodeUsage(set()))
             u.gpus.update(w["gpus"])

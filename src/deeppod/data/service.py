@@ -64,7 +64,10 @@ def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write
             owners = ", ".join(sorted(session.get(Tenant, d.tenant_id).name for d in found))
             raise InvalidRequest(f"several datasets are called {ref.name!r} (tenants {owners}): write TENANT/{ref.name}")
     if not found:
-        raise NotFound(f"no dataset {ref.name!r} that you can see: list them with 'deeppod data ls'")
+        names = sorted({d.name for d in session.scalars(select(Dataset)) if _visible(principal, d)})
+        shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "") if names else "none yet"
+        raise NotFound(f"no such dataset {ref.name!r} that you can see (yours and shared ones: {shown}; "
+                       "'deeppod data ls' lists them); ingest one with 'deeppod data ingest NAME FOLDER'")
     ds = found[0]
     if write and not (principal.is_admin or ds.tenant_id == principal.tenant_id):
         raise Forbidden(f"dataset {ref.name!r} belongs to another tenant; you can read it but not change it")
@@ -82,7 +85,8 @@ def get_version(session: Session, principal: Principal, ref: str) -> tuple[Datas
     else:
         v = session.scalars(q.where(DatasetVersion.version == r.version)).first()
         if v is None:
-            raise NotFound(f"dataset {ds.name!r} has no version {r.version}: see 'deeppod data show {ds.name}'")
+            numbers = ", ".join(str(x.version) for x in versions(session, ds)) or "none"
+            raise NotFound(f"dataset {ds.name!r} has no version {r.version} (its versions: {numbers})")
     return ds, v
 
 

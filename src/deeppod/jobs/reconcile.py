@@ -23,6 +23,7 @@ from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
+from deeppod.cluster.service import NodeUsage, usage_of
 from deeppod.jobs.contract import base_environment, worker_env
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.runtime.stop import EXIT_RESUME
@@ -154,18 +155,12 @@ class Reconciler:
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
-        used: dict[str, set[int]] = {name: set() for name in nodes}
-        used_cpus = {name: 0.0 for name in nodes}
-        used_mem = {name: 0 for name in nodes}
+        holding = list(s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
+                                 .where(Job.state.in_(HOLDING))))
+        use = usage_of(job for job, _ in holding)
         running = []
-        for job, tenant in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
-                                     .where(Job.state.in_(HOLDING))):
+        for job, tenant in holding:
             workers = job.placed_workers
-            for w in workers:
-                if w["node"] in nodes:
-                    used[w["node"]].update(w["gpus"])
-                    used_cpus[w["node"]] += w["cpus"]
-                    used_mem[w["node"]] += w["memory_mb"]
             started = (job.started_at or job.submitted_at).timestamp()
             running.append(RunningJob(
                 id=job.id, tenant=tenant,
@@ -179,9 +174,10 @@ class Reconciler:
         node_states = []
         for n in nodes.values():
             good = [g["index"] for g in n.gpus if g.get("healthy", True)]
+            held = use.get(n.name) or NodeUsage(set())
             node_states.append(NodeState(
-                name=n.name, free_gpus=tuple(g for g in good if g not in used[n.name]),
-                free_cpus=n.cpus - used_cpus[n.name], free_memory_mb=n.memory_mb - used_mem[n.name],
+                name=n.name, free_gpus=tuple(g for g in good if g not in held.gpus),
+                free_cpus=n.cpus - held.cpus, free_memory_mb=n.memory_mb - held.memory_mb,
                 healthy=n.healthy, total_gpus=len(good),
                 sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True))))
         queued = tuple(

@@ -177,10 +177,10 @@ class JobFilter:
     name: str | None = None  # a part of the name
 
 
-def list_jobs(session: Session, principal: Principal, state: str | None = None, limit: int = 200,
-              where: JobFilter | None = None) -> list[tuple[Job, str, str]]:
+def list_jobs(session: Session, principal: Principal, where: JobFilter | None = None,
+              limit: int = 200) -> list[tuple[Job, str, str]]:
     """Jobs with their tenant and user names, newest first."""
-    f = where or JobFilter(state=state)
+    f = where or JobFilter()
     if f.state is not None and f.state not in STATES:
         raise InvalidRequest(f"unknown state {f.state!r}: use one of {', '.join(STATES)}")
     for k in (*f.kinds, *f.exclude_kinds):

@@ -18,7 +18,8 @@ from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.registry import artifacts
 from deeppod.registry.compare import Figures, verdict
-from deeppod.store.models import Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion, Tenant, User
+from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion,
+                                  Tenant, User)
 
 log = logging.getLogger(__name__)
 REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<sel>[^@/]+))?$")
@@ -198,18 +199,16 @@ def set_alias(session: Session, principal: Principal, name: str, alias: str, sel
 def remove(session: Session, principal: Principal, ref: str, *, root: Path) -> list[int]:
     """Delete one version (NAME@V or NAME@ALIAS), or the whole model (NAME): rows, artifacts,
     figures and aliases. Refused while a deployment serves any of them. Returns the numbers removed."""
-    from deeppod.store.models import Deployment
-
     r = parse_ref(ref)
-    model = get_model(session, principal, r)
-    if model.tenant_id != principal.tenant_id and not principal.is_admin:
-        raise NotFound(f"no model {r.name!r} of yours")
+    model = get_model(session, principal, r)  # the caller's tenant's (admins: TENANT/NAME)
     doomed = versions(session, model) if r.selector is None else [resolve(session, model, r.selector)]
     ids = {v.id for v in doomed}
-    serving = [d.name for d in session.scalars(select(Deployment).where(Deployment.model_id == model.id))
-               if r.selector is None or d.version_id in ids
-               or any(j.model_version_id in ids and j.state in jobs.ACTIVE_STATES
-                                              for j in session.scalars(select(Job).where(Job.deployment_id == d.id)))]
+    deps = select(Deployment.name).where(Deployment.model_id == model.id)
+    if r.selector is not None:  # one version: only deployments that serve it, or still run replicas of it
+        replicas_of = select(Job.deployment_id).where(Job.model_version_id.in_(ids),
+                                                      Job.state.in_(jobs.ACTIVE_STATES))
+        deps = deps.where(Deployment.version_id.in_(ids) | Deployment.id.in_(replicas_of))
+    serving = list(session.scalars(deps))
     if serving:
         raise Conflict(f"deployment {', '.join(sorted(serving))} serves {ref}: move it to another version "
                        f"('deeppod deploy update NAME --version V') or remove it ('deeppod deploy rm NAME') first")
