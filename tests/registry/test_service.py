@@ -26,6 +26,12 @@ def artifact(folder: Path, sig=SIG, serving=b"program") -> Path:
     return folder
 
 
+def three_versions(s, who, root, jobs_dir, folder) -> None:
+    """pets v1, v2 and v3, all from the same artifact folder."""
+    for _ in range(3):
+        service.register(s, who, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+
+
 @pytest.fixture
 def env(sessions, tmp_path):
     with sessions.begin() as s:
@@ -98,8 +104,7 @@ def test_promote_needs_a_win_in_the_latest_comparison(env):
     sessions, _, ana, root, jobs_dir = env
     folder = artifact(jobs_dir / "a")
     with sessions.begin() as s:
-        for _ in range(3):
-            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        three_versions(s, ana, root, jobs_dir, folder)
         model, v1, why = service.promote(s, ana, "pets", "1")
         assert model.aliases["champion"] == 1 and "no champion" in why
         with pytest.raises(Conflict, match="no comparison"):
@@ -160,8 +165,7 @@ def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env
         s.add(ds)
         s.flush()
         s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
-        for _ in range(3):
-            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        three_versions(s, ana, root, jobs_dir, folder)
         job, va, vb = service.compare(s, ana, "pets", "3", "1", "pets@2", root=root, jobs_dir=jobs_dir,
                                       default_grace=5)
         job_id = job.id
@@ -184,8 +188,7 @@ def test_remove_a_version_or_a_model_but_not_what_a_deployment_serves(env):
     sessions, admin, ana, root, jobs_dir = env
     folder = artifact(jobs_dir / "a")
     with sessions.begin() as s:
-        for _ in range(3):
-            service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(folder))
+        three_versions(s, ana, root, jobs_dir, folder)
         service.set_alias(s, ana, "pets", "staging", "2")
         model = service.get_model(s, ana, "pets")
         v3 = service.resolve(s, model, "3")
