@@ -61,7 +61,7 @@ def test_reclaim_shrinks_the_borrower_and_it_resumes_with_the_same_id(sessions, 
     a_job = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
     rec.tick()
     j = job(sessions, b_job)
-    assert j.state == "preempted" and j.resize_to == 2 and "reclaim for tenant a" in j.reason
+    assert j.state == "resizing" and j.resize_to == 2 and "reclaim for tenant a" in j.reason
     assert b_job in rec.executor.terminated  # SIGTERM sent
     assert job(sessions, a_job).state == "queued"  # the GPUs are not back yet
     rec.tick()  # the fake stops at once: b requeues, then both start

@@ -4,6 +4,7 @@ from datetime import timezone
 
 from sqlalchemy import select
 
+from deeppod.contract import HOLDING_STATES, JobState
 from deeppod.store.models import Job, JobEvent, Tenant, User
 
 
@@ -28,6 +29,22 @@ def test_job_round_trip_keeps_json_and_utc(sessions):
         assert job.allocation["workers"][0]["gpus"] == [1, 2]
         assert job.submitted_at.tzinfo is not None
         assert job.submitted_at.utcoffset() == timezone.utc.utcoffset(None)
-        assert job.state == "queued"
+        assert job.state is JobState.QUEUED  # loaded as the enum, stored as its plain value
         events = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id)).all()
         assert [e.kind for e in events] == ["queued"]
+
+
+def test_job_states_filter_as_plain_values(sessions):
+    with sessions.begin() as s:
+        t = Tenant(name="t")
+        s.add(t)
+        s.flush()
+        u = User(name="u", tenant_id=t.id)
+        s.add(u)
+        s.flush()
+        for state in JobState:
+            s.add(Job(name=str(state), tenant_id=t.id, user_id=u.id, state=state, command=["x"], workdir="/"))
+    with sessions() as s:
+        holding = s.scalars(select(Job.name).where(Job.state.in_(HOLDING_STATES))).all()
+        assert sorted(holding) == ["preempted", "resizing", "running"]
+        assert s.scalars(select(Job.state).where(Job.state == "stopped")).one() is JobState.STOPPED

@@ -14,6 +14,7 @@ from deeppod.cli.data import app as data_app
 from deeppod.cli.deploy import app as deploy_app
 from deeppod.cli.models import app as models_app
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.contract import FINAL_STATES, JobState
 from deeppod.cli.output import console, err_console, jobs_table, nodes_table, print_json, rows_table, state
 from deeppod.errors import DeepPodError, InvalidRequest
 from deeppod.settings import ClientSettings, client_config_path
@@ -197,7 +198,7 @@ def submit(
         _stream(c, job["id"], None, True)
         final = c.wait(job["id"])
         console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
-        raise typer.Exit(0 if final["state"] == "succeeded" else 1)
+        raise typer.Exit(0 if final["state"] == JobState.SUCCEEDED else 1)
 
 
 @jobs_app.callback()
@@ -300,7 +301,7 @@ def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", hel
 def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Stop a job gracefully: SIGTERM, it saves a checkpoint and ends as 'stopped'."""
     j = client(url, token).stop(job_id)
-    msg = "stopped" if j["state"] == "stopped" else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
+    msg = "stopped" if j["state"] == JobState.STOPPED else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
     console.print(f"job {j['id']}: {msg}")
 
 
@@ -357,7 +358,7 @@ def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", 
         while True:
             time.sleep(2)
             live.update(metrics_table(c.metrics(job_id, max_points=80)))
-            if c.job(job_id)["state"] in ("succeeded", "failed", "cancelled", "stopped"):
+            if c.job(job_id)["state"] in FINAL_STATES:
                 live.update(metrics_table(c.metrics(job_id, max_points=80)))
                 break
 
@@ -366,7 +367,7 @@ def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", 
 def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Stop a job: SIGTERM to every worker, the grace period, then SIGKILL."""
     j = client(url, token).cancel(job_id)
-    msg = "cancelled" if j["state"] == "cancelled" else f"stopping (grace {j['grace_seconds']:g} s)"
+    msg = "cancelled" if j["state"] == JobState.CANCELLED else f"stopping (grace {j['grace_seconds']:g} s)"
     console.print(f"job {j['id']}: {msg}")
 
 
@@ -595,7 +596,7 @@ def train_image_classifier(
         _stream(c, job["id"], None, True)
         final = c.wait(job["id"])
         console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
-        raise typer.Exit(0 if final["state"] == "succeeded" else 1)
+        raise typer.Exit(0 if final["state"] == JobState.SUCCEEDED else 1)
 
 
 def _check_trainer_args(args: list[str], model: str) -> None:

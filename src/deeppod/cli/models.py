@@ -8,6 +8,7 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
+from deeppod.contract import JobState
 from deeppod.errors import InvalidRequest
 
 app = typer.Typer(no_args_is_help=True, help="Model registry: versions, lineage, aliases, champion/challenger.")
@@ -120,7 +121,7 @@ def compare(name: str, a: str, b: str,
     if as_json:
         print_json(result)
         return
-    if job["state"] != "succeeded":
+    if job["state"] != JobState.SUCCEEDED:
         raise InvalidRequest(f"the comparison job {job['id']} {job['state']}: {job['reason']} "
                              f"(see 'deeppod logs {job['id']}')")
     console.print(f"{name}: v{result['a']} vs v{result['b']} on {result['data']} (job {result['job_id']})")

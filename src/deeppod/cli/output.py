@@ -9,10 +9,14 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
+from deeppod.contract import HOLDING_STATES, JobState
+
 console = Console()
 err_console = Console(stderr=True)
 
-STATE_STYLE = {"queued": "yellow", "preempted": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
+STATE_STYLE = {JobState.QUEUED: "yellow", JobState.PREEMPTED: "yellow", JobState.RESIZING: "yellow",
+               JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
+               JobState.CANCELLED: "magenta", JobState.STOPPED: "blue"}
 
 
 def print_json(data) -> None:
@@ -39,7 +43,7 @@ def duration(job: dict) -> str:
 
 
 def current_workers(job: dict) -> int:
-    if job["state"] in ("running", "preempted") and job.get("allocation"):
+    if job["state"] in HOLDING_STATES and job.get("allocation"):
         return len(job["allocation"]["workers"])
     return job["workers"]
 
@@ -71,7 +75,7 @@ def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
         "ID": str(j["id"]), "NAME": j["name"], "TENANT": j["tenant"], "USER": j["user"], "STATE": j["state"],
         "WORKERS": workers(j), "GPUS": str(current_workers(j) * j["gpus_per_worker"]),
         "SUBMITTED": j["submitted_at"][5:16].replace("T", " "), "DURATION": duration(j),
-        "REASON": "" if j["state"] in ("running", "succeeded") else j["reason"]} for j in jobs]
+        "REASON": "" if j["state"] in (JobState.RUNNING, JobState.SUCCEEDED) else j["reason"]} for j in jobs]
     names = ["ID", "NAME", *(("TENANT", "USER") if wide else ()), "STATE", "WORKERS", "GPUS",
              *(("SUBMITTED",) if wide else ()), "DURATION"]
     for name in names:

@@ -48,7 +48,7 @@ class NodeUsage:
 
 def usage(session: Session) -> dict[str, NodeUsage]:
     """Per node name: the GPUs, CPUs and memory held by running (or stopping) jobs' workers."""
-    return usage_of(session.scalars(select(Job).where(Job.state.in_([str(s) for s in HOLDING_STATES]))))
+    return usage_of(session.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))))
 
 
 def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:

@@ -20,13 +20,13 @@ from deeppod.data import catalog, ingest, tiers as tiermod
 from deeppod.data.objects import ObjectStore
 from deeppod.data.policy import Policy
 from deeppod.data.tiers import Tiers
+from deeppod.contract import ACTIVE_STATES
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.runtime.data import env_key
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<version>\d+|latest))?$")
-ACTIVE_JOB_STATES = ("queued", "running", "preempted")
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ def demote_idle(sessions: sessionmaker, plane: DataPlane, now: datetime | None =
     with sessions() as s:
         idle = [(v.id, v.key) for v in s.scalars(select(DatasetVersion).where(
             DatasetVersion.state == "ready", DatasetVersion.tier == "hot", DatasetVersion.last_used_at < cutoff))]
-        busy = {d.get("version_id") for j in s.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)))
+        busy = {d.get("version_id") for j in s.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES)))
                 for d in (j.datasets or [])}
     moved = []
     for version_id, key in idle:
@@ -343,7 +343,7 @@ def demote_idle(sessions: sessionmaker, plane: DataPlane, now: datetime | None =
 def users_of(session: Session, ds: Dataset, v: DatasetVersion) -> list[str]:
     """What still needs this version: active jobs that named it, and model versions trained on it."""
     ref = f"{ds.name}@{v.version}"
-    found = [f"job {j.id} ({j.state})" for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE_JOB_STATES)))
+    found = [f"job {j.id} ({j.state})" for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES)))
              if any(d.get("version_id") == v.id for d in (j.datasets or []))]
     rows = session.execute(select(Model.name, ModelVersion.version, ModelVersion.lineage)
                            .join(ModelVersion, ModelVersion.model_id == Model.id).where(Model.tenant_id == ds.tenant_id))

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
+from deeppod.contract import JobState
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
 from deeppod.jobs.stop_rules import triggered
@@ -47,7 +48,7 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
                                      max=float(h.get("max", 0.0)), counts=counts))
             stored += 1
     session.flush()
-    if job.stop_reason is None and job.state in ("running", "queued"):
+    if job.stop_reason is None and job.state in (JobState.RUNNING, JobState.QUEUED):
         reason = triggered(session, job, touched)
         if reason:
             job.stop_reason = reason

@@ -24,6 +24,7 @@ from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.supervisor import describe_exit
 from deeppod.cluster.service import NodeUsage, usage_of
+from deeppod.contract import HOLDING_STATES, JobState
 from deeppod.jobs.contract import base_environment, worker_env
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.runtime.stop import EXIT_RESUME
@@ -33,7 +34,6 @@ from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapsho
 from deeppod.store.models import Job, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
-HOLDING = ("running", "preempted")  # states whose jobs hold GPUs
 MAX_RESUMES = 100  # a job that keeps asking to be resumed is stopped at some point
 
 
@@ -43,29 +43,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[str, str]:
+def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str]:
     """What a finished run means: succeeded, failed, cancelled, or requeue (preempted/resized).
     ``kept`` says what its checkpoint folder holds (progress.stop_outcome) for the stop cases."""
     if job.cancel_requested:
-        return "cancelled", "cancelled by request"
+        return JobState.CANCELLED, "cancelled by request"
     tail = f"; {kept}" if kept else ""
     if job.stop_reason:
-        return "stopped", job.stop_reason + tail
-    if job.state == "preempted":
-        return "queued", "requeued: " + (job.reason or "preempted") + tail
+        return JobState.STOPPED, job.stop_reason + tail
+    if job.state in (JobState.PREEMPTED, JobState.RESIZING):
+        return JobState.QUEUED, "requeued: " + (job.reason or str(job.state)) + tail
     codes = status.exit_codes
     if codes and all(c in (0, EXIT_RESUME) for c in codes.values()) and EXIT_RESUME in codes.values():
-        return "queued", f"the job exited with {EXIT_RESUME} (resume me){tail}"
+        return JobState.QUEUED, f"the job exited with {EXIT_RESUME} (resume me){tail}"
     if status.lost:
-        return "failed", status.reason
+        return JobState.FAILED, status.reason
     if len(codes) == len(job.placed_workers) and codes and all(c == 0 for c in codes.values()):
-        return "succeeded", "all workers exited with code 0"
+        return JobState.SUCCEEDED, "all workers exited with code 0"
     if status.reason:
-        return "failed", status.reason
+        return JobState.FAILED, status.reason
     bad = sorted((r, c) for r, c in codes.items() if c != 0)
     if bad:
-        return "failed", f"rank {bad[0][0]} {describe_exit(bad[0][1])}"
-    return "failed", "the job ended without every worker reporting an exit code"
+        return JobState.FAILED, f"rank {bad[0][0]} {describe_exit(bad[0][1])}"
+    return JobState.FAILED, "the job ended without every worker reporting an exit code"
 
 
 def _same_reason(a: str, b: str) -> bool:
@@ -108,7 +108,7 @@ class Reconciler:
             self.start(start)
 
     def observe(self, s: Session) -> None:
-        for job in s.scalars(select(Job).where(Job.state.in_(HOLDING))):
+        for job in s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))):
             handle = job.handle or {"kind": "local", "job_dir": str(self.job_dir(job.id))}
             status = self.executor.poll(handle)
             if not status.finished:
@@ -116,15 +116,15 @@ class Reconciler:
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
             state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
             revoke_job_tokens(s, job.id)
-            if state == "failed" and job.restart_count < job.max_restarts:
+            if state == JobState.FAILED and job.restart_count < job.max_restarts:
                 failed = {r for r, c in status.exit_codes.items() if c != 0} or {w["rank"] for w in job.placed_workers}
                 job.avoid = [[w["node"], g] for w in job.placed_workers if w["rank"] in failed for g in w["gpus"]]
                 self._requeue(s, job, f"{reason}; restart {job.restart_count + 1} of {job.max_restarts}, "
                                       "avoiding the failed GPUs", status)
-            elif state == "queued" and job.restart_count < MAX_RESUMES:
+            elif state == JobState.QUEUED and job.restart_count < MAX_RESUMES:
                 self._requeue(s, job, reason, status)
-            elif state == "queued":
-                finish(s, job, "failed", f"{reason}, but it was restarted {job.restart_count} times already",
+            elif state == JobState.QUEUED:
+                finish(s, job, JobState.FAILED, f"{reason}, but it was restarted {job.restart_count} times already",
                        status.exit_codes)
             else:
                 finish(s, job, state, reason, status.exit_codes)
@@ -138,7 +138,7 @@ class Reconciler:
                         log.exception("after job %s ended", job.id)
 
     def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus) -> None:
-        job.state = "queued"
+        job.state = JobState.QUEUED
         job.restart_count += 1
         job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
         job.allocation = None
@@ -150,13 +150,13 @@ class Reconciler:
 
     def stops_to_send(self, s: Session) -> list[dict]:
         """Jobs being cancelled or preempted get SIGTERM (again, after a restart: idempotent)."""
-        q = select(Job).where(Job.state.in_(HOLDING), Job.handle.is_not(None))
+        q = select(Job).where(Job.state.in_(HOLDING_STATES), Job.handle.is_not(None))
         return [j.handle for j in s.scalars(q) if j.stopping]
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
         holding = list(s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
-                                 .where(Job.state.in_(HOLDING))))
+                                 .where(Job.state.in_(HOLDING_STATES))))
         use = usage_of(job for job, _ in holding)
         running = []
         for job, tenant in holding:
@@ -187,7 +187,7 @@ class Reconciler:
                        preemptible=j.preemptible, resize_to=j.resize_to,
                        avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])))
             for j, t in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
-                                  .where(Job.state == "queued")))
+                                  .where(Job.state == JobState.QUEUED)))
         plan, _ = current_plan(s)
         return Snapshot(nodes=tuple(node_states), queued=queued, running=tuple(running), plan=plan,
                         now=self.clock(), config=self.config)
@@ -202,20 +202,20 @@ class Reconciler:
         stop_now = []
         for p in d.preempts:
             job = s.get(Job, p.job_id)
-            job.state, job.reason, job.stop_requested_at = "preempted", p.reason, utcnow()
-            add_event(s, job, "preempted", f"{p.reason}; SIGTERM now, SIGKILL after {job.grace_seconds:g} s")
+            job.state, job.reason, job.stop_requested_at = JobState.PREEMPTED, p.reason, utcnow()
+            add_event(s, job, JobState.PREEMPTED, f"{p.reason}; SIGTERM now, SIGKILL after {job.grace_seconds:g} s")
             if job.handle:
                 stop_now.append(job.handle)
         for r in d.resizes:
             job = s.get(Job, r.job_id)
-            job.state, job.reason, job.resize_to = "preempted", r.reason, r.workers
+            job.state, job.reason, job.resize_to = JobState.RESIZING, r.reason, r.workers
             job.stop_requested_at = utcnow()
-            add_event(s, job, "resizing", f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
+            add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
             if job.handle:
                 stop_now.append(job.handle)
         for start in d.starts:
             job = s.get(Job, start.job_id)
-            job.state = "running"
+            job.state = JobState.RUNNING
             job.started_at = utcnow()
             job.handle = None
             job.resize_to = None
@@ -251,7 +251,7 @@ class Reconciler:
         except (DeepPodError, OSError) as exc:
             with self.sessions.begin() as s:
                 job = s.get(Job, start.job_id)
-                finish(s, job, "failed", f"could not stage its datasets: {exc}")
+                finish(s, job, JobState.FAILED, f"could not stage its datasets: {exc}")
             log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
             return
         with self.sessions.begin() as s:
@@ -260,7 +260,7 @@ class Reconciler:
                 spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
             except (DeepPodError, OSError) as exc:
-                finish(s, job, "failed", f"could not start: {exc}")
+                finish(s, job, JobState.FAILED, f"could not start: {exc}")
                 revoke_job_tokens(s, job.id)
                 log.warning("job %s could not start: %s", job.id, exc)
 

@@ -19,7 +19,6 @@ from deeppod.jobs.service import add_event, get_job
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
-_FINAL = [str(s) for s in FINAL_STATES]
 
 
 def folder_bytes(path: Path) -> int:
@@ -38,14 +37,14 @@ def _remove(session: Session, job: Job, jobs_dir: Path, why: str) -> int:
 
 def _ended_before(cutoff: datetime):
     """Finished jobs with a folder, ended before ``cutoff``; stopped ones keep theirs (resumable)."""
-    return select(Job).where(Job.state.in_(_FINAL), Job.state != JobState.STOPPED.value, Job.purged_at.is_(None),
+    return select(Job).where(Job.state.in_(FINAL_STATES), Job.state != JobState.STOPPED, Job.purged_at.is_(None),
                              Job.ended_at <= cutoff).order_by(Job.id)
 
 
 def purge(session: Session, principal: Principal, job_id: int, jobs_dir: Path, *, force: bool = False) -> int:
     """Remove one finished job's folder; returns the bytes freed."""
     job = get_job(session, principal, job_id)
-    if job.state not in _FINAL:
+    if job.state not in FINAL_STATES:
         raise Conflict(f"job {job_id} is {job.state}: cancel it first ('deeppod cancel {job_id}'), then remove it")
     if job.state == JobState.STOPPED and not force:
         raise Conflict(f"job {job_id} is stopped: its checkpoint is in its folder and 'deeppod resume {job_id}' "

@@ -12,15 +12,13 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
+from deeppod.contract import FINAL_STATES, JobState
 from deeppod.data.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs.contract import ENV_NAME_RE, reserved
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
-ACTIVE_STATES = ("queued", "running", "preempted")
-FINAL_STATES = ("succeeded", "failed", "cancelled", "stopped")
-STATES = ACTIVE_STATES + FINAL_STATES
 JOB_KINDS = ("batch", "serve", "evaluate")  # submitted work, deployment replicas, model comparisons
 
 
@@ -142,7 +140,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
     job = Job(
-        name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state="queued",
+        name=name[:128], tenant_id=principal.tenant_id, user_id=principal.user_id, state=JobState.QUEUED,
         command=list(req.command), workdir=req.workdir, env=dict(req.env), workers=req.workers,
         max_workers=req.max_workers if req.max_workers != req.workers else None,
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
@@ -152,7 +150,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     )
     session.add(job)
     session.flush()
-    add_event(session, job, "queued", f"submitted by {principal.user}")
+    add_event(session, job, JobState.QUEUED, f"submitted by {principal.user}")
     return job
 
 
@@ -181,8 +179,8 @@ def list_jobs(session: Session, principal: Principal, where: JobFilter | None = 
               limit: int = 200) -> list[tuple[Job, str, str]]:
     """Jobs with their tenant and user names, newest first."""
     f = where or JobFilter()
-    if f.state is not None and f.state not in STATES:
-        raise InvalidRequest(f"unknown state {f.state!r}: use one of {', '.join(STATES)}")
+    if f.state is not None and f.state not in set(JobState):
+        raise InvalidRequest(f"unknown state {f.state!r}: use one of {', '.join(JobState)}")
     for k in (*f.kinds, *f.exclude_kinds):
         if k not in JOB_KINDS:
             raise InvalidRequest(f"unknown job kind {k!r}: use one of {', '.join(JOB_KINDS)}")
@@ -211,20 +209,20 @@ def owner_names(session: Session, job: Job) -> tuple[str, str]:
     return tenant.name, user.name
 
 
-def _end(session: Session, principal: Principal, job_id: int, verb: str, final: str) -> Job | None:
+def _end(session: Session, principal: Principal, job_id: int, verb: str, final: JobState) -> Job | None:
     """The part cancel and stop share: a queued job ends at once; a running one is returned
     for the caller to mark (the reconcile loop then sends SIGTERM, the grace, SIGKILL)."""
     job = get_job(session, principal, job_id)
     if job.state in FINAL_STATES:
         raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to {verb}")
-    if job.state == "queued":
+    if job.state == JobState.QUEUED:
         finish(session, job, final, f"{final} by {principal.user} while it was queued")
         return None
     return job
 
 
 def cancel(session: Session, principal: Principal, job_id: int) -> Job:
-    job = _end(session, principal, job_id, "cancel", "cancelled")
+    job = _end(session, principal, job_id, "cancel", JobState.CANCELLED)
     if job is not None and not job.cancel_requested:
         job.cancel_requested = True
         job.stop_requested_at = job.stop_requested_at or utcnow()
@@ -235,7 +233,7 @@ def cancel(session: Session, principal: Principal, job_id: int) -> Job:
 
 def stop(session: Session, principal: Principal, job_id: int) -> Job:
     """Graceful stop: SIGTERM so the job checkpoints and exits; it ends as ``stopped``."""
-    job = _end(session, principal, job_id, "stop", "stopped")
+    job = _end(session, principal, job_id, "stop", JobState.STOPPED)
     if job is not None and job.stop_reason is None:
         job.stop_reason = f"stopped by {principal.user}"
         job.stop_requested_at = job.stop_requested_at or utcnow()
@@ -247,24 +245,24 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
 def resume(session: Session, principal: Principal, job_id: int) -> Job:
     """Put a gracefully stopped job back in the queue: same id, same checkpoint folder."""
     job = get_job(session, principal, job_id)
-    if job.state != "stopped":
+    if job.state != JobState.STOPPED:
         raise Conflict(f"job {job_id} is {job.state}; only a stopped job can be resumed "
                        "(a cancelled or failed one starts over: submit it again)")
     if job.purged_at is not None:
         raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
-    job.state, job.stop_reason, job.ended_at, job.stop_requested_at = "queued", None, None, None
+    job.state, job.stop_reason, job.ended_at, job.stop_requested_at = JobState.QUEUED, None, None, None
     job.reason = f"resumed by {principal.user}"
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")
     return job
 
 
-def finish(session: Session, job: Job, state: str, reason: str, exit_codes: dict[int, int] | None = None) -> None:
+def finish(session: Session, job: Job, state: JobState, reason: str, exit_codes: dict[int, int] | None = None) -> None:
     job.state = state
     job.reason = reason
     job.ended_at = utcnow()
     if exit_codes is not None:
         job.exit_codes = {str(k): v for k, v in sorted(exit_codes.items())}
-    add_event(session, job, state, reason)
+    add_event(session, job, str(state), reason)
 
 
 def list_events(session: Session, principal: Principal, job_id: int) -> list[JobEvent]:

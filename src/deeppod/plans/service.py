@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.service import capacity
 from deeppod.errors import InvalidRequest
-from deeppod.jobs.service import ACTIVE_STATES
+from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.scheduler.plan import Plan, parse_plan
 from deeppod.store.models import Job, PlanVersion, Tenant
 
@@ -58,7 +58,7 @@ def plan_status(session: Session, principal: Principal) -> list[TenantStatus]:
     rows = session.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                            .where(Job.state.in_(ACTIVE_STATES)))
     for job, tenant in rows:
-        if job.state == "queued":
+        if job.state == JobState.QUEUED:
             wait[tenant] += job.workers * job.gpus_per_worker
         else:
             use[tenant] += sum(len(w["gpus"]) for w in job.placed_workers)

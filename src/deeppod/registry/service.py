@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal, check_name
+from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.registry import artifacts
@@ -121,7 +122,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     job = jobs.get_job(session, principal, job_id) if job_id is not None else None
     if job is None and not path:
         raise InvalidRequest("say where the model is: --from-job JOB_ID (its JOB_DIR/model) or --path FOLDER")
-    if job is not None and job.state in ("failed", "cancelled") and not path:
+    if job is not None and job.state in (JobState.FAILED, JobState.CANCELLED) and not path:
         raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
     if path and not Path(path).is_absolute():
         raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
@@ -206,7 +207,7 @@ def remove(session: Session, principal: Principal, ref: str, *, root: Path) -> l
     deps = select(Deployment.name).where(Deployment.model_id == model.id)
     if r.selector is not None:  # one version: only deployments that serve it, or still run replicas of it
         replicas_of = select(Job.deployment_id).where(Job.model_version_id.in_(ids),
-                                                      Job.state.in_(jobs.ACTIVE_STATES))
+                                                      Job.state.in_(ACTIVE_STATES))
         deps = deps.where(Deployment.version_id.in_(ids) | Deployment.id.in_(replicas_of))
     serving = list(session.scalars(deps))
     if serving:
@@ -273,7 +274,7 @@ def comparison(session: Session, principal: Principal, name: str, job_id: int
 def absorb_evaluation(session: Session, job: Job, jobs_dir: Path) -> int:
     """Store a finished comparison job's figures (idempotent); returns how many rows it added."""
     path = jobs_dir / str(job.id) / EVALUATION_FILE
-    if job.state != "succeeded" or not path.is_file():
+    if job.state != JobState.SUCCEEDED or not path.is_file():
         return 0
     try:
         doc = json.loads(path.read_text())

@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.contract import ACTIVE_STATES
 from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
 from deeppod.serve import rollout, service
@@ -91,7 +92,7 @@ class DeploymentController:
             log.info("deployment %s: started replica job %s", dep.name, job.id)
         for job_id in d.stop:
             job = s.get(Job, job_id)
-            if job.state in jobs.ACTIVE_STATES and not job.cancel_requested:
+            if job.state in ACTIVE_STATES and not job.cancel_requested:
                 try:
                     jobs.cancel(s, owner, job_id)
                     log.info("deployment %s: stopping replica %s (drained)", dep.name, job_id)

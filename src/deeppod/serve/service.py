@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import Principal, check_name
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.cluster.service import capacity
+from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.registry import service as registry
@@ -126,7 +127,7 @@ def rollback(session: Session, principal: Principal, name: str) -> Deployment:
 def replicas(session: Session, dep: Deployment, active_only: bool = True) -> list[Job]:
     q = select(Job).where(Job.deployment_id == dep.id, Job.kind == "serve").order_by(Job.id)
     if active_only:
-        q = q.where(Job.state.in_(jobs.ACTIVE_STATES))
+        q = q.where(Job.state.in_(ACTIVE_STATES))
     return list(session.scalars(q))
 
 
@@ -167,7 +168,7 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
 
 def failed_starts(session: Session, dep: Deployment) -> int:
     return session.scalar(select(func.count(Job.id)).where(
-        Job.deployment_id == dep.id, Job.model_version_id == dep.version_id, Job.state == "failed",
+        Job.deployment_id == dep.id, Job.model_version_id == dep.version_id, Job.state == JobState.FAILED,
         Job.submitted_at >= dep.updated_at)) or 0
 
 
@@ -176,7 +177,7 @@ def announce(session: Session, principal: Principal, job_id: int, url: str) -> J
     job = jobs.get_job(session, principal, job_id)
     if job.kind != "serve":
         raise Conflict(f"job {job_id} is not a deployment replica")
-    if job.state != "running":
+    if job.state != JobState.RUNNING:
         raise Conflict(f"job {job_id} is {job.state}; only a running replica takes traffic")
     if not URL_RE.match(url or ""):
         raise InvalidRequest(f"url {url!r} must look like http://HOST:PORT")

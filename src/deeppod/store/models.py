@@ -8,6 +8,8 @@ from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, I
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from deeppod.contract import JobState
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -28,6 +30,19 @@ class UTCDateTime(TypeDecorator):
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
+
+
+class JobStateType(TypeDecorator):
+    """A job's state is a :class:`JobState` in Python and its plain value in the table."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # noqa: ANN001
+        return None if value is None else JobState(value).value
+
+    def process_result_value(self, value, dialect):  # noqa: ANN001
+        return None if value is None else JobState(value)
 
 
 class Base(DeclarativeBase):
@@ -81,7 +96,7 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(128))
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
-    state: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    state: Mapped[JobState] = mapped_column(JobStateType(), index=True, default=JobState.QUEUED)
     command: Mapped[list] = mapped_column(default=list)
     workdir: Mapped[str] = mapped_column(Text)
     env: Mapped[dict] = mapped_column(default=dict)
@@ -130,7 +145,8 @@ class Job(Base):
     @property
     def stopping(self) -> bool:
         """Its workers are being stopped: preempted, resized, cancelled or gracefully stopped."""
-        return self.state == "preempted" or self.cancel_requested or bool(self.stop_reason)
+        return (self.state in (JobState.PREEMPTED, JobState.RESIZING) or self.cancel_requested
+                or bool(self.stop_reason))
 
 
 class PlanVersion(Base):

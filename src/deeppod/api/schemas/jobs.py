@@ -5,6 +5,7 @@ from datetime import datetime
 from pydantic import Field
 
 from deeppod.api.schemas.base import Out, Strict
+from deeppod.contract import JobState
 
 
 class JobCreate(Strict):
@@ -38,7 +39,7 @@ class JobOut(Out):
     kind: str = "batch"  # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison)
     tenant: str
     user: str
-    state: str
+    state: JobState
     command: list[str]
     workdir: str
     env: dict[str, str]
