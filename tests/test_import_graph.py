@@ -84,3 +84,12 @@ def test_a_serving_replica_imports_no_server_code():
     mods = loaded_after("import deeppod.serve.replica")
     assert offenders(mods, SERVER_PACKAGES + ("sqlalchemy", "alembic", "fastapi")) == []
     assert not any(m in mods for m in ("deeppod.serve.service", "deeppod.serve.controller"))
+
+
+def test_the_job_contract_imports_only_the_standard_library():
+    before = loaded_after("")
+    after = loaded_after("import deeppod.contract")
+    new = {m for m in after - before if m.split(".")[0] not in sys.stdlib_module_names}
+    assert new == {"deeppod", "deeppod.contract"}
+    # and the check can fail: the SDK needs httpx, which is not standard library
+    assert "httpx" in {m.split(".")[0] for m in loaded_after("import deeppod.sdk.client")} - sys.stdlib_module_names

@@ -1,10 +1,16 @@
-"""What the control plane, the CLI, the SDK and code inside jobs agree on.
+"""The job contract: what the control plane, every executor, the CLI, the SDK and the code
+inside jobs agree on (docs/jobs.md): job states, the environment each worker gets, the
+exit code that asks for a resume, how an exit is described, the dataset shard format.
 
-Standard library only: user jobs, the per-job supervisor and the CLI import it.
+Standard library only: user jobs, the per-job supervisor and the CLI import it, and a
+test checks that it stays so.
 """
 
 from __future__ import annotations
 
+import re
+import signal
+import struct
 from enum import StrEnum
 
 
@@ -40,3 +46,105 @@ class JobState(StrEnum):
 HOLDING_STATES = frozenset({JobState.RUNNING, JobState.PREEMPTED, JobState.RESIZING})
 ACTIVE_STATES = HOLDING_STATES | {JobState.QUEUED}
 FINAL_STATES = frozenset(JobState) - ACTIVE_STATES
+
+
+# --- the environment of a worker ---------------------------------------------------------
+# torchrun's variables make an unmodified torch.distributed script work; DEEPPOD_* ones give
+# it the platform.
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "CUDA_VISIBLE_DEVICES")
+ENV_JOB_ID = "DEEPPOD_JOB_ID"  # the same across restarts
+ENV_CHECKPOINT_DIR = "DEEPPOD_CHECKPOINT_DIR"  # survives restarts: save and resume here
+ENV_API_URL = "DEEPPOD_API_URL"
+ENV_TOKEN = "DEEPPOD_TOKEN"  # acts as the job's owner; revoked when the job ends
+ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
+DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
+RESERVED_PREFIX = "DEEPPOD_"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Server-side variables that must not leak into user jobs.
+_SERVER_ONLY = re.compile(r"^(DEEPPOD_|PYTEST_)")
+
+
+def reserved(name: str) -> bool:
+    """A variable the platform sets: a job may not set it itself."""
+    return name in TORCHRUN_VARS or name.startswith(RESERVED_PREFIX)
+
+
+def dataset_env_key(name: str) -> str:
+    """The variable that carries a staged dataset's folder: digits-v2@3 -> DEEPPOD_DATA_DIGITS_V2."""
+    return DATA_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
+
+
+def base_environment(server_env: dict[str, str]) -> dict[str, str]:
+    """What a worker inherits from the host before the job's own variables."""
+    return {k: v for k, v in server_env.items() if not _SERVER_ONLY.match(k)}
+
+
+def worker_env(
+    base: dict[str, str],
+    user_env: dict[str, str],
+    *,
+    job_id: int,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    local_world_size: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    gpus: tuple[int, ...],
+    cpus: float,
+    checkpoint_dir: str,
+    api_url: str,
+    token: str,
+    restart_count: int = 0,
+) -> dict[str, str]:
+    env = dict(base)
+    env.update(user_env)
+    threads = str(max(1, int(cpus)))
+    # Honour the CPU request: math libraries size their thread pools from these.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if var not in user_env:
+            env[var] = threads
+    env.setdefault("PYTHONUNBUFFERED", "1")  # logs stream live
+    env.update({
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "GROUP_RANK": str(node_rank),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        # A job only ever sees the GPUs it was given; none if it asked for none.
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's index order
+        ENV_JOB_ID: str(job_id),
+        ENV_CHECKPOINT_DIR: checkpoint_dir,
+        ENV_API_URL: api_url,
+        ENV_TOKEN: token,
+        ENV_RESTART_COUNT: str(restart_count),
+    })
+    return env
+
+
+# --- how a worker ends -------------------------------------------------------------------
+#: Exit code of a worker that stopped cleanly after a checkpoint and wants to be resumed
+#: (75 is EX_TEMPFAIL in sysexits.h: "try again later"); not a failure.
+EXIT_RESUME = 75
+
+
+def describe_exit(code: int) -> str:
+    """'exited with code 3', 'was killed by SIGKILL': how a worker's end reads in a reason."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# --- dataset shards ----------------------------------------------------------------------
+# shards/shard-NNNNN.dps: SHARD_MAGIC, then records of SHARD_RECORD_HEADER (<u32 length><i32
+# label>) and the sample's bytes. Written at ingest, read by the loader inside jobs.
+SHARD_MAGIC = b"DPSHARD1"
+SHARD_RECORD_HEADER = struct.Struct("<Ii")

@@ -15,7 +15,7 @@ import pytest
 from deeppod import Client
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
-from deeppod.jobs.contract import worker_env
+from deeppod.contract import worker_env
 from deeppod.jobs.reconcile import free_port
 from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.runtime.trainers.digits import write_digits

@@ -104,3 +104,12 @@ def test_list_filters_by_kind_tenant_user_and_name(sessions, tmp_path):
         assert names(world.admin, user="alice", exclude_kinds=("serve",)) == ["resnet_50%"]
         with pytest.raises(InvalidRequest, match="unknown job kind"):
             service.list_jobs(s, world.alice, where=F(kinds=("trainer",)))
+
+
+def test_default_job_names():
+    from deeppod.jobs.service import default_name
+
+    assert default_name(["python", "train.py", "--epochs", "3"]) == "train.py"
+    assert default_name(["python", "-c", "print(1)"]) == "python"
+    assert default_name(["/usr/bin/env", "bash", "scripts/run.sh"]) == "run.sh"
+

@@ -20,9 +20,8 @@ from deeppod.data import catalog, ingest, tiers as tiermod
 from deeppod.data.objects import ObjectStore
 from deeppod.data.policy import Policy
 from deeppod.data.tiers import Tiers
-from deeppod.contract import ACTIVE_STATES
+from deeppod.contract import ACTIVE_STATES, dataset_env_key
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from deeppod.runtime.data import env_key
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant, utcnow
 
 log = logging.getLogger(__name__)
@@ -389,7 +388,7 @@ def resolve_for_job(session: Session, principal: Principal, refs: list[str]) -> 
     out, keys = [], set()
     for ref in refs:
         ds, v = get_version(session, principal, ref)
-        key = env_key(ds.name)
+        key = dataset_env_key(ds.name)
         if key in keys:
             raise InvalidRequest(f"two datasets called {ds.name!r} in one job: name each once")
         keys.add(key)

@@ -6,7 +6,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from deeppod.runtime.data import MAGIC, RECORD_HEADER, SPLITS
+from deeppod.contract import SHARD_MAGIC, SHARD_RECORD_HEADER
+from deeppod.runtime.data import SPLITS
 
 TARGET_SHARD_BYTES = 64 << 20
 
@@ -25,14 +26,14 @@ class ShardWriter:
         self._close_file()
         self._shard += 1
         self._f = open(self.dir / f"shard-{self._shard:05d}.dps", "wb")
-        self._f.write(MAGIC)
-        self._size = len(MAGIC)
+        self._f.write(SHARD_MAGIC)
+        self._size = len(SHARD_MAGIC)
 
     def add(self, data: bytes, label: int, split: str, width: int, height: int) -> None:
         if self._f is None or self._size >= self.target:
             self._next()
-        self._f.write(RECORD_HEADER.pack(len(data), label))
-        offset = self._size + RECORD_HEADER.size
+        self._f.write(SHARD_RECORD_HEADER.pack(len(data), label))
+        offset = self._size + SHARD_RECORD_HEADER.size
         self._f.write(data)
         self._size = offset + len(data)
         self.rows.append((self._shard, offset, len(data), label, SPLITS[split],

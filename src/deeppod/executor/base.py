@@ -40,6 +40,10 @@ class Executor(Protocol):
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""
 
+    def find(self, job_id: int, job_dir: Path) -> dict:
+        """A handle for a launch whose own handle was never recorded (the server stopped
+        between starting the workers and committing): enough to poll and terminate it."""
+
     def poll(self, handle: dict) -> ExecStatus: ...
 
     def terminate(self, handle: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from deeppod.executor.base import ExecStatus, LaunchSpec
 
 
@@ -16,8 +18,11 @@ class FakeExecutor:
         self.status[spec.job_id] = ExecStatus(finished=False)
         return {"kind": "fake", "job_id": spec.job_id}
 
+    def find(self, job_id: int, job_dir: Path) -> dict:
+        return {"kind": "fake", "job_id": job_id}
+
     def poll(self, handle: dict) -> ExecStatus:
-        return self.status[handle["job_id"]]
+        return self.status.get(handle["job_id"], ExecStatus(finished=True, lost=True, reason="never launched"))
 
     def terminate(self, handle: dict) -> None:
         job_id = handle["job_id"]

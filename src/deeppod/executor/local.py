@@ -83,6 +83,9 @@ class LocalExecutor:
         log.info("job %s: supervisor pid %s started", spec.job_id, proc.pid)
         return {"kind": "local", "job_dir": str(job_dir), "pid": proc.pid, "start_time": start}
 
+    def find(self, job_id: int, job_dir: Path) -> dict:
+        return {"kind": "local", "job_dir": str(job_dir)}  # the supervisor wrote supervisor.json there
+
     def _alive(self, handle: dict) -> bool:
         if "pid" not in handle:
             try:

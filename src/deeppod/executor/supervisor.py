@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from deeppod.contract import describe_exit
+
 POLL_S = 0.05
 MEMORY_CHECK_S = 0.5
 
@@ -163,15 +165,6 @@ class Supervisor:
             "ended_at": time.time(),
         })
         return 0
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 def main(argv: list[str]) -> int:

@@ -22,12 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
-from deeppod.executor.supervisor import describe_exit
 from deeppod.cluster.service import NodeUsage, usage_of
-from deeppod.contract import HOLDING_STATES, JobState
-from deeppod.jobs.contract import base_environment, worker_env
+from deeppod.contract import EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, worker_env
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
-from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, Start, WorkerPlacement, schedule
@@ -109,7 +106,7 @@ class Reconciler:
 
     def observe(self, s: Session) -> None:
         for job in s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))):
-            handle = job.handle or {"kind": "local", "job_dir": str(self.job_dir(job.id))}
+            handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
             status = self.executor.poll(handle)
             if not status.finished:
                 continue

@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from deeppod.contract import ENV_CHECKPOINT_DIR
+
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
 
@@ -73,7 +75,7 @@ class Checkpointer:
     def __init__(self, directory: str | os.PathLike | None = None, *, keep: int = 3, background: bool = False,
                  rank: int | None = None):
         if directory is None:
-            directory = os.environ.get("DEEPPOD_CHECKPOINT_DIR") or "checkpoints"
+            directory = os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints"
         self.dir = Path(directory)
         self.keep = max(1, keep)
         self.background = background

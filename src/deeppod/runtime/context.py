@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
+from deeppod.contract import ENV_API_URL, ENV_CHECKPOINT_DIR, ENV_JOB_ID, ENV_RESTART_COUNT
+
 
 @dataclass(frozen=True)
 class JobContext:
@@ -34,16 +36,16 @@ class JobContext:
 def job_context(env: dict | None = None) -> JobContext:
     """Read the job contract from the environment (defaults: a single local process)."""
     env = os.environ if env is None else env
-    job_id = env.get("DEEPPOD_JOB_ID")
+    job_id = env.get(ENV_JOB_ID)
     return JobContext(
         job_id=int(job_id) if job_id else None,
         rank=int(env.get("RANK", 0)),
         local_rank=int(env.get("LOCAL_RANK", 0)),
         world_size=int(env.get("WORLD_SIZE", 1)),
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)),
-        checkpoint_dir=env.get("DEEPPOD_CHECKPOINT_DIR"),
-        api_url=env.get("DEEPPOD_API_URL"),
-        restart_count=int(env.get("DEEPPOD_RESTART_COUNT", 0)),
+        checkpoint_dir=env.get(ENV_CHECKPOINT_DIR),
+        api_url=env.get(ENV_API_URL),
+        restart_count=int(env.get(ENV_RESTART_COUNT, 0)),
     )
 
 

@@ -25,12 +25,9 @@ import math
 import mmap
 import os
 import random
-import re
-import struct
 from pathlib import Path
 
-MAGIC = b"DPSHARD1"
-RECORD_HEADER = struct.Struct("<Ii")
+from deeppod.contract import SHARD_MAGIC, SHARD_RECORD_HEADER, dataset_env_key
 TRAIN, VAL = 0, 1
 SPLITS = {"train": TRAIN, "val": VAL}
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -39,14 +36,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 SHARD, OFFSET, LENGTH, LABEL, SPLIT, SIZE = range(6)
 
 
-def env_key(name: str) -> str:
-    """The variable that carries a staged dataset's folder: digits-v2 -> DEEPPOD_DATA_DIGITS_V2."""
-    return "DEEPPOD_DATA_" + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
-
-
 def dataset_path(name: str) -> Path:
     """The folder of a dataset the platform staged for this job (``DEEPPOD_DATA_<NAME>``)."""
-    key = env_key(name)
+    key = dataset_env_key(name)
     value = os.environ.get(key)
     if not value:
         raise FileNotFoundError(f"dataset {name!r} is not staged for this job: submit it with --dataset {name} "
@@ -106,10 +98,10 @@ class ShardReader:
 def iter_shard(path: str | os.PathLike):
     """Sequential read of one shard file without its index: yields (label, image bytes)."""
     with open(path, "rb") as f:
-        if f.read(len(MAGIC)) != MAGIC:
+        if f.read(len(SHARD_MAGIC)) != SHARD_MAGIC:
             raise ValueError(f"{path} is not a DeepPod shard (bad magic)")
-        while head := f.read(RECORD_HEADER.size):
-            length, label = RECORD_HEADER.unpack(head)
+        while head := f.read(SHARD_RECORD_HEADER.size):
+            length, label = SHARD_RECORD_HEADER.unpack(head)
             yield label, f.read(length)
 
 

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+from deeppod.contract import ENV_TOKEN
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Reporter:
                  enabled: bool | None = None):
         ctx = job_context()
         self.api_url = api_url if api_url is not None else ctx.api_url
-        self.token = token if token is not None else os.environ.get("DEEPPOD_TOKEN")
+        self.token = token if token is not None else os.environ.get(ENV_TOKEN)
         self.job_id = job_id if job_id is not None else ctx.job_id
         self.enabled = ctx.rank == 0 if enabled is None else enabled
         self.flush_seconds = flush_seconds

@@ -8,10 +8,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from deeppod.contract import ENV_API_URL, ENV_JOB_ID, ENV_TOKEN
+
 
 def api_call(method: str, path: str, body: dict | None = None, *, timeout: float = 30.0) -> dict:
     """One call to the control plane as this job (DEEPPOD_API_URL, DEEPPOD_TOKEN)."""
-    url, token = os.environ.get("DEEPPOD_API_URL"), os.environ.get("DEEPPOD_TOKEN")
+    url, token = os.environ.get(ENV_API_URL), os.environ.get(ENV_TOKEN)
     if not url or not token:
         raise RuntimeError("not running under DeepPod (DEEPPOD_API_URL and DEEPPOD_TOKEN are not set)")
     req = urllib.request.Request(url + path, method=method,
@@ -42,7 +44,7 @@ def error_message(raw: bytes) -> str:
 def register_model(name: str, artifact: str | os.PathLike, *, description: str | None = None) -> dict:
     """Register ``artifact`` (a folder with model.pt2 and signature.json) as the next version of
     model ``name``, with this job as its lineage. Returns the new version."""
-    job_id = os.environ.get("DEEPPOD_JOB_ID")
+    job_id = os.environ.get(ENV_JOB_ID)
     body = {"path": str(Path(artifact).resolve()), "job_id": int(job_id) if job_id else None}
     if description is not None:
         body["description"] = description

@@ -10,9 +10,7 @@ import sys
 import threading
 from contextlib import contextmanager
 
-#: Exit code of a worker that stopped cleanly after a checkpoint and wants to be resumed
-#: (75 is EX_TEMPFAIL in sysexits.h: "try again later").
-EXIT_RESUME = 75
+from deeppod.contract import EXIT_RESUME
 
 _requested = threading.Event()
 _reason: list[str] = []

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from deeppod.contract import ENV_API_URL, ENV_JOB_ID
 from deeppod.errors import DeepPodError
 from deeppod.runtime import inference
 from deeppod.runtime.inference import BadInput
@@ -148,8 +149,8 @@ def announce(url: str, version: int | None) -> None:
     """Tell the control plane where this replica listens (retries while it is restarting)."""
     from deeppod.runtime.registry import api_call
 
-    job_id = os.environ.get("DEEPPOD_JOB_ID")
-    if not job_id or not os.environ.get("DEEPPOD_API_URL"):
+    job_id = os.environ.get(ENV_JOB_ID)
+    if not job_id or not os.environ.get(ENV_API_URL):
         return
     for attempt in range(30):
         try:
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
              torch.get_num_threads(), time.perf_counter() - began)
     replica = Replica(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                       max_body_bytes=args.max_body_bytes, version=args.version, name=args.name,
-                      replica_id=os.environ.get("DEEPPOD_JOB_ID", ""), decode_threads=args.decode_threads,
+                      replica_id=os.environ.get(ENV_JOB_ID, ""), decode_threads=args.decode_threads,
                       batch_thread=False)
     # proto=IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so;
     # without it every response waits ~40 ms for a delayed ACK (measured).

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from deeppod.contract import ENV_JOB_ID
+
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -425,7 +427,7 @@ def write_artifact(model, classes, args, val_accuracy: float, out: Path, crop: s
                   "crop": crop},
         "metrics": {"val_accuracy": val_accuracy},
         "hyperparameters": {k: v for k, v in vars(args).items() if k not in ("step_delay",)},
-        "job_id": os.environ.get("DEEPPOD_JOB_ID"),
+        "job_id": os.environ.get(ENV_JOB_ID),
         "command": sys.argv,
         "dataset": _dataset_ref(args),
     }, indent=1))
