@@ -102,199 +102,383 @@ def _loss_key(job: RunningJob, now: float):
 
 
 def schedule(snap: Snapshot) -> Decisions:
-    cfg, now = snap.config, snap.now
-    out = Decisions()
-    pool = FreePool(snap.nodes)
-    healthy = {n.name for n in snap.nodes if n.healthy}
-    tenant_names = {j.tenant for j in snap.queued} | {j.tenant for j in snap.running}
-    T = _Tenants(snap, tenant_names)
+    """One round: the phases in the order the module's docstring gives."""
+    return _Round(snap).run()
 
-    running = list(snap.running)
-    stopping_gpus = 0
-    for job in running:
-        T.add(job.tenant, job.gpus)
-        if job.stopping:
-            stopping_gpus += sum(len(w.gpus) for w in job.placement if w.node in healthy)
-    capacity = pool.total_free + sum(len(w.gpus) for j in running for w in j.placement if w.node in healthy)
 
-    # 1. health
-    gone: set[int] = set()
-    sick = {(n.name, g) for n in snap.nodes for g in n.sick_gpus}
-    for job in running:
-        if job.stopping:
-            continue
-        bad = sorted({w.node for w in job.placement} - healthy)
-        bad_gpu = sorted((w.node, g) for w in job.placement for g in w.gpus if (w.node, g) in sick)
-        if bad:
-            out.preempts.append(Preempt(job.id, f"node {bad[0]} is unhealthy; the job is requeued on healthy nodes"))
-            gone.add(job.id)
-        elif bad_gpu:
-            out.preempts.append(Preempt(job.id, f"GPU {bad_gpu[0][1]} of node {bad_gpu[0][0]} is unhealthy; "
-                                                "the job is requeued on healthy GPUs"))
-            gone.add(job.id)
+class _Round:
+    """The state one round builds up as its phases run. Each phase is a method; the
+    bookkeeping they share (evicting a job, shrinking one, earmarking free GPUs for a
+    tenant) is written once, in the helpers below them."""
 
-    queues: dict[str, list[PendingJob]] = defaultdict(list)
-    for job in snap.queued:
-        queues[job.tenant].append(job)
-    for q in queues.values():
-        q.sort(key=lambda j: (-effective_priority(j, now, cfg.aging_seconds), j.submitted_at, j.id))
+    def __init__(self, snap: Snapshot):
+        self.snap, self.cfg, self.now = snap, snap.config, snap.now
+        self.out = Decisions()
+        self.pool = FreePool(snap.nodes)
+        self.healthy = {n.name for n in snap.nodes if n.healthy}
+        self.T = _Tenants(snap, {j.tenant for j in snap.queued} | {j.tenant for j in snap.running})
+        self.running = list(snap.running)
+        self.stopping_gpus = 0.0  # GPUs on their way back: their jobs are stopping
+        for job in self.running:
+            self.T.add(job.tenant, job.gpus)
+            if job.stopping:
+                self.stopping_gpus += sum(len(w.gpus) for w in job.placement if w.node in self.healthy)
+        self.capacity = self.pool.total_free + sum(len(w.gpus) for j in self.running for w in j.placement
+                                                   if w.node in self.healthy)
+        self.queues: dict[str, list[PendingJob]] = defaultdict(list)
+        for job in snap.queued:
+            self.queues[job.tenant].append(job)
+        for q in self.queues.values():
+            q.sort(key=lambda j: (-effective_priority(j, self.now, self.cfg.aging_seconds), j.submitted_at, j.id))
+        self.ent = entitlements(snap.plan, self._demand(), self.capacity)
+        self.gone: set[int] = set()  # on sick nodes or GPUs: preempted by the health phase
+        self.victims: dict[str, list[RunningJob]] = defaultdict(list)  # preemptible, by tenant
+        self.borrowers: set[int] = set()
+        self.planned: dict[int, int] = {}  # job id -> size a shrink in this round asked for
+        self.reclaim_for: dict[str, int] = {}  # tenant -> the job its earmarked GPUs are for
+        self.leaving: set[int] = set()  # jobs evicted in this round
+        self.lost_own: set[str] = set()  # tenants that lost a job running within their guarantee this round
+        self.claimed_incoming = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
+        self.held_for: dict[str, float] = defaultdict(float)  # free GPUs earmarked for a reclaiming tenant
 
-    demand: dict[str, float] = defaultdict(float)
-    for job in running:
-        demand[job.tenant] += job.gpus
-        if not job.stopping and job.max_workers > job.workers:
-            demand[job.tenant] += (job.max_workers - job.workers) * job.gpus_per_worker
-    for t, q in queues.items():
-        demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
-    ent = entitlements(snap.plan, demand, capacity)
+    def run(self) -> Decisions:
+        self.health()
+        self.candidates()
+        self.reclaim()
+        self.fair_share()
+        if self.cfg.priority_preemption:
+            self.priority()
+        self.starts()
+        if self.cfg.grow and self.pool.total_free > 0:
+            self.grow()
+        return self.out
 
-    victims_by_tenant: dict[str, list[RunningJob]] = defaultdict(list)
-    for job in running:
-        if job.preemptible and not job.stopping and job.id not in gone:
-            victims_by_tenant[job.tenant].append(job)
-    borrowers = borrowing_jobs(running, T.g)
-    planned: dict[int, int] = {}  # job id -> size a shrink in this round asked for
-    reclaim_for: dict[str, int] = {}  # tenant -> the job its earmarked GPUs are for
-    leaving: set[int] = set()  # jobs evicted in this round
-    lost_own: set[str] = set()  # tenants that lost a job running within their guarantee this round
-    claimed_incoming = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
-    held_for: dict[str, float] = defaultdict(float)  # free GPUs earmarked for a reclaiming tenant
+    def _demand(self) -> dict[str, float]:
+        """GPUs each tenant could use: what it runs, what its elastic jobs could grow to, its queue."""
+        demand: dict[str, float] = defaultdict(float)
+        for job in self.running:
+            demand[job.tenant] += job.gpus
+            if not job.stopping and job.max_workers > job.workers:
+                demand[job.tenant] += (job.max_workers - job.workers) * job.gpus_per_worker
+        for t, q in self.queues.items():
+            demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+        return demand
 
-    def free_for(t: str) -> float:
-        """Free GPUs tenant ``t`` may use: all but those earmarked for other tenants."""
-        return pool.total_free - sum(v for k, v in held_for.items() if k != t)
+    # the phases -------------------------------------------------------------------
+    def health(self) -> None:
+        """1. Jobs on unhealthy nodes or GPUs are preempted; they requeue and avoid them."""
+        sick = {(n.name, g) for n in self.snap.nodes for g in n.sick_gpus}
+        for job in self.running:
+            if job.stopping:
+                continue
+            bad = sorted({w.node for w in job.placement} - self.healthy)
+            bad_gpu = sorted((w.node, g) for w in job.placement for g in w.gpus if (w.node, g) in sick)
+            if bad:
+                why = f"node {bad[0]} is unhealthy; the job is requeued on healthy nodes"
+            elif bad_gpu:
+                why = f"GPU {bad_gpu[0][1]} of node {bad_gpu[0][0]} is unhealthy; the job is requeued on healthy GPUs"
+            else:
+                continue
+            self.out.preempts.append(Preempt(job.id, why))
+            self.gone.add(job.id)
 
-    def avail() -> float:
-        """Free GPUs nobody has earmarked."""
-        return max(0.0, pool.total_free - sum(held_for.values()))
+    def candidates(self) -> None:
+        """After health: the jobs later phases may shrink or preempt, and which of them borrow."""
+        for job in self.running:
+            if job.preemptible and not job.stopping and job.id not in self.gone:
+                self.victims[job.tenant].append(job)
+        self.borrowers = borrowing_jobs(self.running, self.T.g)
 
-    def take_back(t: str, head: PendingJob, floor_of, allow_preempt: bool, why: str) -> bool:
+    def reclaim(self) -> None:
+        """2. Guarantee reclaim, neediest tenant first."""
+        T = self.T
+        reclaiming = sorted((t for t in self.queues if T.usage[t] < T.g[t]),
+                            key=lambda t: (T.usage[t] / max(T.g[t], 1e-9), t))
+        for t in reclaiming:
+            # Jobs that fit in what is left of the guarantee, in queue order: bigger ones may
+            # borrow, not reclaim. If the first cannot be served (no node can be cleared for
+            # it), the next size is tried, so one stuck gang does not hold the whole tenant.
+            tried: set[tuple[int, int]] = set()
+            for head in self.queues[t]:
+                need = head.min_workers * head.gpus_per_worker
+                shape = (head.min_workers, head.gpus_per_worker)
+                if not 0 < need <= T.g[t] - T.usage[t] or shape in tried:
+                    continue
+                tried.add(shape)
+                why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
+                       f"and job {head.id} waits for {need}")
+                if self._take_back(t, head, T.above_guarantee, True, why):
+                    self.reclaim_for[t] = head.id
+                    break
+                if len(tried) == 1:
+                    self.out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; no jobs can be "
+                                                        "preempted to make room for this gang yet"))
+                if len(tried) >= 3:
+                    break
+
+    def fair_share(self) -> None:
+        """3. Fair-share contention: shrink (never preempt) tenants above their share."""
+        T = self.T
+        for t in sorted(self.queues, key=lambda t: (self._share_used(t), t)):
+            head = self.queues[t][0]
+            need = head.min_workers * head.gpus_per_worker
+            if need == 0 or self.held_for[t] >= need or T.usage[t] + need > self.ent.get(t, 0) + 1e-9:
+                continue
+            if self._avail() + self.held_for[t] >= need:
+                continue
+            self._take_back(t, head, lambda v: min(T.usage[v] - self.ent.get(v, 0), T.above_guarantee(v)), False,
+                            f"fair share for tenant {t}: job {head.id} waits and it is below its share")
+
+    def priority(self) -> None:
+        """4. Within a tenant, a higher-priority head preempts lower-priority jobs."""
+        for t, q in self.queues.items():
+            head = q[0]
+            need = head.min_workers * head.gpus_per_worker
+            if need == 0 or self._avail() + self.held_for[t] >= need:
+                continue
+            lower = sorted((j for j in self.victims.get(t, []) if j.priority < head.priority),
+                           key=lambda j: (j.priority, *_loss_key(j, self.now)))
+            short, chosen = need - self._avail() - self.held_for[t], []
+            for job in lower:
+                if short <= 0:
+                    break
+                chosen.append(job)
+                short -= self.planned.get(job.id, job.workers) * job.gpus_per_worker
+            if short <= 0:
+                for job in chosen:
+                    self._evict(job, f"job {head.id} of tenant {t} has higher priority "
+                                     f"({head.priority} > {job.priority})")
+                self.held_for[t] += min(need, self._avail())
+
+    def starts(self) -> None:
+        """5. Starts, tenant by tenant, neediest first; each tenant's queue in order until
+        one of its jobs starts (then the tenants are ranked again)."""
+        self.nonlendable = self.T.nonlendable_idle()
+        heap = [self._start_rank(t) for t in self.queues]
+        heapq.heapify(heap)
+        pos = {t: 0 for t in self.queues}
+        self.reserved = False
+        cpu_only = any(j.gpus_per_worker == 0 for j in self.snap.queued)
+        self.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
+        self.reported = {t for t, q in self.queues.items() if any(w.job_id == q[0].id for w in self.out.waits)}
+        while heap:
+            _, _, t = heapq.heappop(heap)
+            q = self.queues[t]
+            while pos[t] < len(q):
+                job = q[pos[t]]
+                pos[t] += 1
+                if self._try_start(t, job):
+                    heapq.heappush(heap, self._start_rank(t))
+                    break
+            if self.pool.total_free <= 0 and not cpu_only:
+                break
+        started = {s.job_id for s in self.out.starts}
+        for t, q in self.queues.items():
+            if t in self.reported:
+                continue
+            first = next((j for j in q if j.id not in started), None)
+            if first is not None:
+                need = first.min_workers * first.gpus_per_worker
+                self.out.waits.append(Wait(first.id, f"waiting for {need} GPUs ({max(0, self.pool.total_free)} free)"))
+
+    def grow(self) -> None:
+        """6. Grow elastic jobs into GPUs nobody queued can use."""
+        T = self.T
+        growable = [j for t in self.victims for j in self.victims[t]
+                    if j.id not in self.planned and j.max_workers > j.workers and j.gpus_per_worker
+                    and self.now - j.started_at >= self.cfg.min_run_before_resize]
+        growable.sort(key=lambda j: (self._share_used(j.tenant), j.id))
+        for job in growable:
+            extra = min(job.max_workers - job.workers, _slots(self._avail(), job.gpus_per_worker),
+                        _slots(T.cap_room(job.tenant), job.gpus_per_worker))
+            if extra < max(1, job.workers // 4):
+                continue
+            trial = self.pool.copy()
+            trial.release(job.placement)
+            if trial.place(job.workers + extra, job.gpus_per_worker) is None:
+                continue
+            self.pool = trial
+            T.add(job.tenant, extra * job.gpus_per_worker)
+            self.out.resizes.append(Resize(job.id, job.workers + extra,
+                                           f"grow from {job.workers} to {job.workers + extra} workers into idle GPUs"))
+
+    # starting one job ------------------------------------------------------------------
+    def _start_rank(self, t: str) -> tuple:
+        """Tenants below their guarantee first, then by the share of their entitlement in use."""
+        return (0 if self.T.usage[t] < self.T.g[t] else 1), self._share_used(t), t
+
+    def _try_start(self, t: str, job: PendingJob) -> bool:
+        """Place ``job`` if it may start now; otherwise, if it is the first of its tenant
+        not to start, say why it waits."""
+        T, pool = self.T, self.pool
+        gpw = job.gpus_per_worker
+        need = job.min_workers * gpw
+        is_head = t not in self.reported  # the first job of its tenant that does not start gets the reason
+        borrowing = T.usage[t] + need > T.g[t]
+        usable = self._free_for(t) - (self.nonlendable if borrowing else 0)
+        if self.reclaim_for.get(t, job.id) != job.id:
+            usable -= self.held_for[t]  # reclaimed GPUs are for the job they were reclaimed for
+        if need > T.cap_room(t):
+            if is_head:
+                self._wait(t, job, f"tenant {t} is at its max ({T.usage[t]:g} GPUs in use); "
+                                   "it starts when the tenant's own jobs end")
+            return False
+        if need > 0 and (need > usable or self.failed_need.get(gpw, 1 << 30) <= job.min_workers):
+            if is_head:
+                self._wait_for_gpus(t, job, need, usable, borrowing)
+            return False
+        top = job.resize_to or job.top_workers
+        if gpw:
+            fair_room = _slots(self.ent.get(t, 0) - T.usage[t], gpw)
+            top = max(job.min_workers, min(top, fair_room, _slots(T.cap_room(t), gpw), _slots(usable, gpw)))
+        placement = pool.place(top, gpw, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
+        if placement is None and top != job.min_workers:
+            placement = pool.place(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
+        if placement is None:
+            self.failed_need[gpw] = min(self.failed_need.get(gpw, 1 << 30), job.min_workers)
+            if is_head:
+                self._wait(t, job, pool.shortage(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker))
+            return False
+        gpus = len(placement) * gpw
+        self.held_for[t] = max(0.0, self.held_for[t] - gpus)
+        T.add(t, gpus)
+        borrowed = max(0.0, T.usage[t] - T.g[t])
+        self.out.starts.append(Start(job.id, placement, "within guarantee" if borrowed == 0 else
+                                     f"borrowing {borrowed:g} idle GPUs"))
+        return True
+
+    def _wait(self, t: str, job: PendingJob, why: str) -> None:
+        self.reported.add(t)
+        self.out.waits.append(Wait(job.id, why))
+
+    def _wait_for_gpus(self, t: str, job: PendingJob, need: int, usable: float, borrowing: bool) -> None:
+        """Not enough GPUs: the first big job that has waited long enough, and that its tenant
+        deserves, gets a reservation of whole nodes while smaller jobs backfill elsewhere."""
+        reachable = self.capacity - (self.nonlendable if borrowing else 0)
+        deserved = max(self.T.g[t], self.ent.get(t, 0)) - self.T.usage[t]
+        if (not self.reserved and job.gpus_per_worker and self.now - job.submitted_at >= self.cfg.reserve_after_seconds
+                and need <= reachable and need <= deserved + 1e-9):
+            held = _reserve(self.pool, self.snap, need, limit=int(self._avail()))
+            self.reserved = True
+            self._wait(t, job, f"waiting for {need} GPUs; {held} free GPUs are reserved "
+                               "for it and smaller jobs backfill elsewhere")
+        else:
+            self._wait(t, job, f"waiting for {need} GPUs ({max(0, int(usable))} free)")
+
+    # making room ----------------------------------------------------------------------
+    def _take_back(self, t: str, head: PendingJob, floor_of, allow_preempt: bool, why: str) -> bool:
         """Make room for ``head`` of tenant ``t``: free GPUs, GPUs already on their way
-        back, then elastic shrinks, then (if allowed) whole-job preemptions."""
-        nonlocal claimed_incoming, stopping_gpus
+        back, then elastic shrinks, then (if allowed) whole-job preemptions. ``floor_of(v)``
+        is how many GPUs donor ``v`` may give up."""
         need = head.min_workers * head.gpus_per_worker
         if head.gpus_per_worker > 1:
-            return allow_preempt and take_back_nodes(t, head, floor_of, why)
-        now_free = min(need, avail())
+            return allow_preempt and self._take_back_nodes(t, head, floor_of, why)
+        now_free = min(need, self._avail())
         short = need - now_free
-        incoming = max(0.0, stopping_gpus - claimed_incoming)
+        incoming = max(0.0, self.stopping_gpus - self.claimed_incoming)
         if short > incoming:
             deficit = short - incoming
-            donors = [v for v in victims_by_tenant if v != t and
-                      (floor_of(v) > 0 or (allow_preempt and any(j.id in borrowers for j in victims_by_tenant[v])))]
-            shrinks, preempts = [], []
-            for v in donors:
-                for job in victims_by_tenant[v]:
-                    size = planned.get(job.id, job.workers)
-                    if job.max_workers > job.min_workers and size > job.min_workers and job.gpus_per_worker:
-                        if allow_preempt or now - job.started_at >= cfg.min_run_before_resize:
-                            shrinks.append(job)
-                    if allow_preempt and job.gpus:
-                        preempts.append(job)
-            shrinks.sort(key=lambda j: _loss_key(j, now))
-            preempts.sort(key=lambda j: _loss_key(j, now))
-            resize: dict[int, int] = {}
-            evict: list[RunningJob] = []
-            gained = 0.0
+            donors = [v for v in self.victims if v != t and
+                      (floor_of(v) > 0 or (allow_preempt and any(j.id in self.borrowers for j in self.victims[v])))]
             budget = {v: floor_of(v) for v in donors}
-            for job in shrinks:
-                if gained >= deficit:
-                    break
-                gpw, size = job.gpus_per_worker, planned.get(job.id, job.workers)
-                spare = min(size - job.min_workers, _slots(budget[job.tenant], gpw), math.ceil((deficit - gained) / gpw))
-                if spare > 0:
-                    resize[job.id] = size - spare
-                    budget[job.tenant] -= spare * gpw
-                    gained += spare * gpw
-            # First evictions that leave their tenant at or above its guarantee; only then
-            # borrowing gangs that take it below (it would come back asking for its own).
-            own = set(lost_own)
-            for crossing in (False, True):
-                for job in preempts:
-                    if gained >= deficit:
-                        break
-                    if job in evict:
-                        continue
-                    rest = resize.get(job.id, planned.get(job.id, job.workers)) * job.gpus_per_worker
-                    if (rest > budget[job.tenant]) != crossing:
-                        continue
-                    if crossing and (job.id not in borrowers or job.tenant in own):
-                        continue  # it runs within its tenant's guarantee, or the tenant gave one up already
-                    if job.id not in borrowers:
-                        own.add(job.tenant)
-                    resize.pop(job.id, None)
-                    evict.append(job)
-                    budget[job.tenant] -= rest
-                    gained += rest
+            resize, gained = self._plan_shrinks(donors, budget, deficit, allow_preempt)
+            evict: list[RunningJob] = []
+            if allow_preempt:
+                evict, gained = self._plan_evictions(donors, budget, resize, deficit, gained)
             if gained < deficit:
                 return False
             for job in evict:
-                leaving.add(job.id)
-                if job.id not in borrowers:
-                    lost_own.add(job.tenant)
-                out.preempts.append(Preempt(job.id, why))
-                out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]  # a shrink becomes an eviction
-                victims_by_tenant[job.tenant].remove(job)
-                T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
-            for job in running:
+                self._evict(job, why)
+            for job in self.running:
                 if job.id in resize:
-                    new, size = resize[job.id], planned.get(job.id, job.workers)
-                    out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
-                    out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}"))
-                    planned[job.id] = new  # it stays a candidate: a later reclaim may shrink or evict it
-                    T.add(job.tenant, -(size - new) * job.gpus_per_worker)
-            stopping_gpus += gained  # on their way back now; what this tenant does not need, the next may use
-        claimed_incoming += short
-        held_for[t] += now_free
+                    self._shrink(job, resize[job.id], why)
+            self.stopping_gpus += gained  # on their way back now; what this tenant does not need, the next may use
+        self.claimed_incoming += short
+        self.held_for[t] += now_free
         return True
 
-    def take_back_nodes(t: str, head: PendingJob, floor_of, why: str) -> bool:
+    def _plan_shrinks(self, donors: list[str], budget: dict[str, float], deficit: float,
+                      any_age: bool) -> tuple[dict[int, int], float]:
+        """Elastic jobs of the donors shrunk toward their minimum, least work lost first,
+        within each donor's budget: {job id: new size} and the GPUs that frees."""
+        shrinks = [job for v in donors for job in self.victims[v]
+                   if job.max_workers > job.min_workers and self.planned.get(job.id, job.workers) > job.min_workers
+                   and job.gpus_per_worker
+                   and (any_age or self.now - job.started_at >= self.cfg.min_run_before_resize)]
+        shrinks.sort(key=lambda j: _loss_key(j, self.now))
+        resize: dict[int, int] = {}
+        gained = 0.0
+        for job in shrinks:
+            if gained >= deficit:
+                break
+            gpw, size = job.gpus_per_worker, self.planned.get(job.id, job.workers)
+            spare = min(size - job.min_workers, _slots(budget[job.tenant], gpw), math.ceil((deficit - gained) / gpw))
+            if spare > 0:
+                resize[job.id] = size - spare
+                budget[job.tenant] -= spare * gpw
+                gained += spare * gpw
+        return resize, gained
+
+    def _plan_evictions(self, donors: list[str], budget: dict[str, float], resize: dict[int, int],
+                        deficit: float, gained: float) -> tuple[list[RunningJob], float]:
+        """Whole jobs to preempt, least work lost first: first those whose loss leaves their
+        tenant at or above its guarantee; only then borrowing jobs that take it below (it
+        would come back asking for its own). A planned shrink of an evicted job is dropped.
+        Returns the jobs and ``gained`` plus what they free."""
+        preempts = sorted((job for v in donors for job in self.victims[v] if job.gpus),
+                          key=lambda j: _loss_key(j, self.now))
+        evict: list[RunningJob] = []
+        own = set(self.lost_own)
+        for crossing in (False, True):
+            for job in preempts:
+                if gained >= deficit:
+                    break
+                if job in evict:
+                    continue
+                rest = resize.get(job.id, self.planned.get(job.id, job.workers)) * job.gpus_per_worker
+                if (rest > budget[job.tenant]) != crossing:
+                    continue
+                if crossing and (job.id not in self.borrowers or job.tenant in own):
+                    continue  # it runs within its tenant's guarantee, or the tenant gave one up already
+                if job.id not in self.borrowers:
+                    own.add(job.tenant)
+                resize.pop(job.id, None)
+                evict.append(job)
+                budget[job.tenant] -= rest
+                gained += rest
+        return evict, gained
+
+    def _take_back_nodes(self, t: str, head: PendingJob, floor_of, why: str) -> bool:
         """Reclaim for workers of several GPUs each, which need that many free on one node:
         clear the nodes that cost least (fewest jobs, least progress lost), counting GPUs
         already on their way back as free, never taking a donor below its floor."""
-        gpw = head.gpus_per_worker
+        pool, gpw = self.pool, head.gpus_per_worker
         free_on = [len(f) for f in pool.free]
         on_node: dict[int, list[RunningJob]] = defaultdict(list)
-        for job in running:
+        for job in self.running:
             for w in job.placement:
                 i = pool.index.get(w.node)
                 if i is None:
                     continue
-                if job.stopping or job.id in leaving:
+                if job.stopping or job.id in self.leaving:
                     free_on[i] += len(w.gpus)
-                elif job.preemptible and job.id not in gone and job.tenant != t and job in victims_by_tenant[job.tenant]:
-                    if job not in on_node[i]:
-                        on_node[i].append(job)
-        slots = sum(f // gpw for i, f in enumerate(free_on) if pool.names[i] in healthy)
+                elif (job.preemptible and job.id not in self.gone and job.tenant != t
+                      and job in self.victims[job.tenant] and job not in on_node[i]):
+                    on_node[i].append(job)
+        slots = sum(f // gpw for i, f in enumerate(free_on) if pool.names[i] in self.healthy)
         missing = head.min_workers - slots
         if missing <= 0:
             if sum(len(pool.free[i]) // gpw for i in range(len(pool.names))) >= head.min_workers:
-                held_for[t] += min(head.min_workers * gpw, avail())  # it can start now: keep them for it
+                self.held_for[t] += min(head.min_workers * gpw, self._avail())  # it can start now: keep them for it
             return True
-        budget = {v: floor_of(v) for v in victims_by_tenant if v != t}
+        budget = {v: floor_of(v) for v in self.victims if v != t}
         chosen: list[RunningJob] = []
         for _ in range(missing):
             best = None
             for i, jobs in on_node.items():
-                want = gpw - free_on[i] % gpw
-                picked, freed, spent = [], 0, defaultdict(float)
-                own_here = {j.tenant for j in chosen if j.id not in borrowers}
-                for job in sorted(jobs, key=lambda j: _loss_key(j, now)):
-                    if freed >= want or job in chosen:
-                        continue
-                    within = job.gpus + spent[job.tenant] <= budget.get(job.tenant, 0)
-                    if job.id not in borrowers and not within:
-                        continue  # it runs within its tenant's guarantee
-                    if not within and (job.tenant in lost_own or job.tenant in own_here):
-                        continue  # the tenant gives up a job of its own here: nothing past its guarantee
-                    if job.id not in borrowers:
-                        own_here.add(job.tenant)
-                    here = sum(len(w.gpus) for w in job.placement if w.node == pool.names[i])
-                    picked.append(job)
-                    spent[job.tenant] += job.gpus
-                    freed += here
-                if freed >= want:
-                    cost = (len(picked), sum(j.gpus for j in picked), [_loss_key(j, now) for j in picked])
+                picked = self._clear_node(i, jobs, gpw - free_on[i] % gpw, chosen, budget)
+                if picked is not None:
+                    cost = (len(picked), sum(j.gpus for j in picked), [_loss_key(j, self.now) for j in picked])
                     if best is None or cost < best[0]:
                         best = (cost, picked)
             if best is None:
@@ -309,171 +493,63 @@ def schedule(snap: Snapshot) -> Decisions:
                         if job in on_node[i]:
                             on_node[i].remove(job)
         for job in chosen:
-            out.preempts.append(Preempt(job.id, why))
-            out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
-            leaving.add(job.id)
-            if job.id not in borrowers:
-                lost_own.add(job.tenant)
-            victims_by_tenant[job.tenant].remove(job)
-            T.add(job.tenant, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
+            self._evict(job, why)
         # nothing held: the GPUs it needs are on the nodes being cleared, not the free ones
         return True
 
-    # 2. guarantee reclaim, neediest tenant first
-    reclaiming = sorted((t for t in queues if T.usage[t] < T.g[t]), key=lambda t: (T.usage[t] / max(T.g[t], 1e-9), t))
-    for t in reclaiming:
-        # Jobs that fit in what is left of the guarantee, in queue order: bigger ones may
-        # borrow, not reclaim. If the first cannot be served (no node can be cleared for
-        # it), the next size is tried, so one stuck gang does not hold the whole tenant.
-        tried: set[tuple[int, int]] = set()
-        for head in queues[t]:
-            need = head.min_workers * head.gpus_per_worker
-            shape = (head.min_workers, head.gpus_per_worker)
-            if not 0 < need <= T.g[t] - T.usage[t] or shape in tried:
+    def _clear_node(self, i: int, jobs: list[RunningJob], want: int, chosen: list[RunningJob],
+                    budget: dict[str, float]) -> list[RunningJob] | None:
+        """The jobs on node ``i`` whose eviction frees ``want`` GPUs there, least loss first,
+        within the donors' budgets; None if that cannot be done."""
+        picked, freed, spent = [], 0, defaultdict(float)
+        own_here = {j.tenant for j in chosen if j.id not in self.borrowers}
+        for job in sorted(jobs, key=lambda j: _loss_key(j, self.now)):
+            if freed >= want or job in chosen:
                 continue
-            tried.add(shape)
-            why = (f"reclaim for tenant {t}: it uses {T.usage[t]:g} of its {T.g[t]:g} guaranteed GPUs "
-                   f"and job {head.id} waits for {need}")
-            if take_back(t, head, T.above_guarantee, True, why):
-                reclaim_for[t] = head.id
-                break
-            if len(tried) == 1:
-                out.waits.append(Wait(head.id, f"tenant {t} is below its guarantee; no jobs can be preempted "
-                                               "to make room for this gang yet"))
-            if len(tried) >= 3:
-                break
+            within = job.gpus + spent[job.tenant] <= budget.get(job.tenant, 0)
+            if job.id not in self.borrowers and not within:
+                continue  # it runs within its tenant's guarantee
+            if not within and (job.tenant in self.lost_own or job.tenant in own_here):
+                continue  # the tenant gives up a job of its own here: nothing past its guarantee
+            if job.id not in self.borrowers:
+                own_here.add(job.tenant)
+            picked.append(job)
+            spent[job.tenant] += job.gpus
+            freed += sum(len(w.gpus) for w in job.placement if w.node == self.pool.names[i])
+        return picked if freed >= want else None
 
-    # 3. fair-share contention: shrink (never preempt) tenants above their share
-    for t in sorted(queues, key=lambda t: (T.usage[t] / max(ent.get(t, 0), 1e-9), t)):
-        head = queues[t][0]
-        need = head.min_workers * head.gpus_per_worker
-        if need == 0 or held_for[t] >= need or T.usage[t] + need > ent.get(t, 0) + 1e-9:
-            continue
-        if avail() + held_for[t] >= need:
-            continue
-        take_back(t, head, lambda v: min(T.usage[v] - ent.get(v, 0), T.above_guarantee(v)), False,
-                  f"fair share for tenant {t}: job {head.id} waits and it is below its share")
+    # shared bookkeeping -------------------------------------------------------------------
+    def _evict(self, job: RunningJob, why: str) -> None:
+        """Preempt ``job``: its GPUs leave its tenant's usage (a shrink planned for it is dropped)."""
+        self.out.preempts.append(Preempt(job.id, why))
+        self._drop_resize(job.id)
+        self.leaving.add(job.id)
+        if job.id not in self.borrowers:
+            self.lost_own.add(job.tenant)
+        self.victims[job.tenant].remove(job)
+        self.T.add(job.tenant, -self.planned.pop(job.id, job.workers) * job.gpus_per_worker)
 
-    # 4. priority within a tenant
-    if cfg.priority_preemption:
-        for t, q in queues.items():
-            head = q[0]
-            need = head.min_workers * head.gpus_per_worker
-            if need == 0 or avail() + held_for[t] >= need:
-                continue
-            lower = sorted((j for j in victims_by_tenant.get(t, []) if j.priority < head.priority),
-                           key=lambda j: (j.priority, *_loss_key(j, now)))
-            short, chosen = need - avail() - held_for[t], []
-            for job in lower:
-                if short <= 0:
-                    break
-                chosen.append(job)
-                short -= planned.get(job.id, job.workers) * job.gpus_per_worker
-            if short <= 0:
-                for job in chosen:
-                    out.preempts.append(Preempt(job.id, f"job {head.id} of tenant {t} has higher priority "
-                                                        f"({head.priority} > {job.priority})"))
-                    out.resizes[:] = [r for r in out.resizes if r.job_id != job.id]
-                    victims_by_tenant[t].remove(job)
-                    T.add(t, -planned.pop(job.id, job.workers) * job.gpus_per_worker)
-                held_for[t] += min(need, avail())
+    def _shrink(self, job: RunningJob, new: int, why: str) -> None:
+        size = self.planned.get(job.id, job.workers)
+        self._drop_resize(job.id)
+        self.out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}"))
+        self.planned[job.id] = new  # it stays a candidate: a later reclaim may shrink or evict it
+        self.T.add(job.tenant, -(size - new) * job.gpus_per_worker)
 
-    # 5. starts
-    nonlendable = T.nonlendable_idle()
-    heap = [((0 if T.usage[t] < T.g[t] else 1), T.usage[t] / max(ent.get(t, 0), 1e-9), t) for t in queues]
-    heapq.heapify(heap)
-    pos = {t: 0 for t in queues}
-    reserved = False
-    cpu_only = any(j.gpus_per_worker == 0 for j in snap.queued)
-    failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
-    reported = {t for t, q in queues.items() if any(w.job_id == q[0].id for w in out.waits)}
-    while heap:
-        _, _, t = heapq.heappop(heap)
-        q = queues[t]
-        while pos[t] < len(q):
-            job = q[pos[t]]
-            pos[t] += 1
-            gpw = job.gpus_per_worker
-            need = job.min_workers * gpw
-            is_head = t not in reported  # the first job of its tenant that does not start gets the reason
-            borrowing = T.usage[t] + need > T.g[t]
-            usable = free_for(t) - (nonlendable if borrowing else 0)
-            if reclaim_for.get(t, job.id) != job.id:
-                usable -= held_for[t]  # reclaimed GPUs are for the job they were reclaimed for
-            if need > T.cap_room(t):
-                if is_head:
-                    reported.add(t)
-                    out.waits.append(Wait(job.id, f"tenant {t} is at its max ({T.usage[t]:g} GPUs in use); "
-                                                  "it starts when the tenant's own jobs end"))
-                continue
-            if need > 0 and (need > usable or failed_need.get(gpw, 1 << 30) <= job.min_workers):
-                if is_head:
-                    reported.add(t)
-                    reachable = capacity - (nonlendable if borrowing else 0)
-                    deserved = max(T.g[t], ent.get(t, 0)) - T.usage[t]
-                    if (not reserved and gpw and now - job.submitted_at >= cfg.reserve_after_seconds
-                            and need <= reachable and need <= deserved + 1e-9):
-                        held = _reserve(pool, snap, need, limit=int(avail()))
-                        reserved = True
-                        out.waits.append(Wait(job.id, f"waiting for {need} GPUs; {held} free GPUs are reserved "
-                                                      "for it and smaller jobs backfill elsewhere"))
-                    else:
-                        out.waits.append(Wait(job.id, f"waiting for {need} GPUs ({max(0, int(usable))} free)"))
-                continue
-            top = job.resize_to or job.top_workers
-            if gpw:
-                fair_room = _slots(ent.get(t, 0) - T.usage[t], gpw)
-                top = max(job.min_workers, min(top, fair_room, _slots(T.cap_room(t), gpw), _slots(usable, gpw)))
-            placement = pool.place(top, gpw, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
-            if placement is None and top != job.min_workers:
-                placement = pool.place(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
-            if placement is None:
-                failed_need[gpw] = min(failed_need.get(gpw, 1 << 30), job.min_workers)
-                if is_head:
-                    reported.add(t)
-                    why = pool.shortage(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker)
-                    out.waits.append(Wait(job.id, why))
-                continue
-            gpus = len(placement) * gpw
-            held_for[t] = max(0.0, held_for[t] - gpus)
-            T.add(t, gpus)
-            borrowed = max(0.0, T.usage[t] - T.g[t])
-            out.starts.append(Start(job.id, placement, "within guarantee" if borrowed == 0 else
-                                    f"borrowing {borrowed:g} idle GPUs"))
-            heapq.heappush(heap, ((0 if T.usage[t] < T.g[t] else 1), T.usage[t] / max(ent.get(t, 0), 1e-9), t))
-            break
-        if pool.total_free <= 0 and not cpu_only:
-            break
-    started = {s.job_id for s in out.starts}
-    for t, q in queues.items():
-        if t in reported:
-            continue
-        first = next((j for j in q if j.id not in started), None)
-        if first is not None:
-            need = first.min_workers * first.gpus_per_worker
-            out.waits.append(Wait(first.id, f"waiting for {need} GPUs ({max(0, pool.total_free)} free)"))
+    def _drop_resize(self, job_id: int) -> None:
+        self.out.resizes[:] = [r for r in self.out.resizes if r.job_id != job_id]
 
-    # 6. grow elastic jobs into GPUs nobody queued can use
-    if cfg.grow and pool.total_free > 0:
-        growable = [j for t in victims_by_tenant for j in victims_by_tenant[t]
-                    if j.id not in planned and j.max_workers > j.workers and j.gpus_per_worker
-                    and now - j.started_at >= cfg.min_run_before_resize]
-        growable.sort(key=lambda j: (T.usage[j.tenant] / max(ent.get(j.tenant, 0), 1e-9), j.id))
-        for job in growable:
-            spare = avail()
-            extra = min(job.max_workers - job.workers, _slots(spare, job.gpus_per_worker),
-                        _slots(T.cap_room(job.tenant), job.gpus_per_worker))
-            if extra < max(1, job.workers // 4):
-                continue
-            trial = pool.copy()
-            trial.release(job.placement)
-            if trial.place(job.workers + extra, job.gpus_per_worker) is None:
-                continue
-            pool = trial
-            T.add(job.tenant, extra * job.gpus_per_worker)
-            out.resizes.append(Resize(job.id, job.workers + extra,
-                                      f"grow from {job.workers} to {job.workers + extra} workers into idle GPUs"))
-    return out
+    def _share_used(self, t: str) -> float:
+        """How much of its entitlement tenant ``t`` uses."""
+        return self.T.usage[t] / max(self.ent.get(t, 0), 1e-9)
+
+    def _free_for(self, t: str) -> float:
+        """Free GPUs tenant ``t`` may use: all but those earmarked for other tenants."""
+        return self.pool.total_free - sum(v for k, v in self.held_for.items() if k != t)
+
+    def _avail(self) -> float:
+        """Free GPUs nobody has earmarked."""
+        return max(0.0, self.pool.total_free - sum(self.held_for.values()))
 
 
 def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:
