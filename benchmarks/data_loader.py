@@ -49,9 +49,9 @@ def make_images(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
 def build_shards(src: Path, out: Path) -> None:
     import tarfile
 
-    from deeppod.data.ingest import Limits, build
-    from deeppod.data.objects import ObjectStore
-    from deeppod.data.policy import Policy
+    from deeppod.datasets.ingest import Limits, build
+    from deeppod.datasets.objects import ObjectStore
+    from deeppod.datasets.policy import Policy
 
     tar_path = out.parent / "upload.tar"
     with tarfile.open(tar_path, "w") as tar:

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 SERVER_PACKAGES = ("deeppod.api", "deeppod.store", "deeppod.jobs", "deeppod.scheduler", "deeppod.executor",
-                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.data", "deeppod.registry")
+                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.datasets", "deeppod.models")
 HEAVY = ("fastapi", "sqlalchemy", "uvicorn", "alembic", "starlette")
 
 
@@ -83,7 +83,7 @@ def test_inference_evaluation_and_registration_in_jobs_import_no_server_code():
 def test_a_serving_replica_imports_no_server_code():
     mods = loaded_after("import deeppod.serve.replica")
     assert offenders(mods, SERVER_PACKAGES + ("sqlalchemy", "alembic", "fastapi")) == []
-    assert not any(m in mods for m in ("deeppod.serve.service", "deeppod.serve.controller"))
+    assert not any(m in mods for m in ("deeppod.deployments.service", "deeppod.deployments.controller"))
 
 
 def test_the_job_contract_imports_only_the_standard_library():

@@ -16,6 +16,6 @@ def collected(*args: str) -> list[str]:
 def test_the_quick_run_starts_no_servers_or_processes():
     quick = collected("-m", "not slow", "tests/e2e", "tests/cli/test_cli.py", "tests/executor/test_local.py")
     assert quick == []
-    slow = collected("-m", "slow", "tests/e2e", "tests/cli", "tests/executor", "tests/data/test_tiers.py")
+    slow = collected("-m", "slow", "tests/e2e", "tests/cli", "tests/executor", "tests/datasets/test_tiers.py")
     assert any("test_training.py" in t for t in slow) and any("test_cli.py" in t for t in slow)
     assert any("killed_midway" in t for t in slow)

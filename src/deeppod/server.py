@@ -19,18 +19,18 @@ from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
 from deeppod.cluster.service import register_node
-from deeppod.data import service as data_service
-from deeppod.data.ingest import Limits
-from deeppod.data.tiers import Tiers
+from deeppod.datasets import service as datasets
+from deeppod.datasets.ingest import Limits
+from deeppod.datasets.tiers import Tiers
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs import retention
-from deeppod.jobs.reconcile import Reconciler
-from deeppod.registry import artifacts
-from deeppod.registry import service as registry
-from deeppod.serve.controller import DeploymentController
-from deeppod.serve.router import Router
+from deeppod.jobs.controller import JobController
+from deeppod.models import artifacts
+from deeppod.models import service as models
+from deeppod.deployments.controller import DeploymentController
+from deeppod.deployments.router import Router
 from deeppod.scheduler import Config
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store.db import make_engine, make_sessionmaker
@@ -45,8 +45,8 @@ class ServerContext:
     engine: Engine
     sessions: sessionmaker[Session]
     executor: Executor
-    reconciler: Reconciler
-    data: data_service.DataPlane
+    jobs: JobController
+    data: datasets.DataPlane
     router: Router
     deployments: DeploymentController
     principals: PrincipalCache
@@ -61,10 +61,10 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
         register_node(s, node)
-    data = data_service.DataPlane(Tiers(settings.hot_root, settings.cold_root),
+    data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                                   Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
                                   settings.data_cold_after_seconds)
-    data_service.recover(sessions, data)
+    datasets.recover(sessions, data)
     executor = executor or LocalExecutor()
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds)
@@ -73,16 +73,16 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
 
     def on_finished(session: Session, job) -> None:
         if job.kind == "evaluate":
-            registry.absorb_evaluation(session, job, settings.jobs_dir)
+            models.absorb_evaluation(session, job, settings.jobs_dir)
 
-    reconciler = Reconciler(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
-                            stage=lambda version_id: data_service.stage(sessions, data, version_id),
+    jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
+                            stage=lambda version_id: datasets.stage(sessions, data, version_id),
                             on_finished=on_finished)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
                                        max_body_bytes=settings.predict_max_bytes)
-    return ServerContext(settings, engine, sessions, executor, reconciler, data, router, deployments,
+    return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
                          PrincipalCache(sessions))
 
 
@@ -91,7 +91,7 @@ def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60
     jobs past the retention."""
     while not stop.wait(interval):
         try:
-            moved = data_service.demote_idle(ctx.sessions, ctx.data)
+            moved = datasets.demote_idle(ctx.sessions, ctx.data)
             if moved:
                 log.info("moved to cold: %s", ", ".join(moved))
         except Exception:  # the next round retries
@@ -182,7 +182,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     secret = bootstrap_admin(ctx)
     app = create_app(ctx)
     stop = threading.Event()
-    loop = threading.Thread(target=ctx.reconciler.run, args=(stop, settings.reconcile_interval),
+    loop = threading.Thread(target=ctx.jobs.run, args=(stop, settings.reconcile_interval),
                             name="reconcile", daemon=True)
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")

@@ -28,12 +28,12 @@ def test_submit_show_list_events_cancel(api, tmp_path):
     assert job["state"] == "queued" and job["tenant"] == "default" and job["user"] == "admin"
     assert api.http.get(f"/v1/jobs/{job['id']}", headers=h).json()["name"] == "demo"
     assert [j["id"] for j in api.http.get("/v1/jobs", headers=h).json()] == [job["id"]]
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     assert api.http.get(f"/v1/jobs/{job['id']}", headers=h).json()["state"] == "running"
     r = api.http.post(f"/v1/jobs/{job['id']}/cancel", headers=h)
     assert r.status_code == 200 and r.json()["cancel_requested"]
-    api.ctx.reconciler.tick()
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
+    api.ctx.jobs.tick()
     final = api.http.get(f"/v1/jobs/{job['id']}", headers=h).json()
     assert final["state"] == "cancelled"
     kinds = [e["kind"] for e in api.http.get(f"/v1/jobs/{job['id']}/events", headers=h).json()]
@@ -146,7 +146,7 @@ def test_jobs_default_to_one_gpu_and_a_cpu_share_that_leaves_no_gpu_idle(small_g
     ids = [api.http.post("/v1/jobs", json=body(tmp_path), headers=h).json()["id"] for _ in range(5)]
     first = api.http.get(f"/v1/jobs/{ids[0]}", headers=h).json()
     assert first["gpus_per_worker"] == 1 and first["cpus_per_worker"] == 0.5
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     states = [api.http.get(f"/v1/jobs/{i}", headers=h).json() for i in ids]
     assert [j["state"] for j in states] == ["running"] * 4 + ["queued"]  # every GPU used
     assert states[4]["reason"].startswith("waiting for 1 GPUs (0 free)")
@@ -158,7 +158,7 @@ def test_explicit_cpu_requests_that_exhaust_the_cores_are_named_in_the_reason(sm
     api, h = small_gpu_box, small_gpu_box.as_(small_gpu_box.admin)
     ids = [api.http.post("/v1/jobs", json=body(tmp_path, cpus_per_worker=1), headers=h).json()["id"]
            for _ in range(3)]
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     third = api.http.get(f"/v1/jobs/{ids[2]}", headers=h).json()
     assert third["state"] == "queued" and third["reason"].startswith("not enough free CPUs")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from deeppod.data.ingest import Limits, build
-from deeppod.data.objects import ObjectStore
-from deeppod.data.policy import Policy
+from deeppod.datasets.ingest import Limits, build
+from deeppod.datasets.objects import ObjectStore
+from deeppod.datasets.policy import Policy
 from deeppod.runtime.trainers.digits import write_digits
 
 

@@ -16,7 +16,7 @@ from deeppod import Client
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
 from deeppod.contract import worker_env
-from deeppod.jobs.reconcile import free_port
+from deeppod.jobs.controller import free_port
 from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.runtime.trainers.digits import write_digits
 from tests.e2e.datasets import digits_version

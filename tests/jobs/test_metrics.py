@@ -54,7 +54,7 @@ def test_other_tenants_cannot_write_or_read_metrics(api, tmp_path):
 
 
 def run(api, jid):
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     j = api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()
     assert j["state"] == "running"
 
@@ -63,9 +63,9 @@ def test_nan_rule_stops_the_job_gracefully(api, tmp_path):
     jid = submit(api, tmp_path, api.admin, stop_rules=[{"kind": "nan", "metric": "loss"}])
     run(api, jid)
     post(api, api.admin, jid, [{"step": 1, "metrics": {"loss": 2.0}}, {"step": 2, "metrics": {"loss": "nan"}}])
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     assert jid in api.ctx.executor.terminated  # SIGTERM: the job checkpoints
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     j = api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()
     assert j["state"] == "stopped" and "loss became NaN" in j["reason"]
 
@@ -75,11 +75,11 @@ def test_plateau_rule(api, tmp_path):
     jid = submit(api, tmp_path, api.admin, stop_rules=[rule])
     run(api, jid)
     post(api, api.admin, jid, [{"step": s, "metrics": {"val_loss": v}} for s, v in enumerate([1.0, 0.8, 0.7, 0.75])])
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     assert jid not in api.ctx.executor.terminated
     post(api, api.admin, jid, [{"step": 4, "metrics": {"val_loss": 0.71}}, {"step": 5, "metrics": {"val_loss": 0.9}}])
-    api.ctx.reconciler.tick()
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
+    api.ctx.jobs.tick()
     j = api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()
     assert j["state"] == "stopped" and "not improved for 3 reports" in j["reason"]
 
@@ -96,15 +96,15 @@ def test_stop_command_and_exit_75_requeues(api, tmp_path):
     run(api, jid)
     r = api.http.post(f"/v1/jobs/{jid}/stop", headers=api.as_(api.admin))
     assert r.status_code == 200 and r.json()["stop_reason"].startswith("stopped by admin")
-    api.ctx.reconciler.tick()
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
+    api.ctx.jobs.tick()
     assert api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()["state"] == "stopped"
     # a job that exits 75 on its own (it checkpointed and asks to be resumed) is requeued, not failed
     other = submit(api, tmp_path, api.admin, workers=2)
     run(api, other)
     ex: FakeExecutor = api.ctx.executor
     ex.finish(other, {0: 75, 1: 75})
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     j = api.http.get(f"/v1/jobs/{other}", headers=api.as_(api.admin)).json()
     assert j["restart_count"] == 1 and j["state"] in ("queued", "running")
 
@@ -115,11 +115,11 @@ def test_resume_a_stopped_job_with_the_same_id(api, tmp_path):
     r = api.http.post(f"/v1/jobs/{jid}/resume", headers=api.as_(api.admin))
     assert r.status_code == 409 and "only a stopped job" in r.json()["error"]["message"]
     api.http.post(f"/v1/jobs/{jid}/stop", headers=api.as_(api.admin))
-    api.ctx.reconciler.tick()
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
+    api.ctx.jobs.tick()
     r = api.http.post(f"/v1/jobs/{jid}/resume", headers=api.as_(api.admin))
     assert r.status_code == 200 and r.json()["state"] == "queued" and r.json()["stop_reason"] is None
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     j = api.http.get(f"/v1/jobs/{jid}", headers=api.as_(api.admin)).json()
     assert j["id"] == jid and j["state"] == "running"
     kinds = [e["kind"] for e in api.http.get(f"/v1/jobs/{jid}/events", headers=api.as_(api.admin)).json()]
@@ -134,9 +134,9 @@ def test_plateau_rule_on_a_long_run(api, tmp_path):
     falling = [{"step": s, "metrics": {"loss": 10.0 / (s + 1)}} for s in range(3000)]
     for i in range(0, 3000, 1000):
         assert post(api, api.admin, jid, falling[i:i + 1000]).status_code == 202
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     assert jid not in api.ctx.executor.terminated  # still improving
     flat = [{"step": 3000 + s, "metrics": {"loss": 0.5}} for s in range(50)]
     post(api, api.admin, jid, flat)
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     assert jid in api.ctx.executor.terminated

@@ -6,13 +6,13 @@ import tarfile
 import pytest
 import torch
 
-from deeppod.data.ingest import Limits, build
-from deeppod.data.objects import ObjectStore
-from deeppod.data.policy import Policy
+from deeppod.datasets.ingest import Limits, build
+from deeppod.datasets.objects import ObjectStore
+from deeppod.datasets.policy import Policy
 from deeppod.runtime.data import (ImageDataset, ShardReader, center_box, dataset_path, decode_crop, loader,
                                   normalize, random_resized_crop_box)
 from deeppod.runtime.sampler import ElasticSampler
-from tests.data.images import class_folders, image_bytes
+from tests.datasets.images import class_folders, image_bytes
 
 
 @pytest.fixture(scope="module")

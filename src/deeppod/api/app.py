@@ -24,7 +24,7 @@ def create_app(ctx) -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:
-        return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.reconciler.last_round_ms, 3)}
+        return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3)}
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or deployments.is_predict(method, path))
     return app

@@ -1,1 +1,2 @@
-"""Job lifecycle: submit, follow, cancel; the reconcile loop joining store, scheduler and executor."""
+"""Jobs: the lifecycle service (submit, cancel, stop, resume, events, retention) and the
+job controller, the scheduling loop that joins store, scheduler and executor."""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
-from deeppod.data.service import resolve_for_job
+from deeppod.datasets.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow

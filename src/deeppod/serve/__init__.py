@@ -1,1 +1,3 @@
-"""Inference service: replicas with dynamic batching, routing, rolling update and rollback."""
+"""A serving replica: the process that runs inside a deployment's job (``replica``), its
+dynamic batching, request decoding and Prometheus metrics. Imports no server code; the
+control-plane half (deployments, rollouts, routing) is ``deeppod.deployments``."""

@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, dataset_out
-from deeppod.data import service
+from deeppod.datasets import service
 from deeppod.errors import InvalidRequest, TooLarge
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])

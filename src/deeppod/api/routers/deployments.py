@@ -11,7 +11,8 @@ from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, Deploymen
                                              ReplicaOut)
 from deeppod.auth.tokens import hash_secret
 from deeppod.errors import NotFound, Unauthenticated
-from deeppod.serve import inputs, page, service
+from deeppod.deployments import page, service
+from deeppod.serve import inputs
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 replicas_router = APIRouter(prefix="/v1/replicas", tags=["deployments"])

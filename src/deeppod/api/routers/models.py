@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.models import (AliasIn, CompareIn, CompareOut, ModelOut, PromoteIn, PromoteOut, RegisterIn,
                                         VersionOut, evaluation_out, model_out, version_out)
-from deeppod.registry import service
+from deeppod.models import service
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 

@@ -2,8 +2,8 @@
 
 
 from deeppod.store.models import Model, ModelVersion
-from tests.data.images import class_folders, image_bytes
-from tests.data.test_datasets import data_files, upload, version_dir
+from tests.datasets.images import class_folders, image_bytes
+from tests.datasets.test_datasets import data_files, upload, version_dir
 
 
 def objects(api) -> int:

@@ -17,8 +17,8 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
-from deeppod.registry import artifacts
-from deeppod.registry.compare import Figures, verdict
+from deeppod.models import artifacts
+from deeppod.models.compare import Figures, verdict
 from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion,
                                   Tenant, User)
 

@@ -16,7 +16,7 @@ from deeppod.cluster.service import capacity
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
-from deeppod.registry import service as registry
+from deeppod.models import service as models
 from deeppod.store.models import Deployment, DeploymentKey, Job, Model, ModelVersion, Tenant, User, utcnow
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def create(session: Session, principal: Principal, name: str, model_ref: str, *,
            max_wait_ms: float = 5.0) -> Deployment:
     check_name("deployment", name)
     _check(replicas, gpus_per_replica, cpus_per_replica, max_batch, max_wait_ms)
-    model, version = registry.get_version(session, principal, model_ref)
+    model, version = models.get_version(session, principal, model_ref)
     if model.tenant_id != principal.tenant_id:
         raise Forbidden("deploy models of your own tenant")
     if session.scalar(select(Deployment.id).where(Deployment.tenant_id == principal.tenant_id,
@@ -95,7 +95,7 @@ def update(session: Session, principal: Principal, name: str, *, version: str | 
     changed = False
     if version is not None:
         model = session.get(Model, dep.model_id)
-        target = registry.resolve(session, model, version)
+        target = models.resolve(session, model, version)
         if target.id == dep.version_id and replicas is None and max_batch is None and max_wait_ms is None:
             raise Conflict(f"deployment {name!r} already serves {model.name}@{target.version}")
         if target.id != dep.version_id:
@@ -223,7 +223,7 @@ def describe(session: Session, dep: Deployment) -> dict:
     model = session.get(Model, dep.model_id)
     version = session.get(ModelVersion, dep.version_id)
     previous = version_of(session, dep.previous_version_id)
-    numbers = {v.id: v.version for v in registry.versions(session, model)}
+    numbers = {v.id: v.version for v in models.versions(session, model)}
     return {"model": model.name, "version": version.version, "signature": version.signature,
             "previous_version": previous.version if previous else None,
             "replica_jobs": [{"job_id": j.id, "version": numbers.get(j.model_version_id, 0), "state": j.state,

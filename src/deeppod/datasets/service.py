@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import Principal, check_name
-from deeppod.data import catalog, ingest, tiers as tiermod
-from deeppod.data.objects import ObjectStore
-from deeppod.data.policy import Policy
-from deeppod.data.tiers import Tiers
+from deeppod.datasets import catalog, ingest, tiers as tiermod
+from deeppod.datasets.objects import ObjectStore
+from deeppod.datasets.policy import Policy
+from deeppod.datasets.tiers import Tiers
 from deeppod.contract import ACTIVE_STATES, dataset_env_key
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant, utcnow

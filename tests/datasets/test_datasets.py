@@ -12,7 +12,7 @@ from PIL import Image
 
 from deeppod.runtime.data import ShardReader, iter_shard
 from deeppod.sdk.sources import open_source
-from tests.data.images import class_folders, image_bytes, truncated_jpeg
+from tests.datasets.images import class_folders, image_bytes, truncated_jpeg
 
 
 def upload(api, name, src_path, token=None, **params):

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.contract import ACTIVE_STATES
 from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
-from deeppod.serve import rollout, service
-from deeppod.serve.router import Route, Router, Target
+from deeppod.deployments import rollout, service
+from deeppod.deployments.router import Route, Router, Target
 from deeppod.store.models import Deployment, Job, Model, ModelVersion
 
 log = logging.getLogger(__name__)

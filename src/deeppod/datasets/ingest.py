@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deeppod.data.archive import LABEL_FILES, Archive, Member, parse_labels, strip_common_root
-from deeppod.data.objects import ObjectStore
-from deeppod.data.policy import SUFFIX, Policy, apply, split_of
-from deeppod.data.shards import ShardWriter, write_checksums
+from deeppod.datasets.archive import LABEL_FILES, Archive, Member, parse_labels, strip_common_root
+from deeppod.datasets.objects import ObjectStore
+from deeppod.datasets.policy import SUFFIX, Policy, apply, split_of
+from deeppod.datasets.shards import ShardWriter, write_checksums
 from deeppod.errors import InvalidRequest
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import pytest
 from deeppod.cluster.service import set_health
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
-from deeppod.jobs.reconcile import Reconciler
+from deeppod.jobs.controller import JobController
 from deeppod.plans.service import apply_plan, plan_status
 from deeppod.scheduler import Config
 from deeppod.store.models import Job
@@ -35,7 +35,7 @@ def clock():
 
 @pytest.fixture
 def rec(sessions, tmp_path, clock):
-    return Reconciler(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+    return JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
                       config=Config(min_run_before_resize=0, reserve_after_seconds=1e9), clock=clock)
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from deeppod.data.catalog import matches, parse
+from deeppod.datasets.catalog import matches, parse
 from deeppod.errors import InvalidRequest
 
 XRAY = {"name": "chest-xray", "owner": "teama", "description": "Pneumonia X-rays", "shared": False,

@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.data.images import image_bytes
+from tests.datasets.images import image_bytes
 from tests.helpers import free_port
 
 boto3 = pytest.importorskip("boto3")

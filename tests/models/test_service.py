@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from deeppod.auth.service import Principal, bootstrap, create_tenant, create_user
 from deeppod.errors import Conflict, InvalidRequest, NotFound
-from deeppod.registry import service
-from deeppod.registry.compare import Figures, verdict
+from deeppod.models import service
+from deeppod.models.compare import Figures, verdict
 from deeppod.store.models import Job, ModelEvaluation
 
 SIG = {"classes": ["cat", "dog"], "model": "small-cnn", "dataset": "pets@2", "hyperparameters": {"lr": 0.1},

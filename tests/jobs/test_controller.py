@@ -8,7 +8,7 @@ from deeppod.auth import service as auth
 from deeppod.errors import Unauthenticated
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
-from deeppod.jobs.reconcile import Reconciler
+from deeppod.jobs.controller import JobController
 from deeppod.store.models import Job
 from tests.fixtures import load_job, populate, submit_job
 
@@ -20,7 +20,7 @@ def world(sessions):
 
 @pytest.fixture
 def rec(sessions, tmp_path):
-    return Reconciler(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+    return JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
                       server_env={"PATH": "/usr/bin", "DEEPPOD_DATABASE_URL": "secret"})
 
 

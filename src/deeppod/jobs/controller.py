@@ -1,4 +1,5 @@
-"""The reconcile loop: observe executors, apply cancels, ask the policy, carry it out.
+"""The job controller, the scheduling loop: observe executors, apply cancels, ask the
+policy (``deeppod.scheduler``), carry out its decisions.
 
 The scheduler decides (pure), the executor acts; this module is the only place that
 joins them with the store. Every tick is safe to repeat, which is what lets a
@@ -70,7 +71,7 @@ def _same_reason(a: str, b: str) -> bool:
     return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
-class Reconciler:
+class JobController:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,

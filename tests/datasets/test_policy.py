@@ -3,9 +3,9 @@ import io
 import pytest
 from PIL import Image
 
-from deeppod.data.policy import Policy, apply, split_of
+from deeppod.datasets.policy import Policy, apply, split_of
 from deeppod.errors import InvalidRequest
-from tests.data.images import image_bytes
+from tests.datasets.images import image_bytes
 
 
 @pytest.mark.parametrize("raw,msg", [

@@ -1,6 +1,6 @@
 """The rollout policy, one round at a time, with no processes or database."""
 
-from deeppod.serve.rollout import MAX_FAILED_STARTS, DeploymentView, ReplicaView, decide
+from deeppod.deployments.rollout import MAX_FAILED_STARTS, DeploymentView, ReplicaView, decide
 
 V1, V2 = 11, 12
 

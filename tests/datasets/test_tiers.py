@@ -10,13 +10,13 @@ from datetime import timedelta
 
 import pytest
 
-from deeppod.data import service
-from deeppod.data.shards import verify_checksums
-from deeppod.data.tiers import Tiers, move, sweep
+from deeppod.datasets import service
+from deeppod.datasets.shards import verify_checksums
+from deeppod.datasets.tiers import Tiers, move, sweep
 from deeppod.runtime.data import ImageDataset, ShardReader
 from deeppod.store.models import DatasetVersion, Job, utcnow
-from tests.data.images import class_folders
-from tests.data.test_datasets import data_files, upload, version_dir
+from tests.datasets.images import class_folders
+from tests.datasets.test_datasets import data_files, upload, version_dir
 
 
 def _version(api, version_id):
@@ -53,7 +53,7 @@ def test_a_job_naming_a_cold_dataset_gets_it_staged(api, tmp_path):
     api.http.post("/v1/datasets/pets@1/stage", params={"tier": "cold"}, headers=api.as_(api.admin))
     r = api.http.post("/v1/jobs", json={"command": ["python", "-c", "pass"], "workdir": str(tmp_path),
                                         "datasets": ["pets@1"]}, headers=api.as_(api.admin))
-    api.ctx.reconciler.tick()
+    api.ctx.jobs.tick()
     launched = api.ctx.executor.launched[r.json()["id"]]
     assert launched.workers[0].env["DEEPPOD_DATA_PETS"] == str(version_dir(api, "pets"))
     assert _version(api, 1)[0] == "hot"
@@ -62,7 +62,7 @@ def test_a_job_naming_a_cold_dataset_gets_it_staged(api, tmp_path):
 MOVER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from deeppod.data.tiers import Tiers, move
+    from deeppod.datasets.tiers import Tiers, move
     tiers = Tiers(Path(sys.argv[1]), Path(sys.argv[2]))
     def slow(path):
         print("copied", path, flush=True)
@@ -114,8 +114,8 @@ def test_recovery_undoes_an_ingest_a_crash_interrupted(api, tmp_path):
     plane = api.ctx.data
     # replay an ingest up to just before its database commit, then "crash"
     from deeppod.auth.service import Principal
-    from deeppod.data import ingest
-    from deeppod.data.policy import Policy
+    from deeppod.datasets import ingest
+    from deeppod.datasets.policy import Policy
     from deeppod.sdk.sources import open_source
 
     s = open_source(str(class_folders(tmp_path / "src2", seed=5)))

@@ -10,7 +10,7 @@ import textwrap
 import httpx
 import pytest
 
-from tests.data.images import class_folders
+from tests.datasets.images import class_folders
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow

@@ -2,20 +2,21 @@
 
 import pytest
 
-from deeppod.registry import service as registry
-from deeppod.serve import replica, service
-from deeppod.serve.controller import DeploymentController
-from deeppod.serve.router import Router
+from deeppod.models import service as model_service
+from deeppod.deployments import service
+from deeppod.serve import replica
+from deeppod.deployments.controller import DeploymentController
+from deeppod.deployments.router import Router
 from deeppod.store.models import Job
 from tests.fixtures import populate
-from tests.registry.test_service import artifact
+from tests.models.test_service import artifact
 
 
 @pytest.fixture
 def deployed(sessions, tmp_path):
     world = populate(sessions)
     with sessions.begin() as s:
-        registry.register(s, world.alice, "pets", root=tmp_path / "models", jobs_dir=tmp_path / "jobs",
+        model_service.register(s, world.alice, "pets", root=tmp_path / "models", jobs_dir=tmp_path / "jobs",
                           path=str(artifact(tmp_path / "art")))
         service.create(s, world.alice, "pets", "pets@1", replicas=2)
     return sessions, tmp_path / "models"

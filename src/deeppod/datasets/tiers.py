@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from deeppod.data.shards import verify_checksums
+from deeppod.datasets.shards import verify_checksums
 from deeppod.errors import DeepPodError
 
 log = logging.getLogger(__name__)

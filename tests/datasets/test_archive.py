@@ -4,7 +4,7 @@ import zipfile
 
 import pytest
 
-from deeppod.data.archive import Archive, parse_labels, safe_path, strip_common_root
+from deeppod.datasets.archive import Archive, parse_labels, safe_path, strip_common_root
 from deeppod.errors import InvalidRequest
 
 

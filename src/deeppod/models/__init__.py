@@ -1,0 +1,1 @@
+"""Model registry: models and their versions with lineage, aliases, evaluation, champion/challenger."""

@@ -1,1 +1,0 @@
-"""Model registry: versions with lineage, aliases, evaluation, champion/challenger."""
