@@ -3,7 +3,7 @@
 from rich.console import Console
 
 from deeppod.cli import output
-from deeppod.cli.data import pairs
+from deeppod.cli.datasets import pairs
 from deeppod.cli.datadiff import diff_manifests
 
 
@@ -45,7 +45,7 @@ def test_the_jobs_table_keeps_every_id_whole_at_80_columns(monkeypatch):
 
 
 def test_the_upload_bar_of_an_archive_counts_bytes_not_files():
-    from deeppod.cli.data import upload_bar
+    from deeppod.cli.datasets import upload_bar
 
     console = Console(width=120, record=True, force_terminal=False)
     bar, progress = upload_bar("pets.zip", out=console)

@@ -1,0 +1,130 @@
+"""Accounts and the cluster: login, whoami, tenants, users, tokens, nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.output import console, nodes_table, print_json, rows_table
+from deeppod.errors import InvalidRequest
+from deeppod.settings import ClientSettings, client_config_path
+
+app = typer.Typer()
+tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
+users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+nodes_app = typer.Typer(help="Nodes and GPUs: list, cordon, uncordon.", invoke_without_command=True)
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(nodes_app, name="nodes")
+
+
+@app.command()
+def login(url: Annotated[str, typer.Option(help="server URL")],
+          token: Annotated[str, typer.Option(help="API token")]) -> None:
+    """Check a URL and token and save them for later commands."""
+    me = client(url, token).whoami()
+    path = client_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": url.rstrip("/"), "token": token}, f)
+    console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''}); "
+                  f"saved to {path}")
+
+
+@app.command()
+def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Who the token belongs to."""
+    me = client(url, token).whoami()
+    console.print(f"{me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''})")
+
+
+@nodes_app.callback()
+def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Nodes and their GPUs (cordoned GPUs are listed as sick)."""
+    if ctx.invoked_subcommand:
+        return
+    rows = client(url, token).nodes()
+    if as_json:
+        print_json(rows)
+        return
+    console.print(nodes_table(rows))
+
+
+@nodes_app.command("cordon")
+def nodes_cordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+                 url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Mark a node or GPU unhealthy: its jobs requeue elsewhere, nothing new lands there."""
+    client(url, token).set_node_health(name, False, gpu)
+    console.print(f"cordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
+
+
+@nodes_app.command("uncordon")
+def nodes_uncordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+                   url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Put a node or GPU back in service."""
+    client(url, token).set_node_health(name, True, gpu)
+    console.print(f"uncordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
+
+
+@tenants_app.command("create")
+def tenants_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    t = client(url, token).create_tenant(name)
+    console.print(f"tenant {t['name']} created")
+
+
+@tenants_app.command("ls")
+def tenants_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).tenants()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "created_at"]))
+
+
+@users_app.command("create")
+def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's tenant")],
+                 admin: Annotated[bool, typer.Option("--admin", help="an administrator (sees all tenants)")] = False,
+                 url: UrlOpt = None, token: TokenOpt = None) -> None:
+    u = client(url, token).create_user(name, tenant, admin)
+    console.print(f"user {u['name']} created in tenant {u['tenant']}{' (admin)' if u['is_admin'] else ''}")
+    console.print(f"token (shown once): {u['token']}")
+
+
+@users_app.command("ls")
+def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).users()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "tenant", "is_admin"]))
+
+
+@tokens_app.command("current")
+def tokens_current(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Print the token this CLI uses (for scripts: curl -H "Authorization: Bearer $(deeppod tokens current)")."""
+    found = ClientSettings.resolve(url, token).token
+    if not found:
+        raise InvalidRequest("no token: log in with 'deeppod login --url URL --token TOKEN' or set DEEPPOD_TOKEN")
+    sys.stdout.write(found + "\n")
+
+
+@tokens_app.command("create")
+def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
+                  user: Annotated[Optional[str], typer.Option(help="admins: for this user")] = None,
+                  url: UrlOpt = None, token: TokenOpt = None) -> None:
+    t = client(url, token).create_token(name, user)
+    console.print(f"token {t['id']} for {t['user']} (shown once): {t['token']}")
+
+
+@tokens_app.command("ls")
+def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).tokens()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "created_at"]))
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    client(url, token).revoke_token(token_id)
+    console.print(f"token {token_id} revoked")

@@ -1,0 +1,229 @@
+"""Jobs: submit, list, show, events, logs, metrics, stop, resume, cancel, rm, purge."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.output import console, jobs_table, print_json, rows_table, state
+from deeppod.cli.values import exported_env, parse_age, parse_env, parse_memory, parse_stop_rules, parse_workers
+from deeppod.contract import FINAL_STATES, JobState
+
+app = typer.Typer()
+job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
+jobs_app = typer.Typer(invoke_without_command=True, help="List jobs; remove finished jobs' files (rm, purge).")
+app.add_typer(job_app, name="job")
+app.add_typer(jobs_app, name="jobs")
+
+
+def stream_logs(c, job_id: int, rank: int | None = None, follow: bool = False) -> None:
+    """Write a job's output to stdout as it comes (``follow``: until the job ends)."""
+    out = sys.stdout.buffer
+    for chunk in c.logs(job_id, rank=rank, follow=follow):
+        out.write(chunk)
+        out.flush()
+
+
+def follow_job(c, job_id: int) -> None:
+    """Stream a job's logs until it ends, say how it ended, exit 0 only if it succeeded."""
+    stream_logs(c, job_id, follow=True)
+    final = c.wait(job_id)
+    console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
+    raise typer.Exit(0 if final["state"] == JobState.SUCCEEDED else 1)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
+    name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
+    gpus_per_worker: Annotated[Optional[int], typer.Option(
+        help="GPUs per worker (default: 1 when the cluster has GPUs, else 0; pass 0 for a CPU-only job)",
+        show_default=False)] = None,
+    cpus_per_worker: Annotated[Optional[float], typer.Option(
+        help="CPUs per worker (default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
+             "idle; 1 for a CPU-only worker)", show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
+    env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
+    workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
+    priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
+    grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on cancel")] = None,
+    preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
+                                              help="may be preempted to give GPUs back to their owners")] = True,
+    max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
+    stop_on_nan: Annotated[Optional[str], typer.Option(help="stop gracefully when this reported metric is NaN/inf")] = None,
+    stop_patience: Annotated[Optional[str], typer.Option(
+        help="METRIC:P[:max]: stop when METRIC has not improved for P reports (lower is better unless :max)")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Run a command as N workers with the torchrun environment: deeppod submit -n 2 -- python train.py"""
+    job_env = {**exported_env(), **parse_env(env)}
+    low, high = parse_workers(workers)
+    rules = parse_stop_rules(stop_on_nan, stop_patience)
+    c = client(url, token)
+    job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
+                   max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
+                   cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
+                   workdir=str(workdir or Path.cwd()), priority=priority, grace_seconds=grace)
+    console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
+    if follow:
+        follow_job(c, job["id"])
+
+
+@jobs_app.callback()
+def jobs_cmd(ctx: typer.Context, state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
+             kind: Annotated[Optional[str], typer.Option(
+                 help="only this kind: batch, serve (deployment replicas) or evaluate; comma-separated "
+                      "(default: all but serve)", show_default=False)] = None,
+             all_kinds: Annotated[bool, typer.Option("--all", "-a", help="every kind, replicas included")] = False,
+             tenant: Annotated[Optional[str], typer.Option(help="only this tenant's (admins)")] = None,
+             user: Annotated[Optional[str], typer.Option(help="only this user's")] = None,
+             name: Annotated[Optional[str], typer.Option(help="only jobs whose name contains this")] = None,
+             limit: int = 200, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """List jobs, newest first (yours and your tenant's; admins see all). Deployment replicas
+    are hidden unless you ask for them (--kind serve or --all). 'jobs rm' and 'jobs purge'
+    remove finished jobs' folders."""
+    if ctx.invoked_subcommand:
+        return
+    exclude = None if (kind or all_kinds) else "serve"
+    rows = client(url, token).jobs(state_, limit, kind=kind, exclude_kind=exclude, tenant=tenant, user=user,
+                                   name=name)
+    print_json(rows) if as_json else console.print(jobs_table(rows))
+
+
+@jobs_app.command("rm")
+def jobs_rm(job_ids: Annotated[list[int], typer.Argument(help="finished jobs")],
+            force: Annotated[bool, typer.Option("--force", help="also a stopped job (its checkpoint goes too)")] = False,
+            url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Remove finished jobs' folders (logs, checkpoints, outputs); their records and events stay."""
+    c = client(url, token)
+    freed = sum(c.remove_job_files(i, force=force)["bytes_freed"] for i in job_ids)
+    console.print(f"removed the files of {len(job_ids)} job(s): {freed / 1e6:.1f} MB freed")
+
+
+@jobs_app.command("purge")
+def jobs_purge(older_than: Annotated[str, typer.Option(help="jobs that ended longer ago than this: 30m, 12h, 7d")],
+               url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Remove the folders of every finished job (your tenant's; admins: all) that ended before
+    --older-than. Stopped jobs keep theirs, so they can still be resumed."""
+    r = client(url, token).purge_jobs(parse_age(older_than))
+    console.print(f"removed the files of {len(r['jobs'])} job(s): {r['bytes_freed'] / 1e6:.1f} MB freed")
+
+
+@job_app.command("show")
+def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Everything about one job."""
+    j = client(url, token).job(job_id)
+    if as_json:
+        print_json(j)
+        return
+    console.print(f"[bold]job {j['id']}[/] {j['name']}  {state(j['state'])}  tenant {j['tenant']}  user {j['user']}")
+    console.print(f"command:   {' '.join(j['command'])}")
+    console.print(f"workdir:   {j['workdir']}")
+    console.print(f"workers:   {j['workers']} x ({j['gpus_per_worker']} GPU, {j['cpus_per_worker']:g} CPU"
+                  f"{', %d MiB' % j['memory_mb_per_worker'] if j['memory_mb_per_worker'] else ''})  priority {j['priority']}")
+    console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
+    if j["allocation"]:
+        for w in j["allocation"]["workers"]:
+            console.print(f"  rank {w['rank']}: node {w['node']} GPUs {w['gpus'] or '-'}")
+    if j["exit_codes"]:
+        console.print("exit codes: " + ", ".join(f"rank {r}: {c}" for r, c in j["exit_codes"].items()))
+    if j["reason"]:
+        console.print(f"reason:    {j['reason']}")
+
+
+@job_app.command("events")
+def job_events(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """What happened to a job and why."""
+    rows = client(url, token).events(job_id)
+    print_json(rows) if as_json else console.print(rows_table(rows, ["at", "kind", "message"]))
+
+
+@app.command()
+def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job ends")] = False,
+         rank: Annotated[Optional[int], typer.Option(help="only this worker (default: all, prefixed)")] = None,
+         url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Print a job's output."""
+    try:
+        stream_logs(client(url, token), job_id, rank, follow)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Stop a job gracefully: SIGTERM, it saves a checkpoint and ends as 'stopped'."""
+    j = client(url, token).stop(job_id)
+    msg = "stopped" if j["state"] == JobState.STOPPED else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
+    console.print(f"job {j['id']}: {msg}")
+
+
+@app.command()
+def resume(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Queue a stopped job again: same id, it continues from its last checkpoint."""
+    j = client(url, token).resume(job_id)
+    console.print(f"job {j['id']}: {state(j['state'])} again; it resumes from its checkpoint")
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list, width: int = 40) -> str:
+    vals = [v for v in values if v is not None][-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - lo) / span * (len(SPARKS) - 1) + 0.5))] for v in vals)
+
+
+def metrics_table(data: dict):
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("METRIC", "STEP", "LAST", "MIN", "MAX", "POINTS", "TREND"):
+        t.add_column(col, no_wrap=True)
+    for name, m in sorted(data["metrics"].items()):
+        vals = [v for _, v in m["series"] if v is not None]
+        last = m["last"][1]
+        t.add_row(name, str(m["last"][0]), "NaN/inf" if last is None else f"{last:.5g}",
+                  f"{min(vals):.4g}" if vals else "-", f"{max(vals):.4g}" if vals else "-", str(m["points"]),
+                  sparkline([v for _, v in m["series"]]))
+    return t
+
+
+@app.command()
+def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until the job ends")] = False,
+            as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Training metrics of a job: last values and sparklines (loss, accuracy, throughput...)."""
+    import time
+
+    c = client(url, token)
+    if as_json:
+        print_json(c.metrics(job_id))
+        return
+    if not follow:
+        console.print(metrics_table(c.metrics(job_id, max_points=80)))
+        return
+    from rich.live import Live
+
+    with Live(metrics_table(c.metrics(job_id, max_points=80)), console=console, refresh_per_second=2) as live:
+        while True:
+            time.sleep(2)
+            live.update(metrics_table(c.metrics(job_id, max_points=80)))
+            if c.job(job_id)["state"] in FINAL_STATES:
+                live.update(metrics_table(c.metrics(job_id, max_points=80)))
+                break
+
+
+@app.command()
+def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Stop a job: SIGTERM to every worker, the grace period, then SIGKILL."""
+    j = client(url, token).cancel(job_id)
+    msg = "cancelled" if j["state"] == JobState.CANCELLED else f"stopping (grace {j['grace_seconds']:g} s)"
+    console.print(f"job {j['id']}: {msg}")

@@ -1,0 +1,39 @@
+"""``deeppod server``: start the control plane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.output import console
+from deeppod.cli.values import parse_memory
+
+app = typer.Typer()
+
+
+@app.command()
+def server(
+    host: Annotated[Optional[str], typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[Optional[int], typer.Option(help="port (default 7447)")] = None,
+    home: Annotated[Optional[Path], typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
+    cpus: Annotated[Optional[int], typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
+    database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
+    hot_dir: Annotated[Optional[Path], typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
+    cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
+) -> None:
+    """Start the control plane: API, scheduler loop and local executor."""
+
+    from deeppod.server import configure_logging, serve
+    from deeppod.settings import Settings
+
+    settings = Settings.from_env().with_overrides(
+        host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
+        memory_mb=parse_memory(memory), database_url=database_url,
+        hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None)
+    configure_logging(settings.log_level)
+    serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))

@@ -1,0 +1,93 @@
+"""Built-in trainers: ``deeppod train image-classifier``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from deeppod.cli.common import TokenOpt, UrlOpt, client
+from deeppod.cli.jobs import follow_job
+from deeppod.cli.output import console
+from deeppod.cli.values import exported_env, parse_workers
+from deeppod.errors import InvalidRequest
+
+app = typer.Typer()
+train_app = typer.Typer(no_args_is_help=True, help="Built-in trainers: no code needed.")
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("image-classifier", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train_image_classifier(
+    ctx: typer.Context,
+    data: Annotated[Optional[Path], typer.Option(help="class-per-folder image directory")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
+    model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...) or small-cnn")] = "resnet18",
+    epochs: int = 10,
+    batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
+    lr: float = 0.1,
+    optimizer: Annotated[str, typer.Option(help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    image_size: Annotated[int, typer.Option(help="input size in pixels (square crops)")] = 224,
+    register: Annotated[Optional[str], typer.Option(
+        help="register the trained model as a new version of model NAME when training ends")] = None,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
+    gpus_per_worker: Annotated[Optional[int], typer.Option(
+        help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
+    name: Optional[str] = None,
+    max_restarts: int = 3,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Train an image classifier on your images; more options (--lr-schedule, --loader-workers,
+    --finetune-from, --scale-rule, --amp, ...: 'python -m deeppod.runtime.trainers.image_classifier
+    --help') pass through to the trainer and are checked before the job is submitted."""
+    if (data is None) == (dataset is None):
+        raise InvalidRequest("give the images with either --dataset NAME[@VERSION] or --data FOLDER")
+    if data is not None and not data.is_dir():
+        raise InvalidRequest(f"--data {data} is not a folder of class folders")
+    source = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
+    args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
+            "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
+            "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
+    _check_trainer_args(args, model)
+    command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args]
+    c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
+    low, high = parse_workers(workers)
+    job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
+                   gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
+                   env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
+                   datasets=[dataset] if dataset else None)
+    console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
+                  f"and 'deeppod metrics {job['id']} -f'")
+    if follow:
+        follow_job(c, job["id"])
+
+
+def _check_trainer_args(args: list[str], model: str) -> None:
+    """Mistakes the trainer would make the job fail on, caught before it is submitted."""
+    import contextlib
+    import io
+
+    from deeppod.runtime.trainers import image_classifier as trainer
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            trainer.parse_args(args)
+    except SystemExit:
+        why = said.getvalue().strip().splitlines()[-1:] or ["invalid options"]
+        raise InvalidRequest(f"the trainer refuses these options: {why[0].removeprefix('image_classifier.py: ')}"
+                             ) from None
+    try:
+        names = trainer.model_names()
+    except ImportError:  # a client without torchvision: the trainer checks it on the cluster
+        return
+    if model not in names:
+        close = [n for n in names if n.startswith(model[:4])][:8]
+        raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use small-cnn or a torchvision "
+                             f"classification model ({', '.join(close or names[:12])}, ...; "
+                             f"{len(names)} in all)")

@@ -1,0 +1,72 @@
+"""Parsing option values: --env, --workers, --memory, --stop-patience, --older-than."""
+
+from __future__ import annotations
+
+import os
+
+from deeppod.errors import InvalidRequest
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def exported_env() -> dict[str, str]:
+    """Like Slurm's default export: the job finds the same programs as your shell
+    (e.g. your virtual environment's python)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    if os.environ.get("VIRTUAL_ENV"):
+        env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
+    return env
+
+
+def parse_workers(value: str) -> tuple[int, int | None]:
+    """'2' -> (2, None); '2:8' -> (2, 8)."""
+    low, sep, high = value.partition(":")
+    try:
+        return int(low), (int(high) if sep else None)
+    except ValueError:
+        raise InvalidRequest(f"--workers {value!r} is not N or MIN:MAX (e.g. 2 or 2:8)") from None
+
+
+def parse_stop_rules(nan_metric: str | None, patience: str | None) -> list[dict]:
+    rules = []
+    if nan_metric:
+        rules.append({"kind": "nan", "metric": nan_metric})
+    if patience:
+        parts = patience.split(":")
+        try:
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("min", "max")):
+                raise ValueError
+            rules.append({"kind": "plateau", "metric": parts[0], "patience": int(parts[1]),
+                          "mode": parts[2] if len(parts) == 3 else "min"})
+        except ValueError:
+            raise InvalidRequest(f"--stop-patience {patience!r} is not METRIC:P or METRIC:P:max") from None
+    return rules
+
+
+def parse_memory(value: str | None) -> int | None:
+    """'512', '512M', '4G' -> MiB."""
+    if value is None:
+        return None
+    v = value.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(v[-1:], None)
+    try:
+        return int(float(v[:-1]) * mult) if mult else int(v)
+    except ValueError:
+        raise InvalidRequest(f"--memory {value!r} is not a size: use e.g. 512M or 4G") from None
+
+
+def parse_age(value: str) -> float:
+    """'30m', '12h', '7d', '90s' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    try:
+        return float(value[:-1]) * units[value[-1]] if value[-1:] in units else float(value)
+    except ValueError:
+        raise InvalidRequest(f"--older-than {value!r} is not an age: use e.g. 30m, 12h or 7d") from None
