@@ -13,6 +13,29 @@ def test_server_settings_from_env(tmp_path):
     assert Settings.from_env({}).port == DEFAULT_PORT != 8265
 
 
+def test_every_field_is_read_from_its_variable_and_defaults_match(tmp_path):
+    from dataclasses import fields
+
+    from deeppod.settings import env_name
+
+    assert Settings.from_env({}) == Settings()  # one default per setting, written once
+    values = {"int": "3", "int | None": "3", "float": "2.5", "str": "x", "str | None": "x",
+              "Path": str(tmp_path), "Path | None": str(tmp_path)}
+    env = {env_name(f.name): values[f.type] for f in fields(Settings)}
+    s = Settings.from_env(env)
+    for f in fields(Settings):
+        assert getattr(s, f.name) != getattr(Settings(), f.name), f"{env_name(f.name)} was not read"
+    assert s.grace_seconds == 2.5 and s.housekeeping_interval == 2.5 and s.hot_dir == tmp_path
+
+
+def test_the_s3_endpoint_is_resolved_with_the_client_settings(tmp_path):
+    env = {"DEEPPOD_CONFIG": str(tmp_path / "none.json"), "DEEPPOD_HOME": str(tmp_path)}
+    assert ClientSettings.resolve(env=env).s3_endpoint is None
+    assert ClientSettings.resolve(env={**env, "AWS_ENDPOINT_URL": "http://aws"}).s3_endpoint == "http://aws"
+    assert ClientSettings.resolve(env={**env, "AWS_ENDPOINT_URL": "http://aws",
+                                       "DEEPPOD_S3_ENDPOINT": "http://minio"}).s3_endpoint == "http://minio"
+
+
 def test_bad_setting_says_what_to_fix():
     with pytest.raises(InvalidRequest, match="DEEPPOD_PORT='abc' is not an integer"):
         Settings.from_env({"DEEPPOD_PORT": "abc"})

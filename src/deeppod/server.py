@@ -86,9 +86,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          PrincipalCache(sessions))
 
 
-def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float = 60.0) -> None:
-    """Once a minute: move idle dataset versions to the cold tier, and remove the folders of
-    jobs past the retention."""
+def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
+    """Every ``interval`` seconds (DEEPPOD_HOUSEKEEPING_INTERVAL): move idle dataset versions
+    to the cold tier, and remove the folders of jobs past the retention."""
     while not stop.wait(interval):
         try:
             moved = datasets.demote_idle(ctx.sessions, ctx.data)
@@ -190,7 +190,8 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
     loop.start()
-    threading.Thread(target=tiering_loop, args=(ctx, stop), name="tiering", daemon=True).start()
+    threading.Thread(target=tiering_loop, args=(ctx, stop, settings.housekeeping_interval), name="tiering",
+                     daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,

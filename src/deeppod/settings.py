@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from deeppod.errors import InvalidRequest
@@ -34,22 +34,39 @@ def _float(env: dict, name: str, default: float) -> float:
         raise InvalidRequest(f"{name}={raw!r} is not a number; set it to a number of seconds or unset it") from None
 
 
-def _path(env: dict, name: str) -> Path | None:
+def _path(env: dict, name: str, default: Path | None) -> Path | None:
     raw = env.get(name)
-    return Path(raw).expanduser().resolve() if raw else None
+    return Path(raw).expanduser().resolve() if raw else default
+
+
+def _str(env: dict, name: str, default: str | None) -> str | None:
+    return env.get(name) or default
+
+
+# How a field's environment variable is read, by the field's type.
+_READERS = {"int": _int, "int | None": _int, "float": _float, "Path": _path, "Path | None": _path,
+            "str": _str, "str | None": _str}
+
+
+def env_name(field_name: str) -> str:
+    """Every setting has one variable: the field's name, upper case, after DEEPPOD_."""
+    return "DEEPPOD_" + field_name.upper()
 
 
 @dataclass(frozen=True)
 class Settings:
-    home: Path = field(default_factory=lambda: Path(DEFAULT_HOME).expanduser())
+    """The server's settings. Each field is read from ``env_name(field)`` by ``from_env``;
+    its default is written here once."""
+
+    home: Path = field(default_factory=lambda: Path(DEFAULT_HOME).expanduser().resolve())
     database_url: str | None = None  # None: SQLite file under home
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     gpus: int | None = None  # logical GPU slots; None: probe NVML, else 0
     cpus: int | None = None  # None: os.cpu_count()
     memory_mb: int | None = None  # None: physical memory
-    grace_seconds: float = 30.0
-    reconcile_interval: float = 0.5
+    grace_seconds: float = 30.0  # SIGTERM to SIGKILL, for jobs and serving replicas that do not say
+    reconcile_interval: float = 0.5  # seconds between rounds of the job and deployment controllers
     max_body_bytes: int = 1 << 20
     log_level: str = "INFO"
     # scheduler
@@ -63,9 +80,10 @@ class Settings:
     data_max_ingest_bytes: int = 64 << 30
     data_cold_after_seconds: float = 30 * 86400.0  # versions unused this long move to cold
     # serving
-    predict_max_bytes: int = 16 << 20  # one predict request's body
+    predict_max_bytes: int = 16 << 20  # one predict request's body, at the router and at each replica
     # finished jobs' folders are removed this many days after they ended (0: kept); stopped jobs keep theirs
     job_retention_days: float = 30.0
+    housekeeping_interval: float = 60.0  # seconds between tiering and retention rounds
 
     @property
     def hot_root(self) -> Path:
@@ -97,29 +115,13 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
         env = dict(os.environ if env is None else env)
-        return cls(
-            home=Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser().resolve(),
-            database_url=env.get("DEEPPOD_DATABASE_URL") or None,
-            host=env.get("DEEPPOD_HOST") or "127.0.0.1",
-            port=_int(env, "DEEPPOD_PORT", DEFAULT_PORT),
-            gpus=_int(env, "DEEPPOD_GPUS", None),
-            cpus=_int(env, "DEEPPOD_CPUS", None),
-            memory_mb=_int(env, "DEEPPOD_MEMORY_MB", None),
-            grace_seconds=_float(env, "DEEPPOD_GRACE_SECONDS", 30.0),
-            reconcile_interval=_float(env, "DEEPPOD_RECONCILE_INTERVAL", 0.5),
-            max_body_bytes=_int(env, "DEEPPOD_MAX_BODY_BYTES", 1 << 20),
-            log_level=env.get("DEEPPOD_LOG_LEVEL") or "INFO",
-            aging_seconds=_float(env, "DEEPPOD_AGING_SECONDS", 600.0),
-            reserve_after_seconds=_float(env, "DEEPPOD_RESERVE_AFTER_SECONDS", 300.0),
-            resize_after_seconds=_float(env, "DEEPPOD_RESIZE_AFTER_SECONDS", 900.0),
-            hot_dir=_path(env, "DEEPPOD_HOT_DIR"),
-            cold_dir=_path(env, "DEEPPOD_COLD_DIR"),
-            data_max_file_bytes=_int(env, "DEEPPOD_DATA_MAX_FILE_BYTES", 256 << 20),
-            data_max_ingest_bytes=_int(env, "DEEPPOD_DATA_MAX_INGEST_BYTES", 64 << 30),
-            data_cold_after_seconds=_float(env, "DEEPPOD_DATA_COLD_AFTER_SECONDS", 30 * 86400.0),
-            predict_max_bytes=_int(env, "DEEPPOD_PREDICT_MAX_BYTES", 16 << 20),
-            job_retention_days=_float(env, "DEEPPOD_JOB_RETENTION_DAYS", 30.0),
-        )
+        defaults = cls()
+        return cls(**{f.name: _READERS[f.type](env, env_name(f.name), getattr(defaults, f.name)) for f in fields(cls)})
+
+
+def default(name: str):
+    """A setting's default, for code outside the server that takes the same value (a replica)."""
+    return getattr(Settings(), name)
 
 
 SERVER_FILE = "server.json"  # in DEEPPOD_HOME while a server runs: {"url", "pid"}
@@ -138,6 +140,7 @@ class ClientSettings:
 
     url: str
     token: str | None
+    s3_endpoint: str | None = None  # for s3:// ingest sources: DEEPPOD_S3_ENDPOINT, else AWS_ENDPOINT_URL
 
     @classmethod
     def resolve(cls, url: str | None = None, token: str | None = None, env: dict | None = None) -> "ClientSettings":
@@ -161,7 +164,7 @@ class ClientSettings:
             if local.exists() and (url is None or _is_loopback(url)):
                 token = local.read_text().strip() or None
         return cls(url=(url or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}").rstrip("/"),
-                   token=token)
+                   token=token, s3_endpoint=env.get("DEEPPOD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None)
 
 
 def _local_server(env: dict) -> tuple[Path, str | None]:

@@ -22,20 +22,27 @@ def deployed(sessions, tmp_path):
     return sessions, tmp_path / "models"
 
 
-def replica_commands(sessions) -> list[list[str]]:
+def replica_jobs(sessions) -> list[Job]:
     with sessions() as s:
-        return [j.command for j in s.query(Job).filter(Job.kind == "serve")]
+        return list(s.query(Job).filter(Job.kind == "serve"))
 
 
-def test_replicas_take_the_predict_body_limit_the_router_has(deployed):
+def test_replicas_take_the_predict_body_limit_and_the_grace_the_server_has(deployed):
     sessions, models = deployed
     DeploymentController(sessions, Router(), models_root=models, health=lambda url: False,
-                         max_body_bytes=64 << 20).tick()
-    commands = replica_commands(sessions)
-    assert len(commands) == 2
-    for cmd in commands:
-        args = replica.parse_args(cmd[cmd.index("deeppod.serve.replica") + 1:])
+                         default_grace=7.0, max_body_bytes=64 << 20).tick()
+    replicas = replica_jobs(sessions)
+    assert len(replicas) == 2
+    for job in replicas:
+        args = replica.parse_args(job.command[job.command.index("deeppod.serve.replica") + 1:])
         assert args.max_body_bytes == 64 << 20
+        assert job.grace_seconds == 7.0  # DEEPPOD_GRACE_SECONDS, not a number of its own
+
+
+def test_a_replica_started_by_hand_takes_the_servers_default_limit():
+    from deeppod.settings import Settings
+
+    assert replica.parse_args(["--model-dir", "m"]).max_body_bytes == Settings().predict_max_bytes
 
 
 def test_the_server_wires_DEEPPOD_PREDICT_MAX_BYTES_to_the_controller(tmp_path):

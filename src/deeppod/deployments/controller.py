@@ -33,9 +33,8 @@ def http_health(url: str) -> bool:
 
 class DeploymentController:
     def __init__(self, sessions: sessionmaker[Session], router: Router, *, models_root: Path,
-                 default_grace: float = 30.0, health: Callable[[str], bool] = http_health,
-                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0,
-                 max_body_bytes: int = 16 << 20):
+                 default_grace: float, max_body_bytes: int, health: Callable[[str], bool] = http_health,
+                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0):
         self.sessions, self.router, self.models_root = sessions, router, models_root
         self.default_grace, self.health, self.clock, self.drain_seconds = default_grace, health, clock, drain_seconds
         self.max_body_bytes = max_body_bytes  # the router's limit (DEEPPOD_PREDICT_MAX_BYTES): replicas take the same

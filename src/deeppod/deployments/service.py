@@ -152,7 +152,7 @@ def owner(session: Session, dep: Deployment) -> Principal:
 
 
 def start_replica(session: Session, dep: Deployment, *, models_root: Path, default_grace: float,
-                  max_body_bytes: int = 16 << 20) -> Job:
+                  max_body_bytes: int) -> Job:
     version = session.get(ModelVersion, dep.version_id)
     model = session.get(Model, dep.model_id)
     command = [sys.executable, "-m", "deeppod.serve.replica", "--model-dir", str(models_root / version.key),
@@ -161,7 +161,7 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
     job = jobs.submit(session, owner(session, dep), jobs.JobRequest(
         command=command, workdir=str(models_root), name=f"serve-{dep.name}-{model.name}-v{version.version}",
         gpus_per_worker=dep.gpus_per_replica, cpus_per_worker=dep.cpus_per_replica, preemptible=False,
-        max_restarts=MAX_RESTARTS, priority=100, grace_seconds=30.0), default_grace=default_grace)
+        max_restarts=MAX_RESTARTS, priority=100), default_grace=default_grace)
     job.kind, job.deployment_id, job.model_version_id = "serve", dep.id, version.id
     return job
 

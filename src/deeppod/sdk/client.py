@@ -23,6 +23,7 @@ class Client:
         cfg = ClientSettings.resolve(url, token)
         self.url = cfg.url
         self.token = cfg.token
+        self.s3_endpoint = cfg.s3_endpoint
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -59,7 +60,7 @@ class Client:
 
         from deeppod.sdk.sources import open_source
 
-        src = open_source(source, s3_endpoint=s3_endpoint, s3_key_id=s3_key_id, s3_secret=s3_secret)
+        src = open_source(source, s3_endpoint=s3_endpoint or self.s3_endpoint, s3_key_id=s3_key_id, s3_secret=s3_secret)
         params = {"source": src.description}
         if policy:
             params["policy"] = json.dumps(policy)

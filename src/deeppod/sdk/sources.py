@@ -122,7 +122,7 @@ def _s3(url: str, endpoint: str | None, key_id: str | None, secret: str | None) 
     bucket, _, prefix = url[len("s3://"):].partition("/")
     if not bucket:
         raise InvalidRequest(f"{url}: write s3://BUCKET/PREFIX")
-    kw = {"endpoint_url": endpoint or os.environ.get("DEEPPOD_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")}
+    kw = {"endpoint_url": endpoint}  # the client resolves DEEPPOD_S3_ENDPOINT (settings.ClientSettings)
     if key_id or secret:
         kw.update(aws_access_key_id=key_id, aws_secret_access_key=secret)
     s3 = boto3.client("s3", **{k: v for k, v in kw.items() if v})

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from deeppod import settings
 from deeppod.contract import ENV_API_URL, ENV_JOB_ID
 from deeppod.errors import DeepPodError
 from deeppod.runtime import inference
@@ -138,7 +139,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--version", type=int, default=None)
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
-    p.add_argument("--max-body-bytes", type=int, default=16 << 20)
+    p.add_argument("--max-body-bytes", type=int, default=settings.default("predict_max_bytes"))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: any free port (the control plane is told which)")
     p.add_argument("--decode-threads", type=int, default=2)
