@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import struct
 from enum import StrEnum
 
@@ -73,6 +74,13 @@ def reserved(name: str) -> bool:
 def dataset_env_key(name: str) -> str:
     """The variable that carries a staged dataset's folder: digits-v2@3 -> DEEPPOD_DATA_DIGITS_V2."""
     return DATA_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now: the MASTER_PORT of a run."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def base_environment(server_env: dict[str, str]) -> dict[str, str]:

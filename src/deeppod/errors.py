@@ -74,6 +74,22 @@ class ExecutorError(DeepPodError):
     status = 500
 
 
+class BadInput(InvalidRequest):
+    """A predict request's input cannot be fed to the model; the message says what was expected."""
+
+    code = "bad_input"
+
+
+class NoReplica(Unavailable):
+    """No replica of a deployment can take the request (code ``unavailable``, HTTP 503)."""
+
+
+class MoveFailed(DeepPodError):
+    """A dataset version could not be moved between storage tiers."""
+
+    code = "move_failed"
+
+
 _BY_STATUS = {cls.status: cls for cls in (InvalidRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge,
                                           UnsupportedMediaType, Unavailable)}
 

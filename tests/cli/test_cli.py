@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import free_port
+from deeppod.contract import free_port
 
 
 @pytest.fixture

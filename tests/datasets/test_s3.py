@@ -4,7 +4,7 @@
 import pytest
 
 from tests.datasets.images import image_bytes
-from tests.helpers import free_port
+from deeppod.contract import free_port
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")

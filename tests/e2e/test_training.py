@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 
 from deeppod import Client
+from deeppod.contract import EXIT_RESUME, free_port, worker_env
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
-from deeppod.contract import worker_env
-from deeppod.jobs.controller import free_port
-from deeppod.runtime.stop import EXIT_RESUME
 from deeppod.runtime.trainers.digits import write_digits
 from tests.e2e.datasets import digits_version
 from tests.helpers import wait_until

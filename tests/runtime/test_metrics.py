@@ -10,7 +10,7 @@ import torch
 
 from deeppod.runtime.metrics import Reporter, histogram
 from deeppod.runtime.tensorboard import read_records
-from tests.helpers import free_port
+from deeppod.contract import free_port
 
 
 class Sink:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from deeppod.runtime import inference
-from deeppod.runtime.inference import BadInput
+from deeppod.errors import BadInput
 from deeppod.serve import inputs
 from deeppod.serve.metrics import ReplicaMetrics, merge
 

@@ -15,7 +15,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from deeppod.bench.train import free_port
+from deeppod.contract import free_port
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

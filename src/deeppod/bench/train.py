@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from deeppod.contract import free_port
 
 
 def run_workers(workers: int, args: list[str], module: str = "deeppod.bench.train_worker",

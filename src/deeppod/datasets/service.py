@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import threading
 import uuid
@@ -15,17 +14,17 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod import refs
 from deeppod.auth.service import Principal, check_name
+from deeppod.contract import ACTIVE_STATES, dataset_env_key
 from deeppod.datasets import catalog, ingest, tiers as tiermod
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy
 from deeppod.datasets.tiers import Tiers
-from deeppod.contract import ACTIVE_STATES, dataset_env_key
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant, utcnow
 
 log = logging.getLogger(__name__)
-REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<version>\d+|latest))?$")
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,12 @@ class Ref:
 
 
 def parse_ref(ref: str) -> Ref:
-    m = REF_RE.match(ref or "")
-    if not m:
-        raise InvalidRequest(f"dataset {ref!r}: write NAME, NAME@VERSION or TENANT/NAME@VERSION (e.g. digits@2)")
-    v = m.group("version")
-    return Ref(m.group("owner"), m.group("name"), None if v in (None, "latest") else int(v))
+    """A dataset reference: its selector, if any, is a version number or 'latest'."""
+    how = "NAME, NAME@VERSION or TENANT/NAME@VERSION (e.g. digits@2)"
+    r = refs.parse_ref(ref, how)
+    if r.selector not in (None, "latest") and not r.selector.isdigit():
+        raise InvalidRequest(f"dataset {ref!r}: the version must be a number or 'latest'; write {how}")
+    return Ref(r.owner, r.name, None if r.selector in (None, "latest") else int(r.selector))
 
 
 # -- lookups -----------------------------------------------------------------------------

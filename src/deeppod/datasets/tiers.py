@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from deeppod.datasets.shards import verify_checksums
-from deeppod.errors import DeepPodError
+from deeppod.errors import MoveFailed
 
 log = logging.getLogger(__name__)
 TIERS = ("hot", "cold")
@@ -41,11 +41,6 @@ class Tiers:
     @property
     def objects(self) -> Path:
         return self.cold / "objects"  # the archival copy lives on the capacity tier
-
-
-class MoveFailed(DeepPodError):
-    code = "move_failed"
-    status = 500
 
 
 def _copy(src: Path, dst: Path, on_file: Callable[[Path], None] | None) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from deeppod.errors import Unavailable
+from deeppod.errors import NoReplica
 from deeppod.serve.metrics import LATENCY_BUCKETS, Counter, Histogram, merge
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,6 @@ class Route:
     model: str
     targets: tuple[Target, ...] = ()
     state: str = "deploying"
-
-
-class NoReplica(Unavailable):
-    """No replica can take the request: the API answers 503."""
 
 
 @dataclass

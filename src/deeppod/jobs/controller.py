@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +23,8 @@ from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.cluster.service import NodeUsage, usage_of
-from deeppod.contract import EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, worker_env
+from deeppod.contract import (EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, free_port,
+                              worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
@@ -33,12 +33,6 @@ from deeppod.store.models import Job, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 MAX_RESUMES = 100  # a job that keeps asking to be resumed is stopped at some point
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str]:

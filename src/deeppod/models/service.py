@@ -7,40 +7,31 @@ import logging
 import re
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from deeppod import refs
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import artifacts
 from deeppod.models.compare import Figures, verdict
+from deeppod.refs import Ref
 from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion,
                                   Tenant, User)
 
 log = logging.getLogger(__name__)
-REF_RE = re.compile(r"^(?:(?P<owner>[a-z0-9][a-z0-9._-]*)/)?(?P<name>[^@/]+)(?:@(?P<sel>[^@/]+))?$")
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
 CHAMPION, CHALLENGER = "champion", "challenger"
 EVALUATION_FILE = "evaluation.json"
 
 
-@dataclass(frozen=True)
-class Ref:
-    owner: str | None
-    name: str
-    selector: str | None  # a version number, an alias, "latest" or None (latest)
-
-
 def parse_ref(ref: str) -> Ref:
-    m = REF_RE.match(ref or "")
-    if not m:
-        raise InvalidRequest(f"model {ref!r}: write NAME, NAME@VERSION or NAME@ALIAS (e.g. digits@3, digits@champion)")
-    return Ref(m.group("owner"), m.group("name"), m.group("sel"))
+    """A model reference: its selector is a version number, an alias, 'latest' or None (latest)."""
+    return refs.parse_ref(ref, "NAME, NAME@VERSION or NAME@ALIAS (e.g. digits@3, digits@champion)")
 
 
 def check_alias(alias: str) -> str:

@@ -9,15 +9,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from deeppod.errors import InvalidRequest
+from deeppod.errors import BadInput
 
 MAX_PIXELS = 50_000_000  # a bigger image is refused before it is decoded
-
-
-class BadInput(InvalidRequest):
-    """The request's input cannot be fed to the model; the message says what was expected."""
-
-    code = "bad_input"
 
 
 @dataclass

@@ -8,8 +8,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from deeppod.errors import TooLarge, UnsupportedMediaType
-from deeppod.runtime.inference import BadInput
+from deeppod.errors import BadInput, TooLarge, UnsupportedMediaType
 
 MAX_ITEMS = 256  # images or tensors in one request
 DEFAULT_TOP_K = 5

@@ -25,9 +25,8 @@ from starlette.routing import Route
 
 from deeppod import settings
 from deeppod.contract import ENV_API_URL, ENV_JOB_ID
-from deeppod.errors import DeepPodError
+from deeppod.errors import BadInput, DeepPodError
 from deeppod.runtime import inference
-from deeppod.runtime.inference import BadInput
 from deeppod.serve import inputs
 from deeppod.serve.batcher import Batcher
 from deeppod.serve.metrics import ReplicaMetrics
