@@ -96,6 +96,7 @@ def versions(session: Session, ds: Dataset) -> list[DatasetVersion]:
 
 
 def owner_name(session: Session, ds: Dataset) -> str:
+    """Its owner: the tenant (as for models and in TENANT/NAME references)."""
     return session.get(Tenant, ds.tenant_id).name
 
 

@@ -160,8 +160,9 @@ def list_models(session: Session, principal: Principal) -> list[tuple[Model, lis
     return [(m, versions(session, m)) for m in session.scalars(q)]
 
 
-def owner_name(session: Session, model: Model) -> str:
-    return session.get(User, model.created_by).name
+def owner_names(session: Session, model: Model) -> tuple[str, str]:
+    """Its owner (the tenant, as for datasets and in TENANT/NAME references) and the user who created it."""
+    return session.get(Tenant, model.tenant_id).name, session.get(User, model.created_by).name
 
 
 def evaluations(session: Session, model: Model, job_id: int | None = None) -> list[ModelEvaluation]:

@@ -12,7 +12,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 
 def _show(session, principal, name: str) -> ModelOut:
     model = service.get_model(session, principal, name)
-    return model_out(model, service.owner_name(session, model), service.versions(session, model),
+    return model_out(model, service.owner_names(session, model), service.versions(session, model),
                      service.evaluations(session, model))
 
 
@@ -34,7 +34,7 @@ def remove(ref: str, request: Request, session: SessionDep, principal: Principal
 
 @router.get("", response_model=list[ModelOut])
 def list_models(session: SessionDep, principal: PrincipalDep) -> list[ModelOut]:
-    return [model_out(m, service.owner_name(session, m), vs) for m, vs in service.list_models(session, principal)]
+    return [model_out(m, service.owner_names(session, m), vs) for m, vs in service.list_models(session, principal)]
 
 
 @router.get("/{name}", response_model=ModelOut)

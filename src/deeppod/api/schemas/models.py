@@ -55,7 +55,8 @@ class VersionOut(Out):
 
 class ModelOut(Out):
     name: str
-    owner: str
+    owner: str  # the tenant, as for datasets
+    created_by: str  # the user who registered its first version
     description: str
     aliases: dict[str, int]
     versions: list[VersionOut]
@@ -89,9 +90,9 @@ def evaluation_out(e, number: int) -> EvaluationOut:
                          per_class=e.per_class, created_at=e.created_at)
 
 
-def model_out(model, owner: str, versions, evaluations=()) -> ModelOut:
+def model_out(model, owners: tuple[str, str], versions, evaluations=()) -> ModelOut:
     numbers = {v.id: v.version for v in versions}
-    return ModelOut(name=model.name, owner=owner, description=model.description, aliases=model.aliases,
+    return ModelOut(name=model.name, owner=owners[0], created_by=owners[1], description=model.description, aliases=model.aliases,
                     versions=[version_out(model, v) for v in versions],
                     evaluations=[evaluation_out(e, numbers.get(e.version_id, 0)) for e in evaluations],
                     created_at=model.created_at)
