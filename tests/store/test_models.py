@@ -8,14 +8,19 @@ from deeppod.contract import HOLDING_STATES, JobState
 from deeppod.store.models import Job, JobEvent, Tenant, User
 
 
+def owner(s) -> tuple[Tenant, User]:
+    t = Tenant(name="t")
+    s.add(t)
+    s.flush()
+    u = User(name="u", tenant_id=t.id)
+    s.add(u)
+    s.flush()
+    return t, u
+
+
 def test_job_round_trip_keeps_json_and_utc(sessions):
     with sessions.begin() as s:
-        t = Tenant(name="t")
-        s.add(t)
-        s.flush()
-        u = User(name="u", tenant_id=t.id)
-        s.add(u)
-        s.flush()
+        t, u = owner(s)
         job = Job(name="j", tenant_id=t.id, user_id=u.id, command=["python", "-c", "print(1)"], workdir="/tmp",
                   env={"A": "1"}, allocation={"workers": [{"rank": 0, "gpus": [1, 2]}]})
         s.add(job)
@@ -36,12 +41,7 @@ def test_job_round_trip_keeps_json_and_utc(sessions):
 
 def test_job_states_filter_as_plain_values(sessions):
     with sessions.begin() as s:
-        t = Tenant(name="t")
-        s.add(t)
-        s.flush()
-        u = User(name="u", tenant_id=t.id)
-        s.add(u)
-        s.flush()
+        t, u = owner(s)
         for state in JobState:
             s.add(Job(name=str(state), tenant_id=t.id, user_id=u.id, state=state, command=["x"], workdir="/"))
     with sessions() as s:
