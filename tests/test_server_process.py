@@ -1,7 +1,15 @@
 """The server process itself: it tells local clients where it is, and cleans up when stopped."""
 
 import json
+import os
 import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.helpers import wait_until
 
 
 def test_the_server_announces_itself_and_forgets_on_sigterm(fresh_server):
@@ -15,3 +23,29 @@ def test_the_server_announces_itself_and_forgets_on_sigterm(fresh_server):
     assert code in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
     assert not (fresh_server.home / "server.json").exists()
     assert not (fresh_server.home / "local-server.json").exists()
+
+
+@pytest.mark.slow
+def test_port_0_picks_a_free_port_and_announces_the_real_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"DEEPPOD_HOME": str(tmp_path / "home"), "DEEPPOD_CONFIG": str(tmp_path / "client.json")})
+    proc = subprocess.Popen([sys.executable, "-m", "deeppod.cli", "server", "--port", "0", "--gpus", "1"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        announced = tmp_path / "home" / "server.json"
+        wait_until(announced.exists, 60, what="the server to announce itself")
+        url = json.loads(announced.read_text())["url"]
+        assert not url.endswith(":0")
+        wait_until(lambda: _answers(url), 60, what="the server to answer at the announced URL")
+        found = subprocess.run([sys.executable, "-m", "deeppod.cli", "nodes"], env=env, capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -18,6 +18,7 @@ from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
+from deeppod.contract import free_port
 from deeppod.cluster.service import register_node
 from deeppod.datasets import service as datasets
 from deeppod.datasets.ingest import Limits
@@ -177,6 +178,8 @@ def serve(settings: Settings, *, echo=print) -> None:
     from deeppod.api.app import create_app
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
+    if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
+        settings = replace(settings, port=free_port(settings.host))
     _check_port_free(settings.host, settings.port)
     ctx = build(settings)
     secret = bootstrap_admin(ctx)
