@@ -18,7 +18,7 @@ from tests.helpers import LiveServer
 # Tests that start real servers or processes are 'slow' (deselect with -m "not slow"): by
 # the fixtures they use or the folder they live in, so a new one cannot forget the mark.
 SLOW_FIXTURES = {"live_server", "fresh_server", "cli"}
-SLOW_PATHS = ("tests/e2e/", "tests/executor/test_local.py", "tests/cli/test_cli.py")
+SLOW_PATHS = ("tests/e2e/", "tests/executor/test_local.py", "tests/executor/test_sandbox.py", "tests/cli/test_cli.py")
 
 
 def pytest_collection_modifyitems(config, items):

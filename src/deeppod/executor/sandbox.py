@@ -1,0 +1,216 @@
+"""Run one worker in a sandbox as its tenant's OS identity:
+``python -m deeppod.executor.sandbox JOB_DIR RANK`` (started as root by the supervisor).
+
+The worker gets a PID namespace of its own (other jobs' processes are invisible and cannot
+be signalled), an IPC namespace, and a mount namespace whose root is a fresh tmpfs holding
+only: the system's programs and libraries read-only (/usr, /etc, ...), the Python
+environment read-only, the binds the job was given (its workdir and job folders read-write,
+its datasets read-only), a private /tmp and /dev/shm, and a minimal /dev. Then it drops to
+the tenant's uid and gid with no supplementary groups, no capabilities and no_new_privs.
+
+Three processes: this one (outside, what the supervisor signals and waits for), an init
+(PID 1 inside: builds the mounts, forwards signals, reaps) and the command (PID 2, the
+tenant's identity). SIGTERM and SIGINT reach the command; the command's exit code, or the
+signal that killed it, is this process's.
+
+Standard library only (ctypes for the system calls Python 3.11 lacks).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+# what every sandbox sees of the host, read-only
+SYSTEM = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def _prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), "prctl")
+
+
+def supported() -> str | None:
+    """None when this process can build sandboxes (root, namespaces allowed); else why not."""
+    if os.geteuid() != 0:
+        return "the server does not run as root, so it cannot switch jobs to other OS identities"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # try in a child: namespaces, once entered, cannot be left
+        os.close(r)
+        try:
+            _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            os.write(w, b"ok")
+        except OSError as exc:
+            os.write(w, str(exc).encode())
+        os._exit(0)
+    os.close(w)
+    said = os.read(r, 4096).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    return None if said == "ok" else f"namespaces are not available here ({said})"
+
+
+def _bind(src: str, dst: str, writable: bool) -> None:
+    if os.path.isdir(src):
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "a").close()
+    _mount(src, dst, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
+    _mount(None, dst, None, flags)
+
+
+def _build_root(root: str, sb: dict) -> None:
+    """The sandbox's file system under ``root`` (in this process's own mount namespace)."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for path in SYSTEM:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.isdir(path):
+            _bind(path, root + path, False)
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
+    os.makedirs(root + "/dev", exist_ok=True)
+    _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755")
+    devices = list(DEVICES) + [d for d in os.listdir("/dev") if d.startswith("nvidia")]  # the node's GPUs
+    for dev in devices:
+        if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
+            _bind("/dev/" + dev, f"{root}/dev/{dev}", True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for tmp in ("/tmp", "/dev/shm"):  # private: PyTorch's DataLoader shares tensors through /dev/shm
+        os.makedirs(root + tmp, exist_ok=True)
+        _mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    # last, so that a bind under /tmp (a workdir there) lands on top of the private /tmp
+    for path in sb.get("python", []):
+        if os.path.exists(path):
+            _bind(path, root + path, False)
+    for src, dst, writable in sb.get("binds", []):
+        _bind(src, root + dst, bool(writable))
+
+
+def _command(sb: dict, command: list[str], env: dict[str, str]) -> None:
+    """In the sandbox, as the tenant: never returns."""
+    step = "switch to the tenant's identity"
+    try:
+        os.setgroups([])
+        os.setgid(int(sb["gid"]))
+        os.setuid(int(sb["uid"]))  # from root to another uid: every capability goes
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        step = f"enter the working directory {sb['workdir']}"
+        os.chdir(sb["workdir"])
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        step = f"start {command[0]!r}"
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        sys.stderr.write(f"deeppod sandbox: cannot {step}: {exc.strerror}\n")
+    os._exit(127)
+
+
+def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: int) -> None:
+    """PID 1 of the sandbox: build it, start the command, pass signals on, reap; never returns."""
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outside process died: so do we, and the namespace
+        _unshare(CLONE_NEWNS | CLONE_NEWIPC)
+        _build_root(root, sb)
+        os.chroot(root)
+        os.chdir("/")
+    except OSError as exc:
+        sys.stderr.write(f"deeppod sandbox: cannot build the sandbox: {exc}\n")
+        os.write(report, b"exit 126")
+        os._exit(0)
+    child = os.fork()
+    if child == 0:
+        _command(sb, command, env)
+    for sig in FORWARDED:
+        signal.signal(sig, lambda s, _f: os.kill(child, s))
+    status = None
+    while status is None:
+        try:
+            pid, st = os.wait()
+        except ChildProcessError:
+            break
+        if pid == child:
+            status = st
+    if status is None:
+        os.write(report, b"exit 1")
+    elif os.WIFSIGNALED(status):
+        os.write(report, f"signal {os.WTERMSIG(status)}".encode())
+    else:
+        os.write(report, f"exit {os.WEXITSTATUS(status)}".encode())
+    os._exit(0)  # the kernel now kills whatever the command left in the namespace
+
+
+def run(sb: dict, command: list[str], env: dict[str, str]) -> int:
+    """Run ``command`` in a sandbox described by ``sb`` (uid, gid, workdir, python, binds);
+    return its exit code, or -N if signal N killed it."""
+    root = tempfile.mkdtemp(prefix="deeppod-sandbox-")
+    r, w = os.pipe()
+    try:
+        _unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
+        init = os.fork()
+        if init == 0:
+            os.close(r)
+            _init(sb, command, env, root, w)
+        os.close(w)
+        for sig in FORWARDED:
+            signal.signal(sig, lambda s, _f: os.kill(init, s))
+        os.waitpid(init, 0)
+        said = os.read(r, 64).decode().split()
+    finally:
+        os.close(r)
+        os.rmdir(root)
+    if said and said[0] == "signal":
+        return -int(said[1])
+    return int(said[1]) if len(said) == 2 else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK", file=sys.stderr)
+        return 2
+    spec = json.loads((Path(argv[1]) / "spec.json").read_text())
+    worker = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))
+    code = run(spec["sandbox"], spec["command"], worker["env"])
+    if code < 0:  # die the way the command died, so the supervisor reports the signal
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught anyway
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

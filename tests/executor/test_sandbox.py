@@ -1,0 +1,109 @@
+"""The worker sandbox, for real: namespaces, another OS identity, only the binds it was given.
+Needs root (CI runs as root); skipped where the server could not isolate either."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from deeppod.executor import sandbox
+
+pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
+NOBODY = 65534
+PYTHON = sorted({sys.prefix, sys.base_prefix, *[p for p in sys.path if p and os.path.isdir(p)]})
+
+
+def spec(work, uid=NOBODY, binds=()):
+    return {"uid": uid, "gid": uid, "workdir": str(work), "python": PYTHON,
+            "binds": [[str(work), str(work), True], *binds]}
+
+
+def workdir(tmp_path, name="work"):
+    d = tmp_path / name
+    d.mkdir()
+    os.chown(d, NOBODY, NOBODY)
+    return d
+
+
+def in_sandbox(tmp_path, code: str, **kw):
+    """Run ``code`` in a sandbox through the module's command line, as the supervisor does."""
+    work = workdir(tmp_path)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "spec.json").write_text(__import__("json").dumps({
+        "command": [sys.executable, "-c", code], "sandbox": spec(work, **kw),
+        "workers": [{"rank": 0, "env": {"PATH": "/usr/bin:/bin"}}]}))
+    return subprocess.Popen([sys.executable, "-m", "deeppod.executor.sandbox", str(job), "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_it_runs_as_the_given_identity_and_sees_only_its_binds(tmp_path):
+    secret = tmp_path / "server-home"
+    secret.mkdir()
+    (secret / "admin.token").write_text("dp_admin")
+    p = in_sandbox(tmp_path, f"""
+import os
+print(os.getuid(), os.getgid(), os.getgroups())
+print(sorted(int(x) for x in os.listdir('/proc') if x.isdigit()))
+print(os.path.exists({str(secret)!r}), os.path.exists({str(tmp_path / 'job' / 'spec.json')!r}))
+open('written', 'w').write('ok')
+""")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    uid, procs, seen = out.splitlines()[:3]
+    assert uid == f"{NOBODY} {NOBODY} []"
+    assert procs == "[1, 2]"  # its init and itself: no other process on the host is visible
+    assert seen == "False False"  # the server's home, its job spec (and all not bound) are not there
+    assert (tmp_path / "work" / "written").stat().st_uid == NOBODY
+
+
+def test_sigterm_reaches_the_command_and_its_exit_code_comes_back(tmp_path):
+    p = in_sandbox(tmp_path, """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: (print('checkpointed', flush=True), sys.exit(75)))
+print('ready', flush=True)
+time.sleep(60)
+""")
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 75 and "checkpointed" in out
+
+
+def test_a_command_killed_by_a_signal_is_reported_as_killed(tmp_path):
+    p = in_sandbox(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+
+
+def test_it_cannot_signal_processes_outside_or_read_another_sandboxes_folder(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"])
+    other = workdir(tmp_path, "other-tenant")
+    (other / "checkpoint.pt").write_text("weights")
+    os.chmod(other, 0o700)
+    try:
+        p = in_sandbox(tmp_path, f"""
+import os
+try:
+    os.kill({victim.pid}, 9); print('killed')
+except ProcessLookupError:
+    print('no such process')
+print(os.path.exists({str(other)!r}))
+""", uid=NOBODY - 1)
+        out, _ = p.communicate(timeout=60)
+        assert out.split() == ["no", "such", "process", "False"], out
+        time.sleep(0.2)
+        assert victim.poll() is None  # still running
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_missing_workdir_says_so(tmp_path):
+    p = in_sandbox(tmp_path, "print(1)", binds=())
+    os.rmdir(tmp_path / "work")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode in (126, 127) and "deeppod sandbox: cannot" in out
