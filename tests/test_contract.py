@@ -55,8 +55,10 @@ def test_user_thread_setting_wins():
 
 
 def test_server_settings_do_not_leak_into_jobs():
-    base = base_environment({"PATH": "/bin", "DEEPPOD_DATABASE_URL": "postgresql://secret", "HOME": "/root"})
-    assert base == {"PATH": "/bin", "HOME": "/root"}
+    base = base_environment({"PATH": "/bin", "DEEPPOD_DATABASE_URL": "postgresql://secret", "HOME": "/root",
+                             "AWS_SECRET_ACCESS_KEY": "s3cr3t", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO",
+                             "PYTEST_CURRENT_TEST": "x"})
+    assert base == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO"}  # an allow-list
     assert reserved("RANK") and reserved("DEEPPOD_TOKEN") and not reserved("MY_VAR")
 
 

@@ -62,8 +62,11 @@ ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 RESERVED_PREFIX = "DEEPPOD_"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Server-side variables that must not leak into user jobs.
-_SERVER_ONLY = re.compile(r"^(DEEPPOD_|PYTEST_)")
+# What a worker inherits from the server's environment: the programs' search path, the
+# locale, the Python environment and the GPU stack's settings. Nothing else: the server's
+# own variables (secrets, cloud keys, DEEPPOD_*) stay the server's.
+_INHERITED = re.compile(r"^(PATH|HOME|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|PYTHONPATH|VIRTUAL_ENV|LD_LIBRARY_PATH"
+                        r"|CUDA_HOME|NCCL_[A-Z_]+|NVIDIA_[A-Z_]+)$")
 
 
 def reserved(name: str) -> bool:
@@ -85,7 +88,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def base_environment(server_env: dict[str, str]) -> dict[str, str]:
     """What a worker inherits from the host before the job's own variables."""
-    return {k: v for k, v in server_env.items() if not _SERVER_ONLY.match(k)}
+    return {k: v for k, v in server_env.items() if _INHERITED.match(k)}
 
 
 def worker_env(

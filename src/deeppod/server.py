@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,11 +16,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.cache import PrincipalCache
+from deeppod.auth.identities import Identities, SystemIdentities
+from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
-from deeppod.contract import free_port
 from deeppod.cluster.service import register_node
+from deeppod.contract import free_port
 from deeppod.datasets import service as datasets
 from deeppod.datasets.ingest import Limits
 from deeppod.datasets.tiers import Tiers
@@ -27,11 +30,11 @@ from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs import retention
-from deeppod.jobs.controller import JobController
-from deeppod.models import artifacts
-from deeppod.models import service as models
 from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.router import Router
+from deeppod.jobs.controller import Isolation, JobController
+from deeppod.models import artifacts
+from deeppod.models import service as models
 from deeppod.scheduler import Config
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store.db import make_engine, make_sessionmaker
@@ -51,13 +54,39 @@ class ServerContext:
     router: Router
     deployments: DeploymentController
     principals: PrincipalCache
+    roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
 
 
-def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None) -> ServerContext:
+def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
+    """The isolation the settings ask for, or a clear error if this machine cannot give it."""
+    if settings.isolation == "single-user":
+        return None
+    if settings.isolation != "sandbox":
+        raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use sandbox or single-user")
+    if identities is None:
+        from deeppod.executor import sandbox
+
+        why = sandbox.supported()
+        if why is not None:
+            raise InvalidRequest(f"sandbox isolation is not possible: {why}; start the server as root, or with "
+                                 "--isolation single-user for one trusted user")
+        identities = SystemIdentities()
+    python = sorted({sys.prefix, sys.base_prefix, *(p for p in sys.path if p and os.path.isdir(p))})
+    return Isolation(identities, tuple(python))
+
+
+def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None,
+          identities: Identities | None = None) -> ServerContext:
+    isolation = isolation_for(settings, identities)
     settings.home.mkdir(parents=True, exist_ok=True)
+    os.chmod(settings.home, 0o700)  # the database, tokens and every job's folder are the server's
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     upgrade(engine)
+    if engine.url.get_backend_name() == "sqlite" and engine.url.database:
+        for suffix in ("", "-wal", "-shm"):  # the database holds token hashes and jobs' --env values
+            if os.path.exists(engine.url.database + suffix):
+                os.chmod(engine.url.database + suffix, 0o600)
     sessions = make_sessionmaker(engine)
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
@@ -78,13 +107,14 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
 
     jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
                             stage=lambda version_id: datasets.stage(sessions, data, version_id),
-                            on_finished=on_finished)
+                            on_finished=on_finished, isolation=isolation)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
                                        max_body_bytes=settings.predict_max_bytes)
+    roots = TenantRoots(settings.tenant_roots()) if isolation else None
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
-                         PrincipalCache(sessions))
+                         PrincipalCache(sessions), roots)
 
 
 def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
@@ -189,6 +219,13 @@ def serve(settings: Settings, *, echo=print) -> None:
                             name="reconcile", daemon=True)
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
+    if ctx.roots is None:
+        echo("isolation: single-user. Jobs run as this server's OS identity and can read its state (the "
+             "database, the admin token, every job's folder): for one trusted user only. Several tenants need "
+             "--isolation sandbox (root; docs/security.md).")
+    else:
+        echo(f"isolation: sandbox. Each tenant's jobs run as its own OS identity in namespaces; "
+             f"workdirs must lie under {os.pathsep.join(settings.tenant_roots())}")
     if secret:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")

@@ -84,6 +84,12 @@ class Settings:
     # finished jobs' folders are removed this many days after they ended (0: kept); stopped jobs keep theirs
     job_retention_days: float = 30.0
     housekeeping_interval: float = 60.0  # seconds between tiering and retention rounds
+    # isolation: "single-user" (jobs run as the server's identity: one trusted user) or "sandbox"
+    # (each tenant's jobs run as its own OS identity in namespaces; needs root; docs/security.md)
+    isolation: str = "single-user"
+    # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
+    # tenant's name; empty: HOME/work/{tenant}
+    work_roots: str = ""
 
     @property
     def hot_root(self) -> Path:
@@ -100,6 +106,11 @@ class Settings:
     @property
     def models_dir(self) -> Path:
         return self.home / "models"
+
+    def tenant_roots(self) -> list[str]:
+        """The work-root templates, each with a {tenant} placeholder."""
+        given = [r for r in self.work_roots.split(os.pathsep) if r]
+        return given or [str(self.home / "work" / "{tenant}")]
 
     @property
     def db_url(self) -> str:

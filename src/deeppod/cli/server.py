@@ -24,6 +24,13 @@ def server(
     database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
     hot_dir: Annotated[Optional[Path], typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
     cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
+    isolation: Annotated[Optional[str], typer.Option(
+        help="sandbox: each tenant's jobs run as its own OS identity in namespaces (needs root); single-user "
+             "(the default for now): jobs run as the server's identity, for one trusted user (DEEPPOD_ISOLATION)",
+        show_default=False)] = None,
+    work_roots: Annotated[Optional[str], typer.Option(
+        help="with sandbox isolation, where tenants' jobs may work: paths with {tenant}, ':'-separated "
+             "(DEEPPOD_WORK_ROOTS; default HOME/work/{tenant})", show_default=False)] = None,
 ) -> None:
     """Start the control plane: API, scheduler loop and local executor."""
 
@@ -34,6 +41,6 @@ def server(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
-        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None)
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation=isolation, work_roots=work_roots)
     configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))

@@ -159,9 +159,10 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
                "--name", dep.name, "--version", str(version.version), "--max-batch", str(dep.max_batch),
                "--max-wait-ms", f"{dep.max_wait_ms:g}", "--max-body-bytes", str(max_body_bytes)]
     job = jobs.submit(session, owner(session, dep), jobs.JobRequest(
-        command=command, workdir=str(models_root), name=f"serve-{dep.name}-{model.name}-v{version.version}",
+        command=command, workdir="/", name=f"serve-{dep.name}-{model.name}-v{version.version}",
         gpus_per_worker=dep.gpus_per_replica, cpus_per_worker=dep.cpus_per_replica, preemptible=False,
-        max_restarts=MAX_RESTARTS, priority=100), default_grace=default_grace)
+        max_restarts=MAX_RESTARTS, priority=100), default_grace=default_grace,
+        read_paths=[str(models_root / version.key)])  # its sandbox reads this version only
     job.kind, job.deployment_id, job.model_version_id = "serve", dep.id, version.id
     return job
 

@@ -23,6 +23,9 @@ class LaunchSpec:
     workers: list[WorkerSpec]
     grace_seconds: float = 30.0
     memory_mb_per_worker: int | None = None
+    # run each worker in a sandbox as another OS identity (executor/sandbox.py):
+    # {"uid", "gid", "workdir", "python": [read-only paths], "binds": [[src, dst, writable]]}
+    sandbox: dict | None = None
 
 
 @dataclass(frozen=True)

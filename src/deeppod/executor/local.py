@@ -65,6 +65,7 @@ class LocalExecutor:
                 "grace_seconds": spec.grace_seconds,
                 "memory_mb_per_worker": spec.memory_mb_per_worker,
                 "workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in spec.workers],
+                "sandbox": spec.sandbox,
             }, f)
         out = open(job_dir / "supervisor.log", "ab")
         try:

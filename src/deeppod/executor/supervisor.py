@@ -90,10 +90,13 @@ class Supervisor:
         for w in self.spec["workers"]:
             rank = int(w["rank"])
             log = open(self.job_dir / "logs" / f"rank-{rank}.log", "ab", buffering=0)
+            if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
+                argv, cwd, env = [sys.executable, "-m", "deeppod.executor.sandbox", str(self.job_dir), str(rank)], "/", None
+            else:
+                argv, cwd, env = self.spec["command"], self.spec["workdir"], w["env"]
             try:
                 self.procs[rank] = subprocess.Popen(
-                    self.spec["command"], cwd=self.spec["workdir"], env=w["env"],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     process_group=0,
                 )
             except OSError as exc:

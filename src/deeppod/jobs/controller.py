@@ -14,11 +14,13 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.auth.identities import Identities, tenant_identity
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
@@ -65,12 +67,22 @@ def _same_reason(a: str, b: str) -> bool:
     return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """Sandbox every worker as its tenant's OS identity (docs/security.md)."""
+
+    identities: Identities
+    python: tuple[str, ...]  # the Python environment, read-only in every sandbox
+    writable: tuple[str, ...] = ("checkpoints", "model", "outputs")  # of the job's folder: the job's to write
+
+
 class JobController:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
-                 on_finished: Callable[[Session, Job], None] | None = None):
+                 on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None):
         self.sessions = sessions
+        self.isolation = isolation
         self.on_finished = on_finished  # called in the same transaction when a job ends for good
         self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
         self.executor = executor
@@ -276,9 +288,29 @@ class JobController:
                 master_addr=master_addr, master_port=master_port, gpus=w.gpus, cpus=w.cpus,
                 checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count)
             workers.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
+        sandbox = self._sandbox(s, job, job_dir, staged or {}) if self.isolation else None
+        if sandbox is not None:
+            for w in workers:
+                w.env["HOME"] = "/tmp"  # the sandbox's own
         return LaunchSpec(job_id=job.id, job_dir=job_dir, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
-                          memory_mb_per_worker=job.memory_mb_per_worker)
+                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox)
+
+    def _sandbox(self, s: Session, job: Job, job_dir: Path, staged: dict[str, str]) -> dict:
+        """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
+        nobody else's to read), its datasets and platform inputs read-only, nothing more."""
+        who = tenant_identity(s, self.isolation.identities, job.tenant_id)
+        os.chmod(job_dir, 0o711)  # its logs and the supervisor's files stay the server's
+        binds = [] if job.workdir == "/" else [[job.workdir, job.workdir, True]]
+        for name in self.isolation.writable:
+            sub = job_dir / name
+            sub.mkdir(exist_ok=True)
+            os.chown(sub, who.uid, who.gid)
+            os.chmod(sub, 0o700)
+            binds.append([str(sub), str(sub), True])
+        binds += [[path, path, False] for path in [*staged.values(), *(job.read_paths or [])]]
+        return {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
+                "binds": binds}
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:

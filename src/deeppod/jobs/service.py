@@ -10,6 +10,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
@@ -132,7 +133,12 @@ def default_name(command: list[str]) -> str:
     return Path(script or command[0]).name[:64]
 
 
-def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float) -> Job:
+def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
+           roots: TenantRoots | None = None, read_paths: list[str] | None = None) -> Job:
+    """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
+    ``read_paths``: what a platform-made job may read besides its workdir."""
+    if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
+        req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)
@@ -146,6 +152,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
+        read_paths=list(read_paths or []),
     )
     session.add(job)
     session.flush()

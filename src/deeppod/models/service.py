@@ -26,7 +26,7 @@ from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelCompar
 log = logging.getLogger(__name__)
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
 CHAMPION, CHALLENGER = "champion", "challenger"
-EVALUATION_FILE = "evaluation.json"
+EVALUATION_FILE = "outputs/evaluation.json"  # in the comparison job's folder: outputs/ is its to write
 
 
 def parse_ref(ref: str) -> Ref:
@@ -241,8 +241,9 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
     for v in (va, vb):
         command += ["--model", f"{v.id}:{v.version}={root / v.key}"]
     job = jobs.submit(session, principal, jobs.JobRequest(
-        command=command, workdir=str(root), name=f"compare-{name}-v{va.version}-v{vb.version}",
-        gpus_per_worker=0, datasets=[dataset]), default_grace=default_grace)  # held-out scoring is light
+        command=command, workdir="/", name=f"compare-{name}-v{va.version}-v{vb.version}",
+        gpus_per_worker=0, datasets=[dataset]), default_grace=default_grace,  # held-out scoring is light
+        read_paths=[str(root / v.key) for v in (va, vb)])  # what its sandbox may read: these two versions
     job.kind = "evaluate"
     job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
     session.add(ModelComparison(job_id=job.id, model_id=model.id, version_a_id=va.id, version_b_id=vb.id,

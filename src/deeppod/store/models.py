@@ -54,6 +54,10 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # the unprivileged OS identity its jobs run as (sandbox isolation), made on first use
+    os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    os_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    os_gid: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class User(Base):
@@ -124,6 +128,8 @@ class Job(Base):
     handle: Mapped[dict | None] = mapped_column(nullable=True)
     exit_codes: Mapped[dict | None] = mapped_column(nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # folders a platform-made job (a replica, a comparison) reads: bound read-only in its sandbox
+    read_paths: Mapped[list | None] = mapped_column(nullable=True)
     # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
     datasets: Mapped[list] = mapped_column(default=list)
     # "batch" (the default), "serve" (a deployment's replica) or "evaluate" (a model comparison)

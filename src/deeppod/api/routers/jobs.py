@@ -17,7 +17,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 @router.post("", status_code=201, response_model=JobOut)
 def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> JobOut:
     req = service.JobRequest(**body.model_dump())
-    job = service.submit(session, principal, req, default_grace=get_ctx(request).settings.grace_seconds)
+    ctx = get_ctx(request)
+    job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots)
     return job_out(job, principal.tenant, principal.user)
 
 
