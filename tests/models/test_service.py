@@ -213,3 +213,30 @@ def test_remove_a_version_or_a_model_but_not_what_a_deployment_serves(env):
         with pytest.raises(NotFound):
             service.get_model(s, ana, "pets")
         assert s.scalars(select(ModelEvaluation)).all() == []
+
+
+def test_with_tenant_roots_a_path_elsewhere_is_refused_the_same_whether_it_exists_or_not(env, tmp_path):
+    from deeppod.auth.paths import TenantRoots
+    from deeppod.errors import Forbidden
+
+    sessions, _, who, root, jobs_dir = env
+    roots = TenantRoots([str(tmp_path / "work" / "{tenant}")])
+    mine = artifact(tmp_path / "work" / who.tenant / "art")
+    theirs = artifact(tmp_path / "work" / "other" / "art")
+    with sessions.begin() as s:
+        service.register(s, who, "pets", root=root, jobs_dir=jobs_dir, path=str(mine), roots=roots)
+    answers = set()
+    for elsewhere in (theirs, tmp_path / "work" / "other" / "nothing-here"):
+        with sessions.begin() as s, pytest.raises(Forbidden) as refused:
+            service.register(s, who, "pets", root=root, jobs_dir=jobs_dir, path=str(elsewhere), roots=roots)
+        answers.add(str(refused.value).replace(str(elsewhere), "PATH"))
+    assert len(answers) == 1  # nothing says which exists
+
+
+def test_an_artifact_file_that_is_a_link_is_refused(env, tmp_path):
+    art = artifact(tmp_path / "art")
+    (art / "weights.pt").unlink()
+    (art / "weights.pt").symlink_to("/etc/hostname")
+    sessions, _, ana, root, jobs_dir = env
+    with sessions.begin() as s, pytest.raises(InvalidRequest, match="not links"):
+        service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(art))

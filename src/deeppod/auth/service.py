@@ -24,6 +24,7 @@ class Principal:
     tenant_id: int
     tenant: str
     is_admin: bool
+    job_id: int | None = None  # a job's own token: it acts for that job only where it matters
 
     def can_see_tenant(self, tenant_id: int) -> bool:
         return self.is_admin or tenant_id == self.tenant_id
@@ -76,7 +77,7 @@ def authenticate(session: Session, secret: str | None) -> Principal:
     ).first()
     if row is None or row.Token.revoked_at is not None:
         raise Unauthenticated("the token is unknown or revoked: create a new one with 'deeppod tokens create'")
-    return Principal(row.User.id, row.User.name, row.Tenant.id, row.Tenant.name, row.User.is_admin)
+    return Principal(row.User.id, row.User.name, row.Tenant.id, row.Tenant.name, row.User.is_admin, row.Token.job_id)
 
 
 def get_tenant(session: Session, name: str) -> Tenant:

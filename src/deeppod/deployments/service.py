@@ -17,11 +17,11 @@ from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import service as models
-from deeppod.store.models import Deployment, DeploymentKey, Job, Model, ModelVersion, Tenant, User, utcnow
+from deeppod.store.models import Deployment, DeploymentKey, Job, Model, ModelVersion, Node, Tenant, User, utcnow
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "dpk_"
-URL_RE = re.compile(r"^http://[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+URL_RE = re.compile(r"^http://(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 MAX_RESTARTS = 3  # per replica; the controller starts a fresh one after that (rollout.MAX_FAILED_STARTS)
 
 
@@ -174,14 +174,23 @@ def failed_starts(session: Session, dep: Deployment) -> int:
 
 
 def announce(session: Session, principal: Principal, job_id: int, url: str) -> Job:
-    """A replica says where it listens (with its job's token)."""
+    """A replica says where it listens: only with its own job's token, and only an address of
+    the node it was placed on (else any caller could make the router fetch any URL)."""
+    if principal.job_id != job_id:
+        raise Forbidden(f"only replica {job_id} itself (with its job's token) may say where it listens")
     job = jobs.get_job(session, principal, job_id)
     if job.kind != "serve":
         raise Conflict(f"job {job_id} is not a deployment replica")
     if job.state != JobState.RUNNING:
         raise Conflict(f"job {job_id} is {job.state}; only a running replica takes traffic")
-    if not URL_RE.match(url or ""):
+    m = URL_RE.match(url or "")
+    if not m:
         raise InvalidRequest(f"url {url!r} must look like http://HOST:PORT")
+    nodes = {w["node"] for w in job.placed_workers}
+    allowed = {n.address for n in session.scalars(select(Node).where(Node.name.in_(nodes)))}
+    if m.group("host") not in allowed:
+        raise Forbidden(f"a replica listens on its node's address ({', '.join(sorted(allowed)) or 'none'}), "
+                        f"not {m.group('host')}")
     job.endpoint = url
     jobs.add_event(session, job, "serving", f"listening on {url}")
     return job

@@ -58,6 +58,9 @@ def inspect(folder: Path) -> Artifact:
     if not folder.is_dir():
         raise InvalidRequest(f"{folder} is not a folder; a model artifact folder holds {SERVING_FILE} and "
                              f"{SIGNATURE_FILE} (the built-in trainer writes JOB_DIR/model)")
+    links = [f for f in ARTIFACT_FILES if (folder / f).is_symlink()]
+    if links:  # the server copies as itself: a link could point at anything it can read
+        raise InvalidRequest(f"{folder}: {', '.join(links)} must be files, not links")
     missing = [f for f in (SERVING_FILE, SIGNATURE_FILE) if not (folder / f).is_file()]
     if missing:
         raise InvalidRequest(f"{folder} has no {' or '.join(missing)}: a model artifact needs {SERVING_FILE} "

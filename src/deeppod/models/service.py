@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -13,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from deeppod import refs
+from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
@@ -105,8 +107,9 @@ def _job_metrics(session: Session, job_id: int) -> dict[str, float]:
 
 def register(session: Session, principal: Principal, name: str, *, root: Path, jobs_dir: Path,
              job_id: int | None = None, path: str | None = None, description: str | None = None,
-             aliases: list[str] | tuple = ()) -> tuple[Model, ModelVersion]:
-    """A new immutable version from a job's artifact (JOB_DIR/model) or an artifact folder."""
+             aliases: list[str] | tuple = (), roots: TenantRoots | None = None) -> tuple[Model, ModelVersion]:
+    """A new immutable version from a job's artifact (JOB_DIR/model) or an artifact folder.
+    ``roots``: where this server lets the tenant name folders (sandbox isolation; None: anywhere)."""
     check_name("model", name)
     for a in aliases:
         check_alias(a)
@@ -117,7 +120,11 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
         raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
     if path and not Path(path).is_absolute():
         raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
+    if path and roots is not None:  # before anything looks at it: the answer must not say what exists
+        path = roots.check("--path", path, principal.tenant)
     source = Path(path) if path else jobs_dir / str(job.id) / "model"
+    if not path and os.path.realpath(source) != str(source):
+        raise InvalidRequest(f"job {job.id}'s model folder is a link; register a folder the job wrote")
     art = artifacts.inspect(source)
     model = session.scalar(select(Model).where(Model.tenant_id == principal.tenant_id, Model.name == name))
     if model is None:

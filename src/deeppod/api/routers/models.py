@@ -19,10 +19,11 @@ def _show(session, principal, name: str) -> ModelOut:
 @router.post("/{name}/versions", status_code=201, response_model=VersionOut)
 def register(name: str, body: RegisterIn, request: Request, session: SessionDep, principal: PrincipalDep) -> VersionOut:
     """A new version from a job's artifact (JOB_DIR/model) or an artifact folder."""
-    settings = get_ctx(request).settings
+    ctx = get_ctx(request)
+    settings = ctx.settings
     model, version = service.register(session, principal, name, root=settings.models_dir,
                                       jobs_dir=settings.jobs_dir, job_id=body.job_id, path=body.path,
-                                      description=body.description, aliases=body.aliases)
+                                      description=body.description, aliases=body.aliases, roots=ctx.roots)
     return version_out(model, version, settings.models_dir)
 
 
