@@ -49,3 +49,22 @@ def _answers(url: str) -> bool:
         return httpx.get(url + "/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_sandbox_isolation_refuses_work_roots_that_hold_the_servers_home(tmp_path):
+    from deeppod.auth.identities import FakeIdentities
+    from deeppod.errors import InvalidRequest
+    from deeppod.server import isolation_for
+    from deeppod.settings import Settings
+
+    s = Settings(home=tmp_path / "srv" / "home", isolation="sandbox", work_roots=str(tmp_path / "work" / "{tenant}"))
+    assert isolation_for(s, FakeIdentities()) is not None  # beside the home: fine
+    with pytest.raises(InvalidRequest, match="holds the server.s home"):  # a tenant named "home" would get it
+        isolation_for(Settings(home=tmp_path / "srv" / "home", isolation="sandbox",
+                               work_roots=str(tmp_path / "srv" / "{tenant}")), FakeIdentities())
+    with pytest.raises(InvalidRequest, match="holds the server's home"):
+        isolation_for(Settings(home=tmp_path / "srv" / "home", isolation="sandbox", work_roots=str(tmp_path)),
+                      FakeIdentities())
+    with pytest.raises(InvalidRequest, match="use sandbox or single-user"):
+        isolation_for(Settings(isolation="jail"), FakeIdentities())
+    assert isolation_for(Settings(home=tmp_path / "h", isolation="sandbox"), FakeIdentities()) is not None  # default

@@ -71,6 +71,12 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
             raise InvalidRequest(f"sandbox isolation is not possible: {why}; start the server as root, or with "
                                  "--isolation single-user for one trusted user")
         identities = SystemIdentities()
+    home = os.path.realpath(settings.home)
+    for template in settings.tenant_roots():
+        fixed = os.path.realpath(template.split("{tenant}")[0] or "/")
+        if home == fixed or home.startswith(fixed.rstrip("/") + "/"):
+            raise InvalidRequest(f"the work root {template} holds the server's home {home}: a tenant's jobs would "
+                                 "work beside the database and other jobs' folders; pick roots outside it")
     python = sorted({sys.prefix, sys.base_prefix, *(p for p in sys.path if p and os.path.isdir(p))})
     return Isolation(identities, tuple(python))
 

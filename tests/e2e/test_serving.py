@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from deeppod import Client
+from deeppod.executor import sandbox
 from deeppod.runtime import inference
 from deeppod.runtime.data import ShardReader
 from deeppod.runtime.trainers.digits import write_digits
@@ -31,10 +32,18 @@ def run(cli_env, *args, ok=True, timeout=600, cwd=None):
     return p
 
 
-@pytest.fixture(scope="module")
-def flow(tmp_path_factory):
+@pytest.fixture(scope="module", params=["single-user", "sandbox"])
+def flow(tmp_path_factory, request):
+    """The whole flow as one trusted user, and with every job sandboxed as its tenant (root only)."""
+    if request.param == "sandbox" and sandbox.supported() is not None:
+        pytest.skip(sandbox.supported())
     tmp = tmp_path_factory.mktemp("serving")
-    server = LiveServer(tmp / "home", extra_env={"DEEPPOD_PREDICT_MAX_BYTES": str(1 << 20)}).start()
+    work = tmp / "work"  # the tenant's root: where it trains from
+    work.mkdir()
+    os.chmod(tmp, 0o755)
+    server = LiveServer(tmp / "home", extra_env={"DEEPPOD_PREDICT_MAX_BYTES": str(1 << 20),
+                                                 "DEEPPOD_ISOLATION": request.param,
+                                                 "DEEPPOD_WORK_ROOTS": str(work)}).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
     env.update({"DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token,
                 "DEEPPOD_CONFIG": str(tmp / "c.json"), "COLUMNS": "200"})
@@ -44,10 +53,10 @@ def flow(tmp_path_factory):
                   "--batch-size", "32", "--lr", "0.05", "--min-crop", "0.8", "--no-hflip", "--loader-workers", "0",
                   "-f"]
         # v1: a few steps only (a weak model), registered by the trainer itself
-        p = run(env, *common, "--epochs", "1", "--max-steps", "3", "--register", MODEL, cwd=tmp)
+        p = run(env, *common, "--epochs", "1", "--max-steps", "3", "--register", MODEL, cwd=work)
         weak_job = int(p.stdout.split()[1])
         # v2: trained properly, registered from its job
-        p = run(env, *common, "--epochs", "6", cwd=tmp)
+        p = run(env, *common, "--epochs", "6", cwd=work)
         strong_job = int(p.stdout.split()[1])
         yield {"server": server, "env": env, "weak_job": weak_job, "strong_job": strong_job, "tmp": tmp,
                "client": Client(server.url, server.admin_token)}

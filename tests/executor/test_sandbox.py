@@ -50,6 +50,7 @@ print(os.getuid(), os.getgid(), os.getgroups())
 print(sorted(int(x) for x in os.listdir('/proc') if x.isdigit()))
 print(os.path.exists({str(secret)!r}), os.path.exists({str(tmp_path / 'job' / 'spec.json')!r}))
 open('written', 'w').write('ok')
+print(len(open('/dev/urandom', 'rb').read(8)), open('/dev/null', 'w').write('x'))
 """)
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0, out
@@ -57,6 +58,7 @@ open('written', 'w').write('ok')
     assert uid == f"{NOBODY} {NOBODY} []"
     assert procs == "[1, 2]"  # its init and itself: no other process on the host is visible
     assert seen == "False False"  # the server's home, its job spec (and all not bound) are not there
+    assert out.splitlines()[3] == "8 1"  # its devices work (torch reads /dev/urandom at import)
     assert (tmp_path / "work" / "written").stat().st_uid == NOBODY
 
 

@@ -79,14 +79,14 @@ def supported() -> str | None:
     return None if said == "ok" else f"namespaces are not available here ({said})"
 
 
-def _bind(src: str, dst: str, writable: bool) -> None:
+def _bind(src: str, dst: str, writable: bool, device: bool = False) -> None:
     if os.path.isdir(src):
         os.makedirs(dst, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         open(dst, "a").close()
     _mount(src, dst, None, MS_BIND | MS_REC)
-    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if device else MS_NODEV) | (0 if writable else MS_RDONLY)
     _mount(None, dst, None, flags)
 
 
@@ -106,7 +106,7 @@ def _build_root(root: str, sb: dict) -> None:
     devices = list(DEVICES) + [d for d in os.listdir("/dev") if d.startswith("nvidia")]  # the node's GPUs
     for dev in devices:
         if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
-            _bind("/dev/" + dev, f"{root}/dev/{dev}", True)
+            _bind("/dev/" + dev, f"{root}/dev/{dev}", True, device=True)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")

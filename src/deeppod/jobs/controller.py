@@ -73,7 +73,7 @@ class Isolation:
 
     identities: Identities
     python: tuple[str, ...]  # the Python environment, read-only in every sandbox
-    writable: tuple[str, ...] = ("checkpoints", "model", "outputs")  # of the job's folder: the job's to write
+    writable: tuple[str, ...] = ("checkpoints", "model", "outputs", "tensorboard")  # of its folder: the job's to write
 
 
 class JobController:
