@@ -227,7 +227,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
     if ctx.roots is None:
         echo("isolation: single-user. Jobs run as this server's OS identity and can read its state (the "
-             "database, the admin token, every job's folder): for one trusted user only. Several tenants need "
+             "database, the tokens, every job's folder): for one trusted user only. Several tenants need "
              "--isolation sandbox (root; docs/security.md).")
     else:
         echo(f"isolation: sandbox. Each tenant's jobs run as its own OS identity in namespaces; "
