@@ -29,9 +29,9 @@ from deeppod.datasets.tiers import Tiers
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.local import LocalExecutor
-from deeppod.jobs import retention
 from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.router import Router
+from deeppod.jobs import retention
 from deeppod.jobs.controller import Isolation, JobController
 from deeppod.models import artifacts
 from deeppod.models import service as models
@@ -77,8 +77,16 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
         if home == fixed or home.startswith(fixed.rstrip("/") + "/"):
             raise InvalidRequest(f"the work root {template} holds the server's home {home}: a tenant's jobs would "
                                  "work beside the database and other jobs' folders; pick roots outside it")
-    python = sorted({sys.prefix, sys.base_prefix, *(p for p in sys.path if p and os.path.isdir(p))})
-    return Isolation(identities, tuple(python))
+    return Isolation(identities, python_environment(home))
+
+
+def python_environment(home: str) -> tuple[str, ...]:
+    """What every sandbox gets read-only to run Python and import deeppod: the interpreter's
+    prefixes and the import path, less the folder the server was started from (sys.path[0]:
+    anything may lie there) and anything that holds the server's home."""
+    found = {sys.prefix, sys.base_prefix, *(p for p in sys.path[1:] if p and os.path.isdir(p))}
+    found.add(str(Path(__file__).resolve().parents[1]))  # deeppod itself, wherever it was imported from
+    return tuple(sorted(p for p in found if not (home + "/").startswith(os.path.realpath(p).rstrip("/") + "/")))
 
 
 def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None,
@@ -98,8 +106,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         register_node(s, node)
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
-                                  Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
-                                  settings.data_cold_after_seconds)
+                              Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
+                              settings.data_cold_after_seconds)
     datasets.recover(sessions, data)
     executor = executor or LocalExecutor()
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
@@ -112,8 +120,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
             models.absorb_evaluation(session, job, settings.jobs_dir)
 
     jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
-                            stage=lambda version_id: datasets.stage(sessions, data, version_id),
-                            on_finished=on_finished, isolation=isolation)
+                         stage=lambda version_id: datasets.stage(sessions, data, version_id),
+                         on_finished=on_finished, isolation=isolation)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
@@ -123,7 +131,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          PrincipalCache(sessions), roots)
 
 
-def tiering_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
+def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
     """Every ``interval`` seconds (DEEPPOD_HOUSEKEEPING_INTERVAL): move idle dataset versions
     to the cold tier, and remove the folders of jobs past the retention."""
     while not stop.wait(interval):
@@ -236,8 +244,8 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
     loop.start()
-    threading.Thread(target=tiering_loop, args=(ctx, stop, settings.housekeeping_interval), name="tiering",
-                     daemon=True).start()
+    threading.Thread(target=housekeeping_loop, args=(ctx, stop, settings.housekeeping_interval),
+                     name="housekeeping", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from deeppod.contract import ENV_API_URL, ENV_TOKEN
 from deeppod.errors import InvalidRequest
 
 # 7447 is used by no common ML tool (Ray dashboard 8265, TensorBoard 6006, MLflow 5000,
@@ -158,8 +159,8 @@ class ClientSettings:
         import json
 
         env = dict(os.environ if env is None else env)
-        url = url or env.get("DEEPPOD_API_URL")
-        token = token or env.get("DEEPPOD_TOKEN")
+        url = url or env.get(ENV_API_URL)
+        token = token or env.get(ENV_TOKEN)
         path = client_config_path(env)
         if (url is None or token is None) and path.exists():
             try:

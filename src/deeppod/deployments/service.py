@@ -188,7 +188,7 @@ def announce(session: Session, principal: Principal, job_id: int, url: str) -> J
         raise InvalidRequest(f"url {url!r} must look like http://HOST:PORT")
     nodes = {w["node"] for w in job.placed_workers}
     allowed = {n.address for n in session.scalars(select(Node).where(Node.name.in_(nodes)))}
-    if m.group("host") not in allowed:
+    if m.group("host").strip("[]") not in allowed:
         raise Forbidden(f"a replica listens on its node's address ({', '.join(sorted(allowed)) or 'none'}), "
                         f"not {m.group('host')}")
     job.endpoint = url

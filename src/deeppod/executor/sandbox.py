@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
@@ -174,10 +173,11 @@ def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: 
     os._exit(0)  # the kernel now kills whatever the command left in the namespace
 
 
-def run(sb: dict, command: list[str], env: dict[str, str]) -> int:
+def run(sb: dict, command: list[str], env: dict[str, str], root: str) -> int:
     """Run ``command`` in a sandbox described by ``sb`` (uid, gid, workdir, python, binds);
-    return its exit code, or -N if signal N killed it."""
-    root = tempfile.mkdtemp(prefix="deeppod-sandbox-")
+    return its exit code, or -N if signal N killed it. ``root``: an empty folder of the
+    server's that the sandbox's root is mounted on (only inside its own mount namespace, so
+    nothing is left on the host, whatever kills it)."""
     r, w = os.pipe()
     try:
         _unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
@@ -192,7 +192,6 @@ def run(sb: dict, command: list[str], env: dict[str, str]) -> int:
         said = os.read(r, 64).decode().split()
     finally:
         os.close(r)
-        os.rmdir(root)
     if said and said[0] == "signal":
         return -int(said[1])
     return int(said[1]) if len(said) == 2 else 1
@@ -204,7 +203,9 @@ def main(argv: list[str]) -> int:
         return 2
     spec = json.loads((Path(argv[1]) / "spec.json").read_text())
     worker = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))
-    code = run(spec["sandbox"], spec["command"], worker["env"])
+    root = Path(argv[1]) / f".sandbox-{int(argv[2])}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    code = run(spec["sandbox"], spec["command"], worker["env"], str(root))
     if code < 0:  # die the way the command died, so the supervisor reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught anyway
             signal.signal(-code, signal.SIG_DFL)

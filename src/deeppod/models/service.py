@@ -120,11 +120,11 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
         raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
     if path and not Path(path).is_absolute():
         raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
-    own_output = job is not None and path and os.path.realpath(path) == str(jobs_dir / str(job.id) / "model")
+    own_output = job is not None and path and os.path.realpath(path) == os.path.realpath(jobs_dir / str(job.id) / "model")
     if path and roots is not None and not own_output:  # before anything looks at it: say nothing of what exists
         path = roots.check("--path", path, principal.tenant)
     source = Path(path) if path else jobs_dir / str(job.id) / "model"
-    if not path and os.path.realpath(source) != str(source):
+    if not path and source.is_symlink():
         raise InvalidRequest(f"job {job.id}'s model folder is a link; register a folder the job wrote")
     art = artifacts.inspect(source)
     model = session.scalar(select(Model).where(Model.tenant_id == principal.tenant_id, Model.name == name))
