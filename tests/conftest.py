@@ -94,9 +94,10 @@ class Api:
     def as_(self, token):
         return {"Authorization": f"Bearer {token}"}
 
-    def user(self, name: str, tenant: str) -> str:
+    def user(self, name: str, tenant: str, role: str = "member") -> str:
         self.http.post("/v1/tenants", json={"name": tenant}, headers=self.as_(self.admin))
-        r = self.http.post("/v1/users", json={"name": name, "tenant": tenant}, headers=self.as_(self.admin))
+        r = self.http.post("/v1/users", json={"name": name, "tenant": tenant, "role": role},
+                           headers=self.as_(self.admin))
         assert r.status_code == 201, r.text
         return r.json()["token"]
 

@@ -63,7 +63,8 @@ def test_only_admins_manage_tenants_and_users(api, people):
     r = api.http.post("/v1/users", json={"name": "carol", "tenant": "a", "admin": True}, headers=api.as_(api.admin))
     assert r.status_code == 201
     carol = api.as_(r.json()["token"])
-    assert api.http.get("/v1/whoami", headers=carol).json() == {"user": "carol", "tenant": "a", "is_admin": True}
+    assert api.http.get("/v1/whoami", headers=carol).json() == {"user": "carol", "tenant": "a", "is_admin": True,
+                                                                  "role": "admin", "scope": "all", "job_id": None}
     assert len(api.http.get("/v1/jobs", headers=carol).json()) == 2
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from deeppod.auth.roles import check_route
 from deeppod.auth.service import Principal, authenticate
 
 
@@ -30,7 +31,11 @@ def bearer(request: Request) -> str | None:
 def get_principal(request: Request) -> Principal:
     # A short session of its own, so auth never holds the request's transaction open.
     with request.app.state.ctx.sessions() as session:
-        return authenticate(session, bearer(request))
+        principal = authenticate(session, bearer(request))
+    route = request.scope.get("route")
+    check_route(principal, request.method, getattr(route, "path", request.url.path), request.path_params)
+    request.state.principal = principal  # for the audit log
+    return principal
 
 
 # scope="function": commit before the response is sent. With the default ("request") the

@@ -1,7 +1,7 @@
 """Token lookups for the hot path (predict): a short-lived cache in front of the store.
 
-A revoked token keeps working for at most ``ttl`` seconds on this path; every other route
-checks the store on each call."""
+A revoked (or expired) token keeps working for at most ``ttl`` seconds on this path, well
+under the 1 s the security model promises; every other route checks the store on each call."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from deeppod.errors import Unauthenticated
 
 
 class PrincipalCache:
-    def __init__(self, sessions: sessionmaker[Session], ttl: float = 10.0, max_entries: int = 10_000,
+    def __init__(self, sessions: sessionmaker[Session], ttl: float = 0.5, max_entries: int = 10_000,
                  clock: Callable[[], float] = time.monotonic):
         self.sessions, self.ttl, self.max_entries, self.clock = sessions, ttl, max_entries, clock
         self._entries: dict[str, tuple[float, Principal | None]] = {}

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import roles
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
-from deeppod.store.models import Tenant, Token, User, utcnow
+from deeppod.scheduler.plan import parse_plan
+from deeppod.store.models import PlanVersion, Tenant, Token, User, utcnow
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DEFAULT_TENANT = "default"
@@ -24,10 +27,20 @@ class Principal:
     tenant_id: int
     tenant: str
     is_admin: bool
-    job_id: int | None = None  # a job's own token: it acts for that job only where it matters
+    job_id: int | None = None  # a job's own token: only its job's routes (roles.JOB_ROUTES)
+    role: str = ""  # roles.ROLES; empty: admin or member, as is_admin says
+    scope: str = roles.ALL
+
+    def __post_init__(self) -> None:
+        if not self.role:
+            object.__setattr__(self, "role", roles.ADMIN if self.is_admin else roles.MEMBER)
 
     def can_see_tenant(self, tenant_id: int) -> bool:
         return self.is_admin or tenant_id == self.tenant_id
+
+    def may_manage(self, user_id: int) -> bool:
+        """Whether the caller may change what ``user_id`` (of a tenant it can see) owns."""
+        return self.role in (roles.ADMIN, roles.TENANT_ADMIN) or user_id == self.user_id
 
 
 def check_name(kind: str, name: str) -> str:
@@ -43,9 +56,33 @@ def require_admin(principal: Principal, action: str) -> None:
         raise Forbidden(f"only an administrator can {action}; ask one, or use an admin token")
 
 
-def _issue(session: Session, user: User, name: str, job_id: int | None = None) -> tuple[Token, str]:
+def managed_tenants(session: Session, principal: Principal) -> set[str] | None:
+    """The tenants whose users, tokens and plan the caller administers: None for all
+    (admins), its tenant and those below its node in the plan (tenant admins), none else."""
+    if principal.role == roles.ADMIN:
+        return None
+    if principal.role != roles.TENANT_ADMIN:
+        return set()
+    row = session.scalar(select(PlanVersion).order_by(PlanVersion.id.desc()).limit(1))
+    names = {principal.tenant}
+    if row is not None:
+        for node, parent, _ in parse_plan(row.document).walk():
+            if parent in names:
+                names.add(node.name)
+    return names
+
+
+def _require_manager(session: Session, principal: Principal, tenant: str, action: str) -> None:
+    managed = managed_tenants(session, principal)
+    if managed is not None and tenant not in managed:
+        raise Forbidden(f"only an administrator (or tenant {tenant!r}'s tenant admin) can {action}")
+
+
+def _issue(session: Session, user: User, name: str, job_id: int | None = None, scope: str = roles.ALL,
+           expires_at=None) -> tuple[Token, str]:
     secret = new_secret()
-    token = Token(user_id=user.id, token_hash=hash_secret(secret), name=name, job_id=job_id)
+    token = Token(user_id=user.id, token_hash=hash_secret(secret), name=name, job_id=job_id, scope=scope,
+                  expires_at=expires_at)
     session.add(token)
     session.flush()
     return token, secret
@@ -58,7 +95,7 @@ def bootstrap(session: Session) -> str | None:
     tenant = Tenant(name=DEFAULT_TENANT)
     session.add(tenant)
     session.flush()
-    admin = User(name=ADMIN_USER, tenant_id=tenant.id, is_admin=True)
+    admin = User(name=ADMIN_USER, tenant_id=tenant.id, is_admin=True, role=roles.ADMIN)
     session.add(admin)
     session.flush()
     _, secret = _issue(session, admin, "bootstrap")
@@ -77,7 +114,11 @@ def authenticate(session: Session, secret: str | None) -> Principal:
     ).first()
     if row is None or row.Token.revoked_at is not None:
         raise Unauthenticated("the token is unknown or revoked: create a new one with 'deeppod tokens create'")
-    return Principal(row.User.id, row.User.name, row.Tenant.id, row.Tenant.name, row.User.is_admin, row.Token.job_id)
+    if row.Token.expires_at is not None and row.Token.expires_at <= utcnow():
+        raise Unauthenticated(f"the token expired at {row.Token.expires_at:%Y-%m-%d %H:%M} UTC: "
+                              "create a new one with 'deeppod tokens create'")
+    return Principal(row.User.id, row.User.name, row.Tenant.id, row.Tenant.name, row.User.role == roles.ADMIN,
+                     row.Token.job_id, row.User.role, row.Token.scope)
 
 
 def get_tenant(session: Session, name: str) -> Tenant:
@@ -106,14 +147,18 @@ def list_tenants(session: Session, principal: Principal) -> list[Tenant]:
 
 
 def create_user(session: Session, principal: Principal, name: str, tenant: str,
-                is_admin: bool = False) -> tuple[User, str]:
-    """A new user and its first token (the secret is returned once)."""
-    require_admin(principal, "create users")
+                role: str = roles.MEMBER) -> tuple[User, str]:
+    """A new user and its first token (the secret is returned once). Admins make any role;
+    tenant admins make non-admins in their subtree."""
+    roles.check_role(role)
+    _require_manager(session, principal, tenant, f"create users in tenant {tenant!r}")
+    if role == roles.ADMIN:
+        require_admin(principal, "create administrators")
     check_name("user", name)
     t = get_tenant(session, tenant)
     if session.scalar(select(User.id).where(User.name == name)) is not None:
         raise Conflict(f"user {name!r} already exists")
-    user = User(name=name, tenant_id=t.id, is_admin=is_admin)
+    user = User(name=name, tenant_id=t.id, is_admin=role == roles.ADMIN, role=role)
     session.add(user)
     session.flush()
     _, secret = _issue(session, user, "first token")
@@ -122,22 +167,31 @@ def create_user(session: Session, principal: Principal, name: str, tenant: str,
 
 def list_users(session: Session, principal: Principal) -> list[tuple[User, Tenant]]:
     q = select(User, Tenant).join(Tenant, User.tenant_id == Tenant.id).order_by(User.name)
-    if not principal.is_admin:
-        q = q.where(User.tenant_id == principal.tenant_id)
+    managed = managed_tenants(session, principal)
+    if managed is not None:
+        q = q.where(Tenant.name.in_(managed | {principal.tenant}))
     return [(r.User, r.Tenant) for r in session.execute(q)]
 
 
-def create_token(session: Session, principal: Principal, name: str = "",
-                 user: str | None = None) -> tuple[Token, str]:
-    """A token for the caller, or (admins only) for another user."""
+def create_token(session: Session, principal: Principal, name: str = "", user: str | None = None, *,
+                 scope: str = roles.ALL, expires_in: float | None = None) -> tuple[Token, str]:
+    """A token for the caller, or (admins, and tenant admins in their subtree) for another
+    user; with a scope (roles.SCOPES) and, if ``expires_in`` seconds are given, an expiry."""
+    roles.check_scope(scope)
+    if expires_in is not None and not 60 <= expires_in <= 5 * 366 * 86400:
+        raise InvalidRequest("a token's lifetime must be between 1 minute and 5 years")
     if user is None or user == principal.user:
         target = session.get(User, principal.user_id)
     else:
-        require_admin(principal, "create tokens for other users")
         target = session.scalar(select(User).where(User.name == user))
         if target is None:
             raise NotFound(f"no user named {user!r}: list them with 'deeppod users ls'")
-    return _issue(session, target, name[:128])
+        _require_manager(session, principal, session.get(Tenant, target.tenant_id).name,
+                         f"create tokens for user {user!r}")
+        if target.role == roles.ADMIN:
+            require_admin(principal, "create tokens for an administrator")
+    expires_at = utcnow() + timedelta(seconds=expires_in) if expires_in is not None else None
+    return _issue(session, target, name[:128], scope=scope, expires_at=expires_at)
 
 
 def list_tokens(session: Session, principal: Principal) -> list[Token]:
@@ -150,8 +204,11 @@ def revoke_token(session: Session, principal: Principal, token_id: int) -> Token
     token = session.get(Token, token_id)
     if token is None:
         raise NotFound(f"no token with id {token_id}: list yours with 'deeppod tokens ls'")
-    if token.user_id != principal.user_id and not principal.is_admin:
-        raise Forbidden("you can only revoke your own tokens")
+    if token.user_id != principal.user_id:
+        owner = session.get(User, token.user_id)
+        managed = managed_tenants(session, principal)
+        if managed is not None and (owner.role == roles.ADMIN or session.get(Tenant, owner.tenant_id).name not in managed):
+            raise Forbidden("you can only revoke your own tokens (tenant admins: those of their tenants' users)")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
     return token

@@ -11,6 +11,7 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, nodes_table, print_json, rows_table
+from deeppod.cli.values import parse_age
 from deeppod.errors import InvalidRequest
 from deeppod.settings import ClientSettings, client_config_path
 
@@ -35,7 +36,7 @@ def login(url: Annotated[str, typer.Option(help="server URL")],
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"url": url.rstrip("/"), "token": token}, f)
-    console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''}); "
+    console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}, {me.get('role', 'member')}); "
                   f"saved to {path}")
 
 
@@ -43,7 +44,7 @@ def login(url: Annotated[str, typer.Option(help="server URL")],
 def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Who the token belongs to."""
     me = client(url, token).whoami()
-    console.print(f"{me['user']} (tenant {me['tenant']}{', admin' if me['is_admin'] else ''})")
+    console.print(f"{me['user']} (tenant {me['tenant']}, {me.get('role', 'member')})")
 
 
 @nodes_app.callback()
@@ -88,17 +89,20 @@ def tenants_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = N
 
 @users_app.command("create")
 def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's tenant")],
-                 admin: Annotated[bool, typer.Option("--admin", help="an administrator (sees all tenants)")] = False,
+                 role: Annotated[str, typer.Option(help="admin, tenant-admin, member or viewer")] = "member",
+                 admin: Annotated[bool, typer.Option("--admin", help="the same as --role admin")] = False,
                  url: UrlOpt = None, token: TokenOpt = None) -> None:
-    u = client(url, token).create_user(name, tenant, admin)
-    console.print(f"user {u['name']} created in tenant {u['tenant']}{' (admin)' if u['is_admin'] else ''}")
+    """A user and its first token. tenant-admin: manages its tenant's users and tokens and the plan
+    below its tenant; member: submits and manages its own jobs; viewer: reads only."""
+    u = client(url, token).create_user(name, tenant, admin, role)
+    console.print(f"user {u['name']} created in tenant {u['tenant']} (role {u['role']})")
     console.print(f"token (shown once): {u['token']}")
 
 
 @users_app.command("ls")
 def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = client(url, token).users()
-    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "tenant", "is_admin"]))
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "tenant", "role"]))
 
 
 @tokens_app.command("current")
@@ -112,16 +116,22 @@ def tokens_current(url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 @tokens_app.command("create")
 def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
-                  user: Annotated[Optional[str], typer.Option(help="admins: for this user")] = None,
+                  user: Annotated[Optional[str], typer.Option(help="admins, tenant admins: for this user")] = None,
+                  scope: Annotated[str, typer.Option(help="all (what the role allows), read (GET only) "
+                                                          "or predict (predictions only)")] = "all",
+                  expires: Annotated[Optional[str], typer.Option(help="stops working after this long: "
+                                                                      "90m, 12h, 30d (default: until revoked)")] = None,
                   url: UrlOpt = None, token: TokenOpt = None) -> None:
-    t = client(url, token).create_token(name, user)
-    console.print(f"token {t['id']} for {t['user']} (shown once): {t['token']}")
+    """A new token: scoped and expiring if you say so (revoke it any time: 'deeppod tokens revoke ID')."""
+    t = client(url, token).create_token(name, user, scope, parse_age(expires, "--expires") if expires else None)
+    until = f", expires {t['expires_at']}" if t.get("expires_at") else ""
+    console.print(f"token {t['id']} for {t['user']} (scope {t['scope']}{until}; shown once): {t['token']}")
 
 
 @tokens_app.command("ls")
 def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = client(url, token).tokens()
-    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "created_at"]))
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "scope", "created_at", "expires_at"]))
 
 
 @tokens_app.command("revoke")

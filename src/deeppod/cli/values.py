@@ -1,4 +1,4 @@
-"""Parsing option values: --env, --workers, --memory, --stop-patience, --older-than."""
+"""Parsing option values: --env, --workers, --memory, --stop-patience, --older-than, --expires."""
 
 from __future__ import annotations
 
@@ -63,10 +63,10 @@ def parse_memory(value: str | None) -> int | None:
         raise InvalidRequest(f"--memory {value!r} is not a size: use e.g. 512M or 4G") from None
 
 
-def parse_age(value: str) -> float:
+def parse_age(value: str, option: str = "--older-than") -> float:
     """'30m', '12h', '7d', '90s' -> seconds."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     try:
         return float(value[:-1]) * units[value[-1]] if value[-1:] in units else float(value)
     except ValueError:
-        raise InvalidRequest(f"--older-than {value!r} is not an age: use e.g. 30m, 12h or 7d") from None
+        raise InvalidRequest(f"{option} {value!r} is not a duration: use e.g. 30m, 12h or 7d") from None

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.service import Principal
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict
-from deeppod.jobs.service import add_event, get_job
+from deeppod.jobs.service import add_event, manage_job
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _ended_before(cutoff: datetime):
 
 def purge(session: Session, principal: Principal, job_id: int, jobs_dir: Path, *, force: bool = False) -> int:
     """Remove one finished job's folder; returns the bytes freed."""
-    job = get_job(session, principal, job_id)
+    job = manage_job(session, principal, job_id, "remove the files of")
     if job.state not in FINAL_STATES:
         raise Conflict(f"job {job_id} is {job.state}: cancel it first ('deeppod cancel {job_id}'), then remove it")
     if job.state == JobState.STOPPED and not force:
@@ -62,6 +62,8 @@ def purge_finished(session: Session, principal: Principal, jobs_dir: Path, *, ol
     q = _ended_before(cutoff)
     if not principal.is_admin:
         q = q.where(Job.tenant_id == principal.tenant_id)
+    if not principal.may_manage(-1):  # members: only their own
+        q = q.where(Job.user_id == principal.user_id)
     ids, freed = [], 0
     for job in session.scalars(q):
         freed += _remove(session, job, jobs_dir, f"files removed by {principal.user} (ended before {cutoff:%Y-%m-%d %H:%M})")

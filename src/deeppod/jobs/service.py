@@ -169,6 +169,16 @@ def get_job(session: Session, principal: Principal, job_id: int) -> Job:
     return job
 
 
+def manage_job(session: Session, principal: Principal, job_id: int, verb: str) -> Job:
+    """A job the caller may change: its own, or any of its tenant's for tenant admins and
+    admins. Platform jobs (replicas, comparisons) belong to their deployment or model, which
+    the tenant shares."""
+    job = get_job(session, principal, job_id)
+    if job.kind == "batch" and not principal.may_manage(job.user_id):
+        raise Forbidden(f"job {job_id} is another user's; only they or a tenant admin can {verb} it")
+    return job
+
+
 @dataclass
 class JobFilter:
     """What 'deeppod jobs' narrows the list to; every field optional."""
@@ -218,7 +228,7 @@ def owner_names(session: Session, job: Job) -> tuple[str, str]:
 def _end(session: Session, principal: Principal, job_id: int, verb: str, final: JobState) -> Job | None:
     """The part cancel and stop share: a queued job ends at once; a running one is returned
     for the caller to mark (the reconcile loop then sends SIGTERM, the grace, SIGKILL)."""
-    job = get_job(session, principal, job_id)
+    job = manage_job(session, principal, job_id, verb)
     if job.state in FINAL_STATES:
         raise Conflict(f"job {job_id} has already ended ({job.state}); nothing to {verb}")
     if job.state == JobState.QUEUED:
@@ -250,7 +260,7 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
 
 def resume(session: Session, principal: Principal, job_id: int) -> Job:
     """Put a gracefully stopped job back in the queue: same id, same checkpoint folder."""
-    job = get_job(session, principal, job_id)
+    job = manage_job(session, principal, job_id, "resume")
     if job.state != JobState.STOPPED:
         raise Conflict(f"job {job_id} is {job.state}; only a stopped job can be resumed "
                        "(a cancelled or failed one starts over: submit it again)")

@@ -17,7 +17,7 @@ from deeppod import refs
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
-from deeppod.errors import Conflict, InvalidRequest, NotFound
+from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import artifacts
 from deeppod.models.compare import Figures, verdict
@@ -113,6 +113,8 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     check_name("model", name)
     for a in aliases:
         check_alias(a)
+    if principal.job_id is not None and job_id != principal.job_id:
+        raise Forbidden("a job's token registers only that job's own model (job_id must be its own)")
     job = jobs.get_job(session, principal, job_id) if job_id is not None else None
     if job is None and not path:
         raise InvalidRequest("say where the model is: --from-job JOB_ID (its JOB_DIR/model) or --path FOLDER")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import roles
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.service import capacity
-from deeppod.errors import InvalidRequest
+from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.scheduler.plan import Plan, parse_plan
 from deeppod.store.models import Job, PlanVersion, Tenant
@@ -22,9 +23,18 @@ def current_plan(session: Session) -> tuple[Plan, PlanVersion | None]:
 
 
 def apply_plan(session: Session, principal: Principal, document: object) -> PlanVersion:
-    """Validate and store a new plan; the next scheduling round honours it."""
-    require_admin(principal, "apply a resource plan")
+    """Validate and store a new plan; the next scheduling round honours it. Tenant admins may
+    change only what lies below their tenant's node (its sub-tenants)."""
+    if principal.role != roles.TENANT_ADMIN:
+        require_admin(principal, "apply a resource plan")
     plan = parse_plan(document, cluster_gpus=capacity(session)["gpus"])
+    if principal.role == roles.TENANT_ADMIN:
+        current, _ = current_plan(session)
+        if principal.tenant not in {node.name for node, _, _ in current.walk()}:
+            raise Forbidden(f"tenant {principal.tenant!r} has no node in the plan to change below; ask an administrator")
+        if _pruned(plan.to_dict(), principal.tenant) != _pruned(current.to_dict(), principal.tenant):
+            raise Forbidden(f"a tenant admin changes only the plan below tenant {principal.tenant!r} (its children); "
+                            "everything else, its own node's figures included, must stay as it is")
     known = set(session.scalars(select(Tenant.name)))
     missing = [name for name in plan.leaves() if name not in known]
     if missing:
@@ -34,6 +44,17 @@ def apply_plan(session: Session, principal: Principal, document: object) -> Plan
     session.add(row)
     session.flush()
     return row
+
+
+def _pruned(doc, name: str):
+    """``doc`` (a plan's to_dict) with the children of node ``name`` left out."""
+    if isinstance(doc, list):
+        return [_pruned(d, name) for d in doc]
+    if isinstance(doc, dict):
+        if doc.get("name") == name:
+            return {k: v for k, v in doc.items() if k != "children"}
+        return {k: _pruned(v, name) for k, v in doc.items()}
+    return doc
 
 
 @dataclass

@@ -298,14 +298,18 @@ class Client:
     def tenants(self) -> list[dict]:
         return self._request("GET", "/v1/tenants")
 
-    def create_user(self, name: str, tenant: str, admin: bool = False) -> dict:
-        return self._request("POST", "/v1/users", json={"name": name, "tenant": tenant, "admin": admin})
+    def create_user(self, name: str, tenant: str, admin: bool = False, role: str = "member") -> dict:
+        """``role``: admin, tenant-admin, member or viewer (``admin=True`` is role admin)."""
+        return self._request("POST", "/v1/users", json={"name": name, "tenant": tenant, "admin": admin, "role": role})
 
     def users(self) -> list[dict]:
         return self._request("GET", "/v1/users")
 
-    def create_token(self, name: str = "", user: str | None = None) -> dict:
-        return self._request("POST", "/v1/tokens", json={"name": name, "user": user})
+    def create_token(self, name: str = "", user: str | None = None, scope: str = "all",
+                     expires_in: float | None = None) -> dict:
+        """``scope``: all, read or predict; ``expires_in``: seconds it stays valid (None: until revoked)."""
+        return self._request("POST", "/v1/tokens", json={"name": name, "user": user, "scope": scope,
+                                                         "expires_in": expires_in})
 
     def tokens(self) -> list[dict]:
         return self._request("GET", "/v1/tokens")

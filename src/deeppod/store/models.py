@@ -65,7 +65,8 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
-    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)  # kept equal to role == "admin"
+    role: Mapped[str] = mapped_column(String(16), default="member")  # deeppod.auth.roles.ROLES
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -77,7 +78,9 @@ class Token(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(128), default="")
     job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    scope: Mapped[str] = mapped_column(String(16), default="all")  # deeppod.auth.roles.SCOPES
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from deeppod.api.deps import PrincipalDep, SessionDep, bearer, get_ctx, get_principal
 from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
                                              ReplicaOut)
+from deeppod.auth.roles import check_predict
 from deeppod.auth.tokens import hash_secret
 from deeppod.errors import NotFound, Unauthenticated
 from deeppod.deployments import page, service
@@ -124,6 +125,8 @@ async def _authorize(request: Request, name: str) -> int:
         raise Unauthenticated("the token is unknown or revoked")
     if principal is False:
         principal = await run_in_threadpool(ctx.principals.lookup, secret)
+    check_predict(principal)
+    request.state.principal = principal
     route = ctx.router.find(principal.tenant_id, name)
     if route is None:
         raise NotFound(f"no deployment {name!r} in tenant {principal.tenant}: list them with 'deeppod deploy ls' "

@@ -9,9 +9,10 @@ router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
 @router.post("", status_code=201, response_model=TokenCreated)
 def create(body: TokenCreate, session: SessionDep, principal: PrincipalDep) -> TokenCreated:
-    token, secret = service.create_token(session, principal, body.name, body.user)
-    return TokenCreated(id=token.id, name=token.name, created_at=token.created_at,
-                        user=body.user or principal.user, token=secret)
+    token, secret = service.create_token(session, principal, body.name, body.user, scope=body.scope,
+                                         expires_in=body.expires_in)
+    return TokenCreated(id=token.id, name=token.name, scope=token.scope, created_at=token.created_at,
+                        expires_at=token.expires_at, user=body.user or principal.user, token=secret)
 
 
 @router.get("", response_model=list[TokenOut])

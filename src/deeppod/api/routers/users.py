@@ -8,13 +8,14 @@ router = APIRouter(prefix="/v1", tags=["users"])
 
 
 def _out(user, tenant: str) -> dict:
-    return {"id": user.id, "name": user.name, "tenant": tenant, "is_admin": user.is_admin,
+    return {"id": user.id, "name": user.name, "tenant": tenant, "role": user.role, "is_admin": user.is_admin,
             "created_at": user.created_at}
 
 
 @router.post("/users", status_code=201, response_model=UserCreated)
 def create(body: UserCreate, session: SessionDep, principal: PrincipalDep) -> UserCreated:
-    user, secret = service.create_user(session, principal, body.name, body.tenant, body.admin)
+    user, secret = service.create_user(session, principal, body.name, body.tenant,
+                                       "admin" if body.admin else body.role)
     return UserCreated(**_out(user, body.tenant), token=secret)
 
 
@@ -25,4 +26,5 @@ def list_users(session: SessionDep, principal: PrincipalDep) -> list[UserOut]:
 
 @router.get("/whoami")
 def whoami(principal: PrincipalDep) -> dict:
-    return {"user": principal.user, "tenant": principal.tenant, "is_admin": principal.is_admin}
+    return {"user": principal.user, "tenant": principal.tenant, "is_admin": principal.is_admin,
+            "role": principal.role, "scope": principal.scope, "job_id": principal.job_id}

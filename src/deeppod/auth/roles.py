@@ -1,0 +1,78 @@
+"""Roles, token scopes, and what a token may call at all.
+
+Roles (a user's):
+- ``admin``: everything, every tenant.
+- ``tenant-admin``: its tenant's subtree (its tenant and the tenants below its node in the
+  plan): users, tokens, and the plan below its node; every job of its own tenant. Cordons
+  nothing.
+- ``member``: submits jobs and manages its own; sees its tenant's work; creates datasets,
+  models and deployments of its tenant.
+- ``viewer``: reads what a member sees; changes nothing.
+
+Scopes (a token's; they narrow the role, never widen it):
+- ``all``: whatever the role allows.
+- ``read``: GET only.
+- ``predict``: only predictions (and ``whoami``).
+
+A job's own token is narrower still: its own job's routes, registering a model from that job,
+and announcing that job's replica (:data:`JOB_ROUTES`).
+"""
+
+from __future__ import annotations
+
+from deeppod.errors import Forbidden, InvalidRequest
+
+ADMIN, TENANT_ADMIN, MEMBER, VIEWER = "admin", "tenant-admin", "member", "viewer"
+ROLES = (ADMIN, TENANT_ADMIN, MEMBER, VIEWER)
+ALL, READ, PREDICT = "all", "read", "predict"
+SCOPES = (ALL, READ, PREDICT)
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+# (method, route template) a job token may call; {job_id} must be the job's own.
+JOB_ROUTES = frozenset({
+    ("GET", "/v1/whoami"),
+    ("GET", "/v1/jobs/{job_id}"),
+    ("GET", "/v1/jobs/{job_id}/events"),
+    ("GET", "/v1/jobs/{job_id}/logs"),
+    ("GET", "/v1/jobs/{job_id}/metrics"),
+    ("POST", "/v1/jobs/{job_id}/metrics"),
+    ("GET", "/v1/jobs/{job_id}/histograms"),
+    ("POST", "/v1/models/{name}/versions"),  # the models service checks the body names this job
+    ("PUT", "/v1/replicas/{job_id}"),
+})
+
+
+def check_route(principal, method: str, route: str, params: dict) -> None:
+    """Refuse a call the caller's token scope (or job token) does not cover, before any handler
+    runs. What the role allows on a given object is the services' to decide."""
+    if principal.job_id is not None:
+        own = str(params.get("job_id", principal.job_id)) == str(principal.job_id)
+        if (method, route) not in JOB_ROUTES or not own:
+            raise Forbidden(f"a job's token may only call its own job's routes ({method} {route} is not one); "
+                            "use a user token for anything else")
+        return
+    if principal.scope == PREDICT and route != "/v1/whoami":
+        raise Forbidden("this token may only call predict; use a token with scope 'all' for anything else")
+    if method not in READ_METHODS and (principal.scope == READ or principal.role == VIEWER):
+        why = "this token is read-only (scope 'read')" if principal.scope == READ else "viewers only read"
+        raise Forbidden(f"{why}: {method} {route} changes something; ask for a token or role that may")
+
+
+def check_predict(principal) -> None:
+    """Predict is not routed through :func:`check_route` (it has its own fast path)."""
+    if principal.job_id is not None:
+        raise Forbidden("a job's token cannot call predict; use a user token or a deployment key")
+    if principal.scope == READ or principal.role == VIEWER:
+        raise Forbidden("read-only tokens and viewers cannot predict; use a 'predict' token or a deployment key")
+
+
+def check_role(role: str) -> str:
+    if role not in ROLES:
+        raise InvalidRequest(f"role {role!r} is not one of {', '.join(ROLES)}")
+    return role
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise InvalidRequest(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+    return scope

@@ -1,0 +1,31 @@
+"""user roles; token scopes and expiry
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-11-22 18:00:00
+"""
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '0009'
+down_revision = '0008'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('users', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('role', sa.String(length=16), nullable=False, server_default='member'))
+    op.execute("UPDATE users SET role = 'admin' WHERE is_admin")
+    with op.batch_alter_table('tokens', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('scope', sa.String(length=16), nullable=False, server_default='all'))
+        batch_op.add_column(sa.Column('expires_at', sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('tokens', schema=None) as batch_op:
+        batch_op.drop_column('expires_at')
+        batch_op.drop_column('scope')
+    with op.batch_alter_table('users', schema=None) as batch_op:
+        batch_op.drop_column('role')
