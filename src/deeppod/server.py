@@ -15,6 +15,8 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.audit import service as audit
+from deeppod.audit.log import AuditLog
 from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.identities import Identities, SystemIdentities
 from deeppod.auth.paths import TenantRoots
@@ -54,6 +56,7 @@ class ServerContext:
     router: Router
     deployments: DeploymentController
     principals: PrincipalCache
+    audit: AuditLog
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
 
 
@@ -128,12 +131,12 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                        max_body_bytes=settings.predict_max_bytes)
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
-                         PrincipalCache(sessions), roots)
+                         PrincipalCache(sessions), AuditLog(sessions), roots)
 
 
 def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
     """Every ``interval`` seconds (DEEPPOD_HOUSEKEEPING_INTERVAL): move idle dataset versions
-    to the cold tier, and remove the folders of jobs past the retention."""
+    to the cold tier, remove the folders of jobs past the retention, drop old audit events."""
     while not stop.wait(interval):
         try:
             moved = datasets.demote_idle(ctx.sessions, ctx.data)
@@ -147,6 +150,11 @@ def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float
                 log.info("removed the folders of %d finished jobs (retention)", len(purged))
         except Exception:  # the next round retries
             log.exception("retention round failed")
+        try:
+            with ctx.sessions.begin() as s:
+                audit.apply_retention(s, ctx.settings.audit_retention_days)
+        except Exception:  # the next round retries
+            log.exception("audit retention round failed")
 
 
 def bootstrap_admin(ctx: ServerContext) -> str | None:
@@ -244,6 +252,7 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
     loop.start()
+    ctx.audit.start()
     threading.Thread(target=housekeeping_loop, args=(ctx, stop, settings.housekeeping_interval),
                      name="housekeeping", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
@@ -261,5 +270,6 @@ def serve(settings: Settings, *, echo=print) -> None:
         forget_local(announced)
         stop.set()
         loop.join(timeout=10)
+        ctx.audit.close()
         ctx.engine.dispose()
         log.info("server stopped; running jobs keep running and are re-adopted at the next start")

@@ -85,6 +85,7 @@ class Settings:
     # finished jobs' folders are removed this many days after they ended (0: kept); stopped jobs keep theirs
     job_retention_days: float = 30.0
     housekeeping_interval: float = 60.0  # seconds between tiering and retention rounds
+    audit_retention_days: float = 365.0  # audit events older than this are dropped (0: kept)
     # isolation: "single-user" (jobs run as the server's identity: one trusted user) or "sandbox"
     # (each tenant's jobs run as its own OS identity in namespaces; needs root; docs/security.md)
     isolation: str = "single-user"

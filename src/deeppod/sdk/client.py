@@ -317,6 +317,13 @@ class Client:
     def revoke_token(self, token_id: int) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
 
+    def audit(self, *, user: str | None = None, since: str | None = None, failed: bool = False,
+              path: str | None = None, limit: int = 200) -> list[dict]:
+        """The audit log, newest first (administrators). ``since``: an ISO 8601 time."""
+        params = {k: v for k, v in {"user": user, "since": since, "failed": failed or None, "path": path,
+                                    "limit": limit}.items() if v is not None}
+        return self._request("GET", "/v1/audit", params=params)
+
     def plan(self) -> dict:
         """The resource plan in force and, per tenant, guaranteed / in use / borrowed / lent / waiting."""
         return self._request("GET", "/v1/plan")

@@ -320,3 +320,18 @@ class DeploymentKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class AuditEvent(Base):
+    """One mutating API call or failed sign-in: who, what, when, from where, the answer."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    user: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)  # None: not signed in
+    tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    token_kind: Mapped[str] = mapped_column(String(16), default="")  # user, job, key, none
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(512))
+    status: Mapped[int] = mapped_column(Integer)
+    client: Mapped[str] = mapped_column(String(64), default="")  # the peer address
