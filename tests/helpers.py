@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -30,13 +31,15 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.1, what: str = "
 class LiveServer:
     """A real ``deeppod server`` process on a free loopback port."""
 
-    def __init__(self, home: Path, gpus: int = 4, cpus: int = 8, port: int | None = None, extra_env=None):
+    def __init__(self, home: Path, gpus: int = 4, cpus: int = 8, port: int | None = None, extra_env=None,
+                 tls: bool = False):
         self.home = home
         self.gpus = gpus
         self.cpus = cpus
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.extra_env = extra_env or {}
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.extra_env = {**({"DEEPPOD_TLS_CERT": "self-signed"} if tls else {}), **(extra_env or {})}
+        self.ca_cert = home / "tls" / "trust" / "ca.pem" if tls else None
         self.proc: subprocess.Popen | None = None
         self.output = home / f"server-{self.port}.log"
 
@@ -58,8 +61,11 @@ class LiveServer:
         def up():
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited: {self.output.read_text()}")
+            if self.ca_cert is not None and not self.ca_cert.exists():
+                return False
             try:
-                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+                verify = ssl.create_default_context(cafile=str(self.ca_cert)) if self.ca_cert else True
+                return httpx.get(self.url + "/healthz", timeout=1, verify=verify).status_code == 200
             except httpx.TransportError:
                 return False
 

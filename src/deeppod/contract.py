@@ -8,6 +8,7 @@ test checks that it stays so.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -57,7 +58,8 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER
 ENV_JOB_ID = "DEEPPOD_JOB_ID"  # the same across restarts
 ENV_CHECKPOINT_DIR = "DEEPPOD_CHECKPOINT_DIR"  # survives restarts: save and resume here
 ENV_API_URL = "DEEPPOD_API_URL"
-ENV_TOKEN = "DEEPPOD_TOKEN"  # acts as the job's owner; revoked when the job ends
+ENV_TOKEN = "DEEPPOD_TOKEN"  # reaches only its own job's routes; revoked when the job ends
+ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certificate with (when it is not a public CA's)
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 RESERVED_PREFIX = "DEEPPOD_"
@@ -67,6 +69,15 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # own variables (secrets, cloud keys, DEEPPOD_*) stay the server's.
 _INHERITED = re.compile(r"^(PATH|HOME|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|PYTHONPATH|VIRTUAL_ENV|LD_LIBRARY_PATH"
                         r"|CUDA_HOME|NCCL_[A-Z_]+|NVIDIA_[A-Z_]+)$")
+
+
+def tls_context(env: dict | None = None):
+    """The SSL context a job verifies the server with: DEEPPOD_CA_CERT's file when the server
+    set one (a self-signed or private CA), else the system's trust store."""
+    import ssl
+
+    env = os.environ if env is None else env
+    return ssl.create_default_context(cafile=env.get(ENV_CA_CERT) or None)
 
 
 def reserved(name: str) -> bool:

@@ -20,6 +20,7 @@ from deeppod.audit.log import AuditLog
 from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.identities import Identities, SystemIdentities
 from deeppod.auth.paths import TenantRoots
+from deeppod.auth import tls
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
@@ -58,6 +59,7 @@ class ServerContext:
     principals: PrincipalCache
     audit: AuditLog
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
+    tls: tuple[Path, Path, Path | None] | None = None  # certificate, key, trust file; None: plain HTTP
 
 
 def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
@@ -117,6 +119,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                     min_run_before_resize=settings.resize_after_seconds)
     settings.models_dir.mkdir(parents=True, exist_ok=True)
     artifacts.sweep(settings.models_dir)
+    served = tls.prepare(settings.home, settings.tls_cert, settings.tls_key, settings.tls_ca,
+                         [settings.host, "localhost", "127.0.0.1", "::1", node.address, socket.gethostname()]
+                         ) if settings.tls_cert else None
 
     def on_finished(session: Session, job) -> None:
         if job.kind == "evaluate":
@@ -124,14 +129,15 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
 
     jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
                          stage=lambda version_id: datasets.stage(sessions, data, version_id),
-                         on_finished=on_finished, isolation=isolation)
+                         on_finished=on_finished, isolation=isolation,
+                         ca_cert=str(served[2]) if served and served[2] else None)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
                                        max_body_bytes=settings.predict_max_bytes)
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
-                         PrincipalCache(sessions), AuditLog(sessions), roots)
+                         PrincipalCache(sessions), AuditLog(sessions), roots, served)
 
 
 def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
@@ -186,12 +192,13 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def announce_local(settings: Settings) -> list[Path]:
-    """Let the CLI and SDK on this machine find this server whatever its port or home
-    (settings.ClientSettings reads these). Returns the files to remove at shutdown."""
+def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path]:
+    """Let the CLI and SDK on this machine find this server whatever its port or home, and
+    trust its certificate (settings.ClientSettings reads these). Returns the files to remove
+    at shutdown."""
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    url = f"http://{host}:{settings.port}"
-    doc = {"url": url, "pid": os.getpid(), "home": str(settings.home)}
+    url = f"{'https' if settings.tls_cert else 'http'}://{host}:{settings.port}"
+    doc = {"url": url, "pid": os.getpid(), "home": str(settings.home), "ca_cert": str(ca_cert) if ca_cert else None}
     paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
     for path in paths:
         try:
@@ -248,6 +255,10 @@ def serve(settings: Settings, *, echo=print) -> None:
     else:
         echo(f"isolation: sandbox. Each tenant's jobs run as its own OS identity in namespaces; "
              f"workdirs must lie under {os.pathsep.join(settings.tenant_roots())}")
+    if ctx.tls:
+        cert, _, trust = ctx.tls
+        echo(f"TLS: serving {cert}" + (f"; clients verify it with {trust} (deeppod login --ca-cert {trust}, "
+                                       f"or DEEPPOD_CA_CERT)" if trust else ""))
     if secret:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
@@ -257,9 +268,10 @@ def serve(settings: Settings, *, echo=print) -> None:
                      name="housekeeping", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
+    cert_key = {"ssl_certfile": str(ctx.tls[0]), "ssl_keyfile": str(ctx.tls[1])} if ctx.tls else {}
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
-                                           log_level=settings.log_level.lower(), access_log=False))
-    announced = announce_local(settings)
+                                           log_level=settings.log_level.lower(), access_log=False, **cert_key))
+    announced = announce_local(settings, ctx.tls[2] if ctx.tls else None)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
     # that was there before: make that handler an exception, so the clean-up below runs.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from deeppod.contract import ENV_API_URL, ENV_TOKEN
+from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_TOKEN
 from deeppod.errors import InvalidRequest
 
 # 7447 is used by no common ML tool (Ray dashboard 8265, TensorBoard 6006, MLflow 5000,
@@ -92,6 +92,11 @@ class Settings:
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
     # tenant's name; empty: HOME/work/{tenant}
     work_roots: str = ""
+    # TLS: a PEM certificate and key (or tls_cert "self-signed": made once in HOME/tls), and the
+    # CA file clients and jobs should trust when it is not a public CA (self-signed: the cert)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     @property
     def hot_root(self) -> Path:
@@ -120,7 +125,7 @@ class Settings:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
 
     def with_overrides(self, **kw) -> "Settings":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -154,36 +159,44 @@ class ClientSettings:
     url: str
     token: str | None
     s3_endpoint: str | None = None  # for s3:// ingest sources: DEEPPOD_S3_ENDPOINT, else AWS_ENDPOINT_URL
+    ca_cert: str | None = None  # verify an https server with this CA file (DEEPPOD_CA_CERT); None: system trust
 
     @classmethod
-    def resolve(cls, url: str | None = None, token: str | None = None, env: dict | None = None) -> "ClientSettings":
+    def resolve(cls, url: str | None = None, token: str | None = None, env: dict | None = None, *,
+                ca_cert: str | None = None) -> "ClientSettings":
         import json
 
         env = dict(os.environ if env is None else env)
         url = url or env.get(ENV_API_URL)
         token = token or env.get(ENV_TOKEN)
+        ca = ca_cert or env.get(ENV_CA_CERT) or None
         path = client_config_path(env)
-        if (url is None or token is None) and path.exists():
+        if (url is None or token is None or ca is None) and path.exists():
             try:
                 saved = json.loads(path.read_text())
             except ValueError:
                 raise InvalidRequest(f"{path} is not valid JSON; run 'deeppod login' again or delete it") from None
+            if url is None or url.rstrip("/") == saved.get("url"):  # its CA belongs to its URL
+                ca = ca or saved.get("ca_cert")
             url = url or saved.get("url")
             token = token or saved.get("token")
-        home, local_url = _local_server(env)
+        home, local_url, local_ca = _local_server(env)
+        if url is None or url.rstrip("/") == local_url:
+            ca = ca or local_ca
         url = url or local_url
         if token is None:
             local = home / "admin.token"
             if local.exists() and (url is None or _is_loopback(url)):
                 token = local.read_text().strip() or None
         return cls(url=(url or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}").rstrip("/"),
-                   token=token, s3_endpoint=env.get("DEEPPOD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None)
+                   token=token, s3_endpoint=env.get("DEEPPOD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None,
+                   ca_cert=ca)
 
 
-def _local_server(env: dict) -> tuple[Path, str | None]:
+def _local_server(env: dict) -> tuple[Path, str | None, str | None]:
     """A server running on this machine, whatever its port: the one in DEEPPOD_HOME (or the
-    default home), else the last one started by this user. Returns its home and URL (None
-    when none is running there)."""
+    default home), else the last one started by this user. Returns its home, URL (None
+    when none is running there) and the CA file its certificate is verified with."""
     import json
 
     def running(path: Path) -> dict | None:
@@ -199,11 +212,11 @@ def _local_server(env: dict) -> tuple[Path, str | None]:
     home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
     here = running(home / SERVER_FILE)
     if here is not None or env.get("DEEPPOD_HOME"):
-        return home, here and here.get("url")
+        return home, here and here.get("url"), here and here.get("ca_cert")
     last = running(client_config_path(env).parent / LAST_LOCAL_SERVER)
     if last is not None and last.get("home"):
-        return Path(last["home"]), last.get("url")
-    return home, None
+        return Path(last["home"]), last.get("url"), last.get("ca_cert")
+    return home, None, None
 
 
 def _is_loopback(url: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -28,14 +29,20 @@ app.add_typer(nodes_app, name="nodes")
 
 @app.command()
 def login(url: Annotated[str, typer.Option(help="server URL")],
-          token: Annotated[str, typer.Option(help="API token")]) -> None:
+          token: Annotated[str, typer.Option(help="API token")],
+          ca_cert: Annotated[Optional[Path], typer.Option(
+              help="an https server's CA file, when its certificate is self-signed or from a private CA "
+                   "(the server prints where it is)")] = None) -> None:
     """Check a URL and token and save them for later commands."""
-    me = client(url, token).whoami()
+    ca = str(ca_cert.expanduser().resolve()) if ca_cert else None
+    if ca and not os.path.isfile(ca):
+        raise InvalidRequest(f"--ca-cert {ca_cert}: no such file; copy the server's ca.pem here first")
+    me = client(url, token, ca).whoami()
     path = client_config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": url.rstrip("/"), "token": token}, f)
+        json.dump({"url": url.rstrip("/"), "token": token, **({"ca_cert": ca} if ca else {})}, f)
     console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}, {me.get('role', 'member')}); "
                   f"saved to {path}")
 

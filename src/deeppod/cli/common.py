@@ -11,7 +11,7 @@ TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
-def client(url: str | None, token: str | None):
+def client(url: str | None, token: str | None, ca_cert: str | None = None):
     from deeppod.sdk.client import Client
 
-    return Client(url, token)
+    return Client(url, token, ca_cert=ca_cert)

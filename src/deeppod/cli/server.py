@@ -31,6 +31,14 @@ def server(
     work_roots: Annotated[Optional[str], typer.Option(
         help="with sandbox isolation, where tenants' jobs may work: paths with {tenant}, ':'-separated "
              "(DEEPPOD_WORK_ROOTS; default HOME/work/{tenant})", show_default=False)] = None,
+    tls_cert: Annotated[Optional[Path], typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
+    tls_key: Annotated[Optional[Path], typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
+    tls_ca: Annotated[Optional[Path], typer.Option(
+        help="the CA file clients and jobs verify the certificate with, when it is not from a public CA "
+             "(DEEPPOD_TLS_CA)")] = None,
+    tls_self_signed: Annotated[bool, typer.Option(
+        "--tls-self-signed", help="serve https with a certificate made once in HOME/tls (a proof of concept; "
+                                  "clients verify it with HOME/tls/trust/ca.pem)")] = False,
 ) -> None:
     """Start the control plane: API, scheduler loop and local executor."""
 
@@ -41,6 +49,11 @@ def server(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
-        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation=isolation, work_roots=work_roots)
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation=isolation, work_roots=work_roots,
+        tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+
+
+def _abs(path: Path | None) -> str | None:
+    return str(path.expanduser().resolve()) if path else None

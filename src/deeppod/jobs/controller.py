@@ -25,7 +25,7 @@ from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.cluster.service import NodeUsage, usage_of
-from deeppod.contract import (EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, free_port,
+from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, free_port,
                               worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.jobs.service import add_event, finish
@@ -80,8 +80,10 @@ class JobController:
     def __init__(self, sessions: sessionmaker[Session], executor: Executor, *, jobs_dir: Path,
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
-                 on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None):
+                 on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None,
+                 ca_cert: str | None = None):
         self.sessions = sessions
+        self.ca_cert = ca_cert  # the file jobs verify the server's TLS certificate with (None: system trust)
         self.isolation = isolation
         self.on_finished = on_finished  # called in the same transaction when a job ends for good
         self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
@@ -287,6 +289,8 @@ class JobController:
                 local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w.node),
                 master_addr=master_addr, master_port=master_port, gpus=w.gpus, cpus=w.cpus,
                 checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count)
+            if self.ca_cert:
+                env[ENV_CA_CERT] = self.ca_cert
             workers.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
         sandbox = self._sandbox(s, job, job_dir, staged or {}) if self.isolation else None
         if sandbox is not None:
@@ -309,6 +313,9 @@ class JobController:
             os.chmod(sub, 0o700)
             binds.append([str(sub), str(sub), True])
         binds += [[path, path, False] for path in [*staged.values(), *(job.read_paths or [])]]
+        if self.ca_cert:
+            trust = os.path.dirname(self.ca_cert)
+            binds.append([trust, trust, False])
         return {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
                 "binds": binds}
 

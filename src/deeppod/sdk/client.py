@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from deeppod.contract import FINAL_STATES
+from deeppod.contract import ENV_CA_CERT, FINAL_STATES, tls_context
 from deeppod.errors import DeepPodError, from_response
 from deeppod.settings import ClientSettings
 
@@ -19,13 +19,19 @@ class Client:
     the config file ``deeppod login`` writes, or a local server's admin token.
     """
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
-        cfg = ClientSettings.resolve(url, token)
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+                 ca_cert: str | None = None):
+        """``ca_cert``: verify an https server with this CA file (else DEEPPOD_CA_CERT, the login
+        config, a local server's own, or the system's trust store)."""
+        cfg = ClientSettings.resolve(url, token, ca_cert=ca_cert)
         self.url = cfg.url
         self.token = cfg.token
         self.s3_endpoint = cfg.s3_endpoint
+        self.ca_cert = cfg.ca_cert
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        # https: verified, against the server's CA file when one is given (self-signed, private CA)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
+                                  verify=tls_context({ENV_CA_CERT: cfg.ca_cert or ""}))
 
     def close(self) -> None:
         self._http.close()
