@@ -35,11 +35,13 @@ from deeppod.executor.local import LocalExecutor
 from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.router import Router
 from deeppod.jobs import retention
+from deeppod.jobs import service as jobs_service
 from deeppod.jobs.controller import Isolation, JobController
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.scheduler import Config
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
+from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 
@@ -100,6 +102,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     settings.home.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.home, 0o700)  # the database, tokens and every job's folder are the server's
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+    sealed.configure(settings.secret_key.encode() or sealed.key_file(settings.home / "secret.key"))
     engine = make_engine(settings.db_url)
     upgrade(engine)
     if engine.url.get_backend_name() == "sqlite" and engine.url.database:
@@ -107,6 +110,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
             if os.path.exists(engine.url.database + suffix):
                 os.chmod(engine.url.database + suffix, 0o600)
     sessions = make_sessionmaker(engine)
+    with sessions.begin() as s:
+        if sealed_now := jobs_service.seal_legacy_env(s):
+            log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
         register_node(s, node)

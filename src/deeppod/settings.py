@@ -94,6 +94,7 @@ class Settings:
     work_roots: str = ""
     # TLS: a PEM certificate and key (or tls_cert "self-signed": made once in HOME/tls), and the
     # CA file clients and jobs should trust when it is not a public CA (self-signed: the cert)
+    secret_key: str = ""  # seals jobs' --env values at rest; empty: HOME/secret.key (made on first start)
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""

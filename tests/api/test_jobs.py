@@ -197,3 +197,16 @@ def test_remove_a_finished_jobs_files_then_its_logs_say_so(api, tmp_path):
     assert r.status_code == 200 and r.json()["jobs"] == []
     r = api.http.post("/v1/jobs/purge", json={"older_than_seconds": -1}, headers=h)
     assert r.status_code == 422
+
+
+def test_env_values_are_write_only(api, tmp_path):
+    import sys
+
+    ana = api.user("ana", "vision")
+    r = api.http.post("/v1/jobs", json={"command": [sys.executable, "-c", "1"], "workdir": str(tmp_path),
+                                        "env": {"AWS_SECRET_ACCESS_KEY": "hunter2"}}, headers=api.as_(ana))
+    assert r.status_code == 201 and r.json()["env"] == {"AWS_SECRET_ACCESS_KEY": "***"}
+    assert "hunter2" not in api.http.get(f"/v1/jobs/{r.json()['id']}", headers=api.as_(ana)).text
+    api.ctx.jobs.tick()
+    assert api.ctx.executor.launched[r.json()["id"]].workers[0].env["AWS_SECRET_ACCESS_KEY"] == "hunter2"
+    assert (api.ctx.settings.home / "secret.key").stat().st_mode & 0o777 == 0o600

@@ -48,3 +48,30 @@ def test_job_states_filter_as_plain_values(sessions):
         holding = s.scalars(select(Job.name).where(Job.state.in_(HOLDING_STATES))).all()
         assert sorted(holding) == ["preempted", "resizing", "running"]
         assert s.scalars(select(Job.state).where(Job.state == "stopped")).one() is JobState.STOPPED
+
+
+def test_job_env_is_sealed_at_rest_and_legacy_rows_get_sealed(sessions):
+    from sqlalchemy import text
+
+    from deeppod.jobs.service import seal_legacy_env
+
+    with sessions.begin() as s:
+        t, u = owner(s)
+        job = Job(name="j", tenant_id=t.id, user_id=u.id, command=["true"], workdir="/tmp",
+                  env={"AWS_SECRET_ACCESS_KEY": "hunter2"})
+        s.add(job)
+        s.flush()
+        job_id = job.id
+        # a row written before sealing existed
+        s.add(Job(name="old", tenant_id=t.id, user_id=u.id, command=["true"], workdir="/tmp", env={}))
+        s.flush()
+        s.execute(text("UPDATE jobs SET env = '{\"TOKEN\": \"s3cr3t\"}' WHERE name = 'old'"))
+    raw = lambda: {r[0]: str(r[1]) for r in sessions().execute(text("SELECT name, env FROM jobs"))}  # noqa: E731
+    assert "hunter2" not in raw()["j"] and "sealed" in raw()["j"]
+    assert "s3cr3t" in raw()["old"]
+    with sessions.begin() as s:
+        assert seal_legacy_env(s) == 1
+    assert "s3cr3t" not in raw()["old"]
+    with sessions() as s:
+        assert s.get(Job, job_id).env == {"AWS_SECRET_ACCESS_KEY": "hunter2"}
+        assert s.scalars(select(Job).where(Job.name == "old")).one().env == {"TOKEN": "s3cr3t"}

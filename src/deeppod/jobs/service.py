@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import flag_modified
 
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal
@@ -158,6 +160,17 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     session.flush()
     add_event(session, job, JobState.QUEUED, f"submitted by {principal.user}")
     return job
+
+
+def seal_legacy_env(session: Session) -> int:
+    """Seal the --env values of jobs stored before they were sealed; how many."""
+    count = 0
+    for job_id, raw in session.execute(text("SELECT id, env FROM jobs")):
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if value and not (isinstance(value, dict) and set(value) == {"sealed"}):
+            flag_modified(session.get(Job, job_id), "env")
+            count += 1
+    return count
 
 
 def get_job(session: Session, principal: Principal, job_id: int) -> Job:

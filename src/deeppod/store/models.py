@@ -9,6 +9,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from deeppod.contract import JobState
+from deeppod.store.sealed import SealedJSON
 
 
 def utcnow() -> datetime:
@@ -106,7 +107,7 @@ class Job(Base):
     state: Mapped[JobState] = mapped_column(JobStateType(), index=True, default=JobState.QUEUED)
     command: Mapped[list] = mapped_column(default=list)
     workdir: Mapped[str] = mapped_column(Text)
-    env: Mapped[dict] = mapped_column(default=dict)
+    env: Mapped[dict] = mapped_column(SealedJSON(), default=dict)  # the user's --env: sealed at rest
     workers: Mapped[int] = mapped_column(Integer, default=1)  # minimum: the gang that starts together
     max_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)  # elastic when above workers
     gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)

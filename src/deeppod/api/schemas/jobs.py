@@ -42,7 +42,7 @@ class JobOut(Out):
     state: JobState
     command: list[str]
     workdir: str
-    env: dict[str, str]
+    env: dict[str, str] = Field(description="the names the job set; values are write-only (shown as '***')")
     workers: int
     max_workers: int | None
     gpus_per_worker: int
@@ -75,7 +75,10 @@ class JobEventOut(Out):
 
 def job_out(job, tenant: str, user: str) -> JobOut:
     return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
-                                  "tenant": tenant, "user": user})
+                                  "env": {k: HIDDEN for k in job.env}, "tenant": tenant, "user": user})
+
+
+HIDDEN = "***"  # --env values may be secrets: the API never shows them back
 
 
 class PurgeIn(Strict):

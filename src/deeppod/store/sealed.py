@@ -1,0 +1,77 @@
+"""Secrets at rest: job ``--env`` values are stored sealed (Fernet: AES-128-CBC + HMAC-SHA256).
+
+The key lives in ``HOME/secret.key`` (0600; made on first start) or comes from
+``DEEPPOD_SECRET_KEY``; the server configures it once at start. A copy of the database
+without the key shows which jobs set which variables (as sealed blobs), not their values.
+Until configured (tests that only touch the store), a key made for this process is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+from sqlalchemy import JSON
+from sqlalchemy.types import TypeDecorator
+
+from deeppod.errors import InvalidRequest
+
+_lock = threading.Lock()
+_fernet: Fernet | None = None
+
+
+def configure(key: bytes) -> None:
+    global _fernet
+    try:
+        f = Fernet(key)
+    except (ValueError, TypeError):
+        raise InvalidRequest("DEEPPOD_SECRET_KEY (or HOME/secret.key) is not a key: 32 url-safe base64-encoded "
+                             "bytes, as 'python -c \"from cryptography.fernet import Fernet; "
+                             "print(Fernet.generate_key().decode())\"' prints") from None
+    with _lock:
+        _fernet = f
+
+
+def key_file(path: Path) -> bytes:
+    """The key in ``path``, made (0600) if there is none yet."""
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        key = Fernet.generate_key()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        return key
+
+
+def _current() -> Fernet:
+    global _fernet
+    with _lock:
+        if _fernet is None:
+            _fernet = Fernet(Fernet.generate_key())
+        return _fernet
+
+
+class SealedJSON(TypeDecorator):
+    """A JSON value stored as ``{"sealed": TOKEN}``; rows written before sealing (a plain JSON
+    value) still read back."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # noqa: ANN001
+        if value is None:
+            return None
+        return {"sealed": _current().encrypt(json.dumps(value).encode()).decode()}
+
+    def process_result_value(self, value, dialect):  # noqa: ANN001
+        if isinstance(value, dict) and set(value) == {"sealed"}:
+            try:
+                return json.loads(_current().decrypt(value["sealed"].encode()))
+            except InvalidToken:
+                raise InvalidRequest("a job's sealed environment does not open with this server's key: start the "
+                                     "server with the HOME/secret.key (or DEEPPOD_SECRET_KEY) it was written with") from None
+        return value
