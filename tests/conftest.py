@@ -104,7 +104,9 @@ class Api:
 
 @pytest.fixture
 def api(tmp_path):
-    settings = Settings(home=tmp_path / "home", max_body_bytes=64 * 1024, cpus=8, memory_mb=16384)
+    # several tenants in one process with the fake executor: the API's own isolation is under test here
+    settings = Settings(home=tmp_path / "home", max_body_bytes=64 * 1024, cpus=8, memory_mb=16384,
+                        isolation="single-user")
     ctx = build(settings, executor=FakeExecutor(), probe=LogicalProbe(4))
     admin = bootstrap_admin(ctx)
     with TestClient(create_app(ctx)) as http:

@@ -45,7 +45,9 @@ class LiveServer:
 
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
-        env.update({"DEEPPOD_HOME": str(self.home), "DEEPPOD_GRACE_SECONDS": "5",
+        # several tenants, not sandboxed: tests/e2e/test_isolation.py and the sandboxed serving flow
+        # start theirs with DEEPPOD_ISOLATION=sandbox
+        env.update({"DEEPPOD_HOME": str(self.home), "DEEPPOD_ISOLATION": "single-user", "DEEPPOD_GRACE_SECONDS": "5",
                     "DEEPPOD_RECONCILE_INTERVAL": "0.2", "DEEPPOD_CONFIG": str(self.home / "client.json")})
         env.update(self.extra_env)
         return env

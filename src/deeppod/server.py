@@ -66,10 +66,10 @@ class ServerContext:
 
 def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
     """The isolation the settings ask for, or a clear error if this machine cannot give it."""
-    if settings.isolation == "single-user":
+    if settings.isolation in ("one-tenant", "single-user"):
         return None
     if settings.isolation != "sandbox":
-        raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use sandbox or single-user")
+        raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use sandbox, single-user or one-tenant")
     if identities is None:
         from deeppod.executor import sandbox
 
@@ -254,7 +254,11 @@ def serve(settings: Settings, *, echo=print) -> None:
                             name="reconcile", daemon=True)
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
-    if ctx.roots is None:
+    if settings.isolation == "one-tenant":
+        echo("isolation: none, so this server holds one tenant. Jobs run as this server's OS identity and can read "
+             "its state. For several tenants start it with --isolation sandbox (root; docs/security.md), or with "
+             "--single-user if every user trusts every other.")
+    elif ctx.roots is None:
         echo("isolation: single-user. Jobs run as this server's OS identity and can read its state (the "
              "database, the tokens, every job's folder): for one trusted user only. Several tenants need "
              "--isolation sandbox (root; docs/security.md).")

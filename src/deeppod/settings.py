@@ -86,9 +86,11 @@ class Settings:
     job_retention_days: float = 30.0
     housekeeping_interval: float = 60.0  # seconds between tiering and retention rounds
     audit_retention_days: float = 365.0  # audit events older than this are dropped (0: kept)
-    # isolation: "single-user" (jobs run as the server's identity: one trusted user) or "sandbox"
-    # (each tenant's jobs run as its own OS identity in namespaces; needs root; docs/security.md)
-    isolation: str = "single-user"
+    # isolation (docs/security.md): "sandbox" (each tenant's jobs run as its own OS identity in
+    # namespaces; needs root), "single-user" (jobs run as the server's identity; several tenants
+    # allowed, each start says what is not isolated) or "one-tenant" (the same, but a second
+    # tenant is refused: nothing pretends to be isolated)
+    isolation: str = "one-tenant"
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
     # tenant's name; empty: HOME/work/{tenant}
     work_roots: str = ""

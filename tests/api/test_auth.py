@@ -90,3 +90,22 @@ def test_the_api_docs_page_needs_no_internet(api):
         r = api.http.get(asset)
         assert r.status_code == 200 and len(r.content) > 100_000
     assert api.http.get("/openapi.json").json()["openapi"].startswith("3.")
+
+
+def test_a_server_that_does_not_isolate_holds_one_tenant(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from deeppod.api.app import create_app
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.executor.fake import FakeExecutor
+    from deeppod.server import bootstrap_admin, build
+    from deeppod.settings import Settings
+
+    ctx = build(Settings(home=tmp_path / "home"), executor=FakeExecutor(), probe=LogicalProbe(1))  # the defaults
+    admin = {"Authorization": f"Bearer {bootstrap_admin(ctx)}"}
+    with TestClient(create_app(ctx)) as http:
+        r = http.post("/v1/tenants", json={"name": "second"}, headers=admin)
+        assert r.status_code == 409 and "--isolation sandbox" in r.json()["error"]["message"]
+        assert [t["name"] for t in http.get("/v1/tenants", headers=admin).json()] == ["default"]
+        assert http.post("/v1/users", json={"name": "ana", "tenant": "default"}, headers=admin).status_code == 201
+    ctx.engine.dispose()

@@ -61,7 +61,7 @@ def test_admin_flow_and_user_isolation(cli, live_server):
     p = cli("users", "create", "ana", "--tenant", "vision", **admin)
     ana_token = p.stdout.split("token (shown once): ")[1].strip()
     ana = {"url": live_server.url, "token": ana_token}
-    assert "ana (tenant vision)" in cli("whoami", **ana).stdout
+    assert "ana (tenant vision, member)" in cli("whoami", **ana).stdout
     p = cli("tenants", "create", "nope", check=False, **ana)
     assert p.returncode == 2 and "only an administrator" in p.stderr
     p = cli("tokens", "create", "--name", "laptop", **ana)

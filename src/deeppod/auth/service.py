@@ -128,11 +128,16 @@ def get_tenant(session: Session, name: str) -> Tenant:
     return tenant
 
 
-def create_tenant(session: Session, principal: Principal, name: str) -> Tenant:
+def create_tenant(session: Session, principal: Principal, name: str, *, isolated: bool = True) -> Tenant:
+    """``isolated``: whether this server keeps tenants' jobs apart (else it holds one tenant)."""
     require_admin(principal, "create tenants")
     check_name("tenant", name)
     if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise Conflict(f"tenant {name!r} already exists")
+    if not isolated:
+        raise Conflict("this server does not isolate tenants (its jobs run as its own OS identity and could read "
+                       "each other's work), so it holds one tenant; restart it with --isolation sandbox (root, "
+                       "Linux namespaces; docs/security.md), or with --single-user if every user trusts every other")
     tenant = Tenant(name=name)
     session.add(tenant)
     session.flush()

@@ -25,12 +25,16 @@ def server(
     hot_dir: Annotated[Optional[Path], typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
     cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
     isolation: Annotated[Optional[str], typer.Option(
-        help="sandbox: each tenant's jobs run as its own OS identity in namespaces (needs root); single-user "
-             "(the default for now): jobs run as the server's identity, for one trusted user (DEEPPOD_ISOLATION)",
+        help="sandbox: each tenant's jobs run as its own OS identity in namespaces (needs root); single-user: "
+             "jobs run as the server's identity, several tenants allowed but not isolated; one-tenant (the "
+             "default): the same, and a second tenant is refused (DEEPPOD_ISOLATION)",
         show_default=False)] = None,
     work_roots: Annotated[Optional[str], typer.Option(
         help="with sandbox isolation, where tenants' jobs may work: paths with {tenant}, ':'-separated "
              "(DEEPPOD_WORK_ROOTS; default HOME/work/{tenant})", show_default=False)] = None,
+    single_user: Annotated[bool, typer.Option(
+        "--single-user", help="allow several tenants without isolating them (the same as --isolation single-user): "
+                              "every start says what is not protected")] = False,
     tls_cert: Annotated[Optional[Path], typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
     tls_key: Annotated[Optional[Path], typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
     tls_ca: Annotated[Optional[Path], typer.Option(
@@ -49,7 +53,7 @@ def server(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
-        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation=isolation, work_roots=work_roots,
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))

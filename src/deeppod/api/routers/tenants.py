@@ -1,6 +1,8 @@
 from fastapi import APIRouter
 
-from deeppod.api.deps import PrincipalDep, SessionDep
+from fastapi import Request
+
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.tenants import TenantCreate, TenantOut
 from deeppod.auth import service
 
@@ -8,8 +10,9 @@ router = APIRouter(prefix="/v1/tenants", tags=["tenants"])
 
 
 @router.post("", status_code=201, response_model=TenantOut)
-def create(body: TenantCreate, session: SessionDep, principal: PrincipalDep) -> TenantOut:
-    return TenantOut.model_validate(service.create_tenant(session, principal, body.name))
+def create(body: TenantCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> TenantOut:
+    isolated = get_ctx(request).settings.isolation != "one-tenant"
+    return TenantOut.model_validate(service.create_tenant(session, principal, body.name, isolated=isolated))
 
 
 @router.get("", response_model=list[TenantOut])
