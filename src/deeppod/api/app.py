@@ -28,5 +28,6 @@ def create_app(ctx) -> FastAPI:
         return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3)}
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or deployments.is_predict(method, path))
+    errors.document(app)
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
     return app
