@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session
 
 from deeppod.auth.roles import check_route
@@ -44,3 +44,6 @@ def get_principal(request: Request) -> Principal:
 # went unreported.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+# A row id in a path: what the database can hold (a larger number is a 422, not an overflow).
+Id = Annotated[int, Path(ge=1, le=2**63 - 1)]

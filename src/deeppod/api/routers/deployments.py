@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from deeppod.api.deps import PrincipalDep, SessionDep, bearer, get_ctx, get_principal
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, get_principal
 from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
                                              ReplicaOut)
 from deeppod.auth.roles import check_predict
@@ -93,7 +93,7 @@ def list_keys(name: str, session: SessionDep, principal: PrincipalDep) -> list[K
 
 
 @router.delete("/{name}/keys/{key_id}", response_model=KeyOut)
-def revoke_key(name: str, key_id: int, session: SessionDep, principal: PrincipalDep) -> KeyOut:
+def revoke_key(name: str, key_id: Id, session: SessionDep, principal: PrincipalDep) -> KeyOut:
     return KeyOut.model_validate(service.revoke_key(session, principal, name, key_id))
 
 
@@ -151,7 +151,7 @@ async def predict(name: str, request: Request) -> Response:
 
 
 @replicas_router.put("/{job_id}")
-def announce(job_id: int, body: AnnounceIn, session: SessionDep, principal: PrincipalDep) -> dict:
+def announce(job_id: Id, body: AnnounceIn, session: SessionDep, principal: PrincipalDep) -> dict:
     """A replica (with its job token) says where it listens."""
     job = service.announce(session, principal, job_id, body.url)
     return {"job_id": job.id, "url": job.endpoint}

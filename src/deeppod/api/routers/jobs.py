@@ -5,7 +5,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, PurgeIn, PurgeOut, job_out
 from deeppod.errors import Conflict, InvalidRequest
 from deeppod.jobs import retention, service
@@ -39,31 +39,31 @@ def _csv(value: str | None) -> tuple[str, ...]:
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def show(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def show(job_id: Id, session: SessionDep, principal: PrincipalDep) -> JobOut:
     job = service.get_job(session, principal, job_id)
     return job_out(job, *service.owner_names(session, job))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def cancel(job_id: Id, session: SessionDep, principal: PrincipalDep) -> JobOut:
     job = service.cancel(session, principal, job_id)
     return job_out(job, *service.owner_names(session, job))
 
 
 @router.post("/{job_id}/stop", response_model=JobOut)
-def stop(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def stop(job_id: Id, session: SessionDep, principal: PrincipalDep) -> JobOut:
     job = service.stop(session, principal, job_id)
     return job_out(job, *service.owner_names(session, job))
 
 
 @router.post("/{job_id}/resume", response_model=JobOut)
-def resume(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def resume(job_id: Id, session: SessionDep, principal: PrincipalDep) -> JobOut:
     job = service.resume(session, principal, job_id)
     return job_out(job, *service.owner_names(session, job))
 
 
 @router.delete("/{job_id}/files", response_model=PurgeOut)
-def remove_files(job_id: int, session: SessionDep, principal: PrincipalDep, request: Request,
+def remove_files(job_id: Id, session: SessionDep, principal: PrincipalDep, request: Request,
                  force: bool = False) -> PurgeOut:
     freed = retention.purge(session, principal, job_id, get_ctx(request).settings.jobs_dir, force=force)
     return PurgeOut(jobs=[job_id], bytes_freed=freed)
@@ -77,12 +77,12 @@ def purge(body: PurgeIn, session: SessionDep, principal: PrincipalDep, request: 
 
 
 @router.get("/{job_id}/events", response_model=list[JobEventOut])
-def events(job_id: int, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
+def events(job_id: Id, session: SessionDep, principal: PrincipalDep) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]
 
 
 @router.get("/{job_id}/logs")
-def logs(job_id: int, principal: PrincipalDep, request: Request, follow: bool = False,
+def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = False,
          rank: int | None = Query(None, ge=0)) -> StreamingResponse:
     ctx = get_ctx(request)
     job_dir = ctx.settings.jobs_dir / str(job_id)

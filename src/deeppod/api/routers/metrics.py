@@ -1,6 +1,6 @@
 from fastapi import APIRouter, Query
 
-from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.deps import Id, PrincipalDep, SessionDep
 from deeppod.api.schemas.metrics import HistogramOut, MetricsAccepted, MetricsIn, MetricsOut
 from deeppod.jobs import metrics
 
@@ -8,13 +8,13 @@ router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["metrics"])
 
 
 @router.post("/metrics", status_code=202, response_model=MetricsAccepted)
-def ingest(job_id: int, body: MetricsIn, session: SessionDep, principal: PrincipalDep) -> MetricsAccepted:
+def ingest(job_id: Id, body: MetricsIn, session: SessionDep, principal: PrincipalDep) -> MetricsAccepted:
     points = [p.model_dump() for p in body.points]
     return MetricsAccepted(stored=metrics.ingest(session, principal, job_id, points))
 
 
 @router.get("/metrics", response_model=MetricsOut)
-def read(job_id: int, session: SessionDep, principal: PrincipalDep,
+def read(job_id: Id, session: SessionDep, principal: PrincipalDep,
          names: str | None = Query(None, description="comma-separated metric names (default: all)"),
          max_points: int = Query(500, ge=2, le=100_000)) -> MetricsOut:
     wanted = [n for n in (names or "").split(",") if n] or None
@@ -22,6 +22,6 @@ def read(job_id: int, session: SessionDep, principal: PrincipalDep,
 
 
 @router.get("/histograms", response_model=list[HistogramOut])
-def read_histograms(job_id: int, session: SessionDep, principal: PrincipalDep, name: str | None = None,
+def read_histograms(job_id: Id, session: SessionDep, principal: PrincipalDep, name: str | None = None,
                     max_steps: int = Query(50, ge=1, le=10_000)) -> list[HistogramOut]:
     return [HistogramOut(**h) for h in metrics.histograms(session, principal, job_id, name, max_steps)]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.models import (AliasIn, CompareIn, CompareOut, ModelOut, PromoteIn, PromoteOut, RegisterIn,
                                         VersionOut, evaluation_out, model_out, version_out)
 from deeppod.models import service
@@ -66,7 +66,7 @@ def compare(name: str, body: CompareIn, request: Request, session: SessionDep, p
 
 
 @router.get("/{name}/comparisons/{job_id}", response_model=CompareOut)
-def comparison(name: str, job_id: int, session: SessionDep, principal: PrincipalDep) -> CompareOut:
+def comparison(name: str, job_id: Id, session: SessionDep, principal: PrincipalDep) -> CompareOut:
     model, job, numbers, evals = service.comparison(session, principal, name, job_id)
     by_id = {v.id: v.version for v in service.versions(session, model)}
     return CompareOut(job_id=job.id, a=numbers[0], b=numbers[1], data=(job.datasets or [{}])[0].get("ref", ""),

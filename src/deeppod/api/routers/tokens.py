@@ -1,6 +1,6 @@
 from fastapi import APIRouter
 
-from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.deps import Id, PrincipalDep, SessionDep
 from deeppod.api.schemas.tokens import TokenCreate, TokenCreated, TokenOut
 from deeppod.auth import service
 
@@ -21,5 +21,5 @@ def list_tokens(session: SessionDep, principal: PrincipalDep) -> list[TokenOut]:
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke(token_id: int, session: SessionDep, principal: PrincipalDep) -> None:
+def revoke(token_id: Id, session: SessionDep, principal: PrincipalDep) -> None:
     service.revoke_token(session, principal, token_id)

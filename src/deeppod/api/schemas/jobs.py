@@ -82,7 +82,7 @@ HIDDEN = "***"  # --env values may be secrets: the API never shows them back
 
 
 class PurgeIn(Strict):
-    older_than_seconds: float = Field(ge=0, description="remove the folders of jobs that ended longer ago than this")
+    older_than_seconds: float = Field(ge=0, le=100 * 366 * 86400, description="remove the folders of jobs that ended longer ago than this")
 
 
 class PurgeOut(Out):
