@@ -8,7 +8,7 @@ test checks that it stays so.
 
 from __future__ import annotations
 
-import os
+import functools
 import re
 import signal
 import socket
@@ -71,13 +71,18 @@ _INHERITED = re.compile(r"^(PATH|HOME|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|PYT
                         r"|CUDA_HOME|NCCL_[A-Z_]+|NVIDIA_[A-Z_]+)$")
 
 
-def tls_context(env: dict | None = None):
-    """The SSL context a job verifies the server with: DEEPPOD_CA_CERT's file when the server
-    set one (a self-signed or private CA), else the system's trust store."""
+def tls_context(url: str, cafile: str | None = None):
+    """How a client (a job, the SDK) verifies the server at ``url``: None for http; for https an
+    SSL context trusting ``cafile`` (the server's self-signed certificate or private CA, as
+    DEEPPOD_CA_CERT names it) or else the system's trust store. Made once per file."""
+    return _ssl_context(cafile or None) if url.startswith("https:") else None
+
+
+@functools.lru_cache(maxsize=8)
+def _ssl_context(cafile: str | None):
     import ssl
 
-    env = os.environ if env is None else env
-    return ssl.create_default_context(cafile=env.get(ENV_CA_CERT) or None)
+    return ssl.create_default_context(cafile=cafile)
 
 
 def reserved(name: str) -> bool:

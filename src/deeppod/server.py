@@ -21,6 +21,7 @@ from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.identities import Identities, SystemIdentities
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth import tls
+from deeppod.auth.files import write_private
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
@@ -61,7 +62,7 @@ class ServerContext:
     principals: PrincipalCache
     audit: AuditLog
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
-    tls: tuple[Path, Path, Path | None] | None = None  # certificate, key, trust file; None: plain HTTP
+    tls: tls.Served | None = None  # None: plain HTTP
 
 
 def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
@@ -102,7 +103,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     settings.home.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.home, 0o700)  # the database, tokens and every job's folder are the server's
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-    sealed.configure(settings.secret_key.encode() or sealed.key_file(settings.home / "secret.key"))
+    sealed.configure(settings.secret_key.encode() or _secret_key(settings.home / "secret.key"))
     engine = make_engine(settings.db_url)
     upgrade(engine)
     if engine.url.get_backend_name() == "sqlite" and engine.url.database:
@@ -136,7 +137,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
                          stage=lambda version_id: datasets.stage(sessions, data, version_id),
                          on_finished=on_finished, isolation=isolation,
-                         ca_cert=str(served[2]) if served and served[2] else None)
+                         ca_cert=str(served.trust) if served and served.trust else None)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
@@ -144,6 +145,13 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
                          PrincipalCache(sessions), AuditLog(sessions), roots, served)
+
+
+def _secret_key(path: Path) -> bytes:
+    """The key that seals jobs' --env values: kept in the server's home, made on first start."""
+    if not path.exists():
+        write_private(path, sealed.new_key())
+    return path.read_bytes().strip()
 
 
 def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
@@ -174,7 +182,7 @@ def bootstrap_admin(ctx: ServerContext) -> str | None:
     with ctx.sessions.begin() as s:
         secret = bootstrap(s)
     if secret:
-        _write_private(ctx.settings.home / "admin.token", secret + "\n")
+        write_private(ctx.settings.home / "admin.token", secret + "\n")
     return secret
 
 
@@ -188,27 +196,17 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write a file only this user can read (mode 0600 from the start), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path]:
     """Let the CLI and SDK on this machine find this server whatever its port or home, and
     trust its certificate (settings.ClientSettings reads these). Returns the files to remove
     at shutdown."""
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    url = f"{'https' if settings.tls_cert else 'http'}://{host}:{settings.port}"
+    url = f"{settings.scheme}://{host}:{settings.port}"
     doc = {"url": url, "pid": os.getpid(), "home": str(settings.home), "ca_cert": str(ca_cert) if ca_cert else None}
     paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
     for path in paths:
         try:
-            _write_private(path, json.dumps(doc))
+            write_private(path, json.dumps(doc))
         except OSError as exc:  # a read-only config folder only costs the discovery
             log.warning("could not write %s (%s); the CLI needs --url for this server", path, exc)
     return paths
@@ -266,8 +264,8 @@ def serve(settings: Settings, *, echo=print) -> None:
         echo(f"isolation: sandbox. Each tenant's jobs run as its own OS identity in namespaces; "
              f"workdirs must lie under {os.pathsep.join(settings.tenant_roots())}")
     if ctx.tls:
-        cert, _, trust = ctx.tls
-        echo(f"TLS: serving {cert}" + (f"; clients verify it with {trust} (deeppod login --ca-cert {trust}, "
+        trust = ctx.tls.trust
+        echo(f"TLS: serving {ctx.tls.cert}" + (f"; clients verify it with {trust} (deeppod login --ca-cert {trust}, "
                                        f"or DEEPPOD_CA_CERT)" if trust else ""))
     if secret:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
@@ -278,10 +276,10 @@ def serve(settings: Settings, *, echo=print) -> None:
                      name="housekeeping", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
-    cert_key = {"ssl_certfile": str(ctx.tls[0]), "ssl_keyfile": str(ctx.tls[1])} if ctx.tls else {}
+    cert_key = {"ssl_certfile": str(ctx.tls.cert), "ssl_keyfile": str(ctx.tls.key)} if ctx.tls else {}
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False, **cert_key))
-    announced = announce_local(settings, ctx.tls[2] if ctx.tls else None)
+    announced = announce_local(settings, ctx.tls.trust if ctx.tls else None)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
     # that was there before: make that handler an exception, so the clean-up below runs.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -127,8 +127,12 @@ class Settings:
         return self.database_url or f"sqlite:///{self.home / 'deeppod.db'}"
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    @property
     def url(self) -> str:
-        return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def with_overrides(self, **kw) -> "Settings":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})

@@ -136,3 +136,22 @@ def test_revocation_reaches_predict_within_a_second(api):
     while api.http.post("/v1/deployments/none/predict", headers=P, content=b"x").status_code != 401:
         assert time.monotonic() - revoked < 1.0, "a revoked token still predicts after 1 s"
         time.sleep(0.02)
+
+
+def test_roles_change_and_hold_from_the_next_call(api, tmp_path):
+    ana = api.user("ana", "vision")
+    boss = api.user("boss", "vision", role="tenant-admin")
+    api.user("out", "other")
+    A, B = api.as_(ana), api.as_(boss)
+    assert api.http.post("/v1/jobs", json={"command": ["true"], "workdir": str(tmp_path)}, headers=A).status_code != 403
+    r = api.http.patch("/v1/users/ana", json={"role": "viewer"}, headers=B)
+    assert r.status_code == 200 and r.json()["role"] == "viewer"
+    assert api.http.post("/v1/tokens", json={}, headers=A).status_code == 403  # a viewer now
+    assert api.http.patch("/v1/users/ana", json={"role": "admin"}, headers=B).status_code == 403
+    assert api.http.patch("/v1/users/out", json={"role": "viewer"}, headers=B).status_code == 403
+    assert api.http.patch("/v1/users/boss", json={"role": "admin"}, headers=B).status_code == 403  # not your own
+    assert api.http.patch("/v1/users/ana", json={"role": "owner"}, headers=B).status_code == 422
+    assert api.http.patch("/v1/users/nobody", json={"role": "member"}, headers=api.as_(api.admin)).status_code == 404
+    r = api.http.patch("/v1/users/ana", json={"role": "admin"}, headers=api.as_(api.admin))
+    assert r.status_code == 200 and r.json()["is_admin"] is True
+    assert api.http.get("/v1/whoami", headers=A).json()["role"] == "admin"

@@ -14,11 +14,10 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.auth.roles import READ_METHODS
 from deeppod.store.models import AuditEvent, utcnow
 
 log = logging.getLogger(__name__)
-
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass

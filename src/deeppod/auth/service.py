@@ -28,11 +28,13 @@ class Principal:
     tenant: str
     is_admin: bool
     job_id: int | None = None  # a job's own token: only its job's routes (roles.JOB_ROUTES)
-    role: str = ""  # roles.ROLES; empty: admin or member, as is_admin says
+    role: str = ""  # roles.ROLES; when given, is_admin follows it; empty: admin or member, as is_admin says
     scope: str = roles.ALL
 
     def __post_init__(self) -> None:
-        if not self.role:
+        if self.role:
+            object.__setattr__(self, "is_admin", self.role == roles.ADMIN)
+        else:
             object.__setattr__(self, "role", roles.ADMIN if self.is_admin else roles.MEMBER)
 
     def can_see_tenant(self, tenant_id: int) -> bool:
@@ -78,6 +80,13 @@ def _require_manager(session: Session, principal: Principal, tenant: str, action
         raise Forbidden(f"only an administrator (or tenant {tenant!r}'s tenant admin) can {action}")
 
 
+def _require_over(session: Session, principal: Principal, user: User, action: str) -> None:
+    """The caller administers ``user``: admins anyone, tenant admins the non-admins of their tenants."""
+    _require_manager(session, principal, session.get(Tenant, user.tenant_id).name, f"{action} user {user.name!r}")
+    if user.is_admin:
+        require_admin(principal, f"{action} an administrator")
+
+
 def _issue(session: Session, user: User, name: str, job_id: int | None = None, scope: str = roles.ALL,
            expires_at=None) -> tuple[Token, str]:
     secret = new_secret()
@@ -95,7 +104,7 @@ def bootstrap(session: Session) -> str | None:
     tenant = Tenant(name=DEFAULT_TENANT)
     session.add(tenant)
     session.flush()
-    admin = User(name=ADMIN_USER, tenant_id=tenant.id, is_admin=True, role=roles.ADMIN)
+    admin = User(name=ADMIN_USER, tenant_id=tenant.id, role=roles.ADMIN)
     session.add(admin)
     session.flush()
     _, secret = _issue(session, admin, "bootstrap")
@@ -117,8 +126,13 @@ def authenticate(session: Session, secret: str | None) -> Principal:
     if row.Token.expires_at is not None and row.Token.expires_at <= utcnow():
         raise Unauthenticated(f"the token expired at {row.Token.expires_at:%Y-%m-%d %H:%M} UTC: "
                               "create a new one with 'deeppod tokens create'")
-    return Principal(row.User.id, row.User.name, row.Tenant.id, row.Tenant.name, row.User.role == roles.ADMIN,
-                     row.Token.job_id, row.User.role, row.Token.scope)
+    return principal_of(row.User, row.Tenant, row.Token)
+
+
+def principal_of(user: User, tenant: Tenant, token: Token | None = None) -> Principal:
+    """Who acts: a user of a tenant, through a token (None: the platform acting for the user)."""
+    return Principal(user.id, user.name, tenant.id, tenant.name, user.is_admin,
+                     token.job_id if token else None, user.role, token.scope if token else roles.ALL)
 
 
 def get_tenant(session: Session, name: str) -> Tenant:
@@ -163,11 +177,26 @@ def create_user(session: Session, principal: Principal, name: str, tenant: str,
     t = get_tenant(session, tenant)
     if session.scalar(select(User.id).where(User.name == name)) is not None:
         raise Conflict(f"user {name!r} already exists")
-    user = User(name=name, tenant_id=t.id, is_admin=role == roles.ADMIN, role=role)
+    user = User(name=name, tenant_id=t.id, role=role)
     session.add(user)
     session.flush()
     _, secret = _issue(session, user, "first token")
     return user, secret
+
+
+def set_role(session: Session, principal: Principal, name: str, role: str) -> tuple[User, Tenant]:
+    """Change a user's role; it holds from the user's next call (predict: within 0.5 s)."""
+    roles.check_role(role)
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        raise NotFound(f"no user named {name!r}: list them with 'deeppod users ls'")
+    if user.id == principal.user_id:
+        raise Forbidden("you cannot change your own role; ask another administrator")
+    _require_over(session, principal, user, "change the role of")
+    if role == roles.ADMIN:
+        require_admin(principal, "make administrators")
+    user.role = role
+    return user, session.get(Tenant, user.tenant_id)
 
 
 def list_users(session: Session, principal: Principal) -> list[tuple[User, Tenant]]:
@@ -191,10 +220,7 @@ def create_token(session: Session, principal: Principal, name: str = "", user: s
         target = session.scalar(select(User).where(User.name == user))
         if target is None:
             raise NotFound(f"no user named {user!r}: list them with 'deeppod users ls'")
-        _require_manager(session, principal, session.get(Tenant, target.tenant_id).name,
-                         f"create tokens for user {user!r}")
-        if target.role == roles.ADMIN:
-            require_admin(principal, "create tokens for an administrator")
+        _require_over(session, principal, target, "create tokens for")
     expires_at = utcnow() + timedelta(seconds=expires_in) if expires_in is not None else None
     return _issue(session, target, name[:128], scope=scope, expires_at=expires_at)
 
@@ -210,10 +236,7 @@ def revoke_token(session: Session, principal: Principal, token_id: int) -> Token
     if token is None:
         raise NotFound(f"no token with id {token_id}: list yours with 'deeppod tokens ls'")
     if token.user_id != principal.user_id:
-        owner = session.get(User, token.user_id)
-        managed = managed_tenants(session, principal)
-        if managed is not None and (owner.role == roles.ADMIN or session.get(Tenant, owner.tenant_id).name not in managed):
-            raise Forbidden("you can only revoke your own tokens (tenant admins: those of their tenants' users)")
+        _require_over(session, principal, session.get(User, token.user_id), "revoke the tokens of")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
     return token

@@ -11,12 +11,20 @@ import shutil
 import socket
 import ssl
 from pathlib import Path
+from typing import NamedTuple
 
+from deeppod.auth.files import write_private
 from deeppod.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
 SELF_SIGNED = "self-signed"
+
+
+class Served(NamedTuple):
+    cert: Path
+    key: Path
+    trust: Path | None  # the file clients and jobs verify with; None: the system's trust store
 
 
 def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, Path]:
@@ -53,16 +61,14 @@ def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, 
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .sign(key, hashes.SHA256()))
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
+    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     log.info("made a self-signed certificate for %s in %s", ", ".join(wanted), folder)
     return cert_path, key_path
 
 
-def prepare(home: Path, cert: str, key: str, ca: str, hosts: list[str]) -> tuple[Path, Path, Path | None]:
+def prepare(home: Path, cert: str, key: str, ca: str, hosts: list[str]) -> Served:
     """The certificate and key to serve with, checked, and the trust file (a copy of the CA, or
     of the self-signed certificate) that clients and jobs verify the server with; None when
     the system's trust store does (a certificate from a public CA)."""
@@ -82,10 +88,10 @@ def prepare(home: Path, cert: str, key: str, ca: str, hosts: list[str]) -> tuple
     except ssl.SSLError as exc:
         raise InvalidRequest(f"{cert_path} and {key_path} are not a PEM certificate and its key ({exc.reason})") from None
     if not ca:
-        return cert_path, key_path, None
+        return Served(cert_path, key_path, None)
     trust.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     os.chmod(trust.parent, 0o755)
     shutil.copyfile(ca, trust)
     os.chmod(trust, 0o644)
-    return cert_path, key_path, trust
+    return Served(cert_path, key_path, trust)
 

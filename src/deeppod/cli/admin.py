@@ -106,6 +106,14 @@ def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's
     console.print(f"token (shown once): {u['token']}")
 
 
+@users_app.command("set-role")
+def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin, tenant-admin, member or viewer")],
+                   url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Change a user's role (it holds from the user's next call)."""
+    u = client(url, token).set_role(name, role)
+    console.print(f"user {u['name']} (tenant {u['tenant']}) is now {u['role']}")
+
+
 @users_app.command("ls")
 def users_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = client(url, token).users()

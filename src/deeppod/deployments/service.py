@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from deeppod.auth.service import Principal, check_name
+from deeppod.auth.service import Principal, check_name, principal_of
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.cluster.service import capacity
 from deeppod.contract import ACTIVE_STATES, JobState
@@ -148,7 +148,7 @@ def owner(session: Session, dep: Deployment) -> Principal:
     """The deployment's creator: its replicas run as theirs, under their tenant's plan."""
     user = session.get(User, dep.created_by)
     tenant = session.get(Tenant, dep.tenant_id)
-    return Principal(user.id, user.name, tenant.id, tenant.name, user.is_admin)
+    return principal_of(user, tenant)
 
 
 def start_replica(session: Session, dep: Deployment, *, models_root: Path, default_grace: float,

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-from deeppod.contract import ENV_TOKEN, tls_context
+from deeppod.contract import ENV_CA_CERT, ENV_TOKEN, tls_context
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class Reporter:
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=10,
-                                        context=tls_context() if self.api_url.startswith("https") else None) as r:
+                                        context=tls_context(self.api_url, os.environ.get(ENV_CA_CERT))) as r:
                 r.read()
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from deeppod.contract import ENV_API_URL, ENV_JOB_ID, ENV_TOKEN, tls_context
+from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_JOB_ID, ENV_TOKEN, tls_context
 
 
 def api_call(method: str, path: str, body: dict | None = None, *, timeout: float = 30.0) -> dict:
@@ -20,7 +20,7 @@ def api_call(method: str, path: str, body: dict | None = None, *, timeout: float
                                  data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout, context=tls_context() if url.startswith("https") else None) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=tls_context(url, os.environ.get(ENV_CA_CERT))) as r:
             raw = r.read()
     except urllib.error.HTTPError as exc:
         raise RuntimeError(f"the server answered {exc.code}: {error_message(exc.read())}") from None

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from deeppod.contract import ENV_CA_CERT, FINAL_STATES, tls_context
+from deeppod.contract import FINAL_STATES, tls_context
 from deeppod.errors import DeepPodError, from_response
 from deeppod.settings import ClientSettings
 
@@ -31,7 +31,7 @@ class Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # https: verified, against the server's CA file when one is given (self-signed, private CA)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
-                                  verify=tls_context({ENV_CA_CERT: cfg.ca_cert or ""}))
+                                  verify=tls_context(self.url, cfg.ca_cert) or True)
 
     def close(self) -> None:
         self._http.close()
@@ -307,6 +307,10 @@ class Client:
     def create_user(self, name: str, tenant: str, admin: bool = False, role: str = "member") -> dict:
         """``role``: admin, tenant-admin, member or viewer (``admin=True`` is role admin)."""
         return self._request("POST", "/v1/users", json={"name": name, "tenant": tenant, "admin": admin, "role": role})
+
+    def set_role(self, name: str, role: str) -> dict:
+        """Change a user's role: admin, tenant-admin, member or viewer."""
+        return self._request("PATCH", f"/v1/users/{name}", json={"role": role})
 
     def users(self) -> list[dict]:
         return self._request("GET", "/v1/users")

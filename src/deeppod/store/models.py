@@ -66,9 +66,12 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
-    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)  # kept equal to role == "admin"
     role: Mapped[str] = mapped_column(String(16), default="member")  # deeppod.auth.roles.ROLES
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
 
 
 class Token(Base):

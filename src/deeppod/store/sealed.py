@@ -9,9 +9,7 @@ Until configured (tests that only touch the store), a key made for this process 
 from __future__ import annotations
 
 import json
-import os
 import threading
-from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import JSON
@@ -35,16 +33,8 @@ def configure(key: bytes) -> None:
         _fernet = f
 
 
-def key_file(path: Path) -> bytes:
-    """The key in ``path``, made (0600) if there is none yet."""
-    try:
-        return path.read_bytes().strip()
-    except FileNotFoundError:
-        key = Fernet.generate_key()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-        return key
+def new_key() -> bytes:
+    return Fernet.generate_key()
 
 
 def _current() -> Fernet:

@@ -1,7 +1,7 @@
 from fastapi import APIRouter
 
 from deeppod.api.deps import PrincipalDep, SessionDep
-from deeppod.api.schemas.users import UserCreate, UserCreated, UserOut
+from deeppod.api.schemas.users import UserCreate, UserCreated, UserOut, UserPatch
 from deeppod.auth import service
 
 router = APIRouter(prefix="/v1", tags=["users"])
@@ -22,6 +22,12 @@ def create(body: UserCreate, session: SessionDep, principal: PrincipalDep) -> Us
 @router.get("/users", response_model=list[UserOut])
 def list_users(session: SessionDep, principal: PrincipalDep) -> list[UserOut]:
     return [UserOut(**_out(u, t.name)) for u, t in service.list_users(session, principal)]
+
+
+@router.patch("/users/{name}", response_model=UserOut)
+def update(name: str, body: UserPatch, session: SessionDep, principal: PrincipalDep) -> UserOut:
+    user, tenant = service.set_role(session, principal, name, body.role)
+    return UserOut(**_out(user, tenant.name))
 
 
 @router.get("/whoami")

@@ -13,6 +13,10 @@ class UserCreate(Strict):
     admin: bool = Field(default=False, description="the same as role 'admin' (kept for older clients)")
 
 
+class UserPatch(Strict):
+    role: Literal["admin", "tenant-admin", "member", "viewer"]
+
+
 class UserOut(Out):
     id: int
     name: str
