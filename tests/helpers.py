@@ -32,8 +32,10 @@ class LiveServer:
     """A real ``deeppod server`` process on a free loopback port."""
 
     def __init__(self, home: Path, gpus: int = 4, cpus: int = 8, port: int | None = None, extra_env=None,
-                 tls: bool = False):
+                 tls: bool = False, isolation: str | None = "single-user"):
+        """``isolation``: DEEPPOD_ISOLATION; None: the default a user gets (auto)."""
         self.home = home
+        self.isolation = isolation
         self.gpus = gpus
         self.cpus = cpus
         self.port = port or free_port()
@@ -47,8 +49,10 @@ class LiveServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
         # several tenants, not sandboxed: tests/e2e/test_isolation.py and the sandboxed serving flow
         # start theirs with DEEPPOD_ISOLATION=sandbox
-        env.update({"DEEPPOD_HOME": str(self.home), "DEEPPOD_ISOLATION": "single-user", "DEEPPOD_GRACE_SECONDS": "5",
+        env.update({"DEEPPOD_HOME": str(self.home), "DEEPPOD_GRACE_SECONDS": "5",
                     "DEEPPOD_RECONCILE_INTERVAL": "0.2", "DEEPPOD_CONFIG": str(self.home / "client.json")})
+        if self.isolation is not None:
+            env["DEEPPOD_ISOLATION"] = self.isolation
         env.update(self.extra_env)
         return env
 

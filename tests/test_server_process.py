@@ -65,6 +65,6 @@ def test_sandbox_isolation_refuses_work_roots_that_hold_the_servers_home(tmp_pat
     with pytest.raises(InvalidRequest, match="holds the server's home"):
         isolation_for(Settings(home=tmp_path / "srv" / "home", isolation="sandbox", work_roots=str(tmp_path)),
                       FakeIdentities())
-    with pytest.raises(InvalidRequest, match="use sandbox, single-user or one-tenant"):
+    with pytest.raises(InvalidRequest, match="use auto, sandbox, single-user or one-tenant"):
         isolation_for(Settings(isolation="jail"), FakeIdentities())
     assert isolation_for(Settings(home=tmp_path / "h", isolation="sandbox"), FakeIdentities()) is not None  # default

@@ -36,6 +36,7 @@ from deeppod.executor.local import LocalExecutor
 from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.router import Router
 from deeppod.jobs import retention
+from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs import service as jobs_service
 from deeppod.jobs.controller import Isolation, JobController
 from deeppod.models import artifacts
@@ -63,14 +64,28 @@ class ServerContext:
     audit: AuditLog
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
     tls: tls.Served | None = None  # None: plain HTTP
+    code: CodeStore | None = None  # jobs' code sent with them (PUT /v1/code)
+
+
+def resolve_isolation(asked: str, supported=None) -> str:
+    """``auto`` (the default): ``sandbox`` where this server can build sandboxes (root,
+    namespaces), so jobs never run as its identity; else ``one-tenant``."""
+    if asked not in ("auto", "sandbox", "single-user", "one-tenant"):
+        raise InvalidRequest(f"DEEPPOD_ISOLATION={asked!r}: use auto, sandbox, single-user or one-tenant")
+    if asked != "auto":
+        return asked
+    if supported is None:
+        from deeppod.executor.sandbox import supported
+    return "sandbox" if supported() is None else "one-tenant"
 
 
 def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
-    """The isolation the settings ask for, or a clear error if this machine cannot give it."""
+    """The isolation the settings ask for (resolved: not ``auto``), or a clear error if this
+    machine cannot give it."""
     if settings.isolation in ("one-tenant", "single-user"):
         return None
     if settings.isolation != "sandbox":
-        raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use sandbox, single-user or one-tenant")
+        raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use auto, sandbox, single-user or one-tenant")
     if identities is None:
         from deeppod.executor import sandbox
 
@@ -99,6 +114,7 @@ def python_environment(home: str) -> tuple[str, ...]:
 
 def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None,
           identities: Identities | None = None) -> ServerContext:
+    settings = replace(settings, isolation=resolve_isolation(settings.isolation))
     isolation = isolation_for(settings, identities)
     settings.home.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.home, 0o700)  # the database, tokens and every job's folder are the server's
@@ -144,7 +160,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                        max_body_bytes=settings.predict_max_bytes)
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
-                         PrincipalCache(sessions), AuditLog(sessions), roots, served)
+                         PrincipalCache(sessions), AuditLog(sessions), roots, served,
+                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes))
 
 
 def _secret_key(path: Path) -> bytes:
@@ -170,6 +187,8 @@ def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float
                 log.info("removed the folders of %d finished jobs (retention)", len(purged))
         except Exception:  # the next round retries
             log.exception("retention round failed")
+        if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
+            log.info("dropped %d code archives unused for a week", dropped)
         try:
             with ctx.sessions.begin() as s:
                 audit.apply_retention(s, ctx.settings.audit_retention_days)
@@ -245,6 +264,7 @@ def serve(settings: Settings, *, echo=print) -> None:
         settings = replace(settings, port=free_port(settings.host))
     _check_port_free(settings.host, settings.port)
     ctx = build(settings)
+    settings = ctx.settings  # its isolation resolved
     secret = bootstrap_admin(ctx)
     app = create_app(ctx)
     stop = threading.Event()
@@ -253,7 +273,8 @@ def serve(settings: Settings, *, echo=print) -> None:
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
     if settings.isolation == "one-tenant":
-        echo("isolation: none, so this server holds one tenant. Jobs run as this server's OS identity and can read "
+        echo("isolation: none (this server is not root, so it cannot run jobs as other OS identities), so it "
+             "holds one tenant. Jobs run as this server's OS identity and can read "
              "its state. For several tenants start it with --isolation sandbox (root; docs/security.md), or with "
              "--single-user if every user trusts every other.")
     elif ctx.roots is None:
@@ -262,7 +283,7 @@ def serve(settings: Settings, *, echo=print) -> None:
              "--isolation sandbox (root; docs/security.md).")
     else:
         echo(f"isolation: sandbox. Each tenant's jobs run as its own OS identity in namespaces; "
-             f"workdirs must lie under {os.pathsep.join(settings.tenant_roots())}")
+             f"they work under {os.pathsep.join(settings.tenant_roots())} or in the code sent with them")
     if ctx.tls:
         trust = ctx.tls.trust
         echo(f"TLS: serving {ctx.tls.cert}" + (f"; clients verify it with {trust} (deeppod login --ca-cert {trust}, "

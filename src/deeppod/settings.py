@@ -80,6 +80,9 @@ class Settings:
     data_max_file_bytes: int = 256 << 20
     data_max_ingest_bytes: int = 64 << 30
     data_cold_after_seconds: float = 30 * 86400.0  # versions unused this long move to cold
+    # jobs' code sent with them (jobs/code.py): one archive's limit, and what a tenant keeps
+    code_max_bytes: int = 100 << 20
+    code_tenant_bytes: int = 1 << 30
     # serving
     predict_max_bytes: int = 16 << 20  # one predict request's body, at the router and at each replica
     # finished jobs' folders are removed this many days after they ended (0: kept); stopped jobs keep theirs
@@ -88,9 +91,10 @@ class Settings:
     audit_retention_days: float = 365.0  # audit events older than this are dropped (0: kept)
     # isolation (docs/security.md): "sandbox" (each tenant's jobs run as its own OS identity in
     # namespaces; needs root), "single-user" (jobs run as the server's identity; several tenants
-    # allowed, each start says what is not isolated) or "one-tenant" (the same, but a second
-    # tenant is refused: nothing pretends to be isolated)
-    isolation: str = "one-tenant"
+    # allowed, each start says what is not isolated), "one-tenant" (the same, but a second
+    # tenant is refused: nothing pretends to be isolated), or "auto": sandbox where possible,
+    # else one-tenant
+    isolation: str = "auto"
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
     # tenant's name; empty: HOME/work/{tenant}
     work_roots: str = ""
@@ -112,6 +116,10 @@ class Settings:
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.home / "code"
 
     @property
     def models_dir(self) -> Path:

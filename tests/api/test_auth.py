@@ -64,7 +64,8 @@ def test_only_admins_manage_tenants_and_users(api, people):
     assert r.status_code == 201
     carol = api.as_(r.json()["token"])
     assert api.http.get("/v1/whoami", headers=carol).json() == {"user": "carol", "tenant": "a", "is_admin": True,
-                                                                  "role": "admin", "scope": "all", "job_id": None}
+                                                                  "role": "admin", "scope": "all", "job_id": None,
+                                                                  "isolation": "single-user", "work_roots": None}
     assert len(api.http.get("/v1/jobs", headers=carol).json()) == 2
 
 
@@ -101,7 +102,8 @@ def test_a_server_that_does_not_isolate_holds_one_tenant(tmp_path):
     from deeppod.server import bootstrap_admin, build
     from deeppod.settings import Settings
 
-    ctx = build(Settings(home=tmp_path / "home"), executor=FakeExecutor(), probe=LogicalProbe(1))  # the defaults
+    # what "auto", the default, is where the server is not root
+    ctx = build(Settings(home=tmp_path / "home", isolation="one-tenant"), executor=FakeExecutor(), probe=LogicalProbe(1))
     admin = {"Authorization": f"Bearer {bootstrap_admin(ctx)}"}
     with TestClient(create_app(ctx)) as http:
         r = http.post("/v1/tenants", json={"name": "second"}, headers=admin)
@@ -109,3 +111,13 @@ def test_a_server_that_does_not_isolate_holds_one_tenant(tmp_path):
         assert [t["name"] for t in http.get("/v1/tenants", headers=admin).json()] == ["default"]
         assert http.post("/v1/users", json={"name": "ana", "tenant": "default"}, headers=admin).status_code == 201
     ctx.engine.dispose()
+
+
+def test_the_default_isolation_sandboxes_wherever_it_can():
+    from deeppod.server import resolve_isolation
+
+    assert resolve_isolation("auto", supported=lambda: None) == "sandbox"
+    assert resolve_isolation("auto", supported=lambda: "not root") == "one-tenant"
+    assert resolve_isolation("single-user", supported=lambda: None) == "single-user"  # asked for: kept
+    with pytest.raises(Exception, match="use auto, sandbox"):
+        resolve_isolation("jail")

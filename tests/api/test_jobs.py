@@ -1,7 +1,9 @@
 """The jobs API: submit, follow, cancel, and every kind of bad input."""
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -133,8 +135,8 @@ def small_gpu_box(tmp_path):
     from deeppod.settings import Settings
     from tests.conftest import Api
 
-    ctx = build(Settings(home=tmp_path / "home", cpus=2, memory_mb=8192), executor=FakeExecutor(),
-                probe=LogicalProbe(4))
+    ctx = build(Settings(home=tmp_path / "home", cpus=2, memory_mb=8192, isolation="single-user"),
+                executor=FakeExecutor(), probe=LogicalProbe(4))
     admin = bootstrap_admin(ctx)
     with TestClient(create_app(ctx)) as http:
         yield Api(ctx, http, admin)
@@ -210,3 +212,56 @@ def test_env_values_are_write_only(api, tmp_path):
     api.ctx.jobs.tick()
     assert api.ctx.executor.launched[r.json()["id"]].workers[0].env["AWS_SECRET_ACCESS_KEY"] == "hunter2"
     assert (api.ctx.settings.home / "secret.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_code_sent_with_a_job_becomes_its_own_workdir(api, tmp_path):
+    from deeppod.sdk.code import pack
+
+    src = tmp_path / "proj"
+    src.mkdir()
+    (src / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(src / "run.sh", 0o755)
+    packed = pack(src)
+    ana = api.as_(api.user("ana", "vision"))
+    put = lambda h: api.http.put(f"/v1/code/{packed.digest}", content=packed.data, headers=h)  # noqa: E731
+    r = put(ana)
+    assert r.status_code == 200 and r.json() == {"digest": packed.digest, "bytes": len(packed.data), "files": 1}
+    assert put(ana).status_code == 200  # again: nothing changes
+    # a relative command is found in the code it came with
+    r = api.http.post("/v1/jobs", json={"command": ["./run.sh"], "code": packed.digest}, headers=ana)
+    assert r.status_code == 201, r.text
+    workdir = Path(r.json()["workdir"])
+    assert workdir == api.ctx.settings.jobs_dir / str(r.json()["id"]) / "code"
+    assert (workdir / "run.sh").read_text().startswith("#!/bin/sh")
+    assert not list(api.ctx.settings.jobs_dir.glob(".code-*"))  # nothing staged is left behind
+    # another tenant that knows the digest gets nothing
+    bo = api.as_(api.user("bo", "speech"))
+    r = api.http.post("/v1/jobs", json={"command": ["./run.sh"], "code": packed.digest}, headers=bo)
+    assert r.status_code == 404 and "PUT /v1/code/" in r.json()["error"]["message"]
+    # neither workdir nor code: an empty folder of its own
+    r = api.http.post("/v1/jobs", json={"command": [sys.executable, "-c", "1"]}, headers=ana)
+    assert r.status_code == 201 and list(Path(r.json()["workdir"]).iterdir()) == []
+
+
+@pytest.mark.parametrize("what,body,status,message", [
+    ("both", {"workdir": "/tmp", "code": "a" * 64}, 422, "not both"),
+    ("bad digest", {"code": "xyz"}, 422, "code"),
+    ("unknown code", {"code": "b" * 64}, 404, "PUT /v1/code/"),
+    ("a script the code lacks", {"command": ["./missing.sh"]}, 422, "<the job's folder>/./missing.sh"),
+])
+def test_bad_code_requests_write_nothing(api, what, body, status, message):
+    r = api.http.post("/v1/jobs", json={"command": [sys.executable, "-c", "1"], **body},
+                      headers=api.as_(api.admin))
+    assert r.status_code == status and message in r.text, r.text
+    assert job_count(api) == 0
+    assert not list(api.ctx.settings.jobs_dir.glob(".code-*")) and not list(api.ctx.settings.jobs_dir.glob("*/code"))
+
+
+def test_code_uploads_are_checked(api):
+    h = api.as_(api.admin)
+    r = api.http.put("/v1/code/" + "c" * 64, content=b"junk", headers=h)
+    assert r.status_code == 422 and "SHA-256" in r.json()["error"]["message"]
+    assert api.http.put("/v1/code/not-a-digest", content=b"junk", headers=h).status_code == 422
+    assert api.http.put("/v1/code/" + "c" * 64, content=b"", headers=h).status_code == 422
+    viewer = api.as_(api.user("vi", "default", role="viewer"))
+    assert api.http.put("/v1/code/" + "c" * 64, content=b"junk", headers=viewer).status_code == 403

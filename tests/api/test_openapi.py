@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from deeppod.sdk.code import pack
 from tests.models.test_service import artifact
 
 MARK = "zz9secret"  # in B's job command, model description and token name: must never reach A
@@ -40,6 +41,10 @@ def world(api, tmp_path):
                                                               "description": MARK}, headers=B).status_code == 201
     assert api.http.post("/v1/deployments", json={"model": "b-model@1", "name": "b-dep"}, headers=B).status_code == 201
     tok = api.http.post("/v1/tokens", json={"name": MARK}, headers=B).json()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "b.py").write_text(f"print('{MARK}')")
+    code = pack(tmp_path / "code")
+    assert api.http.put(f"/v1/code/{code.digest}", content=code.data, headers=B).status_code == 200
     key = api.http.post("/v1/deployments/b-dep/keys", json={"name": "k"}, headers=B)
     roles = {role: api.user(f"a-{role}", "a", role=role) for role in ("tenant-admin", "member", "viewer")}
     mine = api.http.post("/v1/jobs", json={"command": [sys.executable, "-c", "1"], "workdir": str(tmp_path)},
@@ -47,7 +52,8 @@ def world(api, tmp_path):
     api.ctx.jobs.tick()
     roles["job"] = api.ctx.executor.launched[mine].workers[0].env["DEEPPOD_TOKEN"]
     params = {"job_id": job.json()["id"], "name": "b-model", "ref": "b-model@1", "token_id": tok["id"],
-              "key_id": key.json().get("id", 1), "alias": "champion"}
+              "key_id": key.json().get("id", 1), "alias": "champion",
+              "digest": code.digest}
     return B, roles, params
 
 

@@ -21,7 +21,12 @@ def who(role="member", scope="all", job_id=None):
     (who(scope="predict"), "GET", "/v1/whoami", {}, True),
     (who(job_id=7), "POST", "/v1/jobs/{job_id}/metrics", {"job_id": "7"}, True),
     (who(job_id=7), "POST", "/v1/jobs/{job_id}/metrics", {"job_id": "8"}, False),
-    (who(job_id=7), "PUT", "/v1/replicas/{job_id}", {"job_id": "7"}, True),
+    (who(job_id=7), "PUT", "/v1/replicas/{job_id}", {"job_id": "7"}, False),  # a batch job is no replica
+    (who(scope="replica", job_id=7), "PUT", "/v1/replicas/{job_id}", {"job_id": "7"}, True),
+    (who(scope="replica", job_id=7), "PUT", "/v1/replicas/{job_id}", {"job_id": "8"}, False),
+    (who(scope="replica", job_id=7), "GET", "/v1/jobs/{job_id}", {"job_id": "7"}, False),
+    (who(scope="replica", job_id=7), "POST", "/v1/jobs/{job_id}/metrics", {"job_id": "7"}, False),
+    (who(scope="replica", job_id=7), "POST", "/v1/models/{name}/versions", {"name": "m"}, False),
     (who(job_id=7), "POST", "/v1/jobs/{job_id}/cancel", {"job_id": "7"}, False),
     (who(job_id=7), "POST", "/v1/jobs", {}, False),
     (who("admin", job_id=7), "POST", "/v1/tenants", {}, False),  # an admin's job is still only a job

@@ -39,7 +39,8 @@ def test_login_then_everyday_commands(cli, live_server, tmp_path):
     assert "logged in" in p.stdout and "admin" in p.stdout
     assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
     assert json.loads(cli.config.read_text())["url"] == live_server.url
-    assert "admin (tenant default, admin)" in cli("whoami").stdout
+    out = cli("whoami").stdout
+    assert "admin (tenant default, admin)" in out and "isolation: single-user; jobs run as the server's" in out
 
     (tmp_path / "train.py").write_text("import os\nprint('hi', os.environ['RANK'], os.environ['GREETING'])\n")
     p = cli("submit", "--name", "hello", "--workers", "2", "--gpus-per-worker", "1", "--env", "GREETING=hey",

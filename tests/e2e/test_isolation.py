@@ -4,7 +4,9 @@ isolate (not root); CI runs as root."""
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -107,3 +109,62 @@ def _log(job_dir) -> bytes:
         return (job_dir / "logs" / "rank-0.log").read_bytes()
     except OSError:
         return b""
+
+
+TRAIN = """
+import os
+import torch
+import torch.distributed as dist
+from helper import GREETING
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if rank == 0:
+    open("/dev/shm/from-rank-0", "w").write("shared")
+dist.barrier()
+shm = open("/dev/shm/from-rank-0").read()  # the job's workers share /dev/shm (NCCL needs it)
+total = torch.ones(1)
+dist.all_reduce(total)
+if rank == 0:
+    open("out.txt", "w").write(GREETING)
+print("uid", os.getuid(), "cwd", os.getcwd(), "world", int(total.item()), "shm", shm,
+      "files", sorted(os.listdir(".")), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_defaults_sandbox_as_root_and_submit_sends_the_code(tmp_path):
+    """A server started as a user would (no isolation setting) runs jobs sandboxed; `deeppod
+    submit` from a project folder outside the tenant's roots sends the folder with the job,
+    and a 2-worker torch.distributed job runs in it."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN)
+    (project / "helper.py").write_text("GREETING = 'hello from the sent code'\n")
+    (project / ".git").mkdir()  # not sent
+    server = LiveServer(tmp_path / "home", isolation=None).start()
+    try:
+        me = Client(server.url, server.admin_token).whoami()
+        assert me["isolation"] == "sandbox" and me["work_roots"] == [str(server.home / "work" / "default")]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+        env.update(DEEPPOD_API_URL=server.url, DEEPPOD_TOKEN=server.admin_token)
+        p = subprocess.run([sys.executable, "-m", "deeppod.cli", "submit", "-f", "--workers", "2", "--",
+                            sys.executable, "train.py"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stdout + p.stderr
+        job = Client(server.url, server.admin_token).jobs()[0]
+        assert job["state"] == "succeeded", p.stdout
+        workdir = server.home / "jobs" / str(job["id"]) / "code"
+        assert job["workdir"] == str(workdir)
+        lines = [x for x in p.stdout.splitlines() if "uid" in x]
+        assert len(lines) == 2 and all("world 2 shm shared" in x for x in lines), p.stdout
+        line = lines[0]
+        uid = int(line.split("uid ", 1)[1].split()[0])
+        assert uid not in (0, os.getuid()) and f"cwd {workdir}" in line
+        assert "'helper.py'" in line and "'train.py'" in line and ".git" not in line
+        assert (workdir / "out.txt").read_text() == "hello from the sent code"
+        assert (workdir / "out.txt").stat().st_uid == uid  # written as the tenant, in its own copy
+        assert not (project / "out.txt").exists()
+        assert not list(Path("/dev/shm").glob(f"deeppod-job-{job['id']}"))  # gone with the job
+    finally:
+        server.stop()
+        server.cleanup_jobs()

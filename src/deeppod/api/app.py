@@ -8,7 +8,7 @@ from deeppod import __version__
 from deeppod.api import docs, errors
 from deeppod.api.limits import BodyLimit
 from deeppod.audit.log import AuditMiddleware
-from deeppod.api.routers import audit, datasets, deployments, jobs, metrics, models, nodes, plans, tenants, tokens, users
+from deeppod.api.routers import audit, code, datasets, deployments, jobs, metrics, models, nodes, plans, tenants, tokens, users
 
 
 def create_app(ctx) -> FastAPI:
@@ -18,7 +18,7 @@ def create_app(ctx) -> FastAPI:
     app.state.ctx = ctx
     docs.install(app)
     errors.install(app)
-    for r in (jobs, metrics, tenants, users, tokens, nodes, plans, datasets, models, deployments, audit):
+    for r in (jobs, code, metrics, tenants, users, tokens, nodes, plans, datasets, models, deployments, audit):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)
@@ -27,7 +27,7 @@ def create_app(ctx) -> FastAPI:
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3)}
 
-    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or deployments.is_predict(method, path))
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path))
     errors.document(app)
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
     return app

@@ -14,8 +14,10 @@ Scopes (a token's; they narrow the role, never widen it):
 - ``read``: GET only.
 - ``predict``: only predictions (and ``whoami``).
 
-A job's own token is narrower still: its own job's routes, registering a model from that job,
-and announcing that job's replica (:data:`JOB_ROUTES`).
+A job's own token is narrower still: its own job's routes and registering a model from that
+job (:data:`JOB_ROUTES`). A serving replica's token (scope ``replica``) only announces that
+replica (:data:`REPLICA_ROUTES`): a replica runs a model, not the user's code, so a stolen one
+is worth nothing else.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from deeppod.errors import Forbidden, InvalidRequest
 ADMIN, TENANT_ADMIN, MEMBER, VIEWER = "admin", "tenant-admin", "member", "viewer"
 ROLES = (ADMIN, TENANT_ADMIN, MEMBER, VIEWER)
 ALL, READ, PREDICT = "all", "read", "predict"
-SCOPES = (ALL, READ, PREDICT)
+SCOPES = (ALL, READ, PREDICT)  # what a user may ask for
+REPLICA = "replica"  # given by the platform to a serving replica's job token only
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 # (method, route template) a job token may call; {job_id} must be the job's own.
@@ -38,8 +41,8 @@ JOB_ROUTES = frozenset({
     ("POST", "/v1/jobs/{job_id}/metrics"),
     ("GET", "/v1/jobs/{job_id}/histograms"),
     ("POST", "/v1/models/{name}/versions"),  # the models service checks the body names this job
-    ("PUT", "/v1/replicas/{job_id}"),
 })
+REPLICA_ROUTES = frozenset({("PUT", "/v1/replicas/{job_id}")})
 
 
 def check_route(principal, method: str, route: str, params: dict) -> None:
@@ -47,6 +50,11 @@ def check_route(principal, method: str, route: str, params: dict) -> None:
     runs. What the role allows on a given object is the services' to decide."""
     if principal.job_id is not None:
         own = str(params.get("job_id", principal.job_id)) == str(principal.job_id)
+        if principal.scope == REPLICA:
+            if (method, route) not in REPLICA_ROUTES or not own:
+                raise Forbidden(f"a serving replica's token may only announce its own replica ({method} {route} "
+                                "is not that); use a user token for anything else")
+            return
         if (method, route) not in JOB_ROUTES or not own:
             raise Forbidden(f"a job's token may only call its own job's routes ({method} {route} is not one); "
                             "use a user token for anything else")

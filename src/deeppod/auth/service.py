@@ -242,10 +242,11 @@ def revoke_token(session: Session, principal: Principal, token_id: int) -> Token
     return token
 
 
-def issue_job_token(session: Session, user_id: int, job_id: int) -> str:
-    """A token that lets a running job call the API as its owner; revoked when it ends."""
+def issue_job_token(session: Session, user_id: int, job_id: int, scope: str = roles.ALL) -> str:
+    """A token that lets a running job call its own job's routes as its owner (``scope``
+    roles.REPLICA: only announce its replica); revoked when the job ends."""
     user = session.get(User, user_id)
-    _, secret = _issue(session, user, f"job {job_id}", job_id=job_id)
+    _, secret = _issue(session, user, f"job {job_id}", job_id=job_id, scope=scope)
     return secret
 
 

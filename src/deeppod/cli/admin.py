@@ -49,9 +49,14 @@ def login(url: Annotated[str, typer.Option(help="server URL")],
 
 @app.command()
 def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """Who the token belongs to."""
+    """Who the token belongs to, and where the server lets your jobs work."""
     me = client(url, token).whoami()
     console.print(f"{me['user']} (tenant {me['tenant']}, {me.get('role', 'member')})")
+    if me.get("isolation"):
+        roots = me.get("work_roots")
+        where = (f"; jobs work under {', '.join(roots)} or in the code sent with them" if roots is not None
+                 else "; jobs run as the server's OS identity")
+        console.print(f"isolation: {me['isolation']}{where}")
 
 
 @nodes_app.callback()

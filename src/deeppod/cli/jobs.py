@@ -49,7 +49,11 @@ def submit(
              "idle; 1 for a CPU-only worker)", show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
-    workdir: Annotated[Optional[Path], typer.Option(help="working directory (default: here)")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(
+        help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
+             "else a copy of here is sent with the job)")] = None,
+    code: Annotated[Optional[Path], typer.Option(
+        help="send this folder with the job; it runs in its own copy (for a server on another machine)")] = None,
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
     grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on cancel")] = None,
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
@@ -69,7 +73,8 @@ def submit(
     job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
-                   workdir=str(workdir or Path.cwd()), priority=priority, grace_seconds=grace)
+                   workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
+                   grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     if follow:
         follow_job(c, job["id"])

@@ -26,8 +26,9 @@ def server(
     cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
     isolation: Annotated[Optional[str], typer.Option(
         help="sandbox: each tenant's jobs run as its own OS identity in namespaces (needs root); single-user: "
-             "jobs run as the server's identity, several tenants allowed but not isolated; one-tenant (the "
-             "default): the same, and a second tenant is refused (DEEPPOD_ISOLATION)",
+             "jobs run as the server's identity, several tenants allowed but not isolated; one-tenant: the "
+             "same, and a second tenant is refused; auto (the default): sandbox as root, else one-tenant "
+             "(DEEPPOD_ISOLATION)",
         show_default=False)] = None,
     work_roots: Annotated[Optional[str], typer.Option(
         help="with sandbox isolation, where tenants' jobs may work: paths with {tenant}, ':'-separated "

@@ -58,7 +58,7 @@ def train_image_classifier(
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     low, high = parse_workers(workers)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
-                   gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, workdir=str(Path.cwd()),
+                   gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, own_folder=True,
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                    datasets=[dataset] if dataset else None)
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "

@@ -5,7 +5,8 @@ The worker gets a PID namespace of its own (other jobs' processes are invisible 
 be signalled), an IPC namespace, and a mount namespace whose root is a fresh tmpfs holding
 only: the system's programs and libraries read-only (/usr, /etc, ...), the Python
 environment read-only, the binds the job was given (its workdir and job folders read-write,
-its datasets read-only), a private /tmp and /dev/shm, and a minimal /dev. Then it drops to
+its datasets read-only), a private /tmp, a /dev/shm shared only by the job's workers on this
+node, and a minimal /dev. Then it drops to
 the tenant's uid and gid with no supplementary groups, no capabilities and no_new_privs.
 
 Three processes: this one (outside, what the supervisor signals and waits for), an init
@@ -112,6 +113,8 @@ def _build_root(root: str, sb: dict) -> None:
     for tmp in ("/tmp", "/dev/shm"):  # private: PyTorch's DataLoader shares tensors through /dev/shm
         os.makedirs(root + tmp, exist_ok=True)
         _mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if sb.get("shm"):  # the job's workers on this node share one (NCCL's intra-node transport needs it)
+        _bind(sb["shm"], root + "/dev/shm", True)
     # last, so that a bind under /tmp (a workdir there) lands on top of the private /tmp
     for path in sb.get("python", []):
         if os.path.exists(path):

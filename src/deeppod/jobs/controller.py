@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.identities import Identities, tenant_identity
+from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
@@ -74,6 +76,13 @@ class Isolation:
     identities: Identities
     python: tuple[str, ...]  # the Python environment, read-only in every sandbox
     writable: tuple[str, ...] = ("checkpoints", "model", "outputs", "tensorboard")  # of its folder: the job's to write
+    shm_root: str = "/dev/shm"  # where each job's shared memory folder is made
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    for folder, _dirs, files in os.walk(root):  # each folder is visited once as ``folder``
+        for name in [folder, *(os.path.join(folder, n) for n in files)]:
+            os.lchown(name, uid, gid)
 
 
 class JobController:
@@ -122,6 +131,8 @@ class JobController:
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
             state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
             revoke_job_tokens(s, job.id)
+            if self.isolation is not None:  # its workers are gone: so is what they shared in memory
+                shutil.rmtree(self._shm(job.id), ignore_errors=True)
             if state == JobState.FAILED and job.restart_count < job.max_restarts:
                 failed = {r for r, c in status.exit_codes.items() if c != 0} or {w["rank"] for w in job.placed_workers}
                 job.avoid = [[w["node"], g] for w in job.placed_workers if w["rank"] in failed for g in w["gpus"]]
@@ -274,7 +285,7 @@ class JobController:
         job_dir = self.job_dir(job.id)
         ckpt = job_dir / "checkpoints"
         ckpt.mkdir(parents=True, exist_ok=True)
-        token = issue_job_token(s, job.user_id, job.id)
+        token = issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
         addresses = {n.name: n.address for n in s.scalars(select(Node))}
         first = start.placement[0]
         master_addr = addresses.get(first.node, "127.0.0.1")
@@ -300,12 +311,17 @@ class JobController:
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox)
 
+    def _shm(self, job_id: int) -> Path:
+        return Path(self.isolation.shm_root) / f"deeppod-job-{job_id}"
+
     def _sandbox(self, s: Session, job: Job, job_dir: Path, staged: dict[str, str]) -> dict:
         """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
         nobody else's to read), its datasets and platform inputs read-only, nothing more."""
         who = tenant_identity(s, self.isolation.identities, job.tenant_id)
         os.chmod(job_dir, 0o711)  # its logs and the supervisor's files stay the server's
         binds = [] if job.workdir == "/" else [[job.workdir, job.workdir, True]]
+        if Path(job.workdir).parent == job_dir:  # its own folder (code sent with it): the tenant's to write
+            _chown_tree(Path(job.workdir), who.uid, who.gid)
         for name in self.isolation.writable:
             sub = job_dir / name
             sub.mkdir(exist_ok=True)
@@ -316,8 +332,11 @@ class JobController:
         if self.ca_cert:
             trust = os.path.dirname(self.ca_cert)
             binds.append([trust, trust, False])
+        shm = self._shm(job.id)  # on the host's tmpfs, the job's alone
+        shm.mkdir(mode=0o700, exist_ok=True)
+        os.chown(shm, who.uid, who.gid)
         return {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
-                "binds": binds}
+                "binds": binds, "shm": str(shm)}
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:

@@ -18,6 +18,8 @@ from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.jobs import code as code_store
+from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
@@ -27,7 +29,7 @@ JOB_KINDS = ("batch", "serve", "evaluate")  # submitted work, deployment replica
 @dataclass
 class JobRequest:
     command: list[str]
-    workdir: str
+    workdir: str | None = None  # a folder on the server; None: a folder of the job's own (JOB_DIR/code)
     name: str | None = None
     workers: int = 1  # the minimum: all of these start together
     max_workers: int | None = None  # elastic up to this many
@@ -41,6 +43,7 @@ class JobRequest:
     max_restarts: int = 0
     stop_rules: list[dict] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)  # NAME[@VERSION]: staged hot, path in DEEPPOD_DATA_<NAME>
+    code: str | None = None  # digest of code sent with PUT /v1/code: unpacked into the job's own folder
 
 
 def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
@@ -136,11 +139,41 @@ def default_name(command: list[str]) -> str:
 
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
-           roots: TenantRoots | None = None, read_paths: list[str] | None = None) -> Job:
+           roots: TenantRoots | None = None, read_paths: list[str] | None = None,
+           code: CodeStore | None = None, jobs_dir: Path | None = None) -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
-    ``read_paths``: what a platform-made job may read besides its workdir."""
+    ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
+    the job works in a folder of its own, JOB_DIR/code: the code it was sent with
+    (``req.code``, kept in ``code``), or empty."""
+    if req.workdir is not None and req.code is not None:
+        raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
+    if req.workdir is None:
+        if code is None or jobs_dir is None:
+            raise InvalidRequest("give the job a workdir: an absolute folder on the server")
+        own = code_store.staged(jobs_dir)
+        try:
+            if req.code is not None:
+                os.rmdir(own)
+                code.unpack(principal.tenant_id, req.code, own)
+            try:
+                job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths)
+            except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
+                raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
+            final = jobs_dir / str(job.id) / "code"
+            shutil.rmtree(final, ignore_errors=True)  # a folder left by a database that was reset
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(own, final)
+        finally:
+            code_store.discard(own)
+        job.workdir = str(final)
+        return job
     if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
         req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
+    return _submit(session, principal, req, default_grace, read_paths)
+
+
+def _submit(session: Session, principal: Principal, req: JobRequest, default_grace: float,
+            read_paths: list[str] | None) -> Job:
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 
 from deeppod.contract import FINAL_STATES, tls_context
-from deeppod.errors import DeepPodError, from_response
+from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.settings import ClientSettings
 
 
@@ -218,17 +218,49 @@ class Client:
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
-               datasets: list[str] | None = None) -> dict:
+               datasets: list[str] | None = None, code: str | os.PathLike | None = None,
+               own_folder: bool = False) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
         ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
         Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
-        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker)."""
+        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker).
+
+        Where it runs: ``workdir``, a folder on the server; or ``code``, a folder here that is
+        sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the
+        job's own (for a command that needs no files). None of them: the current folder, in
+        place when the server may run your jobs there, else sent as ``code``."""
+        if (workdir is not None) + (code is not None) + own_folder > 1:
+            raise InvalidRequest("give one of workdir (a folder on the server), code (a folder sent with the "
+                                 "job) or own_folder")
+        if workdir is None and code is None and not own_folder:
+            here = os.getcwd()
+            workdir, code = (here, None) if self.runs_in_place(here) else (None, here)
         body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
-                "env": dict(env or {}), "workdir": os.path.abspath(workdir or os.getcwd()),
+                "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
+                "code": self.send_code(code) if code is not None else None,
                 "priority": priority, "grace_seconds": grace_seconds}
         return self._request("POST", "/v1/jobs", json=body)
+
+    def runs_in_place(self, folder: str) -> bool:
+        """Whether a job submitted from ``folder`` may run there on the server: yes unless the
+        server sandboxes jobs and ``folder`` is outside your tenant's work roots."""
+        me = self.whoami()
+        roots = me.get("work_roots")
+        if me.get("isolation") != "sandbox" or roots is None:
+            return True
+        real = os.path.realpath(folder)
+        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+    def send_code(self, folder: str | os.PathLike) -> str:
+        """Send ``folder`` (packed: deeppod.sdk.code) to the server; its digest, for ``submit``."""
+        from deeppod.sdk.code import pack
+
+        packed = pack(folder)
+        self._request("PUT", f"/v1/code/{packed.digest}", content=packed.data,
+                      headers={"content-type": "application/gzip"}, timeout=None)
+        return packed.digest
 
     def jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,
              exclude_kind: str | None = None, tenant: str | None = None, user: str | None = None,

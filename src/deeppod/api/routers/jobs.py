@@ -18,7 +18,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> JobOut:
     req = service.JobRequest(**body.model_dump())
     ctx = get_ctx(request)
-    job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots)
+    job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots,
+                         code=ctx.code, jobs_dir=ctx.settings.jobs_dir)
     return job_out(job, principal.tenant, principal.user)
 
 

@@ -1,6 +1,6 @@
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.users import UserCreate, UserCreated, UserOut, UserPatch
 from deeppod.auth import service
 
@@ -31,6 +31,11 @@ def update(name: str, body: UserPatch, session: SessionDep, principal: Principal
 
 
 @router.get("/whoami")
-def whoami(principal: PrincipalDep) -> dict:
+def whoami(principal: PrincipalDep, request: Request) -> dict:
+    """Who the token is, and where this server lets the caller's jobs work: ``work_roots``
+    (sandbox isolation: only there, or in code sent with the job; null: anywhere)."""
+    ctx = get_ctx(request)
     return {"user": principal.user, "tenant": principal.tenant, "is_admin": principal.is_admin,
-            "role": principal.role, "scope": principal.scope, "job_id": principal.job_id}
+            "role": principal.role, "scope": principal.scope, "job_id": principal.job_id,
+            "isolation": ctx.settings.isolation,
+            "work_roots": ctx.roots.of(principal.tenant) if ctx.roots is not None else None}

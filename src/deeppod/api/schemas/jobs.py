@@ -10,7 +10,11 @@ from deeppod.contract import JobState
 
 class JobCreate(Strict):
     command: list[str] = Field(min_length=1, description="argv of every worker, e.g. ['python', 'train.py']")
-    workdir: str = Field(description="absolute working directory on the server host")
+    workdir: str | None = Field(default=None, max_length=4096,
+                                description="absolute working directory on the server host; left out, the job "
+                                            "works in a folder of its own holding its 'code' (or nothing)")
+    code: str | None = Field(default=None, pattern="^[0-9a-f]{64}$",
+                             description="digest of the job's code sent with PUT /v1/code/DIGEST")
     name: str | None = Field(default=None, max_length=128)
     workers: int = Field(default=1, ge=1, le=4096, description="workers that start together (the minimum)")
     max_workers: int | None = Field(default=None, ge=1, le=4096, description="elastic: grow up to this many")
