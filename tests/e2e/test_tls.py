@@ -15,9 +15,10 @@ from deeppod.sdk.client import Client
 from tests.helpers import LiveServer
 
 
-@pytest.fixture
-def tls_server(tmp_path):
-    server = LiveServer(tmp_path / "home", tls=True).start()
+@pytest.fixture(params=[None, "single-user"], ids=["default-isolation", "single-user"])
+def tls_server(tmp_path, request):
+    """The default isolation (sandboxed jobs, as root) and none: a sandboxed job sees the CA."""
+    server = LiveServer(tmp_path / "home", tls=True, isolation=request.param).start()
     yield server
     server.stop()
     server.cleanup_jobs()
@@ -31,7 +32,7 @@ def test_https_is_verified_and_jobs_report_over_it(tls_server, tmp_path):
         # a job's runtime verifies the server with the CA file it is handed, and its reports arrive
         code = ("from deeppod.runtime import report; from deeppod.runtime.metrics import reporter; "
                 "report(1, loss=0.25); assert reporter().flush()")
-        job = c.submit([sys.executable, "-c", code], workdir=str(tmp_path), name="tls-report")
+        job = c.submit([sys.executable, "-c", code], own_folder=True, name="tls-report")
         done = c.wait(job["id"], timeout=120)
         assert done["state"] == "succeeded", done
         assert c.metrics(job["id"])["metrics"]["loss"]["series"] == [[1, 0.25]]
