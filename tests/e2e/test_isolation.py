@@ -44,6 +44,29 @@ attempt("overwrite the victim's checkpoint",
         lambda: open(os.path.join(victim_dir, "checkpoints", "ckpt-1.pt"), "w").write("garbage"))
 for pid in victim_pids:
     attempt(f"kill the victim's process {pid}", lambda: os.kill(pid, signal.SIGKILL))
+for pid in victim_pids:
+    attempt(f"read the victim's worker {pid} environment", lambda: open(f"/proc/{pid}/environ").read())
+# with its own job token, through the API
+import urllib.error, urllib.request
+victim_id = int(os.path.basename(victim_dir))
+def api_attempt(name, method, path, body=None):
+    req = urllib.request.Request(os.environ["DEEPPOD_API_URL"] + path, method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": "Bearer " + os.environ["DEEPPOD_TOKEN"],
+                                          "Content-Type": "application/json"})
+    try:
+        tried[name] = f"succeeded {urllib.request.urlopen(req, timeout=10).status}"
+    except urllib.error.HTTPError as exc:
+        tried[name] = exc.code
+api_attempt("api: make itself an admin", "POST", "/v1/users", {"name": "mallory2", "tenant": "evil", "admin": True})
+api_attempt("api: announce a replica for the victim (SSRF)", "PUT", f"/v1/replicas/{victim_id}",
+            {"url": "http://169.254.169.254/latest", "version": 1})
+api_attempt("api: announce its own job as a replica (SSRF)", "PUT", f"/v1/replicas/{os.environ['DEEPPOD_JOB_ID']}",
+            {"url": "http://169.254.169.254/latest", "version": 1})
+api_attempt("api: register the victim's folder as a model", "POST", "/v1/models/stolen/versions",
+            {"path": victim_dir})
+api_attempt("api: read the victim's job", "GET", f"/v1/jobs/{victim_id}")
+api_attempt("api: cancel the victim", "POST", f"/v1/jobs/{victim_id}/cancel")
 others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) > 2]
 tried["other processes visible"] = others
 tried["server secret in env"] = "CLOUD_SECRET" in os.environ
@@ -90,6 +113,9 @@ def test_a_hostile_tenant_job_reaches_neither_the_server_nor_another_tenant(tmp_
         for name, result in tried.items():
             if name.startswith(("read", "list", "overwrite", "kill")):
                 assert result != "succeeded", f"{name}: {result}"
+            if name.startswith("api:"):
+                assert isinstance(result, int) and 400 <= result < 500, f"{name}: {result}"
+        assert sum(name.startswith("api:") for name in tried) == 6
         assert tried["other processes visible"] == [] and tried["server secret in env"] is False
         assert tried["uid"] not in (0, os.getuid())  # never the server's identity
 
