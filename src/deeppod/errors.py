@@ -74,6 +74,14 @@ class ExecutorError(DeepPodError):
     status = 500
 
 
+class NodeLost(ExecutorError):
+    """A node left the cluster while a job started or ran on it: the job goes back to the queue."""
+
+    def __init__(self, nodes: list[str], message: str):
+        super().__init__(message)
+        self.nodes = list(nodes)
+
+
 class BadInput(InvalidRequest):
     """A predict request's input cannot be fed to the model; the message says what was expected."""
 

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,7 +26,7 @@ from deeppod.auth.files import write_private
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import local_node
-from deeppod.cluster.service import register_node
+from deeppod.cluster.service import register_node, sync_nodes
 from deeppod.contract import free_port
 from deeppod.datasets import service as datasets
 from deeppod.datasets.ingest import Limits
@@ -46,6 +47,7 @@ from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_co
 from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
+from deeppod.store.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +132,17 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         if sealed_now := jobs_service.seal_legacy_env(s):
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
+    executor = executor or executor_for(settings)
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
-        register_node(s, node)
+        if isinstance(executor, LocalExecutor) or not hasattr(executor, "nodes"):
+            register_node(s, node)
+        else:
+            sync_nodes(s, executor.nodes())
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                               Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
                               settings.data_cold_after_seconds)
     datasets.recover(sessions, data)
-    executor = executor or LocalExecutor()
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds)
     settings.models_dir.mkdir(parents=True, exist_ok=True)
@@ -162,6 +167,31 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
                          PrincipalCache(sessions), AuditLog(sessions), roots, served,
                          CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes))
+
+
+def executor_for(settings: Settings) -> Executor:
+    if settings.executor == "local":
+        return LocalExecutor()
+    if settings.executor == "ray":
+        if not settings.ray_address:
+            raise InvalidRequest("--executor ray needs --ray-address HEAD:6379 (the address 'ray start --head' "
+                                 "printed)")
+        from deeppod.executor.ray import RayExecutor
+
+        return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node)
+    raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
+
+
+def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 2.0) -> None:
+    """A cluster executor's nodes into the store: one that joins appears, one that leaves is down."""
+    while not stop.wait(interval):
+        try:
+            infos = ctx.executor.nodes()
+            with ctx.sessions.begin() as s:
+                for name in sync_nodes(s, infos):
+                    log.warning("node %s left the cluster: marked down", name)
+        except Exception:  # the next round retries; a cluster that does not answer keeps its last view
+            log.exception("node inventory round failed")
 
 
 def _secret_key(path: Path) -> bytes:
@@ -272,6 +302,11 @@ def serve(settings: Settings, *, echo=print) -> None:
                             name="reconcile", daemon=True)
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
+    if settings.executor == "ray":
+        with ctx.sessions() as s:
+            up = [n.name for n in s.scalars(select(Node).where(Node.up.is_(True)))]
+        echo(f"executor: the Ray cluster at {settings.ray_address}, {len(up)} nodes ({', '.join(up)}); job folders "
+             f"in {settings.jobs_dir} must be on storage every node shares")
     if settings.isolation == "one-tenant":
         echo("isolation: none (this server is not root, so it cannot run jobs as other OS identities), so it "
              "holds one tenant. Jobs run as this server's OS identity and can read "
@@ -295,6 +330,8 @@ def serve(settings: Settings, *, echo=print) -> None:
     ctx.audit.start()
     threading.Thread(target=housekeeping_loop, args=(ctx, stop, settings.housekeeping_interval),
                      name="housekeeping", daemon=True).start()
+    if not isinstance(ctx.executor, LocalExecutor):
+        threading.Thread(target=inventory_loop, args=(ctx, stop), name="inventory", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
     cert_key = {"ssl_certfile": str(ctx.tls.cert), "ssl_keyfile": str(ctx.tls.key)} if ctx.tls else {}

@@ -68,6 +68,11 @@ class Settings:
     memory_mb: int | None = None  # None: physical memory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL, for jobs and serving replicas that do not say
     reconcile_interval: float = 0.5  # seconds between rounds of the job and deployment controllers
+    # where jobs run: "local" (this machine) or "ray" (the Ray cluster at ray_address, HOST:PORT;
+    # docs/cluster.md); gpus_per_node: logical GPU slots per Ray node without GPUs
+    executor: str = "local"
+    ray_address: str = ""
+    gpus_per_node: int | None = None
     max_body_bytes: int = 1 << 20
     log_level: str = "INFO"
     # scheduler

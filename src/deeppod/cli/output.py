@@ -104,6 +104,8 @@ def nodes_table(nodes: list[dict]) -> Table:
         kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
         sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
         health = ("ok" if n["healthy"] else "[red]cordoned[/]") + (f" (sick GPUs: {','.join(sick)})" if sick else "")
+        if not n.get("up", True):
+            health = "[red]down[/]" + ("" if n["healthy"] else ", cordoned")
         t.add_row(n["name"], health, f"{n['gpus_used']}/{len(n['gpus'])}{kind}", str(n["gpus_free"]),
                   f"{n['cpus_used']:g}/{n['cpus']}", f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
                   str(n["workers"]), n["address"])

@@ -36,6 +36,13 @@ def server(
     single_user: Annotated[bool, typer.Option(
         "--single-user", help="allow several tenants without isolating them (the same as --isolation single-user): "
                               "every start says what is not protected")] = False,
+    executor: Annotated[Optional[str], typer.Option(
+        help="where jobs run: local (this machine, the default) or ray (a Ray cluster; docs/cluster.md) "
+             "(DEEPPOD_EXECUTOR)", show_default=False)] = None,
+    ray_address: Annotated[Optional[str], typer.Option(
+        help="the Ray cluster's HEAD:6379, as 'ray start --head' printed it (DEEPPOD_RAY_ADDRESS)")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(
+        help="logical GPU slots per Ray node that has no GPUs (DEEPPOD_GPUS_PER_NODE)")] = None,
     tls_cert: Annotated[Optional[Path], typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
     tls_key: Annotated[Optional[Path], typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
     tls_ca: Annotated[Optional[Path], typer.Option(
@@ -55,6 +62,7 @@ def server(
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
         cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
+        executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))

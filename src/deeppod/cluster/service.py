@@ -27,9 +27,27 @@ def register_node(session: Session, info: NodeInfo) -> Node:
     node.cpus = info.cpus
     node.memory_mb = info.memory_mb
     node.gpus = [{**g.to_dict(), "healthy": g.index not in sick} for g in info.gpus]
+    node.up = True
     node.last_seen = utcnow()
     session.flush()
     return node
+
+
+def sync_nodes(session: Session, infos: Iterable[NodeInfo]) -> list[str]:
+    """Make the store's nodes what the executor reports: alive ones registered (a new one
+    appears by itself), the others marked down. Returns the names newly marked down."""
+    alive = {i.name: i for i in infos if i.healthy}
+    down = set(session.scalars(select(Node.name).where(Node.up.is_(False))))
+    for info in alive.values():
+        if info.name not in down:  # a node once lost stays down: a Ray node that comes back has a new id
+            register_node(session, info)
+    gone = []
+    for node in session.scalars(select(Node).where(Node.up.is_(True))):
+        if node.name not in alive:
+            node.up = False
+            gone.append(node.name)
+    session.flush()
+    return gone
 
 
 def list_nodes(session: Session) -> list[Node]:
@@ -66,7 +84,7 @@ def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:
 
 def capacity(session: Session) -> dict:
     """Totals over healthy nodes: what the largest possible job may ask for."""
-    nodes = [n for n in list_nodes(session) if n.healthy]
+    nodes = [n for n in list_nodes(session) if n.healthy and n.up]
     return {
         "nodes": len(nodes),
         "gpus": sum(1 for n in nodes for g in n.gpus if g.get("healthy", True)),
@@ -94,3 +112,9 @@ def set_health(session: Session, principal: Principal, name: str, healthy: bool,
         raise InvalidRequest(f"node {name} has no GPU {gpu}; it has {', '.join(str(g['index']) for g in node.gpus)}")
     node.gpus = [{**g, "healthy": healthy} if g["index"] == gpu else g for g in node.gpus]
     return node
+
+
+def mark_down(session: Session, names: Iterable[str]) -> None:
+    """Nodes the executor lost under a job: nothing more is placed there."""
+    for node in session.scalars(select(Node).where(Node.name.in_(list(names)))):
+        node.up = False

@@ -37,6 +37,7 @@ class ExecStatus:
     reason: str = ""  # why it ended early (a worker failed, memory limit, stop requested)
     stopped: bool = False  # ended because terminate() asked it to
     lost: bool = False  # the supervisor vanished without a result
+    lost_nodes: tuple[str, ...] = ()  # nodes that left the cluster under it: not the job's fault, requeued
 
 
 class Executor(Protocol):
@@ -51,3 +52,6 @@ class Executor(Protocol):
 
     def terminate(self, handle: dict) -> None:
         """Ask every worker to stop: SIGTERM, the job's grace period, then SIGKILL. Idempotent."""
+
+    def port_on(self, node: str, address: str) -> int:
+        """A TCP port free now on ``node`` (at ``address``): rank 0's MASTER_PORT."""

@@ -29,6 +29,9 @@ class FakeExecutor:
         self.terminated.append(job_id)
         self.status[job_id] = ExecStatus(finished=True, exit_codes={}, reason="stop requested", stopped=True)
 
+    def port_on(self, node: str, address: str) -> int:
+        return 29500
+
     # test helpers
     def finish(self, job_id: int, exit_codes: dict[int, int], reason: str = "") -> None:
         self.status[job_id] = ExecStatus(finished=True, exit_codes=exit_codes, reason=reason)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deeppod.contract import free_port
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec
 
@@ -29,7 +30,7 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _read_exit_codes(job_dir: Path) -> dict[int, int]:
+def read_exit_codes(job_dir: Path) -> dict[int, int]:
     codes = {}
     exit_dir = job_dir / "exit"
     if exit_dir.is_dir():
@@ -41,6 +42,29 @@ def _read_exit_codes(job_dir: Path) -> dict[int, int]:
     return codes
 
 
+def write_spec(spec: LaunchSpec) -> None:
+    """The job folder for a new run: earlier runs' results gone, ``spec.json`` written (it
+    holds the job's API token: readable by the server only)."""
+    job_dir = spec.job_dir
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "logs").mkdir(exist_ok=True)
+    for stale in ("result.json", "workers.json", "supervisor.json"):
+        (job_dir / stale).unlink(missing_ok=True)
+    for f in (job_dir / "exit").glob("rank-*") if (job_dir / "exit").is_dir() else []:
+        f.unlink()
+    fd = os.open(job_dir / "spec.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({
+            "job_id": spec.job_id,
+            "command": spec.command,
+            "workdir": spec.workdir,
+            "grace_seconds": spec.grace_seconds,
+            "memory_mb_per_worker": spec.memory_mb_per_worker,
+            "workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in spec.workers],
+            "sandbox": spec.sandbox,
+        }, f)
+
+
 class LocalExecutor:
     def __init__(self) -> None:
         # Supervisors we started in this process, so they are reaped (no zombies).
@@ -48,25 +72,7 @@ class LocalExecutor:
 
     def launch(self, spec: LaunchSpec) -> dict:
         job_dir = spec.job_dir
-        job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "logs").mkdir(exist_ok=True)
-        for stale in ("result.json", "workers.json", "supervisor.json"):
-            (job_dir / stale).unlink(missing_ok=True)
-        for f in (job_dir / "exit").glob("rank-*") if (job_dir / "exit").is_dir() else []:
-            f.unlink()
-        spec_path = job_dir / "spec.json"
-        # The spec holds the job's API token: readable by its owner only.
-        fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({
-                "job_id": spec.job_id,
-                "command": spec.command,
-                "workdir": spec.workdir,
-                "grace_seconds": spec.grace_seconds,
-                "memory_mb_per_worker": spec.memory_mb_per_worker,
-                "workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in spec.workers],
-                "sandbox": spec.sandbox,
-            }, f)
+        write_spec(spec)
         out = open(job_dir / "supervisor.log", "ab")
         try:
             proc = subprocess.Popen(
@@ -114,11 +120,11 @@ class LocalExecutor:
                 stopped=bool(data.get("stopped")),
             )
         if self._alive(handle):
-            return ExecStatus(finished=False, exit_codes=_read_exit_codes(job_dir))
+            return ExecStatus(finished=False, exit_codes=read_exit_codes(job_dir))
         if result.exists():  # it finished between the two looks
             return self.poll(handle)
         self._kill_strays(job_dir)
-        return ExecStatus(finished=True, exit_codes=_read_exit_codes(job_dir), lost=True,
+        return ExecStatus(finished=True, exit_codes=read_exit_codes(job_dir), lost=True,
                           reason="the job's supervisor process died unexpectedly")
 
     def _kill_strays(self, job_dir: Path) -> None:
@@ -131,6 +137,9 @@ class LocalExecutor:
                 os.killpg(int(pid), signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def port_on(self, node: str, address: str) -> int:
+        return free_port(address)
 
     def terminate(self, handle: dict) -> None:
         if "pid" in handle and self._alive(handle):

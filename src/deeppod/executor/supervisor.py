@@ -71,10 +71,30 @@ def _group_rss_mb(pgid: int) -> float:
     return total / (1 << 20)
 
 
+STOP_FILE_CHECK_S = 0.5
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies (on a Ray node,
+    a node agent that dies takes its job's processes with it, as a machine that dies would)."""
+    import ctypes
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 class Supervisor:
-    def __init__(self, job_dir: Path):
+    """``ranks``: the workers this supervisor starts (one node's on a cluster; all by default);
+    ``result``: the file it writes at the end. On a cluster, ``JOB_DIR/stop`` (shared storage)
+    says to stop: "stop" (asked for) or a reason (a worker elsewhere failed, a node was lost)."""
+
+    def __init__(self, job_dir: Path, ranks: set[int] | None = None, result: str = "result.json",
+                 die_with_parent: bool = False):
         self.job_dir = job_dir
         self.spec = json.loads((job_dir / "spec.json").read_text())
+        if ranks is not None:
+            self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) in ranks]
+        self.result = result
+        self.die_with_parent = die_with_parent
         self.procs: dict[int, subprocess.Popen] = {}
         self.codes: dict[int, int] = {}
         self.stop_requested = False
@@ -97,7 +117,7 @@ class Supervisor:
             try:
                 self.procs[rank] = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    process_group=0,
+                    process_group=0, preexec_fn=_die_with_parent if self.die_with_parent else None,
                 )
             except OSError as exc:
                 log.write(f"deeppod: cannot start worker: {exc}\n".encode())
@@ -106,7 +126,8 @@ class Supervisor:
                 self._begin_stop(f"rank {rank} could not start: {exc}")
             finally:
                 log.close()
-        _write_json(self.job_dir / "workers.json", {str(r): p.pid for r, p in self.procs.items()})
+        pids = self.job_dir / ("workers.json" if self.result == "result.json" else f"workers-{self.result}")
+        _write_json(pids, {str(r): p.pid for r, p in self.procs.items()})
 
     def _record_exit(self, rank: int, code: int) -> None:
         (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
@@ -128,11 +149,12 @@ class Supervisor:
         # Lets a restarted server find us even if it died before recording our pid.
         with open("/proc/self/stat") as f:
             start_time = int(f.read().rsplit(")", 1)[1].split()[19])
-        _write_json(self.job_dir / "supervisor.json", {"pid": os.getpid(), "start_time": start_time})
+        if self.result == "result.json":  # on a cluster the node agents find their supervisors
+            _write_json(self.job_dir / "supervisor.json", {"pid": os.getpid(), "start_time": start_time})
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
         limit_mb = self.spec.get("memory_mb_per_worker")
-        next_mem_check = 0.0
+        next_mem_check = next_stop_check = 0.0
         while len(self.codes) < len(self.spec["workers"]):
             for rank, p in self.procs.items():
                 if rank in self.codes:
@@ -146,9 +168,12 @@ class Supervisor:
                 _signal_group(p.pid, signal.SIGKILL)
                 if code != 0:
                     self._begin_stop(f"rank {rank} {describe_exit(code)}")
+            now = time.monotonic()
+            if self.result != "result.json" and now >= next_stop_check and self.stopping_since is None:
+                next_stop_check = now + STOP_FILE_CHECK_S
+                self._check_stop_file()
             if self.stop_requested:
                 self._begin_stop("stop requested")
-            now = time.monotonic()
             if limit_mb and now >= next_mem_check:
                 next_mem_check = now + MEMORY_CHECK_S
                 for rank, p in self.procs.items():
@@ -161,7 +186,7 @@ class Supervisor:
                     if rank not in self.codes:
                         _signal_group(p.pid, signal.SIGKILL)
             time.sleep(POLL_S)
-        _write_json(self.job_dir / "result.json", {
+        _write_json(self.job_dir / self.result, {
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,
             "stopped": self.stop_requested,
@@ -170,11 +195,27 @@ class Supervisor:
         return 0
 
 
+    def _check_stop_file(self) -> None:
+        try:
+            said = (self.job_dir / "stop").read_text().strip()
+        except OSError:
+            return
+        if said == "stop":
+            self.stop_requested = True
+        else:
+            self._begin_stop(said or "stopped by the control plane")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m deeppod.executor.supervisor JOB_DIR", file=sys.stderr)
-        return 2
-    return Supervisor(Path(argv[1])).run()
+    """``JOB_DIR`` alone: every worker, here. On a cluster node: ``JOB_DIR RANKS RESULT``
+    (comma-separated ranks, the result file's name), dying with the node agent that started it."""
+    if len(argv) == 2:
+        return Supervisor(Path(argv[1])).run()
+    if len(argv) == 4:
+        ranks = {int(r) for r in argv[2].split(",")}
+        return Supervisor(Path(argv[1]), ranks, argv[3], die_with_parent=True).run()
+    print("usage: python -m deeppod.executor.supervisor JOB_DIR [RANKS RESULT]", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

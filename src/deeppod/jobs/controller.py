@@ -24,10 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.identities import Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
-from deeppod.errors import DeepPodError, ExecutorError
+from deeppod.errors import DeepPodError, ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
-from deeppod.cluster.service import NodeUsage, usage_of
-from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit, free_port,
+from deeppod.cluster.service import NodeUsage, mark_down, usage_of
+from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
                               worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.jobs.service import add_event, finish
@@ -52,6 +52,8 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     codes = status.exit_codes
     if codes and all(c in (0, EXIT_RESUME) for c in codes.values()) and EXIT_RESUME in codes.values():
         return JobState.QUEUED, f"the job exited with {EXIT_RESUME} (resume me){tail}"
+    if status.lost_nodes:
+        return JobState.QUEUED, f"requeued: {status.reason}; it resumes from its last checkpoint"
     if status.lost:
         return JobState.FAILED, status.reason
     if len(codes) == len(job.placed_workers) and codes and all(c == 0 for c in codes.values()):
@@ -131,6 +133,8 @@ class JobController:
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
             state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
             revoke_job_tokens(s, job.id)
+            if status.lost_nodes:
+                mark_down(s, status.lost_nodes)
             if self.isolation is not None:  # its workers are gone: so is what they shared in memory
                 shutil.rmtree(self._shm(job.id), ignore_errors=True)
             if state == JobState.FAILED and job.restart_count < job.max_restarts:
@@ -195,7 +199,7 @@ class JobController:
             node_states.append(NodeState(
                 name=n.name, free_gpus=tuple(g for g in good if g not in held.gpus),
                 free_cpus=n.cpus - held.cpus, free_memory_mb=n.memory_mb - held.memory_mb,
-                healthy=n.healthy, total_gpus=len(good),
+                healthy=n.healthy and n.up, total_gpus=len(good),
                 sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True))))
         queued = tuple(
             PendingJob(id=j.id, tenant=t, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
@@ -276,6 +280,13 @@ class JobController:
             try:
                 spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
+            except NodeLost as exc:  # not the job's fault: it waits for other nodes
+                mark_down(s, exc.nodes)
+                revoke_job_tokens(s, job.id)
+                job.state, job.allocation, job.handle = JobState.QUEUED, None, None
+                job.reason = f"requeued: {exc}"
+                add_event(s, job, "requeued", job.reason)
+                log.warning("job %s requeued: %s", job.id, exc)
             except (DeepPodError, OSError) as exc:
                 finish(s, job, JobState.FAILED, f"could not start: {exc}")
                 revoke_job_tokens(s, job.id)
@@ -289,7 +300,7 @@ class JobController:
         addresses = {n.name: n.address for n in s.scalars(select(Node))}
         first = start.placement[0]
         master_addr = addresses.get(first.node, "127.0.0.1")
-        master_port = free_port(master_addr)
+        master_port = self.executor.port_on(first.node, master_addr)
         node_order = list(dict.fromkeys(w.node for w in start.placement))
         per_node = {n: [w for w in start.placement if w.node == n] for n in node_order}
         workers = []

@@ -97,7 +97,8 @@ class Node(Base):
     gpus: Mapped[list] = mapped_column(default=list)
     cpus: Mapped[int] = mapped_column(Integer, default=1)
     memory_mb: Mapped[int] = mapped_column(Integer, default=0)
-    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)  # False: cordoned by an administrator
+    up: Mapped[bool] = mapped_column(Boolean, default=True)  # False: the executor lost it (a Ray node that left)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -14,7 +14,8 @@ class NodeOut(Out):
     gpus: list[dict]
     cpus: int
     memory_mb: int
-    healthy: bool
+    healthy: bool  # False: cordoned
+    up: bool = True  # False: the executor lost it (a Ray node that left)
     last_seen: datetime
     gpus_used: int = 0  # held by running jobs' workers
     gpus_free: int = 0  # healthy and not held
@@ -26,8 +27,9 @@ class NodeOut(Out):
 def node_out(node, use) -> NodeOut:
     """A node with what running jobs hold on it (``use``: cluster.service.NodeUsage or None)."""
     held = use.gpus if use else set()
-    healthy = {g["index"] for g in node.gpus if g.get("healthy", True)} if node.healthy else set()
+    healthy = {g["index"] for g in node.gpus if g.get("healthy", True)} if node.healthy and node.up else set()
     return NodeOut.model_validate({
-        **{c: getattr(node, c) for c in ("name", "address", "gpus", "cpus", "memory_mb", "healthy", "last_seen")},
+        **{c: getattr(node, c) for c in ("name", "address", "gpus", "cpus", "memory_mb", "healthy", "up",
+                                   "last_seen")},
         "gpus_used": len(held), "gpus_free": len(healthy - held), "cpus_used": round(use.cpus, 3) if use else 0.0,
         "memory_mb_used": use.memory_mb if use else 0, "workers": use.workers if use else 0})

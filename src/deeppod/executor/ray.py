@@ -1,0 +1,283 @@
+"""Ray executor: DeepPod's scheduler decides, Ray carries out (``deeppod server --executor ray``).
+
+Ray's nodes are DeepPod's nodes (:meth:`RayExecutor.nodes`). For each node a job was placed
+on, a small detached actor, the *node agent*, is started on exactly that node (node
+affinity, not soft). It checks that the job's folder is visible there (shared storage) and
+runs the same per-job supervisor as the local executor, for that node's ranks only, as a
+subprocess with the same job contract. Exit codes, logs and results go to the job's folder
+on the shared file system, so following a job is the same whichever node runs it.
+
+The agent's supervisor and its workers die with the agent (parent-death signal), as they
+would with the machine: a node that leaves takes its part of the job with it, the other
+nodes' supervisors are told to stop (``JOB_DIR/stop``), and the job is requeued with the
+same id to resume from its last checkpoint. Agents are detached and named after the job and
+node, so a restarted server finds them again.
+
+Ray is the transport, never a second scheduler: agents ask Ray for no CPUs or GPUs; the
+GPUs a worker gets are the ones DeepPod decided (CUDA_VISIBLE_DEVICES in its contract).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+from deeppod.cluster.gpus import GpuInfo
+from deeppod.cluster.inventory import NodeInfo
+from deeppod.errors import ExecutorError, NodeLost
+from deeppod.executor.base import ExecStatus, LaunchSpec
+from deeppod.executor.local import read_exit_codes, write_spec
+
+log = logging.getLogger(__name__)
+
+MIN_RAY = (2, 55)
+NAMESPACE = "deeppod"
+START_TIMEOUT_S = 120.0  # an agent's start on a node (a cold node starts a Ray worker process first)
+ALIVE_TIMEOUT_S = 10.0
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def _answers(address: str, timeout: float = 5.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _local_ip_towards(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host.strip("[]"), int(port)))  # UDP: no packet is sent, the route is chosen
+        return s.getsockname()[0]
+
+
+class _Agent:
+    """One node's part of one job (the class Ray runs as a detached actor on that node)."""
+
+    def __init__(self) -> None:
+        self.proc = None
+
+    def start(self, job_dir: str, ranks: list[int], result: str, nonce: str) -> str | None:
+        """Start the supervisor of ``ranks``; None, or why not (the job folder is not shared)."""
+        import subprocess
+        import sys
+
+        from deeppod.executor.supervisor import _die_with_parent
+
+        try:
+            seen = (Path(job_dir) / "shared-check").read_text()
+        except OSError:
+            seen = None
+        if seen != nonce:
+            return (f"the job folder {job_dir} is not visible on node {socket.gethostname()}: DeepPod's home "
+                    "(job folders, checkpoints, datasets) must be on a file system every node shares, at the "
+                    "same path (docs/cluster.md)")
+        out = open(Path(job_dir) / f"supervisor-{result}.log", "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "deeppod.executor.supervisor", job_dir, ",".join(map(str, ranks)), result],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True,
+                preexec_fn=_die_with_parent)
+        except OSError as exc:
+            return f"could not start the job's supervisor on {socket.gethostname()}: {exc}"
+        finally:
+            out.close()
+        return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def port(self, host: str) -> int:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+
+
+class RayExecutor:
+    def __init__(self, address: str, gpus_per_node: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("--executor ray needs Ray: pip install 'deeppod[ray]' (Ray >= 2.55)") from None
+        if _version(ray.__version__) < MIN_RAY:
+            raise ExecutorError(f"Ray {ray.__version__} is too old: DeepPod needs Ray >= "
+                                f"{'.'.join(map(str, MIN_RAY))} (pip install -U 'ray>=2.55')")
+        if not _answers(address):
+            raise ExecutorError(f"no Ray cluster answers at {address}: start one with 'ray start --head' on the head "
+                                "machine (docs/cluster.md), or fix --ray-address")
+        self.ray = ray
+        self.address = address
+        self.gpus_per_node = gpus_per_node
+        # a Ray driver talks to the raylet of its own node: the one at the address this machine
+        # reaches the head from (127.0.0.1 for a cluster on one machine)
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
+                 _node_ip_address=_local_ip_towards(address))
+        self._agent = ray.remote(num_cpus=0, max_restarts=0)(_Agent)
+        self._ids: dict[str, str] = {}  # DeepPod node name -> Ray node id
+        log.info("connected to the Ray cluster at %s (Ray %s)", address, ray.__version__)
+
+    # nodes -------------------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        """Every node Ray knows, alive or not, as DeepPod nodes. GPUs are Ray's ``GPU``
+        resource, or ``gpus_per_node`` logical slots on a CPU cluster."""
+        out = []
+        for n in self.ray.nodes():
+            res = n.get("Resources") or {}
+            name = f"{n.get('NodeManagerHostname') or n['NodeManagerAddress']}-{n['NodeID'][:8]}"
+            self._ids[name] = n["NodeID"]
+            real = int(res.get("GPU", 0))
+            count = real or (self.gpus_per_node or 0)
+            gpus = tuple(GpuInfo(i, f"{n['NodeID'][:12]}-{i}", "GPU" if real else "logical", 0, not real)
+                         for i in range(count))
+            out.append(NodeInfo(name=name, address=n["NodeManagerAddress"], cpus=int(res.get("CPU", 0)),
+                                memory_mb=int(res.get("memory", 0)) >> 20, gpus=gpus, healthy=bool(n.get("Alive"))))
+        return out
+
+    def _strategy(self, node: str):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if node not in self._ids:
+            self.nodes()
+        if node not in self._ids:
+            raise NodeLost([node], f"node {node} is not in the Ray cluster any more")
+        return NodeAffinitySchedulingStrategy(self._ids[node], soft=False)
+
+    def port_on(self, node: str, address: str) -> int:
+        """A TCP port free on ``node`` now (rank 0's: MASTER_PORT)."""
+        agent = self._agent.options(scheduling_strategy=self._strategy(node)).remote()
+        try:
+            return self.ray.get(agent.port.remote(address), timeout=START_TIMEOUT_S)
+        except self.ray.exceptions.RayActorError as exc:
+            raise NodeLost([node], f"node {node} was lost ({exc})") from None
+        except self.ray.exceptions.RayError as exc:
+            raise ExecutorError(f"could not reach node {node} through Ray: {exc}") from None
+        finally:
+            self.ray.kill(agent)
+
+    # jobs --------------------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec) -> dict:
+        job_dir = spec.job_dir
+        write_spec(spec)
+        for stale in ("stop", "lost.json"):
+            (job_dir / stale).unlink(missing_ok=True)
+        for f in job_dir.glob("result-*.json"):
+            f.unlink()
+        nonce = secrets.token_hex(8)
+        (job_dir / "shared-check").write_text(nonce)
+        by_node: dict[str, list[int]] = {}
+        for w in spec.workers:
+            by_node.setdefault(w.node, []).append(w.rank)
+        nodes, started = {}, []
+        try:
+            for i, (node, ranks) in enumerate(by_node.items()):
+                name = f"deeppod-job-{spec.job_id}-{i}"
+                self._kill_named(name)  # a leftover of an earlier run of this job
+                agent = self._agent.options(name=name, lifetime="detached",
+                                            scheduling_strategy=self._strategy(node)).remote()
+                started.append(agent)
+                result = f"result-{i}.json"
+                try:
+                    why = self.ray.get(agent.start.remote(str(job_dir), ranks, result, nonce),
+                                       timeout=START_TIMEOUT_S)
+                except self.ray.exceptions.RayActorError as exc:  # its node died under it
+                    raise NodeLost([node], f"node {node} was lost while the job started ({exc})") from None
+                if why:
+                    raise ExecutorError(why)
+                nodes[node] = {"agent": name, "ranks": ranks, "result": result}
+        except Exception as exc:
+            (job_dir / "stop").write_text("the job could not start on every node")
+            for agent in started:
+                self.ray.kill(agent)
+            if isinstance(exc, ExecutorError):
+                raise
+            raise ExecutorError(f"could not start the job on the Ray cluster: {exc}") from exc
+        log.info("job %s: started on %s", spec.job_id, ", ".join(nodes))
+        return {"kind": "ray", "job_dir": str(job_dir), "nodes": nodes}
+
+    def find(self, job_id: int, job_dir: Path) -> dict:
+        """A launch whose handle was never recorded: stop what it may have started."""
+        return {"kind": "ray", "job_dir": str(job_dir), "nodes": {}, "unknown": job_id}
+
+    def _kill_named(self, name: str) -> None:
+        try:
+            self.ray.kill(self.ray.get_actor(name))
+        except ValueError:  # no such actor
+            pass
+
+    def _alive(self, name: str) -> bool:
+        try:
+            agent = self.ray.get_actor(name)
+            return bool(self.ray.get(agent.alive.remote(), timeout=ALIVE_TIMEOUT_S))
+        except ValueError:  # gone from Ray's names: it died
+            return False
+        except self.ray.exceptions.GetTimeoutError:
+            return True  # slow, not dead: the node's own death is seen by Ray and reported next
+        except self.ray.exceptions.RayError:
+            return False
+
+    def poll(self, handle: dict) -> ExecStatus:
+        job_dir = Path(handle["job_dir"])
+        if handle.get("unknown") is not None:
+            for i in range(64):
+                self._kill_named(f"deeppod-job-{handle['unknown']}-{i}")
+            return ExecStatus(finished=True, lost=True, reason="the server stopped while the job was starting")
+        nodes = handle["nodes"]
+        results = {}
+        for node, h in nodes.items():
+            try:
+                results[node] = json.loads((job_dir / h["result"]).read_text())
+            except (OSError, ValueError):
+                continue
+        codes = read_exit_codes(job_dir)
+        lost = [node for node in nodes if node not in results and not self._alive(nodes[node]["agent"])]
+        if lost:
+            self._stop(job_dir, f"node {', '.join(lost)} was lost")
+        elif any(c != 0 for c in codes.values()):
+            bad = min(r for r, c in codes.items() if c != 0)
+            self._stop(job_dir, f"rank {bad} failed on another node")
+        if len(results) + len(lost) < len(nodes):
+            return ExecStatus(finished=False, exit_codes=codes)
+        for h in nodes.values():
+            self._kill_named(h["agent"])
+        reasons = [r["reason"] for r in results.values() if r.get("reason")]
+        if lost:
+            return ExecStatus(finished=True, exit_codes=codes, lost=True, lost_nodes=tuple(lost),
+                              reason=f"node {', '.join(lost)} was lost")
+        return ExecStatus(finished=True, exit_codes=codes, reason=_first_cause(reasons),
+                          stopped=any(r.get("stopped") for r in results.values()))
+
+    def _stop(self, job_dir: Path, why: str) -> None:
+        stop = job_dir / "stop"
+        if not stop.exists():
+            tmp = job_dir / "stop.tmp"
+            tmp.write_text(why)
+            os.replace(tmp, stop)
+
+    def terminate(self, handle: dict) -> None:
+        self._stop(Path(handle["job_dir"]), "stop")
+
+
+def _first_cause(reasons: list[str]) -> str:
+    """The failing node's reason before the ones it caused elsewhere."""
+    own = [r for r in reasons if "on another node" not in r]
+    return (own or reasons or [""])[0]
+
+
+def wait_for_nodes(executor: RayExecutor, count: int, timeout: float = 60.0) -> list[NodeInfo]:
+    """The alive nodes once there are ``count`` of them (tests and benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [n for n in executor.nodes() if n.healthy]
+        if len(alive) >= count or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
