@@ -259,7 +259,7 @@ class Client:
 
         packed = pack(folder)
         self._request("PUT", f"/v1/code/{packed.digest}", content=packed.data,
-                      headers={"content-type": "application/gzip"}, timeout=None)
+                      headers={"content-type": "application/octet-stream"}, timeout=None)
         return packed.digest
 
     def jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,

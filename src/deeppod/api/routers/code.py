@@ -14,7 +14,7 @@ from deeppod.errors import InvalidRequest, TooLarge
 router = APIRouter(prefix="/v1/code", tags=["jobs"])
 Digest = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="SHA-256 of the archive, lowercase hex")]
 BODY = {"requestBody": {"required": True, "content": {
-    "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}}
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}  # a tar.gz
 
 
 def is_upload(method: str | None, path: str) -> bool:
