@@ -78,6 +78,7 @@ def consumed(records: Path, epoch: int, keep_until: dict[int, int] | None = None
     return c
 
 
+@pytest.mark.timeout(900)  # its own waits add up past the default 300 s on a loaded 2-core machine
 def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_path, version, digits):
     ex, job_dir, records = LocalExecutor(), tmp_path / "job", tmp_path / "records"
     job_dir.mkdir()
