@@ -135,10 +135,11 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     executor = executor or executor_for(settings)
     node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     with sessions.begin() as s:
-        if isinstance(executor, LocalExecutor) or not hasattr(executor, "nodes"):
+        nodes = cluster_nodes(executor)
+        if nodes is None:
             register_node(s, node)
         else:
-            sync_nodes(s, executor.nodes())
+            sync_nodes(s, nodes())
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                               Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
                               settings.data_cold_after_seconds)
@@ -180,6 +181,11 @@ def executor_for(settings: Settings) -> Executor:
 
         return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node)
     raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
+
+
+def cluster_nodes(executor: Executor):
+    """A cluster executor's ``nodes()`` (its nodes come and go), or None: this machine is the node."""
+    return getattr(executor, "nodes", None)
 
 
 def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 2.0) -> None:
@@ -330,7 +336,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     ctx.audit.start()
     threading.Thread(target=housekeeping_loop, args=(ctx, stop, settings.housekeeping_interval),
                      name="housekeeping", daemon=True).start()
-    if not isinstance(ctx.executor, LocalExecutor):
+    if cluster_nodes(ctx.executor) is not None:
         threading.Thread(target=inventory_loop, args=(ctx, stop), name="inventory", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()

@@ -24,14 +24,15 @@ import logging
 import os
 import secrets
 import socket
-import time
 from pathlib import Path
 
 from deeppod.cluster.gpus import GpuInfo
 from deeppod.cluster.inventory import NodeInfo
+from deeppod.contract import free_port
 from deeppod.errors import ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, LaunchSpec
 from deeppod.executor.local import read_exit_codes, write_spec
+from deeppod.executor.supervisor import part_files
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +46,30 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
-def _answers(address: str, timeout: float = 5.0) -> bool:
+def _host_port(address: str) -> tuple[str, int]:
+    """HOST:PORT, [V6]:PORT -> (host, port); ValueError if it is neither."""
     host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _answers(address: str, timeout: float = 5.0) -> bool:
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+        with socket.create_connection(_host_port(address), timeout=timeout):
             return True
     except (OSError, ValueError):
         return False
 
 
 def _local_ip_towards(address: str) -> str:
-    host, _, port = address.rpartition(":")
-    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host.strip("[]"), int(port)))  # UDP: no packet is sent, the route is chosen
+    host, port = _host_port(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))  # UDP: no packet is sent, the route is chosen
         return s.getsockname()[0]
+
+
+def _agent_prefix(job_id: int) -> str:
+    """Node agents are named after their job and part: found again after a server restart."""
+    return f"deeppod-job-{job_id}-"
 
 
 class _Agent:
@@ -67,12 +78,13 @@ class _Agent:
     def __init__(self) -> None:
         self.proc = None
 
-    def start(self, job_dir: str, ranks: list[int], result: str, nonce: str) -> str | None:
-        """Start the supervisor of ``ranks``; None, or why not (the job folder is not shared)."""
+    def start(self, job_dir: str, ranks: list[int], part: int, nonce: str) -> str | None:
+        """Start the supervisor of ``ranks`` (part ``part`` of the job); None, or why not (the
+        job folder is not shared)."""
         import subprocess
         import sys
 
-        from deeppod.executor.supervisor import _die_with_parent
+        from deeppod.executor.supervisor import die_with_parent
 
         try:
             seen = (Path(job_dir) / "shared-check").read_text()
@@ -82,12 +94,12 @@ class _Agent:
             return (f"the job folder {job_dir} is not visible on node {socket.gethostname()}: DeepPod's home "
                     "(job folders, checkpoints, datasets) must be on a file system every node shares, at the "
                     "same path (docs/cluster.md)")
-        out = open(Path(job_dir) / f"supervisor-{result}.log", "ab")
+        out = open(Path(job_dir) / f"supervisor-{part}.log", "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "deeppod.executor.supervisor", job_dir, ",".join(map(str, ranks)), result],
+                [sys.executable, "-m", "deeppod.executor.supervisor", job_dir, ",".join(map(str, ranks)), str(part)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)
         except OSError as exc:
             return f"could not start the job's supervisor on {socket.gethostname()}: {exc}"
         finally:
@@ -98,9 +110,7 @@ class _Agent:
         return self.proc is not None and self.proc.poll() is None
 
     def port(self, host: str) -> int:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return s.getsockname()[1]
+        return free_port(host)
 
 
 class RayExecutor:
@@ -168,8 +178,7 @@ class RayExecutor:
     def launch(self, spec: LaunchSpec) -> dict:
         job_dir = spec.job_dir
         write_spec(spec)
-        for stale in ("stop", "lost.json"):
-            (job_dir / stale).unlink(missing_ok=True)
+        (job_dir / "stop").unlink(missing_ok=True)
         for f in job_dir.glob("result-*.json"):
             f.unlink()
         nonce = secrets.token_hex(8)
@@ -179,21 +188,20 @@ class RayExecutor:
             by_node.setdefault(w.node, []).append(w.rank)
         nodes, started = {}, []
         try:
-            for i, (node, ranks) in enumerate(by_node.items()):
-                name = f"deeppod-job-{spec.job_id}-{i}"
+            for part, (node, ranks) in enumerate(by_node.items()):
+                name = f"{_agent_prefix(spec.job_id)}{part}"
                 self._kill_named(name)  # a leftover of an earlier run of this job
                 agent = self._agent.options(name=name, lifetime="detached",
                                             scheduling_strategy=self._strategy(node)).remote()
                 started.append(agent)
-                result = f"result-{i}.json"
                 try:
-                    why = self.ray.get(agent.start.remote(str(job_dir), ranks, result, nonce),
+                    why = self.ray.get(agent.start.remote(str(job_dir), ranks, part, nonce),
                                        timeout=START_TIMEOUT_S)
                 except self.ray.exceptions.RayActorError as exc:  # its node died under it
                     raise NodeLost([node], f"node {node} was lost while the job started ({exc})") from None
                 if why:
                     raise ExecutorError(why)
-                nodes[node] = {"agent": name, "ranks": ranks, "result": result}
+                nodes[node] = {"agent": name, "ranks": ranks, "result": part_files(part)[0]}
         except Exception as exc:
             (job_dir / "stop").write_text("the job could not start on every node")
             for agent in started:
@@ -228,8 +236,10 @@ class RayExecutor:
     def poll(self, handle: dict) -> ExecStatus:
         job_dir = Path(handle["job_dir"])
         if handle.get("unknown") is not None:
-            for i in range(64):
-                self._kill_named(f"deeppod-job-{handle['unknown']}-{i}")
+            prefix = _agent_prefix(handle["unknown"])
+            for actor in self.ray.util.list_named_actors():
+                if actor.startswith(prefix):
+                    self._kill_named(actor)
             return ExecStatus(finished=True, lost=True, reason="the server stopped while the job was starting")
         nodes = handle["nodes"]
         results = {}
@@ -271,13 +281,3 @@ def _first_cause(reasons: list[str]) -> str:
     """The failing node's reason before the ones it caused elsewhere."""
     own = [r for r in reasons if "on another node" not in r]
     return (own or reasons or [""])[0]
-
-
-def wait_for_nodes(executor: RayExecutor, count: int, timeout: float = 60.0) -> list[NodeInfo]:
-    """The alive nodes once there are ``count`` of them (tests and benchmarks)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [n for n in executor.nodes() if n.healthy]
-        if len(alive) >= count or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.2)

@@ -75,26 +75,31 @@ STOP_FILE_CHECK_S = 0.5
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the process that started it dies (on a Ray node,
     a node agent that dies takes its job's processes with it, as a machine that dies would)."""
     import ctypes
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-class Supervisor:
-    """``ranks``: the workers this supervisor starts (one node's on a cluster; all by default);
-    ``result``: the file it writes at the end. On a cluster, ``JOB_DIR/stop`` (shared storage)
-    says to stop: "stop" (asked for) or a reason (a worker elsewhere failed, a node was lost)."""
+def part_files(part: int | None) -> tuple[str, str]:
+    """The result and worker-pid files of one node's part of a job (None: the whole job)."""
+    return ("result.json", "workers.json") if part is None else (f"result-{part}.json", f"workers-{part}.json")
 
-    def __init__(self, job_dir: Path, ranks: set[int] | None = None, result: str = "result.json",
-                 die_with_parent: bool = False):
+
+class Supervisor:
+    """``ranks``/``part``: on a cluster, the workers of one node (part N of the job), which
+    write ``result-N.json``, die with the node agent that started them, and stop when
+    ``JOB_DIR/stop`` (shared storage) appears: "stop" (asked for) or a reason (a worker
+    elsewhere failed, a node was lost). Left out: every worker, here."""
+
+    def __init__(self, job_dir: Path, ranks: set[int] | None = None, part: int | None = None):
         self.job_dir = job_dir
         self.spec = json.loads((job_dir / "spec.json").read_text())
         if ranks is not None:
             self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) in ranks]
-        self.result = result
-        self.die_with_parent = die_with_parent
+        self.part = part
+        self.result, self.pids = part_files(part)
         self.procs: dict[int, subprocess.Popen] = {}
         self.codes: dict[int, int] = {}
         self.stop_requested = False
@@ -117,7 +122,7 @@ class Supervisor:
             try:
                 self.procs[rank] = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    process_group=0, preexec_fn=_die_with_parent if self.die_with_parent else None,
+                    process_group=0, preexec_fn=die_with_parent if self.part is not None else None,
                 )
             except OSError as exc:
                 log.write(f"deeppod: cannot start worker: {exc}\n".encode())
@@ -126,8 +131,7 @@ class Supervisor:
                 self._begin_stop(f"rank {rank} could not start: {exc}")
             finally:
                 log.close()
-        pids = self.job_dir / ("workers.json" if self.result == "result.json" else f"workers-{self.result}")
-        _write_json(pids, {str(r): p.pid for r, p in self.procs.items()})
+        _write_json(self.job_dir / self.pids, {str(r): p.pid for r, p in self.procs.items()})
 
     def _record_exit(self, rank: int, code: int) -> None:
         (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
@@ -149,7 +153,7 @@ class Supervisor:
         # Lets a restarted server find us even if it died before recording our pid.
         with open("/proc/self/stat") as f:
             start_time = int(f.read().rsplit(")", 1)[1].split()[19])
-        if self.result == "result.json":  # on a cluster the node agents find their supervisors
+        if self.part is None:  # on a cluster the node agents find their supervisors
             _write_json(self.job_dir / "supervisor.json", {"pid": os.getpid(), "start_time": start_time})
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
@@ -169,7 +173,7 @@ class Supervisor:
                 if code != 0:
                     self._begin_stop(f"rank {rank} {describe_exit(code)}")
             now = time.monotonic()
-            if self.result != "result.json" and now >= next_stop_check and self.stopping_since is None:
+            if self.part is not None and now >= next_stop_check and self.stopping_since is None:
                 next_stop_check = now + STOP_FILE_CHECK_S
                 self._check_stop_file()
             if self.stop_requested:
@@ -194,7 +198,6 @@ class Supervisor:
         })
         return 0
 
-
     def _check_stop_file(self) -> None:
         try:
             said = (self.job_dir / "stop").read_text().strip()
@@ -207,14 +210,13 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> int:
-    """``JOB_DIR`` alone: every worker, here. On a cluster node: ``JOB_DIR RANKS RESULT``
-    (comma-separated ranks, the result file's name), dying with the node agent that started it."""
+    """``JOB_DIR`` alone: every worker, here. On a cluster node: ``JOB_DIR RANKS PART``
+    (comma-separated ranks; which part of the job they are)."""
     if len(argv) == 2:
         return Supervisor(Path(argv[1])).run()
     if len(argv) == 4:
-        ranks = {int(r) for r in argv[2].split(",")}
-        return Supervisor(Path(argv[1]), ranks, argv[3], die_with_parent=True).run()
-    print("usage: python -m deeppod.executor.supervisor JOB_DIR [RANKS RESULT]", file=sys.stderr)
+        return Supervisor(Path(argv[1]), {int(r) for r in argv[2].split(",")}, int(argv[3])).run()
+    print("usage: python -m deeppod.executor.supervisor JOB_DIR [RANKS PART]", file=sys.stderr)
     return 2
 
 

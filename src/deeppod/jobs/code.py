@@ -49,29 +49,31 @@ class CodeStore:
             raise InvalidRequest(f"code {digest!r} is not a SHA-256 digest (64 lowercase hex digits)")
         return self._folder(tenant_id) / f"{digest}.tar.gz"
 
-    def put(self, tenant_id: int, digest: str, data: bytes) -> CodeInfo:
+    def put(self, tenant_id: int, digest: str, data: bytes | bytearray) -> CodeInfo:
         """Keep ``data`` (a tar.gz whose SHA-256 is ``digest``) for ``tenant_id``; check it unpacks."""
         path = self._path(tenant_id, digest)
         if len(data) > self.max_bytes:
             raise TooLarge(f"the code archive is {len(data) >> 20} MiB; the limit is {self.max_bytes >> 20} "
-                                  "MiB: leave data and outputs out of the folder (put data in a dataset)")
+                           "MiB: leave data and outputs out of the folder (put data in a dataset)")
         if hashlib.sha256(data).hexdigest() != digest:
             raise InvalidRequest("the code archive's SHA-256 is not the digest in the URL; it was damaged or "
                                  "the URL names other code: send it again")
-        members = self._check(data)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # all or nothing: a half-written archive is never seen
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            members = self._check(tmp)  # read back from the file: no second copy in memory
+            os.replace(tmp, path)  # all or nothing: a half-written or refused archive is never seen
+        finally:
+            Path(tmp).unlink(missing_ok=True)
         self._evict(tenant_id, keep=path)
         return CodeInfo(digest, len(data), members)
 
-    def _check(self, data: bytes) -> int:
+    def _check(self, archive: str) -> int:
         """Refuse what would not unpack safely: not a tar.gz, too many files, too large unpacked."""
-        import io
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            with tarfile.open(archive, mode="r:gz") as tar:
                 files, size = 0, 0
                 for m in tar:
                     files += 1
@@ -105,7 +107,8 @@ class CodeStore:
         return self._path(tenant_id, digest).is_file()
 
     def unpack(self, tenant_id: int, digest: str, dest: Path) -> None:
-        """Unpack the tenant's archive into ``dest`` (made here); files only, nothing outside it."""
+        """Unpack the tenant's archive into ``dest`` (an empty folder, made if missing); files
+        only, nothing outside it."""
         path = self._path(tenant_id, digest)
         try:
             os.utime(path)  # recently used: evicted last
@@ -113,7 +116,7 @@ class CodeStore:
         except FileNotFoundError:
             raise NotFound(f"no code {digest[:12]}... was sent by your tenant (or it was dropped to make room); "
                            f"send it with PUT /v1/code/{digest} and submit again") from None
-        dest.mkdir(parents=True, exist_ok=False, mode=0o755)
+        dest.mkdir(parents=True, exist_ok=True, mode=0o755)
         with tar:
             tar.extractall(dest, filter="data")
 

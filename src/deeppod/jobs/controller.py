@@ -82,8 +82,11 @@ class Isolation:
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    for folder, _dirs, files in os.walk(root):  # each folder is visited once as ``folder``
-        for name in [folder, *(os.path.join(folder, n) for n in files)]:
+    if root.stat().st_uid == uid:  # done at an earlier start of the job (the root goes last)
+        return
+    for folder, dirs, files in os.walk(root, topdown=False):  # each folder once, after what it holds
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]  # not walked into
+        for name in [*(os.path.join(folder, n) for n in files + links), folder]:
             os.lchown(name, uid, gid)
 
 
@@ -158,10 +161,13 @@ class JobController:
                     except Exception:  # a hook must not undo the round's observations
                         log.exception("after job %s ended", job.id)
 
-    def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus) -> None:
+    def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus | None = None, *,
+                 ran: bool = True) -> None:
+        """Back to the queue, same id. ``ran``: it ran (a restart, counted), else it never started."""
         job.state = JobState.QUEUED
-        job.restart_count += 1
-        job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
+        if ran:
+            job.restart_count += 1
+            job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
         job.allocation = None
         job.handle = None
         job.endpoint = None  # a restarted replica announces its new address
@@ -280,13 +286,10 @@ class JobController:
             try:
                 spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
-            except NodeLost as exc:  # not the job's fault: it waits for other nodes
+            except NodeLost as exc:  # not the job's fault, and it never ran: it waits for other nodes
                 mark_down(s, exc.nodes)
                 revoke_job_tokens(s, job.id)
-                job.state, job.allocation, job.handle = JobState.QUEUED, None, None
-                job.reason = f"requeued: {exc}"
-                add_event(s, job, "requeued", job.reason)
-                log.warning("job %s requeued: %s", job.id, exc)
+                self._requeue(s, job, f"requeued: {exc}", ran=False)
             except (DeepPodError, OSError) as exc:
                 finish(s, job, JobState.FAILED, f"could not start: {exc}")
                 revoke_job_tokens(s, job.id)

@@ -150,26 +150,32 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     if req.workdir is None:
         if code is None or jobs_dir is None:
             raise InvalidRequest("give the job a workdir: an absolute folder on the server")
-        own = code_store.staged(jobs_dir)
-        try:
-            if req.code is not None:
-                os.rmdir(own)
-                code.unpack(principal.tenant_id, req.code, own)
-            try:
-                job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths)
-            except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
-                raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
-            final = jobs_dir / str(job.id) / "code"
-            shutil.rmtree(final, ignore_errors=True)  # a folder left by a database that was reset
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(own, final)
-        finally:
-            code_store.discard(own)
-        job.workdir = str(final)
-        return job
+        return _submit_in_own_folder(session, principal, req, default_grace, read_paths, code, jobs_dir)
     if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
         req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
     return _submit(session, principal, req, default_grace, read_paths)
+
+
+def _submit_in_own_folder(session: Session, principal: Principal, req: JobRequest, default_grace: float,
+                          read_paths: list[str] | None, code: CodeStore, jobs_dir: Path) -> Job:
+    """Unpacked (or empty) in a staging folder first, so that the job is checked against its
+    files before it exists; moved to JOB_DIR/code once it has an id."""
+    own = code_store.staged(jobs_dir)
+    try:
+        if req.code is not None:
+            code.unpack(principal.tenant_id, req.code, own)
+        try:
+            job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths)
+        except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
+            raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
+        final = jobs_dir / str(job.id) / "code"
+        shutil.rmtree(final, ignore_errors=True)  # a folder left by a database that was reset
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(own, final)
+    finally:
+        code_store.discard(own)
+    job.workdir = str(final)
+    return job
 
 
 def _submit(session: Session, principal: Principal, req: JobRequest, default_grace: float,

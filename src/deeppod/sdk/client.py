@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -258,6 +259,9 @@ class Client:
         from deeppod.sdk.code import pack
 
         packed = pack(folder)
+        if packed.left_out:
+            logging.getLogger(__name__).warning(
+                "%d symbolic link(s) in %s point outside it and were not sent with the job", packed.left_out, folder)
         self._request("PUT", f"/v1/code/{packed.digest}", content=packed.data,
                       headers={"content-type": "application/octet-stream"}, timeout=None)
         return packed.digest

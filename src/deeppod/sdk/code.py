@@ -20,7 +20,7 @@ from deeppod.errors import InvalidRequest
 
 SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
            ".tox", ".ipynb_checkpoints", "node_modules", ".deeppod"}
-MAX_FILE_BYTES = 400 << 20  # what the server unpacks at most (4 x its default archive limit)
+MAX_TOTAL_BYTES = 400 << 20  # what the server unpacks at most (4 x its default archive limit)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,9 @@ def pack(folder: str | os.PathLike) -> Packed:
                 continue  # sockets, pipes, devices
             else:
                 total += os.path.getsize(path)
-                if total > MAX_FILE_BYTES:
+                if total > MAX_TOTAL_BYTES:
                     raise InvalidRequest(
-                        f"{folder} holds more than {MAX_FILE_BYTES >> 20} MiB of files to send with the job; leave "
+                        f"{folder} holds more than {MAX_TOTAL_BYTES >> 20} MiB of files to send with the job; leave "
                         "data and outputs out (a dataset, or a .deeppodignore line per glob), or give --workdir "
                         "a folder on the server")
             entries.append((rel, path))

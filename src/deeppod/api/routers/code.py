@@ -34,5 +34,5 @@ async def put(digest: Digest, request: Request, principal: PrincipalDep) -> Code
                            "data and outputs out of the folder (put data in a dataset)")
     if not data:
         raise InvalidRequest("the body is empty: send the folder as a tar.gz archive")
-    info = await run_in_threadpool(store.put, principal.tenant_id, digest, bytes(data))
+    info = await run_in_threadpool(store.put, principal.tenant_id, digest, data)
     return CodeOut(digest=info.digest, bytes=info.bytes, files=info.files)
