@@ -74,6 +74,14 @@ class ExecutorError(DeepPodError):
     status = 500
 
 
+class NotLeader(DeepPodError):
+    """This server does not lead a failover control plane (any more): it must not decide or
+    act on jobs (cluster/leader.py)."""
+
+    code = "not_leader"
+    status = 503
+
+
 class NodeLost(ExecutorError):
     """A node left the cluster while a job started or ran on it: the job goes back to the queue."""
 

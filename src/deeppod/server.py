@@ -25,7 +25,8 @@ from deeppod.auth import tls
 from deeppod.auth.files import write_private
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
-from deeppod.cluster.inventory import local_node
+from deeppod.cluster.inventory import NodeInfo, local_node
+from deeppod.cluster.leader import RENEW_S, Leadership, api_urls, leader_url, live_servers
 from deeppod.cluster.service import register_node, sync_nodes
 from deeppod.contract import free_port
 from deeppod.datasets import service as datasets
@@ -33,6 +34,7 @@ from deeppod.datasets.ingest import Limits
 from deeppod.datasets.tiers import Tiers
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
+from deeppod.executor.fenced import FencedExecutor
 from deeppod.executor.local import LocalExecutor
 from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.router import Router
@@ -67,6 +69,8 @@ class ServerContext:
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
     tls: tls.Served | None = None  # None: plain HTTP
     code: CodeStore | None = None  # jobs' code sent with them (PUT /v1/code)
+    leader: Leadership | None = None  # this server's claim to lead a failover control plane
+    node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
 
 
 def resolve_isolation(asked: str, supported=None) -> str:
@@ -115,7 +119,10 @@ def python_environment(home: str) -> tuple[str, ...]:
 
 
 def build(settings: Settings, *, executor: Executor | None = None, probe: GpuProbe | None = None,
-          identities: Identities | None = None) -> ServerContext:
+          identities: Identities | None = None, fenced: bool = False) -> ServerContext:
+    """Everything a server holds. ``fenced``: it may share its database with other servers
+    (``serve``): it decides and acts only while it leads (cluster/leader.py) and ``lead_loop``
+    starts the leader's work; else it leads alone and is ready to run rounds at once (tests)."""
     settings = replace(settings, isolation=resolve_isolation(settings.isolation))
     isolation = isolation_for(settings, identities)
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -132,42 +139,62 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         if sealed_now := jobs_service.seal_legacy_env(s):
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
+    leader = Leadership(sessions, settings.public_url)
     executor = executor or executor_for(settings)
-    node = local_node(probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
-    with sessions.begin() as s:
-        nodes = cluster_nodes(executor)
-        if nodes is None:
-            register_node(s, node)
-        else:
-            sync_nodes(s, nodes())
+    if fenced:
+        executor = FencedExecutor(executor, leader.check)
+    node = None if cluster_nodes(executor) is not None else local_node(
+        probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                               Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
-                              settings.data_cold_after_seconds)
-    datasets.recover(sessions, data)
+                              settings.data_cold_after_seconds, server_id=leader.id)
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds)
     settings.models_dir.mkdir(parents=True, exist_ok=True)
-    artifacts.sweep(settings.models_dir)
     served = tls.prepare(settings.home, settings.tls_cert, settings.tls_key, settings.tls_ca,
-                         [settings.host, "localhost", "127.0.0.1", "::1", node.address, socket.gethostname()]
-                         ) if settings.tls_cert else None
+                         [settings.host, "localhost", "127.0.0.1", "::1", node.address if node else "127.0.0.1",
+                          socket.gethostname()]) if settings.tls_cert else None
 
     def on_finished(session: Session, job) -> None:
         if job.kind == "evaluate":
             models.absorb_evaluation(session, job, settings.jobs_dir)
 
-    jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.url, config=config,
+    jobs = JobController(sessions, executor, jobs_dir=settings.jobs_dir, api_url=settings.public_url, config=config,
                          stage=lambda version_id: datasets.stage(sessions, data, version_id),
                          on_finished=on_finished, isolation=isolation,
-                         ca_cert=str(served.trust) if served and served.trust else None)
+                         ca_cert=str(served.trust) if served and served.trust else None,
+                         fence=leader.fence if fenced else None)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
-                                       max_body_bytes=settings.predict_max_bytes)
+                                       max_body_bytes=settings.predict_max_bytes,
+                                       **({"leading": lambda: leader.leading, "fence": leader.fence} if fenced else {}))
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
-    return ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
-                         PrincipalCache(sessions), AuditLog(sessions), roots, served,
-                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes))
+    ctx = ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
+                        PrincipalCache(sessions), AuditLog(sessions), roots, served,
+                        CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
+                        leader, node)
+    if not fenced:
+        leader.epoch = 0  # it leads alone, without a lease
+        take_over(ctx, first=True)
+    return ctx
+
+
+def take_over(ctx: ServerContext, *, first: bool) -> None:
+    """What a server does as it starts to lead: see the nodes, and undo what servers that died
+    left half done (ingests, moves, model uploads). Everything is undone only at a first start
+    with no other server running; otherwise only the work of servers that are gone."""
+    with ctx.sessions.begin() as s:
+        nodes = cluster_nodes(ctx.executor)
+        if nodes is None:
+            register_node(s, ctx.node)
+        else:
+            sync_nodes(s, nodes())
+        live = {sv.id for sv in live_servers(s)} | {ctx.leader.id}
+    alone = first and live == {ctx.leader.id}
+    datasets.recover(ctx.sessions, ctx.data, None if alone else live)
+    if alone:
+        artifacts.sweep(ctx.settings.models_dir)
 
 
 def executor_for(settings: Settings) -> Executor:
@@ -200,6 +227,60 @@ def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 
             log.exception("node inventory round failed")
 
 
+def lead_loop(ctx: ServerContext, stop: threading.Event, ready: threading.Event | None = None) -> None:
+    """Every RENEW_S seconds: this server's heartbeat, and its claim on the lease. While it
+    leads, the reconcile loop, the executor's node inventory and housekeeping run; when it
+    loses the lead they stop at once. A clean shutdown gives the lease up for a standby."""
+    term: tuple[threading.Event, list[threading.Thread]] | None = None
+    first = True
+    while True:
+        if ctx.leader.heartbeat():
+            if term is None:
+                term = _lead(ctx, first)
+            try:
+                with ctx.sessions() as s:  # jobs reach every live server, this one first
+                    ctx.jobs.api_url = api_urls(s, ctx.settings.public_url)
+            except Exception:  # the next heartbeat retries
+                log.exception("could not list the servers")
+        elif term is not None:
+            log.warning("stepping down: the reconcile loop and the executor stop here")
+            _step_down(term)
+            term = None
+        first = False
+        if ready is not None:
+            ready.set()
+        if stop.wait(RENEW_S):
+            break
+    if term is not None:
+        _step_down(term)
+    ctx.leader.release()
+
+
+def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[threading.Thread]]:
+    try:
+        take_over(ctx, first=first)
+    except Exception:  # the inventory loop and housekeeping retry what failed here
+        log.exception("taking over: could not check the nodes or undo dead servers' work")
+    end = threading.Event()
+    settings = ctx.settings
+    threads = [threading.Thread(target=ctx.jobs.run, args=(end, settings.reconcile_interval), name="reconcile",
+                                daemon=True),
+               threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
+                                name="housekeeping", daemon=True)]
+    if cluster_nodes(ctx.executor) is not None:
+        threads.append(threading.Thread(target=inventory_loop, args=(ctx, end), name="inventory", daemon=True))
+    for t in threads:
+        t.start()
+    return end, threads
+
+
+def _step_down(term: tuple[threading.Event, list[threading.Thread]]) -> None:
+    end, threads = term
+    end.set()
+    for t in threads:
+        t.join(timeout=10)
+
+
 def _secret_key(path: Path) -> bytes:
     """The key that seals jobs' --env values: kept in the server's home, made on first start."""
     if not path.exists():
@@ -223,6 +304,14 @@ def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float
                 log.info("removed the folders of %d finished jobs (retention)", len(purged))
         except Exception:  # the next round retries
             log.exception("retention round failed")
+        if ctx.leader is not None:
+            try:  # a server of a failover control plane that died mid-ingest: undo its ingests
+                with ctx.sessions() as s:
+                    live = {sv.id for sv in live_servers(s)} | {ctx.leader.id}
+                datasets.recover(ctx.sessions, ctx.data, live)
+                ctx.leader.forget_dead()
+            except Exception:  # the next round retries
+                log.exception("recovering dead servers' work failed")
         if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
             log.info("dropped %d code archives unused for a week", dropped)
         try:
@@ -299,15 +388,25 @@ def serve(settings: Settings, *, echo=print) -> None:
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
     _check_port_free(settings.host, settings.port)
-    ctx = build(settings)
+    ctx = build(settings, fenced=True)
     settings = ctx.settings  # its isolation resolved
+    ctx.leader.join()
     secret = bootstrap_admin(ctx)
     app = create_app(ctx)
     stop = threading.Event()
-    loop = threading.Thread(target=ctx.jobs.run, args=(stop, settings.reconcile_interval),
-                            name="reconcile", daemon=True)
+    ready = threading.Event()
+    lead = threading.Thread(target=lead_loop, args=(ctx, stop, ready), name="leadership", daemon=True)
+    lead.start()
+    ready.wait(60)  # the first claim on the lease (and a leader's first take-over) before the API answers
     echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
+    with ctx.sessions() as s:
+        leader = leader_url(s)
+    if ctx.leader.leading:
+        echo(f"control plane: this server leads (epoch {ctx.leader.epoch}) and runs the jobs")
+    else:
+        echo(f"control plane: standby. The leader is {leader or 'being chosen'}; this server serves the API and "
+             "takes over within 10 s if the leader stops")
     if settings.executor == "ray":
         with ctx.sessions() as s:
             up = [n.name for n in s.scalars(select(Node).where(Node.up.is_(True)))]
@@ -332,12 +431,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     if secret:
         echo(f"admin token (shown once, also saved to {Path(settings.home) / 'admin.token'}):\n  {secret}")
         echo(f"log in from another shell: deeppod login --url {settings.url} --token {secret}")
-    loop.start()
     ctx.audit.start()
-    threading.Thread(target=housekeeping_loop, args=(ctx, stop, settings.housekeeping_interval),
-                     name="housekeeping", daemon=True).start()
-    if cluster_nodes(ctx.executor) is not None:
-        threading.Thread(target=inventory_loop, args=(ctx, stop), name="inventory", daemon=True).start()
     threading.Thread(target=ctx.deployments.run, args=(stop, settings.reconcile_interval), name="deployments",
                      daemon=True).start()
     cert_key = {"ssl_certfile": str(ctx.tls.cert), "ssl_keyfile": str(ctx.tls.key)} if ctx.tls else {}
@@ -353,7 +447,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     finally:
         forget_local(announced)
         stop.set()
-        loop.join(timeout=10)
+        lead.join(timeout=15)
         ctx.audit.close()
         ctx.engine.dispose()
         log.info("server stopped; running jobs keep running and are re-adopted at the next start")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -63,6 +64,9 @@ class Settings:
     database_url: str | None = None  # None: SQLite file under home
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    # the URL jobs, clients and the other servers of a failover control plane reach this one at;
+    # empty: the listening address (a wildcard host: this machine's name)
+    advertise_url: str = ""
     gpus: int | None = None  # logical GPU slots; None: probe NVML, else 0
     cpus: int | None = None  # None: os.cpu_count()
     memory_mb: int | None = None  # None: physical memory
@@ -146,6 +150,14 @@ class Settings:
     @property
     def url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def public_url(self) -> str:
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        if self.host in ("0.0.0.0", "::", ""):
+            return f"{self.scheme}://{socket.gethostname()}:{self.port}"
+        return self.url
 
     def with_overrides(self, **kw) -> "Settings":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})

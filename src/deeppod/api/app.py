@@ -25,7 +25,11 @@ def create_app(ctx) -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:
-        return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3)}
+        """Answers on every server; ``leader``: whether this one runs the jobs (a standby of a
+        failover control plane serves the API only)."""
+        return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3),
+                "leader": ctx.leader.leading, "epoch": ctx.leader.epoch,
+                "rounds": ctx.jobs.rounds}
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path))
     errors.document(app)

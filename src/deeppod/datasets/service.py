@@ -168,6 +168,7 @@ class DataPlane:
     tiers: Tiers
     limits: ingest.Limits
     cold_after_seconds: float
+    server_id: str | None = None  # recorded on the versions this server's API ingests
 
     @property
     def objects(self) -> ObjectStore:
@@ -203,6 +204,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
         owner = owner_name(s, ds)
         v = DatasetVersion(dataset_id=ds.id, version=number, state="ingesting", tier="hot",
                            key=f"{owner}/{name}/v{number}", created_by=principal.user_id,
+                           ingest_server=plane.server_id,
                            lineage={"source": source, "policy": applied.to_dict(), "parent": parent,
                                     "by": principal.user})
         s.add(v)
@@ -270,13 +272,18 @@ def _abort(sessions: sessionmaker, plane: DataPlane, version_id: int, key: str) 
             s.delete(v)
 
 
-def recover(sessions: sessionmaker, plane: DataPlane) -> None:
-    """At server start: undo ingests a crash interrupted and remove what moves left over."""
+def recover(sessions: sessionmaker, plane: DataPlane, live: set[str] | None = None) -> None:
+    """Undo ingests a crash interrupted and remove what moves left over. ``live``: the other
+    servers still running (a failover control plane), whose ingests and moves may be under
+    way: then only the ingests of servers that died are undone. None: no other server runs."""
     with sessions() as s:
-        broken = [(v.id, v.key) for v in s.scalars(select(DatasetVersion).where(DatasetVersion.state == "ingesting"))]
+        broken = [(v.id, v.key) for v in s.scalars(select(DatasetVersion).where(DatasetVersion.state == "ingesting"))
+                  if live is None or v.ingest_server not in live]
     for version_id, key in broken:
         log.warning("removing dataset version %s: its ingest was interrupted", key)
         _abort(sessions, plane, version_id, key)
+    if live is not None:  # the leftovers below have no owner: swept only when no other server runs
+        return
     if plane.tiers.staging.is_dir():
         shutil.rmtree(plane.tiers.staging, ignore_errors=True)
     with sessions() as s:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES
-from deeppod.errors import DeepPodError
+from deeppod.errors import DeepPodError, NotLeader
 from deeppod.jobs import service as jobs
 from deeppod.deployments import rollout, service
 from deeppod.deployments.router import Route, Router, Target
@@ -34,8 +34,13 @@ def http_health(url: str) -> bool:
 class DeploymentController:
     def __init__(self, sessions: sessionmaker[Session], router: Router, *, models_root: Path,
                  default_grace: float, max_body_bytes: int, health: Callable[[str], bool] = http_health,
-                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0):
+                 clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0,
+                 leading: Callable[[], bool] = lambda: True, fence: Callable[[Session], None] = lambda s: None):
         self.sessions, self.router, self.models_root = sessions, router, models_root
+        # a standby server (cluster/leader.py) routes predictions too, but only the leader
+        # starts and stops replicas: ``leading`` says which this is, ``fence`` proves it in the
+        # transaction that acts
+        self.leading, self.fence = leading, fence
         self.default_grace, self.health, self.clock, self.drain_seconds = default_grace, health, clock, drain_seconds
         self.max_body_bytes = max_body_bytes  # the router's limit (DEEPPOD_PREDICT_MAX_BYTES): replicas take the same
         self.failures: dict[int, int] = {}  # job id -> failed health checks in a row
@@ -68,13 +73,16 @@ class DeploymentController:
         self.healthy_once &= set(health)
         now = self.clock()
         routes = []
+        act = self.leading()
         with self.sessions.begin() as s:
+            if act:
+                self.fence(s)
             for dep in s.scalars(select(Deployment)):
-                routes.append(self._one(s, dep, health, now))
+                routes.append(self._one(s, dep, health, now, act))
             keys = service.active_keys(s)
         self.router.set_routes(routes, keys)
 
-    def _one(self, s: Session, dep: Deployment, health: dict[int, bool], now: float) -> Route:
+    def _one(self, s: Session, dep: Deployment, health: dict[int, bool], now: float, act: bool = True) -> Route:
         reps = service.replicas(s, dep)
         views = []
         for j in reps:
@@ -85,11 +93,11 @@ class DeploymentController:
         d = rollout.decide(rollout.DeploymentView(dep.id, dep.version_id, dep.replicas, service.failed_starts(s, dep)),
                            views, drain_seconds=self.drain_seconds)
         owner = service.owner(s, dep)
-        for _ in range(d.start):
+        for _ in range(d.start if act else 0):
             job = service.start_replica(s, dep, models_root=self.models_root, default_grace=self.default_grace,
                                         max_body_bytes=self.max_body_bytes)
             log.info("deployment %s: started replica job %s", dep.name, job.id)
-        for job_id in d.stop:
+        for job_id in d.stop if act else ():
             job = s.get(Job, job_id)
             if job.state in ACTIVE_STATES and not job.cancel_requested:
                 try:
@@ -103,7 +111,7 @@ class DeploymentController:
                 self.unrouted_at.pop(v.job_id, None)
             else:
                 self.unrouted_at.setdefault(v.job_id, now)
-        if (dep.state, dep.reason) != (d.state, d.reason):
+        if act and (dep.state, dep.reason) != (d.state, d.reason):
             dep.state, dep.reason = d.state, d.reason
         by_id = {j.id: j for j in reps}
         versions = {v.id: v.version for v in s.scalars(select(ModelVersion).where(
@@ -117,6 +125,8 @@ class DeploymentController:
             began = time.monotonic()
             try:
                 self.tick()
+            except NotLeader as exc:  # it lost the lead this round: the next one only routes
+                log.warning("deployment round refused: %s", exc)
             except Exception:  # the next round retries
                 log.exception("deployment round failed")
             stop.wait(max(0.0, interval - (time.monotonic() - began)))

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.identities import Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
-from deeppod.errors import DeepPodError, ExecutorError, NodeLost
+from deeppod.errors import DeepPodError, ExecutorError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
@@ -95,8 +95,11 @@ class JobController:
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
                  on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None,
-                 ca_cert: str | None = None):
+                 ca_cert: str | None = None, fence: Callable[[Session], None] | None = None):
         self.sessions = sessions
+        # inside every deciding transaction: raises NotLeader unless this server leads
+        # (cluster/leader.py); None: this server is the only one
+        self.fence = fence or (lambda s: None)
         self.ca_cert = ca_cert  # the file jobs verify the server's TLS certificate with (None: system trust)
         self.isolation = isolation
         self.on_finished = on_finished  # called in the same transaction when a job ends for good
@@ -108,6 +111,7 @@ class JobController:
         self.config = config or Config()
         self.clock = clock
         self.last_round_ms = 0.0
+        self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
     def job_dir(self, job_id: int) -> Path:
         return self.jobs_dir / str(job_id)
@@ -115,17 +119,20 @@ class JobController:
     # one round -----------------------------------------------------------------
     def tick(self) -> None:
         with self.sessions.begin() as s:
+            self.fence(s)
             self.observe(s)
-        with self.sessions.begin() as s:
+        with self.sessions() as s:
             stopping = self.stops_to_send(s)
         for handle in stopping:
             self.executor.terminate(handle)
         with self.sessions.begin() as s:
+            self.fence(s)
             starts, stop_now = self.decide(s)
         for handle in stop_now:
             self.executor.terminate(handle)
         for start in starts:
             self.start(start)
+        self.rounds += 1
 
     def observe(self, s: Session) -> None:
         for job in s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))):
@@ -277,15 +284,19 @@ class JobController:
             staged = self._stage_datasets(start.job_id)
         except (DeepPodError, OSError) as exc:
             with self.sessions.begin() as s:
+                self.fence(s)
                 job = s.get(Job, start.job_id)
                 finish(s, job, JobState.FAILED, f"could not stage its datasets: {exc}")
             log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
             return
         with self.sessions.begin() as s:
+            self.fence(s)
             job = s.get(Job, start.job_id)
             try:
                 spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
+            except NotLeader:  # nothing started; the job's row is rolled back with the transaction
+                raise
             except NodeLost as exc:  # not the job's fault, and it never ran: it waits for other nodes
                 mark_down(s, exc.nodes)
                 revoke_job_tokens(s, job.id)
@@ -358,6 +369,8 @@ class JobController:
             began = time.monotonic()
             try:
                 self.tick()
+            except NotLeader as exc:  # the leadership thread ends this loop; nothing was decided
+                log.warning("reconcile round refused: %s", exc)
             except Exception:  # the loop must outlive one bad round; the next one retries
                 log.exception("reconcile round failed")
             stop.wait(max(0.0, interval - (time.monotonic() - began)))

@@ -102,6 +102,31 @@ class Node(Base):
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Server(Base):
+    """A running ``deeppod server`` (several share one PostgreSQL database: a failover control
+    plane). Times are the database's clock in seconds, so servers' clocks never disagree."""
+
+    __tablename__ = "servers"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    url: Mapped[str] = mapped_column(String(512))  # where jobs, clients and the other servers reach it
+    host: Mapped[str] = mapped_column(String(255), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[float] = mapped_column(Float)
+    seen_at: Mapped[float] = mapped_column(Float, index=True)  # its last heartbeat
+
+
+class LeaderLease(Base):
+    """One row: which server leads (runs the reconcile loop and the executor) until when.
+    ``epoch`` grows at every change of leader: the fencing token every executor action checks."""
+
+    __tablename__ = "leadership"
+    id: Mapped[int] = mapped_column(primary_key=True)  # always 1
+    server_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    url: Mapped[str] = mapped_column(String(512), default="")
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -239,6 +264,8 @@ class DatasetVersion(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # the server whose API process builds it while "ingesting": only that server's death undoes it
+    ingest_server: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class Model(Base):

@@ -1,0 +1,40 @@
+"""An executor whose every action first checks the fencing token: only the leader acts.
+
+With two servers on one database (a failover control plane), a leader that was paused or cut
+off may come back after a standby took over. Its launches and stops are refused here
+(``NotLeader``) once the lease names another server or a later epoch (cluster/leader.py).
+Reading (poll, find) is harmless and passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from deeppod.executor.base import ExecStatus, Executor, LaunchSpec
+
+
+class FencedExecutor:
+    def __init__(self, inner: Executor, check: Callable[[], None]):
+        self.inner = inner
+        self.check = check  # raises NotLeader unless this server leads at its epoch
+
+    def launch(self, spec: LaunchSpec) -> dict:
+        self.check()
+        return self.inner.launch(spec)
+
+    def terminate(self, handle: dict) -> None:
+        self.check()
+        self.inner.terminate(handle)
+
+    def find(self, job_id: int, job_dir: Path) -> dict:
+        return self.inner.find(job_id, job_dir)
+
+    def poll(self, handle: dict) -> ExecStatus:
+        return self.inner.poll(handle)
+
+    def port_on(self, node: str, address: str) -> int:
+        return self.inner.port_on(node, address)
+
+    def __getattr__(self, name: str):  # nodes(), and what tests read from a fake
+        return getattr(self.inner, name)

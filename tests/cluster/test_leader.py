@@ -1,0 +1,163 @@
+"""The leader's lease and its fencing epoch, on SQLite and PostgreSQL, with two (or three)
+servers' claims on one database and the fake executor."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from sqlalchemy import select, update
+
+from deeppod.cluster.leader import GONE_S, Leadership, api_urls, leader_url, live_servers
+from deeppod.errors import NotLeader
+from deeppod.executor.fake import FakeExecutor
+from deeppod.executor.fenced import FencedExecutor
+from deeppod.jobs.controller import JobController
+from deeppod.store.models import LeaderLease, Server
+from tests.fixtures import load_job, populate, submit_job
+from tests.helpers import wait_until
+
+LEASE = 0.6  # short, so an expiry takes a moment here
+
+
+def claim(sessions, url, lease_s=LEASE) -> Leadership:
+    lead = Leadership(sessions, url, lease_s=lease_s)
+    lead.join()
+    return lead
+
+
+def test_one_leads_the_other_waits(sessions):
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
+    assert a.heartbeat() and a.epoch == 1
+    assert not b.heartbeat() and b.epoch is None
+    assert a.heartbeat() and a.epoch == 1  # a renewal keeps the epoch
+    with sessions.begin() as s:
+        a.fence(s)
+        with pytest.raises(NotLeader, match="the leader is http://a:1"):
+            b.fence(s)
+        assert leader_url(s) == "http://a:1"
+        assert [sv.url for sv in live_servers(s)] == ["http://a:1", "http://b:1"]
+        assert api_urls(s, "http://a:1") == "http://a:1,http://b:1"
+    a.check()
+    with pytest.raises(NotLeader):
+        b.check()
+
+
+def test_standby_takes_over_when_the_lease_expires_and_the_old_leader_is_fenced(sessions):
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
+    assert a.heartbeat()
+    old = FencedExecutor(FakeExecutor(), a.check)
+    # a stops renewing (paused, cut off): b keeps trying and gets the lease after LEASE seconds
+    began = time.monotonic()
+    wait_until(b.heartbeat, 5, interval=0.05, what="the standby to take over")
+    assert LEASE * 0.8 <= time.monotonic() - began < LEASE + 2
+    assert b.epoch == 2
+    # a comes back still believing it leads: every decision and executor action is refused
+    assert a.leading
+    with sessions.begin() as s, pytest.raises(NotLeader):
+        a.fence(s)
+    with pytest.raises(NotLeader):
+        old.terminate({"kind": "fake", "job_id": 1})
+    assert old.inner.terminated == []
+    assert not a.heartbeat() and not a.leading  # its renewal fails: it steps down
+    assert b.heartbeat() and b.epoch == 2
+
+
+def test_a_leader_that_stops_cleanly_hands_over_at_once(sessions):
+    a, b = claim(sessions, "http://a:1", lease_s=60), claim(sessions, "http://b:1", lease_s=60)
+    assert a.heartbeat() and not b.heartbeat()
+    a.release()
+    assert b.heartbeat() and b.epoch == 2
+    with sessions() as s:
+        assert [sv.url for sv in live_servers(s)] == ["http://b:1"]
+
+
+def test_only_one_of_several_standbys_takes_over(sessions):
+    a = claim(sessions, "http://a:1")
+    assert a.heartbeat()
+    others = [claim(sessions, f"http://s{i}:1") for i in range(3)]
+    time.sleep(LEASE + 0.2)
+    results = {}
+    threads = [threading.Thread(target=lambda o=o: results.__setitem__(o.url, o.heartbeat())) for o in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == [False, False, True]
+    with sessions() as s:
+        assert s.get(LeaderLease, 1).epoch == 2
+
+
+def test_a_restarted_server_frees_the_lease_of_its_dead_self(sessions):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    a = claim(sessions, "http://a:1", lease_s=60)
+    assert a.heartbeat()
+    with sessions.begin() as s:  # as if ``a`` had been that process, killed -9 while it led
+        s.execute(update(Server).where(Server.id == a.id).values(pid=dead.pid))
+    again = claim(sessions, "http://a:1", lease_s=60)
+    assert again.heartbeat() and again.epoch == 2  # at once, not after 60 s
+    with sessions() as s:
+        assert s.get(Server, a.id) is None
+
+
+def test_a_server_not_heard_from_is_not_live(sessions):
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
+    with sessions.begin() as s:
+        s.execute(update(Server).where(Server.id == b.id).values(seen_at=Server.seen_at - GONE_S - 1))
+    with sessions() as s:
+        assert [sv.url for sv in live_servers(s)] == ["http://a:1"]
+    assert a.heartbeat() and b.heartbeat() is False
+    with sessions() as s:  # b's heartbeat says it is alive again
+        assert len(live_servers(s)) == 2
+
+
+def test_a_new_leader_adopts_what_the_old_one_started_and_starts_nothing_twice(sessions, tmp_path):
+    world = populate(sessions)
+    cluster = FakeExecutor()  # one cluster, seen by both servers
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
+
+    def controller(lead):
+        return JobController(sessions, FencedExecutor(cluster, lead.check), jobs_dir=tmp_path / "jobs",
+                             api_url=lead.url, server_env={"PATH": "/usr/bin"}, fence=lead.fence)
+
+    ra, rb = controller(a), controller(b)
+    assert a.heartbeat() and not b.heartbeat()
+    first = submit_job(sessions, world.alice, tmp_path, workers=1)
+    ra.tick()
+    with pytest.raises(NotLeader):
+        rb.tick()  # the standby decides nothing
+    assert load_job(sessions, first).state == "running" and list(cluster.launched) == [first]
+    wait_until(b.heartbeat, 5, interval=0.05, what="the standby to take over")
+    second = submit_job(sessions, world.alice, tmp_path, workers=1)
+    with pytest.raises(NotLeader):
+        ra.tick()  # the old leader came back: refused before it decides anything
+    rb.tick()
+    assert list(cluster.launched) == [first, second]  # the running job was adopted, not started again
+    cluster.finish(first, {0: 0})
+    rb.tick()
+    assert load_job(sessions, first).state == "succeeded"
+
+
+def test_a_takeover_waits_for_a_deciding_transaction_to_commit(sessions):
+    """The fence locks the lease row, so a standby cannot take over between a leader's check
+    and its commit (it would miss a job the leader just started)."""
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
+    assert a.heartbeat()
+    took = threading.Event()
+    with sessions.begin() as s:
+        a.fence(s)
+        time.sleep(LEASE + 0.2)  # the lease expires while the decision is being written
+
+        def standby():
+            wait_until(b.heartbeat, 10, interval=0.05)
+            took.set()
+
+        t = threading.Thread(target=standby)
+        t.start()
+        assert not took.wait(1.0), "the standby took over in the middle of the leader's transaction"
+    t.join(10)
+    assert took.is_set() and b.epoch == 2
+    with sessions() as s:
+        assert s.scalar(select(LeaderLease.server_id)) == b.id
