@@ -53,8 +53,13 @@ def _pg_database():
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request, tmp_path):
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'deeppod.db'}"
-        return
+        return f"sqlite:///{tmp_path / 'deeppod.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database (for what SQLite cannot do: several servers on one database)."""
     import sqlalchemy as sa
 
     admin, name, url = _pg_database()

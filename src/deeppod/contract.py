@@ -78,6 +78,47 @@ def tls_context(url: str, cafile: str | None = None):
     return _ssl_context(cafile or None) if url.startswith("https:") else None
 
 
+def server_urls(value: str | None) -> list[str]:
+    """DEEPPOD_API_URL (and ``--url``) may name several servers of a failover control plane,
+    comma-separated: a client uses the first that answers."""
+    return [u.strip().rstrip("/") for u in (value or "").split(",") if u.strip()]
+
+
+def _not_connected(exc: BaseException) -> bool:
+    """The request never reached a server (refused, no route, unknown name): safe to send to
+    another one, whatever it was."""
+    import errno
+    import urllib.error
+
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, (ConnectionRefusedError, socket.gaierror)) or (
+        isinstance(reason, OSError) and reason.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH))
+
+
+def open_first(urls: list[str], path: str, *, method: str, data: bytes | None, headers: dict, timeout: float,
+               cafile: str | None) -> bytes:
+    """The body of ``method path`` from the first of ``urls`` that takes the connection (a
+    server that is down: the next one). An HTTP error answer is raised as is (HTTPError)."""
+    import urllib.error
+    import urllib.request
+
+    if not urls:
+        raise ValueError("no server URL")
+    last: BaseException | None = None
+    for base in urls:
+        req = urllib.request.Request(base + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=tls_context(base, cafile)) as r:
+                return r.read()
+        except urllib.error.HTTPError:
+            raise
+        except OSError as exc:
+            if not _not_connected(exc):
+                raise
+            last = exc
+    raise last
+
+
 @functools.lru_cache(maxsize=8)
 def _ssl_context(cafile: str | None):
     import ssl

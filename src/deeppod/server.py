@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import threading
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     os.chmod(settings.home, 0o700)  # the database, tokens and every job's folder are the server's
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     sealed.configure(settings.secret_key.encode() or _secret_key(settings.home / "secret.key"))
-    engine = make_engine(settings.db_url)
+    server_id = uuid.uuid4().hex
+    engine = make_engine(settings.db_url, name=f"deeppod-{server_id}")
     upgrade(engine)
     if engine.url.get_backend_name() == "sqlite" and engine.url.database:
         for suffix in ("", "-wal", "-shm"):  # the database holds token hashes and jobs' --env values
@@ -139,7 +141,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         if sealed_now := jobs_service.seal_legacy_env(s):
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
-    leader = Leadership(sessions, settings.public_url)
+    leader = Leadership(sessions, settings.public_url, server_id=server_id)
     executor = executor or executor_for(settings)
     if fenced:
         executor = FencedExecutor(executor, leader.check)

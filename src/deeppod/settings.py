@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_TOKEN
+from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_TOKEN, server_urls
 from deeppod.errors import InvalidRequest
 
 # 7447 is used by no common ML tool (Ray dashboard 8265, TensorBoard 6006, MLflow 5000,
@@ -220,7 +220,8 @@ class ClientSettings:
             local = home / "admin.token"
             if local.exists() and (url is None or _is_loopback(url)):
                 token = local.read_text().strip() or None
-        return cls(url=(url or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}").rstrip("/"),
+        url = ",".join(server_urls(url)) or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}"
+        return cls(url=url,
                    token=token, s3_endpoint=env.get("DEEPPOD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None,
                    ca_cert=ca)
 

@@ -161,3 +161,34 @@ def test_a_takeover_waits_for_a_deciding_transaction_to_commit(sessions):
     assert took.is_set() and b.epoch == 2
     with sessions() as s:
         assert s.scalar(select(LeaderLease.server_id)) == b.id
+
+
+def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_over(pg_url):
+    """PostgreSQL: a leader that stops (a paused VM) while a deciding transaction holds the
+    lease row cannot block the takeover forever, and what it was deciding never lands."""
+    from sqlalchemy.exc import DBAPIError
+
+    from deeppod.store.db import make_engine, make_sessionmaker
+    from deeppod.store.migrate import upgrade
+
+    engines = [make_engine(pg_url, name=f"deeppod-{who * 16}") for who in ("a", "b")]
+    upgrade(engines[0])
+    sa_, sb = (make_sessionmaker(e) for e in engines)
+    a = Leadership(sa_, "http://a:1", lease_s=LEASE, server_id="a" * 16)
+    b = Leadership(sb, "http://b:1", lease_s=LEASE, server_id="b" * 16)
+    a.join()
+    b.join()
+    assert a.heartbeat()
+    frozen = sa_()
+    frozen.begin()
+    a.fence(frozen)  # ... and a stops here, its transaction open
+    frozen.execute(update(Server).where(Server.id == a.id).values(url="decided by a"))
+    wait_until(b.heartbeat, 10, interval=0.1, what="the standby to take over from the frozen leader")
+    assert b.epoch == 2
+    with pytest.raises(DBAPIError):  # a wakes up: its session was ended, its decision is lost
+        frozen.commit()
+    frozen.close()
+    with sb() as s:
+        assert s.get(Server, a.id).url == "http://a:1"
+    for e in engines:
+        e.dispose()

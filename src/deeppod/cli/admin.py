@@ -13,6 +13,7 @@ import typer
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, nodes_table, print_json, rows_table
 from deeppod.cli.values import parse_age
+from deeppod.contract import server_urls
 from deeppod.errors import InvalidRequest
 from deeppod.settings import ClientSettings, client_config_path
 
@@ -28,7 +29,7 @@ app.add_typer(nodes_app, name="nodes")
 
 
 @app.command()
-def login(url: Annotated[str, typer.Option(help="server URL")],
+def login(url: Annotated[str, typer.Option(help="server URL, or several comma-separated (a failover control plane)")],
           token: Annotated[str, typer.Option(help="API token")],
           ca_cert: Annotated[Optional[Path], typer.Option(
               help="an https server's CA file, when its certificate is self-signed or from a private CA "
@@ -42,7 +43,7 @@ def login(url: Annotated[str, typer.Option(help="server URL")],
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": url.rstrip("/"), "token": token, **({"ca_cert": ca} if ca else {})}, f)
+        json.dump({"url": ",".join(server_urls(url)), "token": token, **({"ca_cert": ca} if ca else {})}, f)
     console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}, {me.get('role', 'member')}); "
                   f"saved to {path}")
 
@@ -57,6 +58,20 @@ def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
         where = (f"; jobs work under {', '.join(roots)} or in the code sent with them" if roots is not None
                  else "; jobs run as the server's OS identity")
         console.print(f"isolation: {me['isolation']}{where}")
+
+
+@app.command()
+def servers(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The servers of the control plane (several on one PostgreSQL: a failover control plane),
+    and which one leads."""
+    rows = client(url, token).servers()
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        r["role"] = "leader" if r["leader"] else ("standby" if r["live"] else "gone")
+        r["seen"] = f"{r['seen_s_ago']:g} s ago"
+    console.print(rows_table(rows, ["url", "role", "epoch", "host", "pid", "seen"]))
 
 
 @nodes_app.callback()

@@ -6,12 +6,13 @@ lease (one row, ``leadership``) that it renews every second; a standby takes it 
 has not been renewed for ``lease_s`` seconds, and every takeover adds one to ``epoch``.
 
 The epoch is the fencing token. Every transaction in which the leader decides (starts,
-preempts, requeues) first checks, holding a share lock on the lease row, that the row still
+preempts, requeues) first checks, holding a lock on the lease row, that the row still
 names this server, this epoch and an unexpired lease; every executor action checks it again
 (executor/fenced.py). An old leader that was paused or cut off and comes back finds another
 epoch there and stops: it cannot start a job twice or act on a job the new leader owns. The
-share lock means a takeover waits for a decision being written to commit, so the new leader
-sees every job its predecessor started.
+lock means a takeover waits for a decision being written to commit, so the new leader sees
+every job its predecessor started; a leader frozen while it holds one has its database
+sessions ended once its lease is over. A failover control plane needs PostgreSQL.
 
 Times are the database's clock (never this machine's), so servers whose clocks disagree
 still agree on who leads.
@@ -24,8 +25,8 @@ import os
 import socket
 import uuid
 
-from sqlalchemy import delete, func, literal, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import delete, func, literal, select, text, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.errors import NotLeader
@@ -128,6 +129,8 @@ class Leadership:
                         log.warning("lost the lead (epoch %s): another server leads now", self.epoch)
                         self.epoch = None
                     return self.epoch is not None
+                if not self._lockable(s):
+                    return False
                 taken = s.execute(update(LeaderLease).where(
                     LeaderLease.id == LEASE_ROW, LeaderLease.expires_at < _clock(s),
                 ).values(server_id=self.id, url=self.url, epoch=LeaderLease.epoch + 1,
@@ -142,6 +145,30 @@ class Leadership:
             else:
                 log.exception("heartbeat failed")
             self.epoch = None
+            return False
+
+    def _lockable(self, s: Session) -> bool:
+        """PostgreSQL, before a takeover: lock the lease row, waiting at most a second. Deciding
+        transactions hold a key-share lock on it, so a takeover waits for them to commit. A
+        leader frozen in the middle of one (a paused VM, a cut link) would hold it forever: once
+        its lease has expired, its database sessions are ended (the transaction is rolled back,
+        nothing it decided lands) and the next heartbeat takes over."""
+        if not self._on_postgresql:
+            return True
+        s.execute(text("SET LOCAL lock_timeout = '1s'"))
+        try:
+            with s.begin_nested():
+                s.execute(select(LeaderLease.id).where(LeaderLease.id == LEASE_ROW).with_for_update())
+            return True
+        except OperationalError:
+            ended = s.execute(text(
+                "SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a JOIN leadership l "
+                "ON a.application_name = 'deeppod-' || l.server_id "
+                "WHERE l.id = :row AND l.expires_at < extract(epoch from clock_timestamp()) "
+                "AND a.datname = current_database() AND a.pid <> pg_backend_pid()"), {"row": LEASE_ROW}).scalar()
+            if ended:
+                log.warning("the old leader's lease expired while it held a decision open: ended its %d database "
+                            "sessions", ended)
             return False
 
     def fence(self, session: Session) -> None:
@@ -164,8 +191,8 @@ class Leadership:
         epoch = self.epoch
         q = select(LeaderLease.server_id, LeaderLease.epoch, LeaderLease.expires_at > _clock(session)).where(
             LeaderLease.id == LEASE_ROW)
-        if lock and self._on_postgresql:
-            q = q.with_for_update(read=True)
+        if lock and self._on_postgresql:  # key share: the leader's own renewals do not wait for it
+            q = q.with_for_update(read=True, key_share=True)
         elif lock:  # SQLite: a no-op write takes the database's write lock until the transaction ends
             session.execute(update(LeaderLease).where(LeaderLease.id == LEASE_ROW).values(epoch=LeaderLease.epoch))
         row = session.execute(q).first()
@@ -192,6 +219,17 @@ class Leadership:
     def forget_dead(self) -> int:
         with self.sessions.begin() as s:
             return s.execute(delete(Server).where(Server.seen_at < db_now(s) - FORGET_S)).rowcount
+
+
+def list_servers(session: Session) -> list[dict]:
+    """Every server recorded, newest heartbeat first: whether it is live, and which leads."""
+    now = db_now(session)
+    lease = leader_row(session)
+    leading = lease.server_id if lease is not None and lease.expires_at > now else None
+    return [{"id": sv.id, "url": sv.url, "host": sv.host, "pid": sv.pid, "up_s": round(now - sv.started_at, 1),
+             "seen_s_ago": round(now - sv.seen_at, 1), "live": now - sv.seen_at <= GONE_S,
+             "leader": sv.id == leading, "epoch": lease.epoch if sv.id == leading else None}
+            for sv in session.scalars(select(Server).order_by(Server.seen_at.desc()))]
 
 
 def leader_url(session: Session) -> str | None:

@@ -18,9 +18,8 @@ import queue
 import threading
 import time
 import urllib.error
-import urllib.request
 
-from deeppod.contract import ENV_CA_CERT, ENV_TOKEN, tls_context
+from deeppod.contract import ENV_CA_CERT, ENV_TOKEN, open_first, server_urls
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -120,13 +119,10 @@ class Reporter:
             if batch and size > MAX_BATCH_BYTES:
                 break
             batch.append(p)
-        req = urllib.request.Request(
-            f"{self.api_url}/v1/jobs/{self.job_id}/metrics", data=json.dumps({"points": batch}).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=10,
-                                        context=tls_context(self.api_url, os.environ.get(ENV_CA_CERT))) as r:
-                r.read()
+        try:  # api_url may name several servers (a failover control plane): the first that answers
+            open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
+                       data=json.dumps({"points": batch}).encode(), timeout=10, cafile=os.environ.get(ENV_CA_CERT),
+                       headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
                 log.warning("metrics refused by the server (%s); dropping %d points", exc.code, len(batch))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
-import urllib.request
 from pathlib import Path
 
-from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_JOB_ID, ENV_TOKEN, tls_context
+from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_JOB_ID, ENV_TOKEN, open_first, server_urls
 
 
 def api_call(method: str, path: str, body: dict | None = None, *, timeout: float = 30.0) -> dict:
@@ -16,12 +15,10 @@ def api_call(method: str, path: str, body: dict | None = None, *, timeout: float
     url, token = os.environ.get(ENV_API_URL), os.environ.get(ENV_TOKEN)
     if not url or not token:
         raise RuntimeError("not running under DeepPod (DEEPPOD_API_URL and DEEPPOD_TOKEN are not set)")
-    req = urllib.request.Request(url + path, method=method,
-                                 data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout, context=tls_context(url, os.environ.get(ENV_CA_CERT))) as r:
-            raw = r.read()
+    try:  # DEEPPOD_API_URL names every server of a failover control plane: the first that answers
+        raw = open_first(server_urls(url), path, method=method, data=None if body is None else json.dumps(body).encode(),
+                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+                         timeout=timeout, cafile=os.environ.get(ENV_CA_CERT))
     except urllib.error.HTTPError as exc:
         raise RuntimeError(f"the server answered {exc.code}: {error_message(exc.read())}") from None
     except (OSError, urllib.error.URLError) as exc:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from deeppod.contract import FINAL_STATES, tls_context
+from deeppod.contract import FINAL_STATES, server_urls, tls_context
 from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.settings import ClientSettings
 
@@ -25,14 +25,45 @@ class Client:
         """``ca_cert``: verify an https server with this CA file (else DEEPPOD_CA_CERT, the login
         config, a local server's own, or the system's trust store)."""
         cfg = ClientSettings.resolve(url, token, ca_cert=ca_cert)
-        self.url = cfg.url
+        # several servers (a failover control plane, "URL1,URL2"): the first that answers
+        self.urls = server_urls(cfg.url)
+        self.url = self.urls[0]
         self.token = cfg.token
         self.s3_endpoint = cfg.s3_endpoint
         self.ca_cert = cfg.ca_cert
+        self._timeout = timeout
+        self._http = self._connect(self.url)
+
+    def _connect(self, url: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # https: verified, against the server's CA file when one is given (self-signed, private CA)
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
-                                  verify=tls_context(self.url, cfg.ca_cert) or True)
+        return httpx.Client(base_url=url, headers=headers, timeout=self._timeout,
+                            verify=tls_context(url, self.ca_cert) or True)
+
+    def _use(self, url: str) -> None:
+        if url != self.url:
+            self._http.close()
+            self.url, self._http = url, self._connect(url)
+
+    def _send(self, send, *, replayable: bool):
+        """``send(http)`` on the server in use; if it does not take the connection (or, for a
+        request that may be repeated, drops it), on the next server named. Returns what
+        ``send`` returns."""
+        tried = []
+        start = self.urls.index(self.url)
+        for url in self.urls[start:] + self.urls[:start]:
+            self._use(url)
+            try:
+                return send(self._http)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                tried.append(f"{url} ({exc})")
+            except httpx.TransportError as exc:
+                if not replayable:
+                    raise DeepPodError(f"lost the connection to {url} during the request ({exc}); check whether it "
+                                       "took effect before repeating it", code="unreachable") from None
+                tried.append(f"{url} ({exc})")
+        raise DeepPodError(f"cannot reach the DeepPod server at {'; '.join(tried)}; is it running? "
+                           "Start it with 'deeppod server' or pass --url", code="unreachable")
 
     def close(self) -> None:
         self._http.close()
@@ -44,11 +75,7 @@ class Client:
         self.close()
 
     def _request(self, method: str, path: str, **kw):
-        try:
-            r = self._http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise DeepPodError(f"cannot reach the DeepPod server at {self.url} ({exc}); is it running? "
-                               "Start it with 'deeppod server' or pass --url", code="unreachable") from None
+        r = self._send(lambda http: http.request(method, path, **kw), replayable=method in ("GET", "HEAD"))
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -100,7 +127,7 @@ class Client:
     def manifest(self, ref: str) -> list[dict]:
         import json
 
-        r = self._http.get(f"/v1/datasets/{ref}/manifest")
+        r = self._send(lambda http: http.get(f"/v1/datasets/{ref}/manifest"), replayable=True)
         if r.status_code >= 400:
             raise from_response(r.status_code, r.json())
         return [json.loads(line) for line in r.text.splitlines() if line]
@@ -311,14 +338,17 @@ class Client:
 
     def logs(self, job_id: int, *, rank: int | None = None, follow: bool = False) -> Iterator[bytes]:
         params = {"follow": follow, **({"rank": rank} if rank is not None else {})}
+        r = self._send(lambda http: http.send(http.build_request("GET", f"/v1/jobs/{job_id}/logs", params=params,
+                                                                 timeout=None), stream=True), replayable=True)
         try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=None) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise from_response(r.status_code, r.json())
-                yield from r.iter_bytes()
+            if r.status_code >= 400:
+                r.read()
+                raise from_response(r.status_code, r.json())
+            yield from r.iter_bytes()
         except httpx.TransportError as exc:
             raise DeepPodError(f"lost the log stream from {self.url} ({exc})", code="unreachable") from None
+        finally:
+            r.close()
 
     def wait(self, job_id: int, timeout: float = 600.0, poll: float = 0.5) -> dict:
         """Block until the job ends; returns it."""
@@ -379,6 +409,10 @@ class Client:
 
     def nodes(self) -> list[dict]:
         return self._request("GET", "/v1/nodes")
+
+    def servers(self) -> list[dict]:
+        """The servers sharing the control plane's database, and which one leads."""
+        return self._request("GET", "/v1/servers")
 
     def set_node_health(self, name: str, healthy: bool, gpu: int | None = None) -> dict:
         """Cordon (False) or uncordon a node or one GPU (admins)."""

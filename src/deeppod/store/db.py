@@ -12,7 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 log = logging.getLogger(__name__)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, name: str | None = None) -> Engine:
+    """``name``: PostgreSQL's application_name for every session (``deeppod-SERVER_ID``: a new
+    leader finds a frozen old leader's sessions by it, cluster/leader.py)."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -30,7 +32,8 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+                         connect_args={"application_name": name[:63]} if name else {})
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
