@@ -1,22 +1,18 @@
-"""The Ray executor on a real multi-node Ray cluster on this machine (ray.cluster_utils): a
+"""The Ray executor on a real multi-node Ray cluster on this machine (`ray start` raylets): a
 head with no GPUs and worker nodes with one (logical) GPU each, a real `deeppod server
---executor ray` against it. A 2-worker DDP job lands on two nodes and all-reduces; killing a
-node under a running job requeues it to resume from its checkpoint on the nodes left."""
+--executor ray` against it. A 2-worker DDP job lands on two nodes and all-reduces; a server
+killed -9 mid-job is restarted and re-adopts the job; killing a node under a running job
+requeues it to resume from its checkpoint on the nodes left."""
 
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
+import time
 
 import pytest
 
 from deeppod import Client
 from tests.helpers import LiveServer, wait_until  # noqa: F401
 
-from deeppod.contract import free_port
+from deeppod.bench.ray_cluster import LocalRayCluster
 
 ray = pytest.importorskip("ray")
 
@@ -42,69 +38,9 @@ dist.destroy_process_group()
 """
 
 
-class RayCluster:
-    """A real Ray cluster on this machine, started as an administrator would (`ray start`):
-    a head without GPUs and worker raylets with one GPU each, all under one temp folder so
-    that exactly our processes are stopped at the end."""
-
-    def __init__(self):
-        self.temp = Path(tempfile.mkdtemp(prefix="dpray", dir="/tmp"))  # unix sockets below: keep it short
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-        self._ray("--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
-                  "--temp-dir", str(self.temp), "--include-dashboard", "false")
-
-    def _ray(self, *args: str) -> None:
-        ray_cli = str(Path(sys.executable).with_name("ray"))
-        p = subprocess.run([ray_cli, "start", "--node-ip-address", "127.0.0.1", *args], env=self.env,
-                           capture_output=True, text=True, timeout=120)
-        assert p.returncode == 0, p.stdout + p.stderr
-
-    def add_node(self) -> None:
-        self._ray("--address", self.address, "--num-cpus", "2", "--num-gpus", "1")
-
-    def pids(self, marker: str | None = None) -> list[int]:
-        """Our Ray processes (those of one node: ``marker`` in their arguments), by PID."""
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    args = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                except OSError:
-                    continue
-                if str(self.temp) in args and (marker is None or marker in args):
-                    found.append(int(entry))
-        return found
-
-    def kill_node(self, node_id_prefix: str) -> None:
-        """The node dies as a machine would: its raylet and everything under it, SIGKILL."""
-        raylets = self.pids(f"--node_id={node_id_prefix}")
-        assert raylets, f"no raylet of node {node_id_prefix}"
-        victims = set(raylets)
-        for entry in os.listdir("/proc"):  # the raylet's children: its workers, our node agent
-            if entry.isdigit():
-                try:
-                    ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-                if ppid in raylets:
-                    victims.add(int(entry))
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
-
-    def stop(self) -> None:
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(self.temp, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    c = RayCluster()
+    c = LocalRayCluster()
     try:
         for _ in range(3):
             c.add_node()
@@ -145,6 +81,28 @@ def test_nodes_are_rays_and_a_two_node_ddp_job_all_reduces(server, cluster, tmp_
 def _logs(server, job_id) -> str:
     folder = server.home / "jobs" / str(job_id)
     return "\n".join(f"{p.name}: {p.read_text()}" for p in sorted(folder.glob("**/*.log")))
+
+
+def test_a_restarted_server_readopts_a_job_running_on_ray_nodes(server, cluster, tmp_path, monkeypatch):
+    """kill -9 of the server mid-job: the agents are detached, the new server (a new Ray
+    driver) finds them by name, and the job goes on without a restart."""
+    c = Client(server.url, server.admin_token)
+    (tmp_path / "ddp.py").write_text(DDP)
+    monkeypatch.chdir(tmp_path)
+    job = _job(c, steps=32, step_s=0.25)
+    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
+    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 4, 120, what="a few steps")
+    server.kill9()
+    at_kill = int(ckpt.read_text())
+    time.sleep(2)
+    assert int(ckpt.read_text()) > at_kill, "the job stopped with the server"
+    server.start()
+    c = Client(server.url, server.admin_token)
+    done = c.wait(job["id"], timeout=180)
+    assert done["state"] == "succeeded", (done["reason"], c.events(job["id"]), _logs(server, job["id"]))
+    assert done["restart_count"] == 0 and sum(e["kind"] == "started" for e in c.events(job["id"])) == 1
+    out = (server.home / "jobs" / str(job["id"]) / "logs" / "rank-0.log").read_text()
+    assert out.count("starts at step") == 1 and "all-reduced 3.0 through step 32" in out, out
 
 
 def test_a_node_that_dies_under_a_job_requeues_it_to_resume_on_the_nodes_left(server, cluster, tmp_path,

@@ -1,0 +1,77 @@
+"""A real Ray cluster on this machine for the Ray executor's tests and benchmarks: ``ray
+start`` run as an administrator would, several raylets with logical GPUs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from deeppod.contract import free_port
+
+
+class LocalRayCluster:
+    """A real Ray cluster on this machine, started as an administrator would (`ray start`):
+    a head without GPUs and worker raylets with one GPU each, all under one temp folder so
+    that exactly our processes are stopped at the end."""
+
+    def __init__(self, gpus_per_node: int = 1):
+        self.gpus_per_node = gpus_per_node
+        self.temp = Path(tempfile.mkdtemp(prefix="dpray", dir="/tmp"))  # unix sockets below: keep it short
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self._ray("--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
+                  "--temp-dir", str(self.temp), "--include-dashboard", "false")
+
+    def _ray(self, *args: str) -> None:
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        p = subprocess.run([ray_cli, "start", "--node-ip-address", "127.0.0.1", *args], env=self.env,
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"ray start {' '.join(args)} failed: {p.stdout}{p.stderr}")
+
+    def add_node(self) -> None:
+        self._ray("--address", self.address, "--num-cpus", "2", "--num-gpus", str(self.gpus_per_node))
+
+    def pids(self, marker: str | None = None) -> list[int]:
+        """Our Ray processes (those of one node: ``marker`` in their arguments), by PID."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    args = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+                if str(self.temp) in args and (marker is None or marker in args):
+                    found.append(int(entry))
+        return found
+
+    def kill_node(self, node_id_prefix: str) -> None:
+        """The node dies as a machine would: its raylet and everything under it, SIGKILL."""
+        raylets = self.pids(f"--node_id={node_id_prefix}")
+        if not raylets:
+            raise RuntimeError(f"no raylet of node {node_id_prefix}")
+        victims = set(raylets)
+        for entry in os.listdir("/proc"):  # the raylet's children: its workers, our node agent
+            if entry.isdigit():
+                try:
+                    ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                if ppid in raylets:
+                    victims.add(int(entry))
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.temp, ignore_errors=True)
