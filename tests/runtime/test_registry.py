@@ -42,3 +42,21 @@ def test_register_model_shows_the_servers_message(refusing_server, tmp_path):
 def test_error_message_falls_back_to_the_text():
     assert registry.error_message(b"<html>bad gateway</html>") == "<html>bad gateway</html>"
     assert registry.error_message(b'{"detail": "x"}') == '{"detail": "x"}'
+
+
+def test_a_job_reaches_the_next_server_when_the_first_is_down(refusing_server, monkeypatch, tmp_path):
+    """DEEPPOD_API_URL lists every server of a failover control plane: a refused connection
+    moves on to the next one; an answer, even an error, is the answer."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    import os
+
+    monkeypatch.setenv("DEEPPOD_API_URL", f"{dead},{os.environ['DEEPPOD_API_URL']}")
+    with pytest.raises(RuntimeError, match="the server answered 404"):
+        registry.register_model("pets", tmp_path)
+    monkeypatch.setenv("DEEPPOD_API_URL", dead)
+    with pytest.raises(RuntimeError, match="cannot reach the server"):
+        registry.register_model("pets", tmp_path)

@@ -43,6 +43,9 @@ def server(
         help="the Ray cluster's HEAD:6379, as 'ray start --head' printed it (DEEPPOD_RAY_ADDRESS)")] = None,
     gpus_per_node: Annotated[Optional[int], typer.Option(
         help="logical GPU slots per Ray node that has no GPUs (DEEPPOD_GPUS_PER_NODE)")] = None,
+    advertise_url: Annotated[Optional[str], typer.Option(
+        help="the URL jobs, clients and the other servers reach this one at, when the listening address is not "
+             "it (DEEPPOD_ADVERTISE_URL)")] = None,
     tls_cert: Annotated[Optional[Path], typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
     tls_key: Annotated[Optional[Path], typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
     tls_ca: Annotated[Optional[Path], typer.Option(
@@ -52,7 +55,9 @@ def server(
         "--tls-self-signed", help="serve https with a certificate made once in HOME/tls (a proof of concept; "
                                   "clients verify it with HOME/tls/trust/ca.pem)")] = False,
 ) -> None:
-    """Start the control plane: API, scheduler loop and local executor."""
+    """Start the control plane: API, scheduler loop and executor. Several servers on one
+    PostgreSQL database (--database-url) form a failover control plane: one leads, the others
+    serve the API and take over when it stops (docs/cluster.md)."""
 
     from deeppod.server import configure_logging, serve
     from deeppod.settings import Settings
@@ -62,7 +67,7 @@ def server(
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
         cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
-        executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node,
+        executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
