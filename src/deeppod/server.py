@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -217,11 +218,19 @@ def cluster_nodes(executor: Executor):
     return getattr(executor, "nodes", None)
 
 
+SLOW_CLUSTER_S = 10.0  # a cluster that takes longer to list its nodes is reported
+
+
 def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 2.0) -> None:
     """A cluster executor's nodes into the store: one that joins appears, one that leaves is down."""
     while not stop.wait(interval):
         try:
+            began = time.monotonic()
             infos = ctx.executor.nodes()
+            if (late := time.monotonic() - began) > SLOW_CLUSTER_S:
+                # jobs keep running on the nodes meanwhile; only DeepPod's view of them waited
+                log.warning("the cluster did not answer for %.0f s (its head, or the network to it): no job was "
+                            "started, stopped or checked meanwhile; it answers again", late)
             with ctx.sessions.begin() as s:
                 for name in sync_nodes(s, infos):
                     log.warning("node %s left the cluster: marked down", name)

@@ -129,3 +129,38 @@ def test_a_node_that_dies_under_a_job_requeues_it_to_resume_on_the_nodes_left(se
     resumed = [int(line.split("starts at step ")[1]) for line in out.splitlines() if "starts at step" in line]
     assert resumed[0] == 0 and resumed[-1] >= 4, out  # lost at most one checkpoint interval
     assert "all-reduced 3.0 through step 40" in out
+
+
+def test_a_cluster_head_that_stops_answering_for_a_minute_loses_nothing(server, cluster, tmp_path, monkeypatch):
+    """Ray's head (its GCS) frozen for 65 s while a 2-node job runs: the API keeps answering,
+    the job keeps running and finishes with no restart, and the server says what happened."""
+    import os
+    import signal
+
+    import httpx
+
+    c = Client(server.url, server.admin_token)
+    (tmp_path / "ddp.py").write_text(DDP)
+    monkeypatch.chdir(tmp_path)
+    job = _job(c, steps=160, step_s=0.5)
+    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
+    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 2, 120, what="a few steps")
+    gcs = cluster.pids("gcs_server")
+    assert gcs
+    for pid in gcs:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        frozen_at = int(ckpt.read_text())
+        for _ in range(13):  # the API answers from the database while the executor waits for Ray
+            time.sleep(5)
+            assert httpx.get(server.url + "/healthz", timeout=5).json()["ok"]
+            assert c.job(job["id"])["state"] == "running"
+        assert int(ckpt.read_text()) > frozen_at + 60, "the job's workers waited for Ray's head"
+    finally:
+        for pid in gcs:
+            os.kill(pid, signal.SIGCONT)
+    done = c.wait(job["id"], timeout=180)
+    assert done["state"] == "succeeded", (done["reason"], c.events(job["id"]), _logs(server, job["id"]))
+    assert done["restart_count"] == 0
+    wait_until(lambda: "the cluster did not answer for" in server.output.read_text(), 30,
+               what="the server's warning")
