@@ -164,3 +164,12 @@ def test_a_cluster_head_that_stops_answering_for_a_minute_loses_nothing(server, 
     assert done["restart_count"] == 0
     wait_until(lambda: "the cluster did not answer for" in server.output.read_text(), 30,
                what="the server's warning")
+
+
+def test_a_node_that_joins_later_appears_by_itself(server, cluster):
+    c = Client(server.url, server.admin_token)
+    before = {n["name"] for n in c.nodes()}
+    cluster.add_node()
+    wait_until(lambda: len({n["name"] for n in c.nodes() if n["up"]} - before) == 1, 30, what="the new node")
+    new = [n for n in c.nodes() if n["name"] not in before][0]
+    assert len(new["gpus"]) == 1 and new["address"]
