@@ -68,4 +68,6 @@ def test_bad_traces_are_explained(tmp_path):
 def test_philly_slice_replays_quickly():
     trace = load_trace(PHILLY, limit=600)
     r = Simulator(trace, proportional_plan(trace, 512), SimConfig(elastic_fraction=0.3)).run()
-    assert r["completed"] == 600 and r["wall_seconds"] < 60 and r["round_ms_max"] < 1000  # no blow-up; a loaded CI machine pauses
+    # wall time is the blow-up check; one round's time is benchmarks/scheduler_round.py's (a loaded machine
+    # descheduled this process for 2.4 s in one round of a 3.3 s replay)
+    assert r["completed"] == 600 and r["wall_seconds"] < 60
