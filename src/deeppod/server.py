@@ -28,7 +28,7 @@ from deeppod.auth.files import write_private
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import NodeInfo, local_node
-from deeppod.cluster.leader import RENEW_S, Leadership, api_urls, leader_url, live_servers
+from deeppod.cluster.leader import RENEW_S, Leadership, api_urls, leader_url, session_name
 from deeppod.cluster.service import register_node, sync_nodes
 from deeppod.contract import free_port
 from deeppod.datasets import service as datasets
@@ -71,7 +71,7 @@ class ServerContext:
     roots: TenantRoots | None = None  # where tenants' jobs may work; None: anywhere (single-user)
     tls: tls.Served | None = None  # None: plain HTTP
     code: CodeStore | None = None  # jobs' code sent with them (PUT /v1/code)
-    leader: Leadership | None = None  # this server's claim to lead a failover control plane
+    leader: Leadership = None  # this server's claim to lead a failover control plane (always set by build)
     node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
 
 
@@ -132,7 +132,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     sealed.configure(settings.secret_key.encode() or _secret_key(settings.home / "secret.key"))
     server_id = uuid.uuid4().hex
-    engine = make_engine(settings.db_url, name=f"deeppod-{server_id}")
+    engine = make_engine(settings.db_url, name=session_name(server_id))
     upgrade(engine)
     if engine.url.get_backend_name() == "sqlite" and engine.url.database:
         for suffix in ("", "-wal", "-shm"):  # the database holds token hashes and jobs' --env values
@@ -193,7 +193,7 @@ def take_over(ctx: ServerContext, *, first: bool) -> None:
             register_node(s, ctx.node)
         else:
             sync_nodes(s, nodes())
-        live = {sv.id for sv in live_servers(s)} | {ctx.leader.id}
+    live = ctx.leader.live_ids()
     alone = first and live == {ctx.leader.id}
     datasets.recover(ctx.sessions, ctx.data, None if alone else live)
     if alone:
@@ -229,8 +229,8 @@ def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 
             infos = ctx.executor.nodes()
             if (late := time.monotonic() - began) > SLOW_CLUSTER_S:
                 # jobs keep running on the nodes meanwhile; only DeepPod's view of them waited
-                log.warning("the cluster did not answer for %.0f s (its head, or the network to it): no job was "
-                            "started, stopped or checked meanwhile; it answers again", late)
+                log.warning("the cluster did not answer for %.0f s (its head, or the network to it): jobs on its "
+                            "nodes kept running, DeepPod's actions on them waited; it answers again", late)
             with ctx.sessions.begin() as s:
                 for name in sync_nodes(s, infos):
                     log.warning("node %s left the cluster: marked down", name)
@@ -315,14 +315,11 @@ def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float
                 log.info("removed the folders of %d finished jobs (retention)", len(purged))
         except Exception:  # the next round retries
             log.exception("retention round failed")
-        if ctx.leader is not None:
-            try:  # a server of a failover control plane that died mid-ingest: undo its ingests
-                with ctx.sessions() as s:
-                    live = {sv.id for sv in live_servers(s)} | {ctx.leader.id}
-                datasets.recover(ctx.sessions, ctx.data, live)
-                ctx.leader.forget_dead()
-            except Exception:  # the next round retries
-                log.exception("recovering dead servers' work failed")
+        try:  # a server of a failover control plane that died mid-ingest: undo its ingests
+            datasets.recover(ctx.sessions, ctx.data, ctx.leader.live_ids())
+            ctx.leader.forget_dead()
+        except Exception:  # the next round retries
+            log.exception("recovering dead servers' work failed")
         if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
             log.info("dropped %d code archives unused for a week", dropped)
         try:

@@ -253,6 +253,7 @@ def _local_server(env: dict) -> tuple[Path, str | None, str | None]:
 
 
 def _is_loopback(url: str) -> bool:
+    """Every server ``url`` names (several: a failover control plane) is on this machine."""
     from urllib.parse import urlparse
 
-    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+    return all(urlparse(u).hostname in ("127.0.0.1", "localhost", "::1") for u in server_urls(url))

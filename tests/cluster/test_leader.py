@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import select, update
 
-from deeppod.cluster.leader import GONE_S, Leadership, api_urls, leader_url, live_servers
+from deeppod.cluster.leader import GONE_S, Leadership, api_urls, leader_url, live_servers, session_name
 from deeppod.errors import NotLeader
 from deeppod.executor.fake import FakeExecutor
 from deeppod.executor.fenced import FencedExecutor
@@ -171,7 +171,7 @@ def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_
     from deeppod.store.db import make_engine, make_sessionmaker
     from deeppod.store.migrate import upgrade
 
-    engines = [make_engine(pg_url, name=f"deeppod-{who * 16}") for who in ("a", "b")]
+    engines = [make_engine(pg_url, name=session_name(who * 16)) for who in ("a", "b")]
     upgrade(engines[0])
     sa_, sb = (make_sessionmaker(e) for e in engines)
     a = Leadership(sa_, "http://a:1", lease_s=LEASE, server_id="a" * 16)

@@ -58,6 +58,18 @@ def server(cluster, tmp_path_factory):
     s.cleanup_jobs()
 
 
+def _stepping(server, tmp_path, monkeypatch, *, steps: int, step_s: float, after: int):
+    """A 2-node DDP job submitted and past its ``after``-th checkpointed step: (client, job,
+    its checkpoint file)."""
+    c = Client(server.url, server.admin_token)
+    (tmp_path / "ddp.py").write_text(DDP)
+    monkeypatch.chdir(tmp_path)
+    job = _job(c, steps=steps, step_s=step_s)
+    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
+    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= after, 120, what="a few steps")
+    return c, job, ckpt
+
+
 def _job(c: Client, steps: int, step_s: float) -> dict:
     return c.submit([sys.executable, "ddp.py"], workers=2, env={"STEPS": str(steps), "STEP_S": str(step_s)},
                     max_restarts=0)
@@ -86,12 +98,7 @@ def _logs(server, job_id) -> str:
 def test_a_restarted_server_readopts_a_job_running_on_ray_nodes(server, cluster, tmp_path, monkeypatch):
     """kill -9 of the server mid-job: the agents are detached, the new server (a new Ray
     driver) finds them by name, and the job goes on without a restart."""
-    c = Client(server.url, server.admin_token)
-    (tmp_path / "ddp.py").write_text(DDP)
-    monkeypatch.chdir(tmp_path)
-    job = _job(c, steps=32, step_s=0.25)
-    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
-    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 4, 120, what="a few steps")
+    c, job, ckpt = _stepping(server, tmp_path, monkeypatch, steps=32, step_s=0.25, after=4)
     server.kill9()
     at_kill = int(ckpt.read_text())
     time.sleep(2)
@@ -107,12 +114,7 @@ def test_a_restarted_server_readopts_a_job_running_on_ray_nodes(server, cluster,
 
 def test_a_node_that_dies_under_a_job_requeues_it_to_resume_on_the_nodes_left(server, cluster, tmp_path,
                                                                                monkeypatch):
-    c = Client(server.url, server.admin_token)
-    (tmp_path / "ddp.py").write_text(DDP)
-    monkeypatch.chdir(tmp_path)
-    job = _job(c, steps=40, step_s=0.25)  # 10 s of steps, a checkpoint at each
-    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
-    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 4, 120, what="a few steps")
+    c, job, ckpt = _stepping(server, tmp_path, monkeypatch, steps=40, step_s=0.25, after=4)  # 10 s of steps, a checkpoint at each
     first = c.job(job["id"])
     placed = [w["node"] for w in first["allocation"]["workers"]]
     doomed = placed[1]
@@ -139,12 +141,7 @@ def test_a_cluster_head_that_stops_answering_for_a_minute_loses_nothing(server, 
 
     import httpx
 
-    c = Client(server.url, server.admin_token)
-    (tmp_path / "ddp.py").write_text(DDP)
-    monkeypatch.chdir(tmp_path)
-    job = _job(c, steps=160, step_s=0.5)
-    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints" / "step.txt"
-    wait_until(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 2, 120, what="a few steps")
+    c, job, ckpt = _stepping(server, tmp_path, monkeypatch, steps=160, step_s=0.5, after=2)
     gcs = cluster.pids("gcs_server")
     assert gcs
     for pid in gcs:

@@ -41,6 +41,12 @@ FORGET_S = 3600.0  # a dead server's row is dropped after this long
 LEASE_ROW = 1
 
 
+def session_name(server_id: str) -> str:
+    """PostgreSQL's application_name for a server's sessions: how a new leader finds a frozen
+    old leader's sessions to end them (``Leadership._lockable``)."""
+    return f"deeppod-{server_id}"
+
+
 def _clock(session: Session):
     """The database's clock in seconds since the epoch, as a SQL expression evaluated when the
     statement runs (PostgreSQL: clock_timestamp, not the transaction's start)."""
@@ -100,15 +106,23 @@ class Leadership:
                 log.info("server %s (pid %s on this machine) is gone: its lease is freed", dead.url, dead.pid)
                 s.execute(update(LeaderLease).where(LeaderLease.server_id == dead.id).values(expires_at=0.0))
                 s.delete(dead)
-            now = db_now(s)
-            s.add(Server(id=self.id, url=self.url, host=socket.gethostname(), pid=os.getpid(), started_at=now,
-                         seen_at=now))
+            self._add_row(s)
         try:
             with self.sessions.begin() as s:
                 if leader_row(s) is None:
                     s.add(LeaderLease(id=LEASE_ROW, server_id=None, url="", epoch=0, expires_at=0.0))
         except IntegrityError:  # another server made it at the same moment
             pass
+
+    def _add_row(self, s: Session) -> None:
+        now = db_now(s)
+        s.add(Server(id=self.id, url=self.url, host=socket.gethostname(), pid=os.getpid(), started_at=now,
+                     seen_at=now))
+
+    def _mine(self):
+        """The lease row while it names this server at its epoch."""
+        return update(LeaderLease).where(LeaderLease.id == LEASE_ROW, LeaderLease.server_id == self.id,
+                                         LeaderLease.epoch == self.epoch)
 
     def heartbeat(self) -> bool:
         """Say this server is alive; renew the lease if it leads, else take it if it has
@@ -117,14 +131,10 @@ class Leadership:
             with self.sessions.begin() as s:
                 seen = s.execute(update(Server).where(Server.id == self.id).values(seen_at=_clock(s))).rowcount
                 if not seen:  # dropped as dead after a long pause: join again
-                    now = db_now(s)
-                    s.add(Server(id=self.id, url=self.url, host=socket.gethostname(), pid=os.getpid(),
-                                 started_at=now, seen_at=now))
+                    self._add_row(s)
             with self.sessions.begin() as s:
                 if self.epoch is not None:
-                    renewed = s.execute(update(LeaderLease).where(
-                        LeaderLease.id == LEASE_ROW, LeaderLease.server_id == self.id, LeaderLease.epoch == self.epoch,
-                    ).values(expires_at=_clock(s) + self.lease_s)).rowcount
+                    renewed = s.execute(self._mine().values(expires_at=_clock(s) + self.lease_s)).rowcount
                     if not renewed:
                         log.warning("lost the lead (epoch %s): another server leads now", self.epoch)
                         self.epoch = None
@@ -163,9 +173,10 @@ class Leadership:
         except OperationalError:
             ended = s.execute(text(
                 "SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a JOIN leadership l "
-                "ON a.application_name = 'deeppod-' || l.server_id "
+                "ON a.application_name = :prefix || l.server_id "
                 "WHERE l.id = :row AND l.expires_at < extract(epoch from clock_timestamp()) "
-                "AND a.datname = current_database() AND a.pid <> pg_backend_pid()"), {"row": LEASE_ROW}).scalar()
+                "AND a.datname = current_database() AND a.pid <> pg_backend_pid()"),
+                {"row": LEASE_ROW, "prefix": session_name("")}).scalar()
             if ended:
                 log.warning("the old leader's lease expired while it held a decision open: ended its %d database "
                             "sessions", ended)
@@ -174,7 +185,7 @@ class Leadership:
     def fence(self, session: Session) -> None:
         """Inside a deciding transaction: raise NotLeader unless the lease row names this server
         at its epoch and has not expired. The row stays locked until the transaction ends (a
-        share lock on PostgreSQL, the write lock on SQLite), so no takeover can slip in before
+        key-share lock on PostgreSQL, the write lock on SQLite), so no takeover can slip in before
         its decisions are committed."""
         if not self._holds(session, lock=True):
             raise NotLeader(f"this server does not lead (epoch {self.epoch}); the leader is "
@@ -204,17 +215,16 @@ class Leadership:
         try:
             with self.sessions.begin() as s:
                 if self.epoch is not None:
-                    s.execute(update(LeaderLease).where(
-                        LeaderLease.id == LEASE_ROW, LeaderLease.server_id == self.id, LeaderLease.epoch == self.epoch,
-                    ).values(expires_at=0.0))
+                    s.execute(self._mine().values(expires_at=0.0))
                 s.execute(delete(Server).where(Server.id == self.id))
         except Exception:  # the lease then expires by itself
             log.exception("could not release the lead")
         self.epoch = None
 
-    def others_alive(self) -> bool:
+    def live_ids(self) -> set[str]:
+        """The servers alive now, this one always among them (its ingests are under way)."""
         with self.sessions() as s:
-            return any(sv.id != self.id for sv in live_servers(s))
+            return {sv.id for sv in live_servers(s)} | {self.id}
 
     def forget_dead(self) -> int:
         with self.sessions.begin() as s:
