@@ -22,6 +22,7 @@ class JobState(StrEnum):
         queued -> running -> succeeded | failed | cancelled | stopped
                   running -> preempted -> queued    (its GPUs went to another job)
                   running -> resizing  -> queued    (restarts with another worker count)
+                  running -> pruned                 (a search trial its pruner stopped early)
 
     ``preempted`` and ``resizing`` hold their resources until the workers have stopped.
     A ``stopped`` job was stopped gracefully on request and can be resumed.
@@ -35,6 +36,7 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     STOPPED = "stopped"
+    PRUNED = "pruned"
 
     @property
     def is_final(self) -> bool:
@@ -62,6 +64,7 @@ ENV_TOKEN = "DEEPPOD_TOKEN"  # reaches only its own job's routes; revoked when t
 ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certificate with (when it is not a public CA's)
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
+PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 RESERVED_PREFIX = "DEEPPOD_"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What a worker inherits from the server's environment: the programs' search path, the
@@ -131,6 +134,11 @@ def reserved(name: str) -> bool:
     return name in TORCHRUN_VARS or name.startswith(RESERVED_PREFIX)
 
 
+def param_env_key(name: str) -> str:
+    """The variable that carries a trial's parameter: batch_size -> DEEPPOD_PARAM_BATCH_SIZE."""
+    return PARAM_ENV_PREFIX + name.upper()
+
+
 def dataset_env_key(name: str) -> str:
     """The variable that carries a staged dataset's folder: digits-v2@3 -> DEEPPOD_DATA_DIGITS_V2."""
     return DATA_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
@@ -166,9 +174,11 @@ def worker_env(
     api_url: str,
     token: str,
     restart_count: int = 0,
+    params: dict | None = None,
 ) -> dict[str, str]:
     env = dict(base)
     env.update(user_env)
+    env.update({param_env_key(k): str(v) for k, v in (params or {}).items()})
     threads = str(max(1, int(cpus)))
     # Honour the CPU request: math libraries size their thread pools from these.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -46,7 +46,7 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
         return JobState.CANCELLED, "cancelled by request"
     tail = f"; {kept}" if kept else ""
     if job.stop_reason:
-        return JobState.STOPPED, job.stop_reason + tail
+        return JobState(job.stop_as or JobState.STOPPED), job.stop_reason + tail
     if job.state in (JobState.PREEMPTED, JobState.RESIZING):
         return JobState.QUEUED, "requeued: " + (job.reason or str(job.state)) + tail
     codes = status.exit_codes
@@ -189,6 +189,7 @@ class JobController:
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
+        plan, _ = current_plan(s)
         holding = list(s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                                  .where(Job.state.in_(HOLDING_STATES))))
         use = usage_of(job for job, _ in holding)
@@ -204,7 +205,8 @@ class JobController:
                 max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
                 preemptible=job.preemptible, started_at=started,
                 last_checkpoint_at=checkpoint_time(self.job_dir(job.id) / "checkpoints"),
-                stopping=job.stopping))
+                stopping=job.stopping, reclaim_first=job.kind == "trial" or (
+                    job.idle_since is not None and plan.reclaim_idle_first)))
         node_states = []
         for n in nodes.values():
             good = [g["index"] for g in n.gpus if g.get("healthy", True)]
@@ -222,7 +224,6 @@ class JobController:
                        avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])))
             for j, t in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                                   .where(Job.state == JobState.QUEUED)))
-        plan, _ = current_plan(s)
         return Snapshot(nodes=tuple(node_states), queued=queued, running=tuple(running), plan=plan,
                         now=self.clock(), config=self.config)
 
@@ -324,7 +325,8 @@ class JobController:
                 self.base_env, {**job.env, **(staged or {})}, job_id=job.id, rank=w.rank, world_size=len(start.placement),
                 local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w.node),
                 master_addr=master_addr, master_port=master_port, gpus=w.gpus, cpus=w.cpus,
-                checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count)
+                checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count,
+                params=job.params)
             if self.ca_cert:
                 env[ENV_CA_CERT] = self.ca_cert
             workers.append(WorkerSpec(rank=w.rank, node=w.node, env=env))

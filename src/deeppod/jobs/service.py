@@ -23,7 +23,7 @@ from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
-JOB_KINDS = ("batch", "serve", "evaluate")  # submitted work, deployment replicas, model comparisons
+JOB_KINDS = ("batch", "serve", "evaluate", "trial")  # submitted work, replicas, model comparisons, search trials
 
 
 @dataclass
@@ -226,7 +226,7 @@ def manage_job(session: Session, principal: Principal, job_id: int, verb: str) -
     admins. Platform jobs (replicas, comparisons) belong to their deployment or model, which
     the tenant shares."""
     job = get_job(session, principal, job_id)
-    if job.kind == "batch" and not principal.may_manage(job.user_id):
+    if job.kind in ("batch", "trial") and not principal.may_manage(job.user_id):
         raise Forbidden(f"job {job_id} is another user's; only they or a tenant admin can {verb} it")
     return job
 

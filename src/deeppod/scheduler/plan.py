@@ -42,9 +42,13 @@ class PlanNode:
 @dataclass(frozen=True)
 class Plan:
     tenants: tuple[PlanNode, ...] = ()
+    reclaim_idle_first: bool = False  # jobs idle on their GPUs (monitor/) are the first to give them back
 
     def to_dict(self) -> dict:
-        return {"tenants": [t.to_dict() for t in self.tenants]}
+        d: dict = {"tenants": [t.to_dict() for t in self.tenants]}
+        if self.reclaim_idle_first:
+            d["reclaim_idle_first"] = True
+        return d
 
     def walk(self):
         """(node, parent name or None, depth) for every node, parents first."""
@@ -115,14 +119,17 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     """Validate a plan document (from YAML or JSON). Errors say what to fix."""
     if raw is None:
         raw = {"tenants": []}
-    if not isinstance(raw, dict) or set(raw) - {"tenants"}:
-        raise InvalidRequest("a plan is a mapping with one key, 'tenants': a list of tenants "
-                             "(name, guaranteed, max, lend_limit, weight, children)")
+    if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first"}:
+        raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
+                             "lend_limit, weight, children), and optionally 'reclaim_idle_first': true")
+    idle_first = raw.get("reclaim_idle_first", False)
+    if not isinstance(idle_first, bool):
+        raise InvalidRequest(f"'reclaim_idle_first' must be true or false (got {idle_first!r})")
     tenants_raw = raw.get("tenants") or []
     if not isinstance(tenants_raw, list):
         raise InvalidRequest("'tenants' must be a list")
     seen: set[str] = set()
-    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)))
+    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)), idle_first)
     if cluster_gpus is not None and plan.guaranteed_total() > cluster_gpus:
         raise InvalidRequest(f"the plan guarantees {plan.guaranteed_total()} GPUs but the cluster has {cluster_gpus}; "
                              "lower the guarantees so that they add up to at most the cluster")

@@ -96,9 +96,10 @@ def borrowing_jobs(running: list[RunningJob], guaranteed: dict[str, float]) -> s
 
 
 def _loss_key(job: RunningJob, now: float):
-    """Victim order: least work lost, lowest priority, most recently started."""
+    """Victim order: search trials and idle jobs first, then least work lost, lowest priority,
+    most recently started."""
     since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
-    return (max(0.0, now - since), job.priority, -job.started_at, job.id)
+    return (not job.reclaim_first, max(0.0, now - since), job.priority, -job.started_at, job.id)
 
 
 def schedule(snap: Snapshot) -> Decisions:

@@ -64,6 +64,8 @@ class RunningJob:
     started_at: float = 0.0
     last_checkpoint_at: float | None = None
     stopping: bool = False  # already being preempted or resized: its GPUs are on their way back
+    # a search trial, or a job idle on its GPUs when the plan says so: the first to give GPUs back
+    reclaim_first: bool = False
 
     @property
     def workers(self) -> int:

@@ -172,6 +172,10 @@ class Job(Base):
     # its folder (logs, checkpoints, outputs) was removed; the record and its events stay
     purged_at: Mapped[datetime | None] = mapped_column(nullable=True)
     endpoint: Mapped[str | None] = mapped_column(String(256), nullable=True)  # a replica's URL once it listens
+    params: Mapped[dict | None] = mapped_column(nullable=True)  # a trial's hyperparameters: DEEPPOD_PARAM_<NAME>
+    stop_as: Mapped[str | None] = mapped_column(String(16), nullable=True)  # the state a requested stop ends in
+    # since when its GPUs have been under the idle threshold (monitor/); None: busy or no GPUs
+    idle_since: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
@@ -367,3 +371,88 @@ class AuditEvent(Base):
     path: Mapped[str] = mapped_column(String(512))
     status: Mapped[int] = mapped_column(Integer)
     client: Mapped[str] = mapped_column(String(64), default="")  # the peer address
+
+
+class Experiment(Base):
+    """A hyperparameter search (deeppod tune): trials run as ordinary jobs of its tenant."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="running", index=True)  # tune.service.EXPERIMENT_STATES
+    metric: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(8))  # min or max
+    trials: Mapped[int] = mapped_column(Integer)  # the budget
+    parallel: Mapped[int] = mapped_column(Integer)  # at most this many at once
+    sampler: Mapped[str] = mapped_column(String(16))
+    pruner: Mapped[str] = mapped_column(String(16))
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    space: Mapped[dict] = mapped_column(default=dict)
+    job: Mapped[dict] = mapped_column(SealedJSON(), default=dict)  # the trial job template (its --env sealed)
+    register: Mapped[str | None] = mapped_column(String(64), nullable=True)  # model name for the best trial
+    registered: Mapped[str | None] = mapped_column(String(160), nullable=True)  # NAME@VERSION once registered
+    best_trial: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its trial number
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class Trial(Base):
+    """One trial of an experiment: one job (same id through preemptions and resumes)."""
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("experiment_id", "number"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)  # the study's trial number
+    study_trial_id: Mapped[int] = mapped_column(Integer)  # the study storage's trial id
+    job_id: Mapped[int] = mapped_column(Integer, index=True)
+    params: Mapped[dict] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="running")  # tune.service.TRIAL_STATES
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)  # the final value told to the study
+    best: Mapped[float | None] = mapped_column(Float, nullable=True)  # best reported value so far
+    step: Mapped[int] = mapped_column(Integer, default=-1)  # last reported step passed to the pruner
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class GpuSample(Base):
+    """One GPU at one time (``period`` 0: a raw sample; else an average over that many seconds),
+    with the job and tenant that held it."""
+
+    __tablename__ = "gpu_samples"
+    __table_args__ = (Index("ix_gpu_samples_series", "period", "node", "gpu", "at"),
+                      Index("ix_gpu_samples_job", "job_id", "at"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    gpu: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)  # epoch seconds
+    period: Mapped[int] = mapped_column(Integer, default=0)
+    util: Mapped[float] = mapped_column(Float, default=0.0)  # percent
+    memory_used_mb: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_total_mb: Mapped[float] = mapped_column(Float, default=0.0)
+    power_w: Mapped[float] = mapped_column(Float, default=0.0)
+    temperature_c: Mapped[float] = mapped_column(Float, default=0.0)
+    ecc_uncorrected: Mapped[int] = mapped_column(BigInteger, default=0)  # volatile count
+    xid: Mapped[int] = mapped_column(BigInteger, default=0)  # the last Xid error seen (0: none)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class HostSample(Base):
+    __tablename__ = "host_samples"
+    __table_args__ = (Index("ix_host_samples_series", "period", "node", "at"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    at: Mapped[float] = mapped_column(Float)
+    period: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_percent: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_used_mb: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_total_mb: Mapped[float] = mapped_column(Float, default=0.0)
+    disk_used_percent: Mapped[float] = mapped_column(Float, default=0.0)
+    net_rx_bps: Mapped[float] = mapped_column(Float, default=0.0)
+    net_tx_bps: Mapped[float] = mapped_column(Float, default=0.0)

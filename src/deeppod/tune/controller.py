@@ -1,0 +1,180 @@
+"""Runs experiments on the leader, one round at a time: pass each trial's new reports to its
+study's pruner, ask the scheduler (through the job's should-stop path) to stop the trials it
+prunes, tell the study how trials ended, start new trials while the search has budget and
+room, and finish (and register the best model) when it is done.
+
+Everything it needs is in the database and the study's journal, so a new leader (or a
+restarted server) goes on where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.auth.service import principal_of
+from deeppod.contract import FINAL_STATES, JobState
+from deeppod.errors import DeepPodError, NotLeader
+from deeppod.jobs.service import add_event
+from deeppod.models import service as models
+from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
+from deeppod.tune import service
+from deeppod.tune.study import Study
+
+log = logging.getLogger(__name__)
+
+
+class TuneController:
+    def __init__(self, sessions: sessionmaker[Session], launcher: service.Launcher,
+                 fence: Callable[[Session], None] = lambda s: None):
+        self.sessions = sessions
+        self.launcher = launcher
+        self.fence = fence
+        self._studies: dict[int, Study] = {}
+
+    def study(self, exp: Experiment) -> Study:
+        if exp.id not in self._studies:
+            self._studies[exp.id] = self.launcher.study(exp)
+        return self._studies[exp.id]
+
+    def tick(self) -> None:
+        with self.sessions() as s:
+            ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(service.ACTIVE))))
+        for exp_id in ids:
+            try:
+                with self.sessions.begin() as s:
+                    self.fence(s)
+                    self.step(s, s.get(Experiment, exp_id))
+            except NotLeader:
+                raise
+            except Exception:  # one broken experiment must not stop the others
+                log.exception("experiment %s: round failed", exp_id)
+        for gone in set(self._studies) - set(ids):
+            del self._studies[gone]
+
+    def step(self, s: Session, exp: Experiment) -> None:
+        study = self.study(exp)
+        rows = service.trials(s, exp)
+        for trial, job in rows:
+            if trial.state in service.LIVE_TRIALS:
+                self._follow(s, exp, study, trial, job)
+        live = [(t, j) for t, j in rows if t.state in service.LIVE_TRIALS]
+        if exp.state == "stopping":
+            if not live:
+                service.finish(exp, "stopped", exp.reason or "stopped")
+            return
+        if len(rows) < exp.trials and len(live) < exp.parallel and not _waiting(live):
+            owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
+            try:
+                with s.begin_nested():
+                    service.add_trial(s, owner, exp, study, self.launcher)
+            except DeepPodError as exc:  # the template no longer works (a dataset removed, a quota...)
+                service.finish(exp, "failed", f"could not start trial {len(rows)}: {exc}")
+                log.warning("experiment %s failed: %s", exp.name, exc)
+            return
+        if not live and len(rows) >= exp.trials:
+            self._complete(s, exp)
+
+    def _follow(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job | None) -> None:
+        if job is None:  # removed behind our back: nothing will ever report
+            trial.state, trial.reason, trial.ended_at = "failed", "its job was removed", utcnow()
+            study.tell(trial.number, "fail")
+            return
+        fresh = [(step, value) for step, value in s.execute(
+            select(JobMetric.step, JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric,
+                                                          JobMetric.step > trial.step)
+            .order_by(JobMetric.step, JobMetric.id)) if value is not None]
+        if fresh:
+            last_step = -1
+            ordered = []
+            for step, value in fresh:  # one value per step: the latest report of it
+                if step == last_step:
+                    ordered[-1] = (step, value)
+                else:
+                    ordered.append((step, value))
+                last_step = step
+            study.report(trial.study_trial_id, ordered)
+            trial.step = ordered[-1][0]
+            values = [v for _, v in ordered] + ([trial.best] if trial.best is not None else [])
+            trial.best = max(values) if exp.mode == "max" else min(values)
+            if (trial.state == "running" and exp.pruner != "none" and job.state == JobState.RUNNING
+                    and not job.stopping and study.should_prune(trial.study_trial_id)):
+                self._prune(s, exp, trial, job, ordered[-1])
+        if job.state in FINAL_STATES:
+            self._ended(s, exp, study, trial, job)
+
+    def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
+        why = f"pruned by {exp.pruner} at step {last[0]} ({exp.metric} {last[1]:g})"
+        job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
+        trial.state, trial.reason = "pruning", why
+        add_event(s, job, "pruning", f"{why}; its workers get SIGTERM and its GPUs go back")
+        log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
+
+    def _ended(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job) -> None:
+        trial.ended_at = utcnow()
+        if job.state == JobState.PRUNED:
+            trial.state = "pruned"
+            study.tell(trial.number, "pruned")
+        elif job.state == JobState.SUCCEEDED:
+            last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric)
+                             .order_by(JobMetric.step.desc(), JobMetric.id.desc()).limit(1)).scalar()
+            if last is None:
+                trial.state = "failed"
+                trial.reason = f"it succeeded but never reported {exp.metric} (runtime.report(step, {exp.metric}=...))"
+                study.tell(trial.number, "fail")
+            else:
+                trial.state, trial.value, trial.reason = "completed", last, ""
+                study.tell(trial.number, "complete", last)
+        elif job.state == JobState.STOPPED and exp.state == "stopping":
+            trial.state, trial.reason = "stopped", "the experiment was stopped; resume continues it"
+        else:
+            trial.state, trial.reason = "failed", f"its job {job.state}: {job.reason}"
+            study.tell(trial.number, "fail")
+
+    def _complete(self, s: Session, exp: Experiment) -> None:
+        top = service.best(s, exp)
+        if top is None:
+            service.finish(exp, "failed", f"no trial completed with a {exp.metric} value")
+            return
+        exp.best_trial = top.number
+        reason = f"best: trial {top.number}, {exp.metric} {top.value:g}"
+        if exp.register and not exp.registered:
+            try:
+                with s.begin_nested():
+                    exp.registered = self._register(s, exp, top)
+                reason += f"; registered as {exp.registered}"
+            except (DeepPodError, OSError) as exc:
+                reason += f"; could not register its model: {exc}"
+                log.warning("experiment %s: could not register the best model: %s", exp.name, exc)
+        service.finish(exp, "completed", reason)
+        log.info("experiment %s completed: %s", exp.name, reason)
+
+    def _register(self, s: Session, exp: Experiment, top: Trial) -> str:
+        owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
+        model, version = models.register(s, owner, exp.register, root=self.launcher.models_dir,
+                                         jobs_dir=self.launcher.jobs_dir, job_id=top.job_id)
+        version.lineage = {**version.lineage, "experiment": exp.name, "experiment_id": exp.id, "trial": top.number,
+                           "hyperparameters": dict(top.params), "metric": exp.metric, "value": top.value}
+        return f"{model.name}@{version.version}"
+
+    def run(self, stop: threading.Event, interval: float = 1.0) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self.tick()
+            except NotLeader as exc:
+                log.warning("tune round refused: %s", exc)
+            except Exception:  # the next round retries
+                log.exception("tune round failed")
+            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+
+
+def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:
+    """A trial still waits for its first start: the search asks for no more until it runs, so
+    it never queues more than the cluster can take (--parallel is an upper bound)."""
+    return any(j is not None and j.state == JobState.QUEUED and j.started_at is None for _, j in live)

@@ -1,0 +1,225 @@
+"""Hyperparameter search experiments: create (checked whole before any trial job exists),
+list, show, stop, resume. The controller (tune/controller.py) runs them."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.paths import TenantRoots
+from deeppod.auth.service import Principal, check_name
+from deeppod.contract import FINAL_STATES, JobState
+from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.jobs import service as jobs
+from deeppod.jobs.code import CodeStore
+from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
+from deeppod.tune.space import check_command, parse_space, render
+from deeppod.tune.study import Study, check_choice
+
+log = logging.getLogger(__name__)
+EXPERIMENT_STATES = ("running", "stopping", "stopped", "completed", "failed")
+ACTIVE = ("running", "stopping")
+TRIAL_STATES = ("running", "pruning", "completed", "pruned", "failed", "stopped")
+LIVE_TRIALS = ("running", "pruning")
+MODES = ("min", "max")
+# the job fields a trial takes from the experiment's template
+TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
+            "memory_mb_per_worker", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets")
+
+
+@dataclass
+class ExperimentRequest:
+    name: str
+    space: dict
+    metric: str
+    job: dict  # a JobCreate's fields; the command holds {param} placeholders
+    mode: str = "max"
+    trials: int = 20
+    parallel: int = 4
+    sampler: str = "tpe"
+    pruner: str = "asha"
+    seed: int | None = None
+    register: str | None = None  # model name: the best trial's model becomes a version of it
+
+
+@dataclass
+class Launcher:
+    """Where experiments keep their studies and how trials become jobs: the server's settings."""
+
+    experiments_dir: Path
+    jobs_dir: Path
+    models_dir: Path
+    default_grace: float = 30.0
+    roots: TenantRoots | None = None
+    code: CodeStore | None = None
+
+    def folder(self, experiment_id: int) -> Path:
+        return self.experiments_dir / str(experiment_id)
+
+    def study(self, exp: Experiment) -> Study:
+        return Study(self.folder(exp.id), mode=exp.mode, sampler=exp.sampler, pruner=exp.pruner,
+                     space=parse_space(exp.space), seed=exp.seed)
+
+    def submit_trial(self, session: Session, principal: Principal, exp: Experiment, number: int,
+                     params: dict) -> Job:
+        t = exp.job
+        req = jobs.JobRequest(**{k: t[k] for k in TEMPLATE if k in t and t[k] is not None and k != "command"},
+                              command=render(t["command"], params), name=f"{exp.name}-t{number}")
+        job = jobs.submit(session, principal, req, default_grace=self.default_grace, roots=self.roots,
+                          code=self.code, jobs_dir=self.jobs_dir)
+        job.kind, job.params, job.preemptible = "trial", dict(params), True
+        return job
+
+
+def check_request(req: ExperimentRequest) -> dict:
+    """Everything about the search that can be refused before anything is written; the space."""
+    check_name("experiment", req.name)
+    if not isinstance(req.metric, str) or not req.metric or len(req.metric) > 128:
+        raise InvalidRequest("--metric must name the value your script reports (e.g. val_acc), at most 128 characters")
+    if req.mode not in MODES:
+        raise InvalidRequest(f"--mode must be min or max (got {req.mode!r})")
+    if not 1 <= req.trials <= 10_000:
+        raise InvalidRequest(f"--trials must be between 1 and 10000 (got {req.trials})")
+    if not 1 <= req.parallel <= 1024:
+        raise InvalidRequest(f"--parallel must be between 1 and 1024 (got {req.parallel})")
+    if req.register is not None:
+        check_name("model", req.register)
+    space = parse_space(req.space)
+    command = req.job.get("command")
+    if not command:
+        raise InvalidRequest("the search has no command: put it after '--', e.g. "
+                             "deeppod tune create NAME ... -- python train.py --lr {lr}")
+    check_command(command, space)
+    check_choice(req.sampler, req.pruner, space)
+    return space
+
+
+def create(session: Session, principal: Principal, req: ExperimentRequest, launcher: Launcher) -> Experiment:
+    """The experiment and its first trial's job, in one transaction: a template the job service
+    refuses (no such executable, too many GPUs, an unknown dataset) refuses the whole search."""
+    space = check_request(req)
+    if session.scalar(select(Experiment.id).where(Experiment.tenant_id == principal.tenant_id,
+                                                  Experiment.name == req.name)) is not None:
+        raise Conflict(f"experiment {req.name!r} exists: pick another name, or see it with 'deeppod tune show {req.name}'")
+    template = {k: v for k, v in req.job.items() if k in TEMPLATE}
+    exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state="running",
+                     metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
+                     sampler=req.sampler, pruner=req.pruner, seed=req.seed,
+                     space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register)
+    session.add(exp)
+    session.flush()
+    folder = launcher.folder(exp.id)
+    shutil.rmtree(folder, ignore_errors=True)  # left by a database that was reset
+    try:
+        add_trial(session, principal, exp, launcher.study(exp), launcher)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    log.info("experiment %s/%s created: %d trials, %d at once", principal.tenant, exp.name, exp.trials, exp.parallel)
+    return exp
+
+
+def add_trial(session: Session, principal: Principal, exp: Experiment, study: Study, launcher: Launcher) -> Trial:
+    number, trial_id, params = study.ask()
+    try:
+        job = launcher.submit_trial(session, principal, exp, number, params)
+    except BaseException:
+        study.tell(number, "fail")
+        raise
+    trial = Trial(experiment_id=exp.id, number=number, study_trial_id=trial_id, job_id=job.id, params=params)
+    session.add(trial)
+    session.flush()
+    jobs.add_event(session, job, "trial", f"trial {number} of experiment {exp.name}: "
+                                          + ", ".join(f"{k}={v}" for k, v in params.items()))
+    return trial
+
+
+def get_experiment(session: Session, principal: Principal, name: str, tenant: str | None = None) -> Experiment:
+    """The caller's tenant's experiment ``name`` (an admin may name another tenant)."""
+    tenant_id = principal.tenant_id
+    if tenant is not None and tenant != principal.tenant:
+        if not principal.is_admin:
+            raise Forbidden("only an admin can see another tenant's experiments")
+        tenant_id = session.scalar(select(Tenant.id).where(Tenant.name == tenant))
+    exp = session.scalar(select(Experiment).where(Experiment.tenant_id == tenant_id, Experiment.name == name))
+    if exp is None:
+        raise NotFound(f"no experiment named {name!r}: list them with 'deeppod tune ls'")
+    return exp
+
+
+def _manage(session: Session, principal: Principal, name: str, verb: str) -> Experiment:
+    exp = get_experiment(session, principal, name)
+    if not principal.may_manage(exp.user_id):
+        raise Forbidden(f"experiment {name} is another user's; only they or a tenant admin can {verb} it")
+    return exp
+
+
+def list_experiments(session: Session, principal: Principal) -> list[tuple[Experiment, str, str, dict]]:
+    """(experiment, tenant, user, trial counts by state), newest first."""
+    q = (select(Experiment, Tenant.name, User.name).join(Tenant, Experiment.tenant_id == Tenant.id)
+         .join(User, Experiment.user_id == User.id).order_by(Experiment.id.desc()))
+    if not principal.is_admin:
+        q = q.where(Experiment.tenant_id == principal.tenant_id)
+    rows = list(session.execute(q))
+    counts: dict[int, dict] = {}
+    ids = [r[0].id for r in rows]
+    if ids:
+        for eid, state, n in session.execute(select(Trial.experiment_id, Trial.state, func.count())
+                                             .where(Trial.experiment_id.in_(ids))
+                                             .group_by(Trial.experiment_id, Trial.state)):
+            counts.setdefault(eid, {})[state] = n
+    return [(e, t, u, counts.get(e.id, {})) for e, t, u in rows]
+
+
+def trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | None]]:
+    rows = session.execute(select(Trial, Job).outerjoin(Job, Trial.job_id == Job.id)
+                           .where(Trial.experiment_id == exp.id).order_by(Trial.number))
+    return [(t, j) for t, j in rows]
+
+
+def best(session: Session, exp: Experiment) -> Trial | None:
+    """The completed trial with the best final value."""
+    order = Trial.value.desc() if exp.mode == "max" else Trial.value.asc()
+    return session.scalar(select(Trial).where(Trial.experiment_id == exp.id, Trial.state == "completed",
+                                              Trial.value.is_not(None)).order_by(order, Trial.number).limit(1))
+
+
+def stop(session: Session, principal: Principal, name: str) -> Experiment:
+    """No new trials; running ones stop gracefully (they keep their checkpoints): resume
+    continues them."""
+    exp = _manage(session, principal, name, "stop")
+    if exp.state not in ACTIVE:
+        raise Conflict(f"experiment {name} is {exp.state}; nothing to stop")
+    exp.state, exp.reason = "stopping", f"stopped by {principal.user}"
+    for trial, job in trials(session, exp):
+        if trial.state in LIVE_TRIALS and job is not None and job.state not in FINAL_STATES and not job.stop_reason:
+            jobs.stop(session, principal, job.id)
+    return exp
+
+
+def resume(session: Session, principal: Principal, name: str) -> Experiment:
+    """A stopped experiment goes on: its stopped trials continue from their checkpoints and
+    new trials start until the budget is spent."""
+    exp = _manage(session, principal, name, "resume")
+    if exp.state != "stopped":
+        raise Conflict(f"experiment {name} is {exp.state}; only a stopped experiment can be resumed")
+    exp.state, exp.reason, exp.ended_at = "running", f"resumed by {principal.user}", None
+    for trial, job in trials(session, exp):
+        if trial.state == "stopped" and job is not None and job.state == JobState.STOPPED:
+            if job.purged_at is None:
+                jobs.resume(session, principal, job.id)
+                trial.state, trial.ended_at = "running", None
+    return exp
+
+
+def finish(exp: Experiment, state: str, reason: str) -> None:
+    exp.state, exp.reason, exp.ended_at = state, reason, utcnow()
+
+
+def template_fields() -> set[str]:
+    return {f.name for f in fields(jobs.JobRequest)} & set(TEMPLATE)

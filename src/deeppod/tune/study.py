@@ -1,0 +1,117 @@
+"""The experiment's Optuna study: samplers and pruners by name, its journal file in the
+experiment's folder (the study survives a server restart with it), ask, report, tell."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from deeppod.errors import InvalidRequest
+from deeppod.tune.space import Param, grid_size
+
+log = logging.getLogger(__name__)
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+PRUNERS = ("asha", "hyperband", "median", "none")
+JOURNAL = "optuna.journal"
+
+
+def _optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # its per-trial INFO lines would flood the server log
+    return optuna
+
+
+def check_choice(sampler: str, pruner: str, space: dict[str, Param]) -> None:
+    if sampler not in SAMPLERS:
+        raise InvalidRequest(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
+    if pruner not in PRUNERS:
+        raise InvalidRequest(f"unknown pruner {pruner!r}: use one of {', '.join(PRUNERS)}")
+    if sampler == "grid":
+        grid_size(space)
+    if sampler == "cmaes" and all(p.type == "categorical" for p in space.values()):
+        raise InvalidRequest("CMA-ES searches numeric parameters and this space has none: use tpe or random")
+
+
+def distributions(space: dict[str, Param]) -> dict:
+    optuna = _optuna()
+    d = optuna.distributions
+    out = {}
+    for p in space.values():
+        if p.type == "categorical":
+            out[p.name] = d.CategoricalDistribution(list(p.choices))
+        elif p.type == "int":
+            out[p.name] = d.IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+        else:
+            out[p.name] = d.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+    return out
+
+
+def make_sampler(name: str, space: dict[str, Param], seed: int | None):
+    s = _optuna().samplers
+    if name == "tpe":
+        return s.TPESampler(seed=seed)
+    if name == "random":
+        return s.RandomSampler(seed=seed)
+    if name == "grid":
+        return s.GridSampler({p.name: p.grid() for p in space.values()}, seed=seed)
+    # categorical parameters go to an independent sampler, as CMA-ES handles numbers only
+    return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+
+
+def make_pruner(name: str):
+    p = _optuna().pruners
+    if name == "asha":  # asynchronous successive halving: rungs at min_resource * 3^k steps
+        return p.SuccessiveHalvingPruner(min_resource="auto", reduction_factor=3)
+    if name == "hyperband":
+        return p.HyperbandPruner(min_resource=1, reduction_factor=3)
+    if name == "median":
+        return p.MedianPruner(n_startup_trials=4, n_warmup_steps=0)
+    return p.NopPruner()
+
+
+class Study:
+    """One experiment's study, opened from its journal file."""
+
+    def __init__(self, folder: Path, *, mode: str, sampler: str, pruner: str, space: dict[str, Param],
+                 seed: int | None):
+        optuna = _optuna()
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.space = space
+        self._dists = distributions(space)
+        storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
+        self.study = optuna.create_study(
+            study_name="experiment", storage=storage, load_if_exists=True,
+            direction="maximize" if mode == "max" else "minimize",
+            sampler=make_sampler(sampler, space, seed), pruner=make_pruner(pruner))
+
+    def ask(self) -> tuple[int, int, dict]:
+        """A new trial: (number, storage trial id, params)."""
+        trial = self.study.ask(self._dists)
+        return trial.number, trial._trial_id, dict(trial.params)
+
+    def _trial(self, trial_id: int):
+        import optuna
+
+        return optuna.trial.Trial(self.study, trial_id)
+
+    def report(self, trial_id: int, values: list[tuple[int, float]]) -> None:
+        trial = self._trial(trial_id)
+        for step, value in values:
+            trial.report(value, step)
+
+    def should_prune(self, trial_id: int) -> bool:
+        return self._trial(trial_id).should_prune()
+
+    def tell(self, number: int, state: str, value: float | None = None) -> None:
+        """``state``: complete (with its value), pruned or fail. Telling twice is harmless (a new
+        leader may repeat the last round's tell)."""
+        import optuna
+
+        states = {"complete": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED,
+                  "fail": optuna.trial.TrialState.FAIL}
+        self.study.tell(number, value if state == "complete" else None, state=states[state],
+                        skip_if_finished=True)
