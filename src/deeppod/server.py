@@ -52,6 +52,8 @@ from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 from deeppod.store.models import Node
+from deeppod.tune.controller import TuneController
+from deeppod.tune.service import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class ServerContext:
     code: CodeStore | None = None  # jobs' code sent with them (PUT /v1/code)
     leader: Leadership = None  # this server's claim to lead a failover control plane (always set by build)
     node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
+    tune: TuneController | None = None  # runs hyperparameter searches (always set by build)
 
 
 def resolve_isolation(asked: str, supported=None) -> str:
@@ -177,6 +180,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                         PrincipalCache(sessions), AuditLog(sessions), roots, served,
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
+    launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
+                        roots, ctx.code)
+    ctx.tune = TuneController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     if not fenced:
         leader.epoch = 0  # it leads alone, without a lease
         take_over(ctx, first=True)
@@ -275,6 +281,8 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
     end = threading.Event()
     settings = ctx.settings
     threads = [threading.Thread(target=ctx.jobs.run, args=(end, settings.reconcile_interval), name="reconcile",
+                                daemon=True),
+               threading.Thread(target=ctx.tune.run, args=(end, max(0.5, settings.reconcile_interval)), name="tune",
                                 daemon=True),
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]

@@ -134,6 +134,10 @@ class Settings:
     def models_dir(self) -> Path:
         return self.home / "models"
 
+    @property
+    def experiments_dir(self) -> Path:
+        return self.home / "experiments"
+
     def tenant_roots(self) -> list[str]:
         """The work-root templates, each with a {tenant} placeholder."""
         given = [r for r in self.work_roots.split(os.pathsep) if r]

@@ -195,6 +195,7 @@ def test_an_experiment_survives_a_server_restart(h):
     rows = h.trials(exp_id)
     assert exp.state == "completed" and len(rows) == 6
     assert [t.number for t, _ in rows] == list(range(6))
+    assert len({t.params["x"] for t, _ in rows}) == 6  # the seeded sampler, opened again, asks anew
     assert h.launcher.study(exp).study.trials[-1].state.is_finished()
     assert len(h.launcher.study(exp).study.trials) == 6  # none asked twice
 

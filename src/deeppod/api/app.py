@@ -8,18 +8,19 @@ from deeppod import __version__
 from deeppod.api import docs, errors
 from deeppod.api.limits import BodyLimit
 from deeppod.audit.log import AuditMiddleware
-from deeppod.api.routers import (audit, code, datasets, deployments, jobs, metrics, models, nodes, plans, servers, tenants,
-                                 tokens, users)
+from deeppod.api.routers import (audit, code, datasets, deployments, experiments, jobs, metrics, models, nodes, plans,
+                                 servers, tenants, tokens, users)
 
 
 def create_app(ctx) -> FastAPI:
     app = FastAPI(title="DeepPod", version=__version__, docs_url=None, redoc_url=None,
                   description="DeepPod control plane: jobs, datasets, models, deployments, tenants, users, "
-                              "tokens, nodes, servers.")
+                              "tokens, nodes, servers, experiments.")
     app.state.ctx = ctx
     docs.install(app)
     errors.install(app)
-    for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit):
+    for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit,
+              experiments):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)

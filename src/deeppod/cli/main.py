@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli import admin, audit, bench, datasets, deployments, jobs, models, plans, server, train
+from deeppod.cli import admin, audit, bench, datasets, deployments, jobs, models, plans, server, train, tune
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError
 
@@ -19,6 +19,7 @@ for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.ap
 app.add_typer(datasets.app, name="data")
 app.add_typer(models.app, name="models")
 app.add_typer(deployments.app, name="deploy")
+app.add_typer(tune.app, name="tune")
 
 
 def _print_version(value: bool) -> None:

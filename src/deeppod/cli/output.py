@@ -16,7 +16,8 @@ err_console = Console(stderr=True)
 
 STATE_STYLE = {JobState.QUEUED: "yellow", JobState.PREEMPTED: "yellow", JobState.RESIZING: "yellow",
                JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
-               JobState.CANCELLED: "magenta", JobState.STOPPED: "blue"}
+               JobState.CANCELLED: "magenta", JobState.STOPPED: "blue",
+               JobState.PRUNED: "yellow"}
 
 
 def print_json(data) -> None:

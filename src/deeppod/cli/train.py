@@ -53,7 +53,7 @@ def train_image_classifier(
     args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
             "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
             "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
-    _check_trainer_args(args, model)
+    check_trainer_args(args, model)
     command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args]
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     low, high = parse_workers(workers)
@@ -67,7 +67,7 @@ def train_image_classifier(
         follow_job(c, job["id"])
 
 
-def _check_trainer_args(args: list[str], model: str) -> None:
+def check_trainer_args(args: list[str], model: str) -> None:
     """Mistakes the trainer would make the job fail on, caught before it is submitted."""
     import contextlib
     import io

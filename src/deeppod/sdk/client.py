@@ -132,6 +132,29 @@ class Client:
             raise from_response(r.status_code, r.json())
         return [json.loads(line) for line in r.text.splitlines() if line]
 
+    # hyperparameter search
+    def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
+                          trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",
+                          seed: int | None = None, register: str | None = None, **job) -> dict:
+        """A search whose trials run ``command`` ({param} placeholders, DEEPPOD_PARAM_<NAME>) as
+        jobs; ``job`` takes :meth:`submit`'s arguments (workers, gpus_per_worker, datasets, ...)."""
+        return self._request("POST", "/v1/experiments", json={
+            "name": name, "space": space, "metric": metric, "mode": mode, "trials": trials, "parallel": parallel,
+            "sampler": sampler, "pruner": pruner, "seed": seed, "register": register,
+            "job": self.job_body(command, **job)})
+
+    def experiments(self) -> list[dict]:
+        return self._request("GET", "/v1/experiments")
+
+    def experiment(self, name: str, tenant: str | None = None) -> dict:
+        return self._request("GET", f"/v1/experiments/{name}", params={"tenant": tenant} if tenant else None)
+
+    def stop_experiment(self, name: str) -> dict:
+        return self._request("POST", f"/v1/experiments/{name}/stop")
+
+    def resume_experiment(self, name: str) -> dict:
+        return self._request("POST", f"/v1/experiments/{name}/resume")
+
     # models
     def register_model(self, name: str, *, job_id: int | None = None, path: str | None = None,
                        description: str | None = None, aliases: list[str] | None = None) -> dict:
@@ -257,19 +280,35 @@ class Client:
         sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the
         job's own (for a command that needs no files). None of them: the current folder, in
         place when the server may run your jobs there, else sent as ``code``."""
+        return self._request("POST", "/v1/jobs", json=self.job_body(
+            command, name=name, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
+            memory_mb_per_worker=memory_mb_per_worker, env=env, workdir=workdir, priority=priority,
+            grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible, max_restarts=max_restarts,
+            stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder))
+
+    def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
+                 gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
+                 memory_mb_per_worker: int | None = None,
+                 env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
+                 grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
+                 max_restarts: int = 0, stop_rules: list[dict] | None = None,
+                 datasets: list[str] | None = None, code: str | os.PathLike | None = None,
+                 own_folder: bool = False) -> dict:
+        """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
+        there is code to send. Arguments as :meth:`submit`."""
         if (workdir is not None) + (code is not None) + own_folder > 1:
             raise InvalidRequest("give one of workdir (a folder on the server), code (a folder sent with the "
                                  "job) or own_folder")
         if workdir is None and code is None and not own_folder:
             here = os.getcwd()
             workdir, code = (here, None) if self.runs_in_place(here) else (None, here)
-        body = {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
-                "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command), "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
+        return {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
+                "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
+                "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
                 "priority": priority, "grace_seconds": grace_seconds}
-        return self._request("POST", "/v1/jobs", json=body)
 
     def runs_in_place(self, folder: str) -> bool:
         """Whether a job submitted from ``folder`` may run there on the server: yes unless the

@@ -37,9 +37,9 @@ class TuneController:
         self.fence = fence
         self._studies: dict[int, Study] = {}
 
-    def study(self, exp: Experiment) -> Study:
+    def study(self, s: Session, exp: Experiment) -> Study:
         if exp.id not in self._studies:
-            self._studies[exp.id] = self.launcher.study(exp)
+            self._studies[exp.id] = self.launcher.study(exp, s)
         return self._studies[exp.id]
 
     def tick(self) -> None:
@@ -58,7 +58,7 @@ class TuneController:
             del self._studies[gone]
 
     def step(self, s: Session, exp: Experiment) -> None:
-        study = self.study(exp)
+        study = self.study(s, exp)
         rows = service.trials(s, exp)
         for trial, job in rows:
             if trial.state in service.LIVE_TRIALS:

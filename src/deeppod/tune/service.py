@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -61,9 +61,14 @@ class Launcher:
     def folder(self, experiment_id: int) -> Path:
         return self.experiments_dir / str(experiment_id)
 
-    def study(self, exp: Experiment) -> Study:
+    def study(self, exp: Experiment, session: Session | None = None) -> Study:
+        """``session``: to count the trials asked so far, so that a seeded sampler opened again
+        (a restart, another server) does not ask for the same values again."""
+        seed = exp.seed
+        if seed is not None and session is not None:
+            seed += session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
         return Study(self.folder(exp.id), mode=exp.mode, sampler=exp.sampler, pruner=exp.pruner,
-                     space=parse_space(exp.space), seed=exp.seed)
+                     space=parse_space(exp.space), seed=seed)
 
     def submit_trial(self, session: Session, principal: Principal, exp: Experiment, number: int,
                      params: dict) -> Job:
@@ -116,7 +121,7 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     folder = launcher.folder(exp.id)
     shutil.rmtree(folder, ignore_errors=True)  # left by a database that was reset
     try:
-        add_trial(session, principal, exp, launcher.study(exp), launcher)
+        add_trial(session, principal, exp, launcher.study(exp, session), launcher)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -221,5 +226,5 @@ def finish(exp: Experiment, state: str, reason: str) -> None:
     exp.state, exp.reason, exp.ended_at = state, reason, utcnow()
 
 
-def template_fields() -> set[str]:
-    return {f.name for f in fields(jobs.JobRequest)} & set(TEMPLATE)
+def owner_names(session: Session, exp: Experiment) -> tuple[str, str]:
+    return session.get(Tenant, exp.tenant_id).name, session.get(User, exp.user_id).name

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
+from deeppod.api.schemas.experiments import ExperimentCreate, ExperimentOut, experiment_out
+from deeppod.tune import service
+
+router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+
+
+def _show(session, principal, name: str, tenant: str | None = None) -> ExperimentOut:
+    exp = service.get_experiment(session, principal, name, tenant)
+    rows = service.trials(session, exp)
+    counts: dict = {}
+    for t, _ in rows:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    tenant_name, user_name = service.owner_names(session, exp)
+    return experiment_out(exp, tenant_name, user_name, counts, rows)
+
+
+@router.post("", status_code=201, response_model=ExperimentOut)
+def create(body: ExperimentCreate, request: Request, session: SessionDep, principal: PrincipalDep) -> ExperimentOut:
+    """A hyperparameter search: its first trial is submitted now, the rest as room allows."""
+    req = service.ExperimentRequest(**body.model_dump(exclude={"job", "register_as"}), register=body.register_as,
+                                    job=body.job.model_dump())
+    exp = service.create(session, principal, req, get_ctx(request).tune.launcher)
+    return _show(session, principal, exp.name)
+
+
+@router.get("", response_model=list[ExperimentOut])
+def list_experiments(session: SessionDep, principal: PrincipalDep) -> list[ExperimentOut]:
+    return [experiment_out(e, t, u, c) for e, t, u, c in service.list_experiments(session, principal)]
+
+
+@router.get("/{name}", response_model=ExperimentOut)
+def show(name: str, session: SessionDep, principal: PrincipalDep, tenant: str | None = None) -> ExperimentOut:
+    return _show(session, principal, name, tenant)
+
+
+@router.post("/{name}/stop", response_model=ExperimentOut)
+def stop(name: str, session: SessionDep, principal: PrincipalDep) -> ExperimentOut:
+    service.stop(session, principal, name)
+    return _show(session, principal, name)
+
+
+@router.post("/{name}/resume", response_model=ExperimentOut)
+def resume(name: str, session: SessionDep, principal: PrincipalDep) -> ExperimentOut:
+    service.resume(session, principal, name)
+    return _show(session, principal, name)

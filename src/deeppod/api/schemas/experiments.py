@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from deeppod.api.schemas.base import Out, Strict
+from deeppod.api.schemas.jobs import JobCreate
+
+
+class ExperimentCreate(Strict):
+    name: str = Field(max_length=64)
+    space: dict = Field(description="{name: {type: float|int|categorical, low, high, log, step, choices, env_only}}")
+    metric: str = Field(max_length=128, description="the value trials report with runtime.report(step, NAME=...)")
+    mode: str = Field(default="max", description="max or min")
+    trials: int = Field(default=20, ge=1, le=10_000, description="the budget: trials in all")
+    parallel: int = Field(default=4, ge=1, le=1024, description="at most this many trials at once")
+    sampler: str = Field(default="tpe", description="tpe, random, grid or cmaes")
+    pruner: str = Field(default="asha", description="asha, hyperband, median or none")
+    seed: int | None = None
+    register_as: str | None = Field(default=None, max_length=64, alias="register",
+                                    description="register the best trial's model as a new version of this model")
+    job: JobCreate = Field(description="every trial's job; {param} in the command is the trial's value")
+
+
+class TrialOut(Out):
+    number: int
+    job_id: int
+    params: dict
+    state: str
+    value: float | None
+    best: float | None
+    step: int
+    job_state: str | None = None
+    restarts: int = 0
+    reason: str = ""
+
+
+class ExperimentOut(Out):
+    id: int
+    name: str
+    tenant: str
+    user: str
+    state: str
+    metric: str
+    mode: str
+    trials: int
+    parallel: int
+    sampler: str
+    pruner: str
+    space: dict
+    command: list[str]
+    register_as: str | None = Field(alias="register")
+    registered: str | None
+    best_trial: int | None
+    best_value: float | None = None
+    best_params: dict | None = None
+    reason: str
+    counts: dict = Field(default_factory=dict, description="trials by state")
+    created_at: datetime
+    ended_at: datetime | None
+    trial_table: list[TrialOut] | None = Field(default=None, description="every trial (show only)")
+
+
+def experiment_out(exp, tenant: str, user: str, counts: dict, rows=None) -> ExperimentOut:
+    trial_table = None
+    best = None
+    if rows is not None:
+        trial_table = [TrialOut(number=t.number, job_id=t.job_id, params=t.params, state=t.state, value=t.value,
+                               best=t.best, step=t.step, job_state=str(j.state) if j is not None else None,
+                               restarts=j.restart_count if j is not None else 0, reason=t.reason) for t, j in rows]
+        best = next((t for t, _ in rows if t.number == exp.best_trial), None)
+        if best is None:
+            done = [t for t, _ in rows if t.state == "completed" and t.value is not None]
+            if done:
+                best = (max if exp.mode == "max" else min)(done, key=lambda t: t.value)
+    return ExperimentOut(
+        id=exp.id, name=exp.name, tenant=tenant, user=user, state=exp.state, metric=exp.metric, mode=exp.mode,
+        trials=exp.trials, parallel=exp.parallel, sampler=exp.sampler, pruner=exp.pruner, space=exp.space,
+        command=list(exp.job.get("command", [])), register=exp.register, registered=exp.registered,
+        best_trial=best.number if best else exp.best_trial, best_value=best.value if best else None,
+        best_params=best.params if best else None, reason=exp.reason, counts=counts,
+        created_at=exp.created_at, ended_at=exp.ended_at, trial_table=trial_table)

@@ -1,0 +1,221 @@
+"""``deeppod tune``: hyperparameter search experiments whose trials are ordinary jobs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+
+from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.output import console, print_json, rows_table
+from deeppod.cli.train import check_trainer_args
+from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers
+from deeppod.errors import InvalidRequest
+
+app = typer.Typer(no_args_is_help=True, help="Hyperparameter search: trials run as your jobs on the shared GPUs.")
+
+# the built-in trainer's default space: what most image classifiers are tuned on
+IMAGE_CLASSIFIER_SPACE = {
+    "lr": {"type": "float", "low": 1e-3, "high": 0.3, "log": True},
+    "momentum": {"type": "float", "low": 0.8, "high": 0.99},
+    "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-2, "log": True},
+    "batch_size": {"type": "categorical", "choices": [32, 64, 128]},
+    "optimizer": {"type": "categorical", "choices": ["momentum", "nesterov", "adamw"]},
+}
+TRAINER_FLAGS = {"lr": "--lr", "momentum": "--momentum", "weight_decay": "--weight-decay", "batch_size": "--batch-size",
+                 "optimizer": "--optimizer", "epochs": "--epochs", "warmup_epochs": "--warmup-epochs",
+                 "image_size": "--image-size", "model": "--model"}
+
+Space = Annotated[Optional[Path], typer.Option("--space", help="the search space, a YAML file")]
+Metric = Annotated[str, typer.Option(help="the value your script reports with runtime.report(step, NAME=...)")]
+Mode = Annotated[str, typer.Option(help="max or min")]
+Trials = Annotated[int, typer.Option(help="trials in all (the budget)")]
+Parallel = Annotated[int, typer.Option(help="at most this many at once (fewer when GPUs are busy)")]
+Sampler = Annotated[str, typer.Option(help="tpe, random, grid or cmaes")]
+Pruner = Annotated[str, typer.Option(help="asha, hyperband, median or none")]
+Register = Annotated[Optional[str], typer.Option(help="register the best trial's model as a version of model NAME")]
+
+
+def read_space(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read the space file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"the space file {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise InvalidRequest(f"the space file {path} must hold a mapping of parameters, e.g. "
+                             "lr: {type: float, low: 0.0001, high: 0.1, log: true}")
+    return raw
+
+
+@app.command("create")
+def create(
+    name: str,
+    command: Annotated[list[str], typer.Argument(help="each trial's command after '--', with {param} placeholders")],
+    space: Space = None, metric: Metric = "val_acc", mode: Mode = "max", trials: Trials = 20,
+    parallel: Parallel = 4, sampler: Sampler = "tpe", pruner: Pruner = "asha", seed: Optional[int] = None,
+    register: Register = None,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="workers per trial: N or MIN:MAX")] = "1",
+    gpus_per_worker: Annotated[Optional[int], typer.Option(help="default: 1 when the cluster has GPUs, else 0",
+                                                           show_default=False)] = None,
+    cpus_per_worker: Annotated[Optional[float], typer.Option(show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G")] = None,
+    env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every trial (repeatable)")] = [],  # noqa: B006
+    dataset: Annotated[list[str], typer.Option("--dataset", help="NAME[@VERSION] staged for every trial")] = [],  # noqa: B006
+    workdir: Annotated[Optional[Path], typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
+    code: Annotated[Optional[Path], typer.Option(help="send this folder; every trial runs in its own copy")] = None,
+    max_restarts: int = 0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Search hyperparameters: deeppod tune create lr-search --space space.yaml --metric val_acc
+    --trials 40 --parallel 4 -- python train.py --lr {lr} --batch-size {batch_size}"""
+    if space is None:
+        raise InvalidRequest("give the search space with --space FILE.yaml, e.g. "
+                             "lr: {type: float, low: 0.0001, high: 0.1, log: true}")
+    low, high = parse_workers(workers)
+    c = client(url, token)
+    exp = c.create_experiment(
+        name, command, space=read_space(space), metric=metric, mode=mode, trials=trials, parallel=parallel,
+        sampler=sampler, pruner=pruner, seed=seed, register=register, workers=low, max_workers=high,
+        gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
+        env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
+        workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts)
+    _created(exp, as_json)
+
+
+@app.command("image-classifier", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def image_classifier(
+    ctx: typer.Context,
+    name: str,
+    dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION]")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="or a class-per-folder image directory on the server")] = None,
+    space: Annotated[Optional[Path], typer.Option(help="a YAML search space over the trainer's options "
+                                                       "(default: lr, momentum, weight decay, batch size, optimizer)")] = None,
+    model: str = "small-cnn", epochs: int = 10, image_size: int = 32,
+    metric: Metric = "val_accuracy", trials: Trials = 20, parallel: Parallel = 4, sampler: Sampler = "tpe",
+    pruner: Pruner = "asha", seed: Optional[int] = None, register: Register = None,
+    gpus_per_worker: Annotated[Optional[int], typer.Option(show_default=False)] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
+) -> None:
+    """Tune the built-in image classifier: no code needed. Extra options (--amp, --lr-schedule,
+    ...) pass through to every trial."""
+    if (data is None) == (dataset is None):
+        raise InvalidRequest("give the images with either --dataset NAME[@VERSION] or --data FOLDER")
+    chosen = read_space(space) if space is not None else dict(IMAGE_CLASSIFIER_SPACE)
+    unknown = sorted(set(chosen) - set(TRAINER_FLAGS))
+    if unknown:
+        raise InvalidRequest(f"the built-in trainer has no option for {', '.join(unknown)}: "
+                             f"tune {', '.join(sorted(TRAINER_FLAGS))}")
+    fixed = {"model": model, "epochs": epochs, "image_size": image_size}
+    args = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
+    for key, flag in TRAINER_FLAGS.items():
+        if key in chosen:
+            args += [flag, "{" + key + "}"]
+        elif key in fixed:
+            args += [flag, str(fixed[key])]
+    check_trainer_args([*[_example(a, chosen) for a in args], *ctx.args], model)
+    command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args, *ctx.args]
+    c = client(url, token)
+    exp = c.create_experiment(name, command, space=chosen, metric=metric, mode="max", trials=trials,
+                              parallel=parallel, sampler=sampler, pruner=pruner, seed=seed, register=register,
+                              gpus_per_worker=gpus_per_worker, own_folder=True, env=exported_env(),
+                              datasets=[dataset] if dataset else None, max_restarts=3,
+                              stop_rules=[{"kind": "nan", "metric": "loss"}])
+    _created(exp, as_json)
+
+
+def _example(arg: str, space: dict) -> str:
+    """A placeholder's stand-in for checking the trainer's options: its first choice or low end."""
+    spec = space.get(arg[1:-1]) if arg.startswith("{") and arg.endswith("}") else None
+    if not isinstance(spec, dict):
+        return arg
+    if "choices" in spec and spec["choices"]:
+        return str(spec["choices"][0])
+    return str(spec.get("low", arg))
+
+
+def _created(exp: dict, as_json: bool) -> None:
+    if as_json:
+        print_json(exp)
+        return
+    console.print(f"experiment {exp['name']} started: {exp['trials']} trials, at most {exp['parallel']} at once "
+                  f"({exp['sampler']} sampler, {exp['pruner']} pruner); follow it with 'deeppod tune show "
+                  f"{exp['name']}'")
+
+
+@app.command("ls")
+def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Your tenant's experiments (admins: all)."""
+    rows = client(url, token).experiments()
+    if as_json:
+        print_json(rows)
+        return
+    console.print(rows_table([{
+        "name": e["name"], "tenant": e["tenant"], "state": e["state"],
+        "trials": f"{sum(e['counts'].values())}/{e['trials']}",
+        "running": e["counts"].get("running", 0), "pruned": e["counts"].get("pruned", 0),
+        "metric": f"{e['metric']} ({e['mode']})", "best": _num(e["best_value"])} for e in rows],
+        ["name", "tenant", "state", "trials", "running", "pruned", "metric", "best"]))
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def render_show(e: dict) -> None:
+    console.print(f"[bold]{e['name']}[/] ({e['tenant']}/{e['user']}): {e['state']}"
+                  + (f", {e['reason']}" if e["reason"] else ""))
+    console.print(f"{e['metric']} ({e['mode']}), {e['sampler']} sampler, {e['pruner']} pruner, "
+                  f"{sum(e['counts'].values())} of {e['trials']} trials, at most {e['parallel']} at once")
+    names = sorted(e["space"])
+    rows = []
+    for t in e.get("trial_table") or []:
+        row = {"trial": t["number"], "job": t["job_id"], "state": t["state"], "value": _num(t["value"]),
+               "best": _num(t["best"]), "steps": t["step"] + 1 if t["step"] >= 0 else 0}
+        row.update({n: _fmt(t["params"].get(n)) for n in names})
+        rows.append(row)
+    console.print(rows_table(rows, ["trial", "job", "state", *names, "value", "best", "steps"]))
+    if e["best_trial"] is not None and e["best_value"] is not None:
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in (e["best_params"] or {}).items())
+        console.print(f"best: trial {e['best_trial']}, {e['metric']} {e['best_value']:.4g} ({params})"
+                      + (f"; model {e['registered']}" if e["registered"] else ""))
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+@app.command("show")
+def show(name: str, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until it ends")] = False,
+         tenant: Annotated[Optional[str], typer.Option(help="another tenant's (admins)")] = None,
+         as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The trials table (params, state, value, best, steps) and the best trial."""
+    c = client(url, token)
+    e = c.experiment(name, tenant)
+    if as_json:
+        print_json(e)
+        return
+    render_show(e)
+    while follow and e["state"] in ("running", "stopping"):
+        time.sleep(5)
+        e = c.experiment(name, tenant)
+        console.rule()
+        render_show(e)
+
+
+@app.command("stop")
+def stop(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """No new trials; running trials checkpoint and stop (resume continues them)."""
+    e = client(url, token).stop_experiment(name)
+    console.print(f"experiment {e['name']}: {e['state']}")
+
+
+@app.command("resume")
+def resume(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Continue a stopped experiment: its stopped trials from their checkpoints, then new ones."""
+    e = client(url, token).resume_experiment(name)
+    console.print(f"experiment {e['name']}: {e['state']}")
