@@ -98,6 +98,14 @@ class Settings:
     job_retention_days: float = 30.0
     housekeeping_interval: float = 60.0  # seconds between tiering and retention rounds
     audit_retention_days: float = 365.0  # audit events older than this are dropped (0: kept)
+    # monitoring (monitor/): a sample of every GPU and the host each period; raw samples kept
+    # monitor_raw_seconds, then minute averages until monitor_retention_days; a job under
+    # monitor_idle_percent on all its GPUs for monitor_idle_seconds gets an "idle GPUs" event
+    monitor_period: float = 5.0
+    monitor_raw_seconds: float = 3600.0
+    monitor_retention_days: float = 7.0
+    monitor_idle_percent: float = 5.0
+    monitor_idle_seconds: float = 1800.0
     # isolation (docs/security.md): "sandbox" (each tenant's jobs run as its own OS identity in
     # namespaces; needs root), "single-user" (jobs run as the server's identity; several tenants
     # allowed, each start says what is not isolated), "one-tenant" (the same, but a second

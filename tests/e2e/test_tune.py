@@ -48,6 +48,10 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "pruned" in out.stdout and f"best: trial {top['number']}" in out.stdout and "STEPS" in out.stdout
+    top = subprocess.run([sys.executable, "-m", "deeppod.cli", "top", "--once"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert top.returncode == 0 and "hosts" in top.stdout and "tenants" in top.stdout, top.stderr
+    assert server.home.name in top.stdout or "%" in top.stdout  # the server samples its host
     bad = subprocess.run([sys.executable, "-m", "deeppod.cli", "tune", "create", "bad", "--space", "/dev/null",
                           "--", sys.executable, TRIAL], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "must hold a mapping of parameters" in bad.stderr

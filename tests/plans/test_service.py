@@ -35,7 +35,7 @@ BAD = [
     ({"tenants": [{"name": "g", "guaranteed": 1, "children": [{"name": "a", "guaranteed": 2}]}]}, "children are guaranteed"),
     ({"tenants": [{"name": "a", "guaranteed": 1.5}]}, "whole number"),
     ({"tenants": [{"name": "a", "guaranteed": -1}]}, "negative"),
-    ({"tenant": []}, "one key"),
+    ({"tenant": []}, "a mapping with 'tenants'"),
     ({"tenants": "a"}, "must be a list"),
 ]
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from deeppod import __version__
 from deeppod.api import docs, errors
 from deeppod.api.limits import BodyLimit
 from deeppod.audit.log import AuditMiddleware
-from deeppod.api.routers import (audit, code, datasets, deployments, experiments, jobs, metrics, models, nodes, plans,
-                                 servers, tenants, tokens, users)
+from deeppod.api.latency import Latency
+from deeppod.api.routers import (audit, code, datasets, deployments, experiments, jobs, metrics, models, monitor, nodes,
+                                 plans, servers, tenants, tokens, users)
+from deeppod.monitor.prometheus import ApiLatency
 
 
 def create_app(ctx) -> FastAPI:
@@ -17,10 +20,12 @@ def create_app(ctx) -> FastAPI:
                   description="DeepPod control plane: jobs, datasets, models, deployments, tenants, users, "
                               "tokens, nodes, servers, experiments.")
     app.state.ctx = ctx
+    app.state.latency = CollectorRegistry()
+    latency = ApiLatency(app.state.latency)
     docs.install(app)
     errors.install(app)
     for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit,
-              experiments):
+              experiments, monitor):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)
@@ -36,4 +41,5 @@ def create_app(ctx) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path))
     errors.document(app)
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
+    app.add_middleware(Latency, record=latency.observe)
     return app

@@ -123,7 +123,8 @@ def jobs_purge(older_than: Annotated[str, typer.Option(help="jobs that ended lon
 @job_app.command("show")
 def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Everything about one job."""
-    j = client(url, token).job(job_id)
+    c = client(url, token)
+    j = c.job(job_id)
     if as_json:
         print_json(j)
         return
@@ -136,6 +137,11 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     if j["allocation"]:
         for w in j["allocation"]["workers"]:
             console.print(f"  rank {w['rank']}: node {w['node']} GPUs {w['gpus'] or '-'}")
+    if j["gpus_per_worker"]:
+        usage = c.job_gpus(job_id)
+        if usage["mean_util_5m"] is not None:
+            console.print(f"GPU utilization: {usage['mean_util_5m']:.0f}% (mean of its last 5 minutes of samples, "
+                          f"{len(usage['gpus'])} GPUs)")
     if j["exit_codes"]:
         console.print("exit codes: " + ", ".join(f"rank {r}: {c}" for r, c in j["exit_codes"].items()))
     if j["reason"]:

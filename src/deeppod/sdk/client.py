@@ -132,6 +132,18 @@ class Client:
             raise from_response(r.status_code, r.json())
         return [json.loads(line) for line in r.text.splitlines() if line]
 
+    # monitoring
+    def job_gpus(self, job_id: int, since: float | None = None) -> dict:
+        """The job's GPU utilization and memory over time, and its recent mean."""
+        return self._request("GET", f"/v1/jobs/{job_id}/gpus", params={"since": since} if since else None)
+
+    def gpus(self) -> list[dict]:
+        """Each GPU's newest sample (another tenant's job shows as busy only)."""
+        return self._request("GET", "/v1/monitor/gpus")
+
+    def hosts(self) -> list[dict]:
+        return self._request("GET", "/v1/monitor/hosts")
+
     # hyperparameter search
     def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
                           trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",

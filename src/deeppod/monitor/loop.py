@@ -1,0 +1,55 @@
+"""The sampling loop of a node: read, record (attributed, checked), and now and then roll up
+and drop old samples. Runs on the leader for the node it runs jobs on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.errors import NotLeader
+from deeppod.monitor import service
+from deeppod.monitor.readings import GpuSampler, HostSampler
+
+log = logging.getLogger(__name__)
+COMPACT_EVERY_S = 60.0
+
+
+class Monitor:
+    def __init__(self, sessions: sessionmaker[Session], node: str, gpus: GpuSampler, host: HostSampler | None,
+                 policy: service.Policy = service.Policy(), clock: Callable[[], float] = time.time,
+                 fence: Callable[[Session], None] = lambda s: None):
+        self.sessions, self.node, self.gpus, self.host = sessions, node, gpus, host
+        self.policy, self.clock, self.fence = policy, clock, fence
+        self.samples = 0
+        self._compacted = 0.0
+
+    def tick(self) -> list[str]:
+        gpus = self.gpus.read()
+        host = self.host.read() if self.host is not None else None
+        now = self.clock()
+        with self.sessions.begin() as s:
+            self.fence(s)
+            notes = service.record(s, self.node, gpus, host, now, self.policy)
+        self.samples += 1
+        if now - self._compacted >= COMPACT_EVERY_S:
+            with self.sessions.begin() as s:
+                service.compact(s, now, self.policy)
+            self._compacted = now
+        for n in notes:
+            log.info("%s", n)
+        return notes
+
+    def run(self, stop: threading.Event, period: float = 5.0) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self.tick()
+            except NotLeader as exc:
+                log.warning("monitor round refused: %s", exc)
+            except Exception:  # the next period retries
+                log.exception("monitor round failed")
+            stop.wait(max(0.0, period - (time.monotonic() - began)))
