@@ -17,7 +17,7 @@ def test_a_resize_is_its_own_state_and_holds_its_resources():
 
 def test_is_final_and_plain_string_values():
     assert [s for s in JobState if s.is_final] == [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                                                   JobState.STOPPED]
+                                                   JobState.STOPPED, JobState.PRUNED]
     # what the API returns and clients compare against
     assert JobState.STOPPED == "stopped" and f"{JobState.STOPPED}" == "stopped" and str(JobState.QUEUED) == "queued"
     assert "stopped" in FINAL_STATES  # a client's plain string finds its set
