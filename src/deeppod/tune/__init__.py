@@ -1,0 +1,1 @@
+"""Hyperparameter search experiments run as ordinary jobs (docs/tune.md)."""
