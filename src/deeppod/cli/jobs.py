@@ -83,7 +83,7 @@ def submit(
 @jobs_app.callback()
 def jobs_cmd(ctx: typer.Context, state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
              kind: Annotated[Optional[str], typer.Option(
-                 help="only this kind: batch, serve (deployment replicas) or evaluate; comma-separated "
+                 help="only this kind: batch, serve (deployment replicas), evaluate or trial (search trials); comma-separated "
                       "(default: all but serve)", show_default=False)] = None,
              all_kinds: Annotated[bool, typer.Option("--all", "-a", help="every kind, replicas included")] = False,
              tenant: Annotated[Optional[str], typer.Option(help="only this tenant's (admins)")] = None,

@@ -23,7 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import delete, func, literal, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -254,3 +257,18 @@ def api_urls(session: Session, first: str) -> str:
     urls = [first] + [s.url for s in live_servers(session) if s.url != first]
     return ",".join(urls)
 
+
+
+def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: float, what: str) -> None:
+    """Call ``tick`` every ``interval`` seconds until ``stop`` (the leader's loops: jobs, tune,
+    deployments, monitor). A round refused because this server lost the lead, or one that
+    fails, is logged; the loop outlives it and the next round retries."""
+    while not stop.is_set():
+        began = time.monotonic()
+        try:
+            tick()
+        except NotLeader as exc:  # the leadership thread ends this loop; nothing was decided
+            log.warning("%s round refused: %s", what, exc)
+        except Exception:  # one bad round must not end the loop
+            log.exception("%s round failed", what)
+        stop.wait(max(0.0, interval - (time.monotonic() - began)))

@@ -110,8 +110,16 @@ def set_health(session: Session, principal: Principal, name: str, healthy: bool,
         return node
     if gpu not in {g["index"] for g in node.gpus}:
         raise InvalidRequest(f"node {name} has no GPU {gpu}; it has {', '.join(str(g['index']) for g in node.gpus)}")
-    node.gpus = [{**g, "healthy": healthy} if g["index"] == gpu else g for g in node.gpus]
+    set_gpu_health(node, gpu, healthy)
     return node
+
+
+def set_gpu_health(node: Node, index: int, healthy: bool, reason: str = "") -> None:
+    """One GPU into or out of the pool; ``reason`` says why it is out."""
+    def changed(g: dict) -> dict:
+        g = {k: v for k, v in g.items() if k != "reason"}
+        return {**g, "healthy": healthy, **({"reason": reason} if reason and not healthy else {})}
+    node.gpus = [changed(g) if g["index"] == index else g for g in node.gpus]
 
 
 def mark_down(session: Session, names: Iterable[str]) -> None:

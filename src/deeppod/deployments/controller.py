@@ -14,7 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES
-from deeppod.errors import DeepPodError, NotLeader
+from deeppod.cluster.leader import run_rounds
+from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
 from deeppod.deployments import rollout, service
 from deeppod.deployments.router import Route, Router, Target
@@ -121,12 +122,4 @@ class DeploymentController:
         return Route(dep.id, dep.tenant_id, dep.name, model.name, targets, d.state)
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                self.tick()
-            except NotLeader as exc:  # it lost the lead this round: the next one only routes
-                log.warning("deployment round refused: %s", exc)
-            except Exception:  # the next round retries
-                log.exception("deployment round failed")
-            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+        run_rounds(self.tick, stop, interval, "deployment")  # a refused round: the next one only routes

@@ -26,6 +26,7 @@ from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
+from deeppod.cluster.leader import run_rounds
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
                               worker_env)
@@ -367,12 +368,4 @@ class JobController:
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                self.tick()
-            except NotLeader as exc:  # the leadership thread ends this loop; nothing was decided
-                log.warning("reconcile round refused: %s", exc)
-            except Exception:  # the loop must outlive one bad round; the next one retries
-                log.exception("reconcile round failed")
-            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+        run_rounds(self.tick, stop, interval, "reconcile")

@@ -236,7 +236,7 @@ class JobFilter:
     """What 'deeppod jobs' narrows the list to; every field optional."""
 
     state: str | None = None
-    kinds: tuple[str, ...] = ()  # only these kinds (batch, serve, evaluate)
+    kinds: tuple[str, ...] = ()  # only these kinds (JOB_KINDS)
     exclude_kinds: tuple[str, ...] = ()
     tenant: str | None = None
     user: str | None = None

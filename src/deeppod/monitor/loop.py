@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from deeppod.errors import NotLeader
+from deeppod.cluster.leader import run_rounds
 from deeppod.monitor import service
 from deeppod.monitor.readings import GpuSampler, HostSampler
 
@@ -44,12 +44,4 @@ class Monitor:
         return notes
 
     def run(self, stop: threading.Event, period: float = 5.0) -> None:
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                self.tick()
-            except NotLeader as exc:
-                log.warning("monitor round refused: %s", exc)
-            except Exception:  # the next period retries
-                log.exception("monitor round failed")
-            stop.wait(max(0.0, period - (time.monotonic() - began)))
+        run_rounds(self.tick, stop, period, "monitor")

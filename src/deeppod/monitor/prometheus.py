@@ -89,11 +89,7 @@ class ClusterCollector:
         rows = service.latest(s, self.admin, self.window_s, now)
         fams = {f: GaugeMetricFamily(name, doc, labels=["node", "gpu", "job", "tenant"]) for f, name, doc in GPU_GAUGES}
         for r in rows:
-            tenant = ""
-            if r["job_id"] is not None:
-                tenant_id = s.scalar(select(Job.tenant_id).where(Job.id == r["job_id"]))
-                tenant = names.get(tenant_id, "")
-            labels = [r["node"], str(r["gpu"]), str(r["job_id"] or ""), tenant]
+            labels = [r["node"], str(r["gpu"]), str(r["job_id"] or ""), names.get(r["tenant_id"], "")]
             for f, fam in fams.items():
                 fam.add_metric(labels, float(r[f]))
         yield from fams.values()

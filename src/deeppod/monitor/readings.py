@@ -89,9 +89,10 @@ class NvmlSampler:
                 ev = self.nv.nvmlEventSetWait_v2(self.events, 0)
             except self.nv.NVMLError:  # timeout: no more events
                 return seen
-            for i, h in enumerate(self.handles):
-                if ev.device == h or getattr(ev.device, "value", None) == getattr(h, "value", 0):
-                    seen[i] = int(ev.eventData)
+            try:
+                seen[self.nv.nvmlDeviceGetIndex(ev.device)] = int(ev.eventData)
+            except self.nv.NVMLError:  # a device that left between the event and now
+                continue
 
     def read(self) -> list[GpuReading]:
         nv = self.nv

@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import flag_modified
 
 from deeppod.auth.service import Principal
+from deeppod.cluster.service import set_gpu_health
 from deeppod.contract import HOLDING_STATES
 from deeppod.jobs.service import add_event, get_job
 from deeppod.monitor.readings import GpuReading, HostReading
@@ -65,7 +66,8 @@ def record(session: Session, node_name: str, gpus: list[GpuReading], host: HostR
     if host is not None:
         session.add(HostSample(node=node_name, at=at, period=0,
                                **{f: float(getattr(host, f)) for f in HOST_FIELDS}))
-    notes += _idle(session, node_name, gpus, held, at, policy)
+    since_last = at - max((p.at for p in previous.values()), default=at)
+    notes += _idle(session, node_name, gpus, held, at, since_last, policy)
     return notes
 
 
@@ -87,13 +89,7 @@ def _fault(r: GpuReading, before: GpuSample | None) -> str | None:
 
 def _cordon(session: Session, node: Node, index: int, fault: str, job: Job | None) -> str:
     """The GPU leaves the pool (the scheduler requeues the job on it, which avoids it)."""
-    gpus = [dict(g) for g in node.gpus]
-    for g in gpus:
-        if g["index"] == index and g.get("healthy", True):
-            g["healthy"] = False
-            g["reason"] = f"{fault} at {utcnow():%Y-%m-%d %H:%M} UTC"
-    node.gpus = gpus
-    flag_modified(node, "gpus")
+    set_gpu_health(node, index, False, f"{fault} at {utcnow():%Y-%m-%d %H:%M} UTC")
     what = f"GPU {index} of node {node.name} reported {fault}: cordoned"
     if job is not None:
         add_event(session, job, "gpu-fault", f"{what}; the job is requeued from its last checkpoint on other GPUs")
@@ -102,10 +98,11 @@ def _cordon(session: Session, node: Node, index: int, fault: str, job: Job | Non
     return what
 
 
-def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, at: float,
+def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, at: float, since_last: float,
           policy: Policy) -> list[str]:
     """A job all of whose GPUs on this node read under the threshold is idle since the first
-    such reading; it gets one "idle-gpus" event once that lasts ``idle_after_s``."""
+    such reading; it gets one "idle-gpus" event, in the reading that takes it past
+    ``idle_after_s`` (``since_last``: seconds since the node's previous reading)."""
     util = {r.index: r.util for r in gpus}
     by_job: dict[int, list[float]] = defaultdict(list)
     jobs = {}
@@ -119,26 +116,16 @@ def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, 
         if max(values) >= policy.idle_util:
             job.idle_since = None
             continue
-        from datetime import datetime, timezone
-
-        now = datetime.fromtimestamp(at, timezone.utc)
         if job.idle_since is None:
-            job.idle_since = now
+            job.idle_since = datetime.fromtimestamp(at, timezone.utc)
             continue
         idle = at - job.idle_since.timestamp()
-        if idle >= policy.idle_after_s and idle - _period(session, node_name, at) < policy.idle_after_s:
+        if idle >= policy.idle_after_s and idle - since_last < policy.idle_after_s:
             msg = (f"idle GPUs: its {len(values)} GPUs have been under {policy.idle_util:g}% utilization for "
                    f"{idle / 60:.0f} minutes; stop it if it is stuck, or free the GPUs for others")
             add_event(session, job, "idle-gpus", msg)
             notes.append(f"job {job_id}: {msg}")
     return notes
-
-
-def _period(session: Session, node_name: str, at: float) -> float:
-    """Seconds since this node's previous raw reading (how far this reading moved the clock)."""
-    prev = session.scalar(select(func.max(GpuSample.at)).where(GpuSample.node == node_name, GpuSample.period == 0,
-                                                               GpuSample.at < at))
-    return at - prev if prev is not None else 0.0
 
 
 def compact(session: Session, now: float, policy: Policy = Policy()) -> tuple[int, int]:
@@ -184,8 +171,8 @@ def latest(session: Session, principal: Principal, within_s: float, now: float) 
     for s in rows:
         mine = s.job_id is not None and principal.can_see_tenant(s.tenant_id or -1)
         out.append({"node": s.node, "gpu": s.gpu, "at": s.at, **{f: getattr(s, f) for f in GPU_FIELDS},
-                    "ecc_uncorrected": s.ecc_uncorrected, "xid": s.xid,
-                    "job_id": s.job_id if mine else None, "busy": s.job_id is not None})
+                    "ecc_uncorrected": s.ecc_uncorrected, "xid": s.xid, "job_id": s.job_id if mine else None,
+                    "tenant_id": s.tenant_id if mine else None, "busy": s.job_id is not None})
     return out
 
 

@@ -347,7 +347,7 @@ class Client:
     def jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,
              exclude_kind: str | None = None, tenant: str | None = None, user: str | None = None,
              name: str | None = None) -> list[dict]:
-        """Newest first. ``kind``/``exclude_kind``: comma-separated batch, serve, evaluate;
+        """Newest first. ``kind``/``exclude_kind``: comma-separated batch, serve, evaluate, trial;
         ``name``: a part of the job's name."""
         given = {"state": state, "kind": kind, "exclude_kind": exclude_kind, "tenant": tenant, "user": user,
                  "name": name}

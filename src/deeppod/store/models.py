@@ -165,7 +165,7 @@ class Job(Base):
     read_paths: Mapped[list | None] = mapped_column(nullable=True)
     # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
     datasets: Mapped[list] = mapped_column(default=list)
-    # "batch" (the default), "serve" (a deployment's replica) or "evaluate" (a model comparison)
+    # "batch" (the default), "serve" (a deployment's replica), "evaluate" (a model comparison) or "trial" (tune)
     kind: Mapped[str] = mapped_column(String(16), default="batch")
     deployment_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     model_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what a replica serves

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import principal_of
+from deeppod.cluster.leader import run_rounds
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, NotLeader
 from deeppod.jobs.service import add_event
@@ -85,19 +85,12 @@ class TuneController:
             trial.state, trial.reason, trial.ended_at = "failed", "its job was removed", utcnow()
             study.tell(trial.number, "fail")
             return
-        fresh = [(step, value) for step, value in s.execute(
-            select(JobMetric.step, JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric,
-                                                          JobMetric.step > trial.step)
-            .order_by(JobMetric.step, JobMetric.id)) if value is not None]
-        if fresh:
-            last_step = -1
-            ordered = []
-            for step, value in fresh:  # one value per step: the latest report of it
-                if step == last_step:
-                    ordered[-1] = (step, value)
-                else:
-                    ordered.append((step, value))
-                last_step = step
+        rows = s.execute(select(JobMetric.step, JobMetric.value)
+                         .where(JobMetric.job_id == job.id, JobMetric.name == exp.metric, JobMetric.step > trial.step,
+                                JobMetric.value.is_not(None))
+                         .order_by(JobMetric.step, JobMetric.id))
+        ordered = list({step: value for step, value in rows}.items())  # one per step, in order: its latest report
+        if ordered:
             study.report(trial.study_trial_id, ordered)
             trial.step = ordered[-1][0]
             values = [v for _, v in ordered] + ([trial.best] if trial.best is not None else [])
@@ -163,15 +156,7 @@ class TuneController:
         return f"{model.name}@{version.version}"
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                self.tick()
-            except NotLeader as exc:
-                log.warning("tune round refused: %s", exc)
-            except Exception:  # the next round retries
-                log.exception("tune round failed")
-            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+        run_rounds(self.tick, stop, interval, "tune")
 
 
 def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:

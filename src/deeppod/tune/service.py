@@ -215,10 +215,11 @@ def resume(session: Session, principal: Principal, name: str) -> Experiment:
         raise Conflict(f"experiment {name} is {exp.state}; only a stopped experiment can be resumed")
     exp.state, exp.reason, exp.ended_at = "running", f"resumed by {principal.user}", None
     for trial, job in trials(session, exp):
-        if trial.state == "stopped" and job is not None and job.state == JobState.STOPPED:
-            if job.purged_at is None:
-                jobs.resume(session, principal, job.id)
-                trial.state, trial.ended_at = "running", None
+        if trial.state != "stopped" or job is None or job.state != JobState.STOPPED:
+            continue
+        if job.purged_at is None:  # else its checkpoint went with its folder: the tune loop fails the trial
+            jobs.resume(session, principal, job.id)
+        trial.state, trial.ended_at = "running", None
     return exp
 
 

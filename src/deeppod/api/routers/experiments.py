@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections import Counter
+
 from fastapi import APIRouter, Request
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
@@ -12,11 +14,8 @@ router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 def _show(session, principal, name: str, tenant: str | None = None) -> ExperimentOut:
     exp = service.get_experiment(session, principal, name, tenant)
     rows = service.trials(session, exp)
-    counts: dict = {}
-    for t, _ in rows:
-        counts[t.state] = counts.get(t.state, 0) + 1
-    tenant_name, user_name = service.owner_names(session, exp)
-    return experiment_out(exp, tenant_name, user_name, counts, rows)
+    counts = dict(Counter(t.state for t, _ in rows))
+    return experiment_out(exp, *service.owner_names(session, exp), counts, service.best(session, exp), rows)
 
 
 @router.post("", status_code=201, response_model=ExperimentOut)
@@ -30,7 +29,8 @@ def create(body: ExperimentCreate, request: Request, session: SessionDep, princi
 
 @router.get("", response_model=list[ExperimentOut])
 def list_experiments(session: SessionDep, principal: PrincipalDep) -> list[ExperimentOut]:
-    return [experiment_out(e, t, u, c) for e, t, u, c in service.list_experiments(session, principal)]
+    return [experiment_out(e, t, u, c, service.best(session, e)) for e, t, u, c in
+            service.list_experiments(session, principal)]
 
 
 @router.get("/{name}", response_model=ExperimentOut)

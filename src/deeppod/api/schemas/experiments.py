@@ -62,18 +62,13 @@ class ExperimentOut(Out):
     trial_table: list[TrialOut] | None = Field(default=None, description="every trial (show only)")
 
 
-def experiment_out(exp, tenant: str, user: str, counts: dict, rows=None) -> ExperimentOut:
+def experiment_out(exp, tenant: str, user: str, counts: dict, best=None, rows=None) -> ExperimentOut:
+    """``best``: its best completed trial so far (tune.service.best); ``rows``: (trial, job) for show."""
     trial_table = None
-    best = None
     if rows is not None:
         trial_table = [TrialOut(number=t.number, job_id=t.job_id, params=t.params, state=t.state, value=t.value,
                                best=t.best, step=t.step, job_state=str(j.state) if j is not None else None,
                                restarts=j.restart_count if j is not None else 0, reason=t.reason) for t, j in rows]
-        best = next((t for t, _ in rows if t.number == exp.best_trial), None)
-        if best is None:
-            done = [t for t, _ in rows if t.state == "completed" and t.value is not None]
-            if done:
-                best = (max if exp.mode == "max" else min)(done, key=lambda t: t.value)
     return ExperimentOut(
         id=exp.id, name=exp.name, tenant=tenant, user=user, state=exp.state, metric=exp.metric, mode=exp.mode,
         trials=exp.trials, parallel=exp.parallel, sampler=exp.sampler, pruner=exp.pruner, space=exp.space,

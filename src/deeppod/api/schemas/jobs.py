@@ -40,7 +40,7 @@ class JobCreate(Strict):
 class JobOut(Out):
     id: int
     name: str
-    kind: str = "batch"  # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison)
+    kind: str = "batch"  # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison), trial (a search trial)
     tenant: str
     user: str
     state: JobState
