@@ -1,0 +1,203 @@
+"""Hyperparameter search: time to a target validation accuracy, DeepPod tune with ASHA against
+Optuna TPE without pruning run one trial at a time (the way most users start), and Ray Tune
+with ASHA when a Python with ``ray[tune]`` is given.
+
+Same objective for every system (benchmarks/tune_task.py: a small CNN, SGD, 27 epochs at
+most, 5 hyperparameters), same trial budget, same TPE sampler and seed:
+
+- ``optuna``: ``study.optimize(objective, n_trials)`` in one process, no pruner; torch uses
+  every core of the machine for the one trial.
+- ``deeppod``: a running ``deeppod server --gpus P`` (P logical GPU slots; the embedded
+  defaults otherwise), ``Client.create_experiment(..., sampler="tpe", pruner="asha",
+  parallel=P)``; every trial is a job (a process of its own) with the server's default CPU
+  share.
+- ``ray``: ``Tuner`` with ``OptunaSearch`` (TPE, same seed), ``ASHAScheduler`` (grace 1 epoch,
+  reduction factor 3, max 27 epochs), P concurrent trials of 1 CPU each.
+
+Every trial appends one line per epoch to a log with the wall clock, so "time to target" is
+read the same way for all: from the moment the search is asked for to the first epoch of any
+trial at or above the target. The whole search's time and the best accuracy of a trial that
+ran all its epochs are printed too (same final accuracy is part of the aim).
+
+    python benchmarks/tune.py [--task digits gratings] [--trials 24] [--parallel 2] [--seed 1]
+        [--ray-python /path/to/python-with-ray-tune]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TARGETS = {"digits": 0.98, "gratings": 0.80}
+
+
+def optuna_space(trial, space: dict) -> dict:
+    out = {}
+    for name, p in space.items():
+        if p["type"] == "categorical":
+            out[name] = trial.suggest_categorical(name, p["choices"])
+        else:
+            out[name] = trial.suggest_float(name, p["low"], p["high"], log=p.get("log", False))
+    return out
+
+
+def run_optuna(task: str, trials: int, seed: int, log: str) -> None:
+    """The baseline, in this process: sequential TPE, no pruning."""
+    import optuna
+
+    import tune_task
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(trial):
+        params = optuna_space(trial, tune_task.SPACE)
+        return tune_task.train(params, task, tune_task.EPOCHS,
+                               lambda e, a: tune_task.log_line(log, str(trial.number), e, a) or False)
+
+    optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed)).optimize(
+        objective, n_trials=trials)
+
+
+def run_ray(task: str, trials: int, parallel: int, seed: int, log: str) -> None:
+    """Ray Tune in this process (a Python that has ray[tune], torch, scikit-learn, optuna)."""
+    os.environ["PYTHONPATH"] = str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    import tune_task
+
+    def trainable(config):
+        trial_id = tune.get_context().get_trial_id()
+
+        def on_epoch(epoch, acc):
+            tune_task.log_line(log, trial_id, epoch, acc)
+            tune.report({"val_acc": acc, "epoch": epoch + 1})
+            return False
+
+        tune_task.train(config, task, tune_task.EPOCHS, on_epoch)
+
+    dist = {"float": lambda p: (tune.loguniform if p.get("log") else tune.uniform)(p["low"], p["high"]),
+            "categorical": lambda p: tune.choice(p["choices"])}
+    space = {name: dist[p["type"]](p) for name, p in tune_task.SPACE.items()}
+    ray.init(num_cpus=parallel, include_dashboard=False, logging_level="ERROR")
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 1}),
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric="val_acc", mode="max", num_samples=trials, max_concurrent_trials=parallel,
+            search_alg=OptunaSearch(seed=seed),
+            scheduler=ASHAScheduler(time_attr="epoch", max_t=tune_task.EPOCHS, grace_period=1, reduction_factor=3)),
+        run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(prefix="raytune-"), verbose=0))
+    tuner.fit()
+    ray.shutdown()
+
+
+def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str) -> None:
+    from deeppod import Client
+
+    import tune_task
+
+    c = Client(server.url, server.admin_token)
+    flags = [a for name in tune_task.SPACE for a in ("--" + name.replace("_", "-"), "{" + name + "}")]
+    name = f"bench-{task}-{seed}-{time.time_ns()}"
+    c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, *flags],
+                        space=tune_task.SPACE, metric="val_acc", mode="max", trials=trials, parallel=parallel,
+                        sampler="tpe", pruner="asha", seed=seed, workdir=str(HERE))
+    while (e := c.experiment(name))["state"] in ("running", "stopping"):
+        time.sleep(0.5)
+    if e["state"] != "completed":
+        raise RuntimeError(f"the search ended {e['state']}: {e['reason']}")
+    counts = {}
+    for t in e["trial_table"]:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+    print(f"    deeppod trials: {counts}", flush=True)
+
+
+def summarize(log: str, began: float, ended: float, target: float, epochs: int) -> dict:
+    lines = [json.loads(x) for x in Path(log).read_text().splitlines()] if Path(log).exists() else []
+    hit = [x["at"] for x in lines if x["acc"] >= target]
+    full = [x["acc"] for x in lines if x["epoch"] == epochs - 1]
+    return {"to_target_s": (min(hit) - began) if hit else None, "search_s": ended - began,
+            "best_full": max(full, default=None), "best_any": max((x["acc"] for x in lines), default=None),
+            "trials": len({x["trial"] for x in lines}), "epochs": len(lines)}
+
+
+def measure(system: str, task: str, args, root: Path, server) -> dict:
+    import tune_task
+
+    log = str(root / f"{system}-{task}-{args.seed}.jsonl")
+    began = time.time()
+    if system == "optuna":
+        subprocess.run([sys.executable, __file__, "_optuna", "--task", task, "--trials", str(args.trials),
+                        "--seed", str(args.seed), "--log", log], check=True)
+    elif system == "ray":
+        subprocess.run([args.ray_python, __file__, "_ray", "--task", task, "--trials", str(args.trials),
+                        "--parallel", str(args.parallel), "--seed", str(args.seed), "--log", log], check=True,
+                       stdout=subprocess.DEVNULL, stderr=open(root / f"ray-{task}.err", "w"))
+    else:
+        run_deeppod(server, task, args.trials, args.parallel, args.seed, log)
+    r = summarize(log, began, time.time(), args.target or TARGETS[task], tune_task.EPOCHS)
+    print(f"  {task} {system}: {json.dumps(r)}", flush=True)
+    return r
+
+
+def fmt(v, unit="s"):
+    return "never" if v is None else (f"{v:.1f} {unit}" if unit else f"{v:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", nargs="?", default="bench", choices=["bench", "_optuna", "_ray"])
+    ap.add_argument("--task", nargs="+", default=["digits", "gratings"])
+    ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--target", type=float, help="validation accuracy to reach (default: per task)")
+    ap.add_argument("--ray-python", help="a Python with ray[tune], torch, scikit-learn and optuna")
+    ap.add_argument("--log")
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    if args.mode == "_optuna":
+        return run_optuna(args.task[0], args.trials, args.seed, args.log)
+    if args.mode == "_ray":
+        return run_ray(args.task[0], args.trials, args.parallel, args.seed, args.log)
+
+    from deeppod.bench.server import Server
+
+    systems = ["optuna", "deeppod"] + (["ray"] if args.ray_python else [])
+    with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
+        root = Path(tmp)
+        server = Server(root / "home", gpus=args.parallel).start()
+        try:
+            results = {task: {s: measure(s, task, args, root, server) for s in systems} for task in args.task}
+        finally:
+            server.stop()
+    print(f"\n{args.trials} trials, {args.parallel} at a time (optuna: one at a time), TPE seed {args.seed}")
+    print("| task (target) | system | time to target | whole search | best acc (all epochs) | epochs run |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for task, rs in results.items():
+        for s, r in rs.items():
+            print(f"| {task} ({args.target or TARGETS[task]}) | {s} | {fmt(r['to_target_s'])} | {fmt(r['search_s'])} "
+                  f"| {fmt(r['best_full'], '')} | {r['epochs']} |")
+    for task, rs in results.items():
+        base = rs["optuna"]
+        for s in systems[1:]:
+            r = rs[s]
+            tt = (f"{base['to_target_s'] / r['to_target_s']:.2f}x" if base["to_target_s"] and r["to_target_s"]
+                  else "n/a")
+            print(f"{task}: {s} vs optuna: time to target {tt}, whole search "
+                  f"{base['search_s'] / r['search_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
