@@ -48,7 +48,7 @@ def sampling_loop(url: str, samples: int) -> dict:
     from deeppod.cluster.inventory import NodeInfo
     from deeppod.cluster.service import register_node
     from deeppod.monitor.loop import Monitor
-    from deeppod.monitor.readings import FakeGpuSampler, PsutilHostSampler
+    from deeppod.monitor.readings import FakeGpuSampler, OneNode, PsutilHostSampler
     from deeppod.monitor.service import Policy, count_rows
     from deeppod.store.db import make_engine, make_sessionmaker
     from deeppod.store.migrate import upgrade
@@ -61,7 +61,7 @@ def sampling_loop(url: str, samples: int) -> dict:
         register_node(s, NodeInfo("node-1", "127.0.0.1", 64, 512_000, tuple(
             GpuInfo(i, f"GPU-{i}", "H100", 81920, False) for i in range(8))))
     clock = [time.time()]
-    mon = Monitor(sessions, "node-1", gpus, PsutilHostSampler(), Policy(), clock=lambda: clock[0])
+    mon = Monitor(sessions, OneNode("node-1", gpus, PsutilHostSampler()), Policy(), clock=lambda: clock[0])
     rng = random.Random(0)
     mon.tick()  # the first sample pays for imports and the connection
     pg = url.startswith("postgresql")

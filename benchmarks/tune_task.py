@@ -7,6 +7,7 @@ trained with SGD on one of two image tasks, validation accuracy after every epoc
   orientation (10 bins over 180 degrees) is the class, with random frequency, phase and
   contrast under heavy Gaussian noise; 3,000 training and 1,000 validation images.
 
+The driver writes each task's split once (``prepare``) and every trial reads it (``--data``).
 Run as a DeepPod trial (parameters as flags; one ``runtime.report`` per epoch, stops when the
 pruner says so) or imported by the baselines (``train(params, task, epochs, on_epoch)``).
 Every epoch appends ``{"at", "trial", "epoch", "acc"}`` to ``--log`` so the benchmark reads the
@@ -57,8 +58,25 @@ def _gratings(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return img.astype(np.float32), y.astype(np.int64)
 
 
-def load(task: str):
-    """(train_x, train_y, val_x, val_y) as tensors of shape (N, 1, H, W)."""
+def prepare(task: str, path: str) -> None:
+    """Write the task's split to ``path`` (.npz) once, as a platform stages a dataset: every
+    trial reads files, none imports scikit-learn or generates data again."""
+    np.savez(path, *_generate(task))
+
+
+def load(task: str, data: str | None = None):
+    """(train_x, train_y, val_x, val_y) as tensors of shape (N, 1, H, W), from ``data`` (see
+    :func:`prepare`) when given."""
+    if data:
+        with np.load(data) as f:
+            parts = tuple(f[f"arr_{i}"] for i in range(4))
+    else:
+        parts = _generate(task)
+    tx, ty, vx, vy = (torch.from_numpy(a) for a in parts)
+    return tx[:, None], ty, vx[:, None], vy
+
+
+def _generate(task: str) -> tuple:
     if task == "digits":
         x, y = _digits()
         perm = np.random.default_rng(0).permutation(len(y))
@@ -69,8 +87,7 @@ def load(task: str):
         parts = (*_gratings(3000, 1), *_gratings(1000, 2))
     else:
         raise SystemExit(f"unknown task {task!r}: use digits or gratings")
-    tx, ty, vx, vy = (torch.from_numpy(a) for a in parts)
-    return tx[:, None], ty, vx[:, None], vy
+    return parts
 
 
 class Net(nn.Module):
@@ -92,11 +109,11 @@ def _shift(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.roll(x, shifts=(dy, dx), dims=(2, 3))
 
 
-def train(params: dict, task: str, epochs: int, on_epoch) -> float:
+def train(params: dict, task: str, epochs: int, on_epoch, data: str | None = None) -> float:
     """Train with ``params``; ``on_epoch(epoch, acc)`` after each epoch returns True to stop
     early (a pruner's decision). Returns the last validation accuracy."""
     torch.manual_seed(0)
-    tx, ty, vx, vy = load(task)
+    tx, ty, vx, vy = load(task, data)
     net = Net(int(params["channels"]), tx.shape[-1])
     opt = torch.optim.SGD(net.parameters(), lr=float(params["lr"]), momentum=float(params["momentum"]),
                           weight_decay=float(params["weight_decay"]))
@@ -129,6 +146,7 @@ def main() -> None:
     ap.add_argument("--task", default="digits")
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--log")
+    ap.add_argument("--data", help="the task's split written by prepare()")
     for name, p in SPACE.items():
         ap.add_argument("--" + name.replace("_", "-"), type=int if p["type"] == "categorical" else float, required=True)
     args = ap.parse_args()
@@ -140,7 +158,7 @@ def main() -> None:
         runtime.report(epoch, val_acc=acc)
         return runtime.should_stop()
 
-    train(params, args.task, args.epochs, on_epoch)
+    train(params, args.task, args.epochs, on_epoch, args.data)
     if runtime.should_stop():
         runtime.exit_for_resume()
 

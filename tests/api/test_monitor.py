@@ -6,7 +6,7 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 from deeppod.monitor.loop import Monitor
-from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler
+from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler, OneNode
 
 
 def test_metrics_and_gpu_samples(api, tmp_path):
@@ -20,7 +20,7 @@ def test_metrics_and_gpu_samples(api, tmp_path):
     gpus = FakeGpuSampler(4)
     for i in range(4):
         gpus.set(i, util=25.0 * i, power_w=100.0 + i, temperature_c=50.0)
-    mon = Monitor(api.ctx.sessions, api.ctx.node.name, gpus, FakeHostSampler())
+    mon = Monitor(api.ctx.sessions, OneNode(api.ctx.node.name, gpus, FakeHostSampler()))
     mon.tick()
     r = api.http.get("/metrics", headers=api.as_(api.admin))
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")

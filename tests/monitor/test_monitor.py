@@ -10,7 +10,7 @@ from deeppod.jobs.controller import JobController
 from deeppod.jobs.service import list_events
 from deeppod.monitor import service
 from deeppod.monitor.loop import Monitor
-from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler
+from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler, OneNode
 from deeppod.store.models import GpuSample, HostSample, Job, Node
 from tests.fixtures import populate, submit_job
 
@@ -31,7 +31,7 @@ def world(sessions, tmp_path):
     clock = Clock()
     gpus = FakeGpuSampler(4)
     node = _node_name(sessions)
-    mon = Monitor(sessions, node, gpus, FakeHostSampler(), service.Policy(idle_after_s=1800), clock=clock)
+    mon = Monitor(sessions, OneNode(node, gpus, FakeHostSampler()), service.Policy(idle_after_s=1800), clock=clock)
     return w, jobs, mon, gpus, clock, tmp_path
 
 

@@ -132,6 +132,29 @@ def test_parallel_is_an_upper_bound_and_params_reach_the_job(h):
     assert spec.workers[0].env["DEEPPOD_PARAM_X"] == str(t.params["x"])
 
 
+def test_a_trial_being_pruned_does_not_hold_back_the_next(h):
+    """Its GPU is on its way back: the next trial is asked for at once and starts when it is."""
+    exp_id = h.create(trials=3, parallel=1, pruner="median")
+    for _ in range(3):
+        h.jobs.tick()
+        h.tune.tick()
+    [(t, j)] = h.trials(exp_id)
+    assert j.state == "running"
+    with h.sessions.begin() as s:
+        h.tune._prune(s, s.get(Experiment, exp_id), s.get(Trial, t.id), s.get(Job, j.id), (0, 0.1))
+    h.tune.tick()
+    h.tune.tick()
+    rows = h.trials(exp_id)
+    assert [(r.state, job.state) for r, job in rows] == [("pruning", "running"), ("running", "queued")]
+    h.jobs.tick()  # the pruned trial is told to stop; it exits
+    h.fake.finish(j.id, {0: 75})
+    for _ in range(3):
+        h.jobs.tick()
+        h.tune.tick()
+    rows = h.trials(exp_id)
+    assert [r.state for r, _ in rows][:2] == ["pruned", "running"] and rows[1][1].state == "running"
+
+
 def test_the_search_fills_only_the_gpus_there_are(h):
     """4 GPUs, trials of 3 GPUs, parallel 4: one runs, one waits, no more are asked for."""
     exp_id = h.create(trials=8, parallel=4, job={"command": [sys.executable, "-c", "pass", "{x}"],

@@ -1,5 +1,5 @@
-"""The sampling loop of a node: read, record (attributed, checked), and now and then roll up
-and drop old samples. Runs on the leader for the node it runs jobs on."""
+"""The sampling loop: read every node (this machine, or each Ray node's sampler), record
+(attributed, checked), and now and then roll up and drop old samples. Runs on the leader."""
 
 from __future__ import annotations
 
@@ -12,28 +12,30 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.cluster.leader import run_rounds
 from deeppod.monitor import service
-from deeppod.monitor.readings import GpuSampler, HostSampler
+from deeppod.monitor.readings import NodeSource
 
 log = logging.getLogger(__name__)
 COMPACT_EVERY_S = 60.0
 
 
 class Monitor:
-    def __init__(self, sessions: sessionmaker[Session], node: str, gpus: GpuSampler, host: HostSampler | None,
+    def __init__(self, sessions: sessionmaker[Session], source: NodeSource,
                  policy: service.Policy = service.Policy(), clock: Callable[[], float] = time.time,
                  fence: Callable[[Session], None] = lambda s: None):
-        self.sessions, self.node, self.gpus, self.host = sessions, node, gpus, host
+        self.sessions, self.source = sessions, source
         self.policy, self.clock, self.fence = policy, clock, fence
         self.samples = 0
         self._compacted = 0.0
 
     def tick(self) -> list[str]:
-        gpus = self.gpus.read()
-        host = self.host.read() if self.host is not None else None
+        readings = self.source.read()
         now = self.clock()
+        notes = []
         with self.sessions.begin() as s:
             self.fence(s)
-            notes = service.record(s, self.node, gpus, host, now, self.policy)
+            held = service.holders(s)
+            for node, r in readings.items():
+                notes += service.record(s, node, r.gpus, r.host, now, self.policy, held)
         self.samples += 1
         if now - self._compacted >= COMPACT_EVERY_S:
             with self.sessions.begin() as s:

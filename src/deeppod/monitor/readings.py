@@ -36,12 +36,39 @@ class HostReading:
     net_tx_bps: float = 0.0
 
 
+@dataclass(frozen=True)
+class NodeReading:
+    gpus: list[GpuReading]
+    host: HostReading | None
+
+
 class GpuSampler(Protocol):
     def read(self) -> list[GpuReading]: ...
 
 
 class HostSampler(Protocol):
     def read(self) -> HostReading: ...
+
+
+class NodeSource(Protocol):
+    """Where the monitor's readings come from: node name -> that node's reading. A node that
+    does not answer is left out (the inventory marks it down)."""
+
+    def read(self) -> dict[str, NodeReading]: ...
+
+
+class OneNode:
+    """This machine's samplers, read in this process (the local executor's one node; also what
+    a Ray node's sampler actor holds)."""
+
+    def __init__(self, name: str, gpus: GpuSampler, host: HostSampler | None):
+        self.name, self.gpus, self.host = name, gpus, host
+
+    def reading(self) -> NodeReading:
+        return NodeReading(self.gpus.read(), self.host.read() if self.host is not None else None)
+
+    def read(self) -> dict[str, NodeReading]:
+        return {self.name: self.reading()}
 
 
 class FakeGpuSampler:

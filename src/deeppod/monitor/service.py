@@ -46,10 +46,10 @@ def holders(session: Session) -> dict[tuple[str, int], Job]:
 
 
 def record(session: Session, node_name: str, gpus: list[GpuReading], host: HostReading | None, at: float,
-           policy: Policy = Policy()) -> list[str]:
+           policy: Policy = Policy(), held: dict[tuple[str, int], Job] | None = None) -> list[str]:
     """Store one reading of a node; cordon GPUs that report hardware errors; track idle jobs.
-    Returns what it did worth a log line."""
-    held = holders(session)
+    Returns what it did worth a log line. ``held``: :func:`holders`, read once for many nodes."""
+    held = holders(session) if held is None else held
     node = session.scalar(select(Node).where(Node.name == node_name))
     previous = _last_raw(session, node_name)
     notes = []

@@ -68,7 +68,10 @@ class TuneController:
             if not live:
                 service.finish(exp, "stopped", exp.reason or "stopped")
             return
-        if len(rows) < exp.trials and len(live) < exp.parallel and not _waiting(live):
+        # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
+        # and waits for them, rather than after the trial's exit is seen
+        busy = [(t, j) for t, j in live if t.state != "pruning"]
+        if len(rows) < exp.trials and len(busy) < exp.parallel and not _waiting(live):
             owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
             try:
                 with s.begin_nested():
