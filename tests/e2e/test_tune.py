@@ -55,3 +55,36 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
     bad = subprocess.run([sys.executable, "-m", "deeppod.cli", "tune", "create", "bad", "--space", "/dev/null",
                           "--", sys.executable, TRIAL], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "must hold a mapping of parameters" in bad.stderr
+
+
+def test_tune_image_classifier_searches_the_built_in_trainer_and_registers_the_best(fresh_server, tmp_path):
+    """No code: the built-in trainer on a dataset, its default space, the best trial's model
+    registered with the experiment in its lineage."""
+    from deeppod.runtime.trainers.digits import write_digits
+
+    server = fresh_server.start()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}, "DEEPPOD_API_URL": server.url,
+           "DEEPPOD_TOKEN": server.admin_token, "DEEPPOD_CONFIG": str(tmp_path / "c.json"), "COLUMNS": "200"}
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    cli("data", "ingest", "digits", str(write_digits(tmp_path / "digits")), "--split", "val=0.2")
+    cli("tune", "image-classifier", "dsearch", "--dataset", "digits", "--trials", "3", "--parallel", "2",
+        "--epochs", "2", "--image-size", "16", "--seed", "5", "--register", "digits-tuned")
+    c = Client(server.url, server.admin_token)
+    done = wait_until(lambda: (e := c.experiment("dsearch"))["state"] not in ("running", "stopping") and e,
+                      480, interval=2, what="the search to end")
+    assert done["state"] == "completed", (done["reason"], done["trial_table"])
+    rows = done["trial_table"]
+    assert len(rows) == 3 and {"lr", "momentum", "batch_size"} <= set(rows[0]["params"])
+    best = done["best_trial"]
+    version = c.model_version("digits-tuned@1")
+    lineage = version["lineage"]
+    assert lineage["experiment"] == "dsearch" and lineage["trial"] == best
+    assert lineage["hyperparameters"] == rows[best]["params"] and lineage["dataset"] == "digits@1"
+    assert version["metrics"]["val_accuracy"] == pytest.approx(rows[best]["value"], abs=1e-6)
+    assert f"best: trial {best}" in cli("tune", "show", "dsearch")

@@ -94,13 +94,16 @@ class TuneController:
                          .order_by(JobMetric.step, JobMetric.id))
         ordered = list({step: value for step, value in rows}.items())  # one per step, in order: its latest report
         if ordered:
-            study.report(trial.study_trial_id, ordered)
+            pruned_at = None
+            if trial.state != "pruning":  # what a pruned trial reports on its way out is not the study's
+                prune = (trial.state == "running" and exp.pruner != "none" and job.state == JobState.RUNNING
+                         and not job.stopping)
+                pruned_at = study.report(trial.study_trial_id, ordered, prune)
             trial.step = ordered[-1][0]
             values = [v for _, v in ordered] + ([trial.best] if trial.best is not None else [])
             trial.best = max(values) if exp.mode == "max" else min(values)
-            if (trial.state == "running" and exp.pruner != "none" and job.state == JobState.RUNNING
-                    and not job.stopping and study.should_prune(trial.study_trial_id)):
-                self._prune(s, exp, trial, job, ordered[-1])
+            if pruned_at is not None:
+                self._prune(s, exp, trial, job, pruned_at)
         if job.state in FINAL_STATES:
             self._ended(s, exp, study, trial, job)
 

@@ -98,13 +98,17 @@ class Study:
 
         return optuna.trial.Trial(self.study, trial_id)
 
-    def report(self, trial_id: int, values: list[tuple[int, float]]) -> None:
+    def report(self, trial_id: int, values: list[tuple[int, float]], prune: bool = True) -> tuple[int, float] | None:
+        """Report ``values`` step by step and, with ``prune``, ask the pruner after each one, as
+        a trial in one process would: successive halving compares trials at its rung's step, not
+        at whatever step a batch of reports reached. Returns the (step, value) the pruner stops
+        the trial at (the steps after it are not reported), or None."""
         trial = self._trial(trial_id)
         for step, value in values:
             trial.report(value, step)
-
-    def should_prune(self, trial_id: int) -> bool:
-        return self._trial(trial_id).should_prune()
+            if prune and trial.should_prune():
+                return step, value
+        return None
 
     def tell(self, number: int, state: str, value: float | None = None) -> None:
         """``state``: complete (with its value), pruned or fail. Telling twice is harmless (a new
