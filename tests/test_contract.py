@@ -43,6 +43,13 @@ def test_torchrun_and_platform_variables():
     assert e["OMP_NUM_THREADS"] == "2"  # the CPU request, not the host's setting
 
 
+def test_a_trial_gets_its_parameters_and_sooner_metric_sends():
+    e = env(params={"lr": 0.1, "batch_size": 32})
+    assert e["DEEPPOD_PARAM_LR"] == "0.1" and e["DEEPPOD_PARAM_BATCH_SIZE"] == "32"
+    assert e["DEEPPOD_METRICS_FLUSH_SECONDS"] == "0.2"
+    assert "DEEPPOD_METRICS_FLUSH_SECONDS" not in env()  # a plain job sends every second
+
+
 def test_no_gpus_means_none_visible():
     assert env(gpus=())["CUDA_VISIBLE_DEVICES"] == ""
 

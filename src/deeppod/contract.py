@@ -65,6 +65,9 @@ ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certifica
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
+# seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner
+ENV_METRICS_FLUSH = "DEEPPOD_METRICS_FLUSH_SECONDS"
+TRIAL_METRICS_FLUSH_S = 0.2
 RESERVED_PREFIX = "DEEPPOD_"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What a worker inherits from the server's environment: the programs' search path, the
@@ -179,6 +182,8 @@ def worker_env(
     env = dict(base)
     env.update(user_env)
     env.update({param_env_key(k): str(v) for k, v in (params or {}).items()})
+    if params is not None:
+        env.setdefault(ENV_METRICS_FLUSH, str(TRIAL_METRICS_FLUSH_S))
     threads = str(max(1, int(cpus)))
     # Honour the CPU request: math libraries size their thread pools from these.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -6,6 +6,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 import torch
 
 from deeppod.runtime.metrics import Reporter, histogram
@@ -118,3 +119,13 @@ def test_batches_stay_under_the_servers_body_limit():
     finally:
         rep.close()
         sink.close()
+
+
+@pytest.mark.parametrize("value, seconds", [(None, 1.0), ("0.2", 0.2), ("0", 0.05), ("soon", 1.0)])
+def test_the_send_interval_comes_from_the_job_contract(monkeypatch, value, seconds):
+    """A trial's contract asks for sooner sends (its pruner judges each report)."""
+    if value is None:
+        monkeypatch.delenv("DEEPPOD_METRICS_FLUSH_SECONDS", raising=False)
+    else:
+        monkeypatch.setenv("DEEPPOD_METRICS_FLUSH_SECONDS", value)
+    assert Reporter(api_url="http://127.0.0.1:1", token="t", job_id=1, enabled=False).flush_seconds == seconds

@@ -130,6 +130,7 @@ def test_parallel_is_an_upper_bound_and_params_reach_the_job(h):
     spec = h.fake.launched[j.id]
     assert spec.command[-1] == repr(t.params["x"]) and j.kind == "trial"
     assert spec.workers[0].env["DEEPPOD_PARAM_X"] == str(t.params["x"])
+    assert spec.workers[0].env["DEEPPOD_METRICS_FLUSH_SECONDS"] == "0.2"  # the pruner sees reports sooner
 
 
 def test_a_trial_being_pruned_does_not_hold_back_the_next(h):

@@ -8,16 +8,13 @@ from deeppod.tune.study import Study
 def test_a_batch_of_reports_is_pruned_at_its_rung_not_at_its_last_step(tmp_path):
     study = Study(tmp_path, mode="max", sampler="random", pruner="asha",
                   space=parse_space({"x": {"type": "float", "low": 0, "high": 1}}), seed=1)
-    number, first, _ = study.ask()
-    assert study.report(first, [(step, 0.5) for step in range(27)]) is None  # no pruning before one completes
-    study.tell(number, "complete", 0.5)  # now its rungs are known: steps 1, 3, 9
+    _, first, _ = study.ask()
+    assert study.report(first, [(step, 0.5) for step in range(9)]) is None  # the rungs' (1, 3) first values: 0.5
     _, second, _ = study.ask()
-    assert study.report(second, [(step, 0.5) for step in range(9)]) is None  # the rungs' first values: 0.5
-    _, third, _ = study.ask()
     # behind at the first rung (step 1), ahead by step 8: successive halving stops it at step 1
     late = [(0, 0.1), (1, 0.2)] + [(step, 0.9) for step in range(2, 9)]
-    assert study.report(third, late) == (1, 0.2)
-    assert sorted(study.study.trials[2].intermediate_values) == [0, 1]  # what came after is not the study's
-    _, fourth, _ = study.ask()
-    assert study.report(fourth, late, prune=False) is None  # reported, not judged
-    assert len(study.study.trials[3].intermediate_values) == 9
+    assert study.report(second, late) == (1, 0.2)
+    assert sorted(study.study.trials[1].intermediate_values) == [0, 1]  # what came after is not the study's
+    _, third, _ = study.ask()
+    assert study.report(third, late, prune=False) is None  # reported, not judged
+    assert len(study.study.trials[2].intermediate_values) == 9

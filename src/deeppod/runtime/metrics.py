@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import ENV_CA_CERT, ENV_TOKEN, open_first, server_urls
+from deeppod.contract import ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, open_first, server_urls
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,23 @@ def histogram(values, bins: int = 30) -> dict:
     return {"min": lo, "max": hi, "counts": counts}
 
 
+def _flush_seconds() -> float:
+    try:
+        return min(60.0, max(0.05, float(os.environ.get(ENV_METRICS_FLUSH, "1"))))
+    except ValueError:
+        return 1.0
+
+
 class Reporter:
     def __init__(self, api_url: str | None = None, token: str | None = None, job_id: int | None = None,
-                 tb_dir: str | None = None, flush_seconds: float = 1.0, max_buffer: int = 100_000,
+                 tb_dir: str | None = None, flush_seconds: float | None = None, max_buffer: int = 100_000,
                  enabled: bool | None = None):
         ctx = job_context()
         self.api_url = api_url if api_url is not None else ctx.api_url
         self.token = token if token is not None else os.environ.get(ENV_TOKEN)
         self.job_id = job_id if job_id is not None else ctx.job_id
         self.enabled = ctx.rank == 0 if enabled is None else enabled
-        self.flush_seconds = flush_seconds
+        self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list[dict] = []

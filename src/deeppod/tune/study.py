@@ -61,8 +61,11 @@ def make_sampler(name: str, space: dict[str, Param], seed: int | None):
 
 def make_pruner(name: str):
     p = _optuna().pruners
-    if name == "asha":  # asynchronous successive halving: rungs at min_resource * 3^k steps
-        return p.SuccessiveHalvingPruner(min_resource="auto", reduction_factor=3)
+    if name == "asha":  # asynchronous successive halving: rungs at steps 1, 3, 9, 27, ...
+        # A fixed first rung (Ray Tune's grace period of 1), not "auto": auto waits for a trial to
+        # complete, and the trials running meanwhile are then judged at every passed rung with
+        # their current value, which inflates those rungs against every later trial.
+        return p.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
     if name == "hyperband":
         return p.HyperbandPruner(min_resource=1, reduction_factor=3)
     if name == "median":
