@@ -139,11 +139,10 @@ class RayNodes:
         ray, ex = self.executor.ray, self.executor
         refs = {}
         for name in ex.live_nodes():
-            node_id = ex._ids[name]
+            node_id = ex.node_id(name)
             actor = self._actors.get(node_id)
             if actor is None:
-                actor = self._actors[node_id] = ex._sampler.options(
-                    scheduling_strategy=ex._strategy(name)).remote(ex._real.get(name, False))
+                actor = self._actors[node_id] = ex.start_sampler(name)
             refs[actor.read.remote()] = (name, node_id)
         done, late = ray.wait(list(refs), num_returns=len(refs), timeout=SAMPLE_TIMEOUT_S) if refs else ([], [])
         out = {}
@@ -212,8 +211,15 @@ class RayExecutor:
             self.nodes()
         return sorted(self._alive)
 
+    def node_id(self, name: str) -> str:
+        return self._ids[name]
+
     def samplers(self) -> RayNodes:
+        """The monitor's source: a sampler on every live node."""
         return RayNodes(self)
+
+    def start_sampler(self, node: str):
+        return self._sampler.options(scheduling_strategy=self._strategy(node)).remote(self._real.get(node, False))
 
     def _strategy(self, node: str):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
