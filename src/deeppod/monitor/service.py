@@ -51,7 +51,7 @@ def record(session: Session, node_name: str, gpus: list[GpuReading], host: HostR
     Returns what it did worth a log line. ``held``: :func:`holders`, read once for many nodes."""
     held = holders(session) if held is None else held
     node = session.scalar(select(Node).where(Node.name == node_name))
-    previous = _last_raw(session, node_name)
+    previous = _last_raw(session, node_name, [r.index for r in gpus])
     notes = []
     for r in gpus:
         job = held.get((node_name, r.index))
@@ -71,12 +71,17 @@ def record(session: Session, node_name: str, gpus: list[GpuReading], host: HostR
     return notes
 
 
-def _last_raw(session: Session, node_name: str) -> dict[int, GpuSample]:
-    newest = (select(GpuSample.gpu, func.max(GpuSample.at).label("at"))
-              .where(GpuSample.node == node_name, GpuSample.period == 0).group_by(GpuSample.gpu).subquery())
-    rows = session.scalars(select(GpuSample).join(newest, (GpuSample.gpu == newest.c.gpu) & (GpuSample.at == newest.c.at))
-                           .where(GpuSample.node == node_name, GpuSample.period == 0))
-    return {s.gpu: s for s in rows}
+def _last_raw(session: Session, node_name: str, gpus: list[int]) -> dict[int, GpuSample]:
+    """Each GPU's newest raw sample: one index probe per GPU (period, node, gpu, at), where a
+    max over the node's samples reads every one of the last hour's."""
+    out = {}
+    for g in gpus:
+        row = session.scalars(select(GpuSample).where(GpuSample.period == 0, GpuSample.node == node_name,
+                                                      GpuSample.gpu == g)
+                              .order_by(GpuSample.at.desc()).limit(1)).first()
+        if row is not None:
+            out[g] = row
+    return out
 
 
 def _fault(r: GpuReading, before: GpuSample | None) -> str | None:
