@@ -21,6 +21,9 @@ ran all its epochs are printed too (same final accuracy is part of the aim).
 
     python benchmarks/tune.py [--task digits gratings] [--trials 20] [--parallel 2] [--seeds 1 2 3]
         [--ray-python /path/to/python-with-ray-tune]
+
+A Python for Ray: ``python3.11 -m venv /tmp/rt && /tmp/rt/bin/pip install "ray[tune]==2.60.0"
+torch==2.14.1 scikit-learn optuna``.
 """
 
 from __future__ import annotations
