@@ -79,7 +79,7 @@ class ServerContext:
     leader: Leadership = None  # this server's claim to lead a failover control plane (always set by build)
     node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
     tune: TuneController | None = None  # runs hyperparameter searches (always set by build)
-    monitor: Monitor | None = None  # samples this machine's GPUs and host (the local executor's node)
+    monitor: Monitor | None = None  # samples GPUs and hosts: this machine, or every Ray node
 
 
 def resolve_isolation(asked: str, supported=None) -> str:
@@ -187,8 +187,9 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code)
     ctx.tune = TuneController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
-    if node is not None:  # the local executor's one node (Ray nodes are not sampled yet)
-        source = OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
+    source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
+              if node is not None else getattr(executor, "samplers", lambda: None)())
+    if source is not None:
         policy = monitoring.Policy(idle_util=settings.monitor_idle_percent, idle_after_s=settings.monitor_idle_seconds,
                                    raw_keep_s=settings.monitor_raw_seconds,
                                    retention_s=settings.monitor_retention_days * 86400)

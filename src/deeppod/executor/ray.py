@@ -40,6 +40,7 @@ MIN_RAY = (2, 55)
 NAMESPACE = "deeppod"
 START_TIMEOUT_S = 120.0  # an agent's start on a node (a cold node starts a Ray worker process first)
 ALIVE_TIMEOUT_S = 10.0
+SAMPLE_TIMEOUT_S = 5.0  # a node whose sampler does not answer in time is left out of that round
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -113,6 +114,50 @@ class _Agent:
         return free_port(host)
 
 
+class _Sampler:
+    """One node's monitoring samplers (an actor per node, owned by the server: it ends with it).
+    NVML on the node's own GPUs where Ray sees real ones; the node's host through psutil."""
+
+    def __init__(self, real_gpus: bool) -> None:
+        from deeppod.monitor.readings import NoGpus, OneNode, PsutilHostSampler, default_gpu_sampler
+
+        self.node = OneNode(socket.gethostname(), default_gpu_sampler(None) if real_gpus else NoGpus(),
+                            PsutilHostSampler())
+
+    def read(self):
+        return self.node.reading()
+
+
+class RayNodes:
+    """The monitor's source on a Ray cluster: every live node's sampler, read in parallel."""
+
+    def __init__(self, executor: "RayExecutor"):
+        self.executor = executor
+        self._actors: dict[str, object] = {}  # Ray node id -> its sampler
+
+    def read(self) -> dict:
+        ray, ex = self.executor.ray, self.executor
+        refs = {}
+        for name in ex.live_nodes():
+            node_id = ex.node_id(name)
+            actor = self._actors.get(node_id)
+            if actor is None:
+                actor = self._actors[node_id] = ex.start_sampler(name)
+            refs[actor.read.remote()] = (name, node_id)
+        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=SAMPLE_TIMEOUT_S) if refs else ([], [])
+        out = {}
+        for ref in done:
+            name, node_id = refs[ref]
+            try:
+                out[name] = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # the node left or its sampler died: a new one next round
+                log.info("node %s was not sampled: %s", name, exc)
+                self._actors.pop(node_id, None)
+        for ref in late:
+            log.info("node %s did not answer its sampler within %.0f s", refs[ref][0], SAMPLE_TIMEOUT_S)
+        return out
+
+
 class RayExecutor:
     def __init__(self, address: str, gpus_per_node: int | None = None):
         try:
@@ -133,25 +178,47 @@ class RayExecutor:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
                  _node_ip_address=_local_ip_towards(address))
         self._agent = ray.remote(num_cpus=0, max_restarts=0)(_Agent)
+        self._sampler = ray.remote(num_cpus=0, max_restarts=0)(_Sampler)
         self._ids: dict[str, str] = {}  # DeepPod node name -> Ray node id
+        self._real: dict[str, bool] = {}  # DeepPod node name -> Ray sees real GPUs there
+        self._up: frozenset[str] = frozenset()  # nodes Ray reports alive (replaced whole: read by the monitor's thread)
         log.info("connected to the Ray cluster at %s (Ray %s)", address, ray.__version__)
 
     # nodes -------------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         """Every node Ray knows, alive or not, as DeepPod nodes. GPUs are Ray's ``GPU``
         resource, or ``gpus_per_node`` logical slots on a CPU cluster."""
-        out = []
+        out, up = [], set()
         for n in self.ray.nodes():
             res = n.get("Resources") or {}
             name = f"{n.get('NodeManagerHostname') or n['NodeManagerAddress']}-{n['NodeID'][:8]}"
             self._ids[name] = n["NodeID"]
             real = int(res.get("GPU", 0))
+            self._real[name] = bool(real)
+            if n.get("Alive"):
+                up.add(name)
             count = real or (self.gpus_per_node or 0)
             gpus = tuple(GpuInfo(i, f"{n['NodeID'][:12]}-{i}", "GPU" if real else "logical", 0, not real)
                          for i in range(count))
             out.append(NodeInfo(name=name, address=n["NodeManagerAddress"], cpus=int(res.get("CPU", 0)),
                                 memory_mb=int(res.get("memory", 0)) >> 20, gpus=gpus, healthy=bool(n.get("Alive"))))
+        self._up = frozenset(up)
         return out
+
+    def live_nodes(self) -> list[str]:
+        if not self._ids:
+            self.nodes()
+        return sorted(self._up)
+
+    def node_id(self, name: str) -> str:
+        return self._ids[name]
+
+    def samplers(self) -> RayNodes:
+        """The monitor's source: a sampler on every live node."""
+        return RayNodes(self)
+
+    def start_sampler(self, node: str):
+        return self._sampler.options(scheduling_strategy=self._strategy(node)).remote(self._real.get(node, False))
 
     def _strategy(self, node: str):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
