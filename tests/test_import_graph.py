@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 SERVER_PACKAGES = ("deeppod.api", "deeppod.store", "deeppod.jobs", "deeppod.scheduler", "deeppod.executor",
-                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.datasets", "deeppod.models")
+                   "deeppod.server", "deeppod.auth", "deeppod.cluster", "deeppod.datasets", "deeppod.models",
+                   "deeppod.ui")
 HEAVY = ("fastapi", "sqlalchemy", "uvicorn", "alembic", "starlette")
 
 

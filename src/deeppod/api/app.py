@@ -13,6 +13,7 @@ from deeppod.api.latency import Latency
 from deeppod.api.routers import (audit, code, datasets, deployments, experiments, jobs, metrics, models, monitor, nodes,
                                  plans, servers, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
+from deeppod import ui
 
 
 def create_app(ctx) -> FastAPI:
@@ -29,6 +30,7 @@ def create_app(ctx) -> FastAPI:
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)
+    ui.install(app)  # the web console at /
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:

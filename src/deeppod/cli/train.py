@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,6 +12,7 @@ from deeppod.cli.jobs import follow_job
 from deeppod.cli.output import console
 from deeppod.cli.values import exported_env, parse_workers
 from deeppod.errors import InvalidRequest
+from deeppod.runtime.trainers.command import check_args, image_classifier
 
 app = typer.Typer()
 train_app = typer.Typer(no_args_is_help=True, help="Built-in trainers: no code needed.")
@@ -53,8 +53,8 @@ def train_image_classifier(
     args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
             "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
             "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
-    check_trainer_args(args, model)
-    command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args]
+    check_args(args, model)
+    command = image_classifier(args)
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     low, high = parse_workers(workers)
     job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
@@ -65,29 +65,3 @@ def train_image_classifier(
                   f"and 'deeppod metrics {job['id']} -f'")
     if follow:
         follow_job(c, job["id"])
-
-
-def check_trainer_args(args: list[str], model: str) -> None:
-    """Mistakes the trainer would make the job fail on, caught before it is submitted."""
-    import contextlib
-    import io
-
-    from deeppod.runtime.trainers import image_classifier as trainer
-
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said):
-            trainer.parse_args(args)
-    except SystemExit:
-        why = said.getvalue().strip().splitlines()[-1:] or ["invalid options"]
-        raise InvalidRequest(f"the trainer refuses these options: {why[0].removeprefix('image_classifier.py: ')}"
-                             ) from None
-    try:
-        names = trainer.model_names()
-    except ImportError:  # a client without torchvision: the trainer checks it on the cluster
-        return
-    if model not in names:
-        close = [n for n in names if n.startswith(model[:4])][:8]
-        raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use small-cnn or a torchvision "
-                             f"classification model ({', '.join(close or names[:12])}, ...; "
-                             f"{len(names)} in all)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,9 +11,9 @@ import yaml
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
-from deeppod.cli.train import check_trainer_args
 from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers
 from deeppod.errors import InvalidRequest
+from deeppod.runtime.trainers import command as trainer
 
 app = typer.Typer(no_args_is_help=True, help="Hyperparameter search: trials run as your jobs on the shared GPUs.")
 
@@ -117,8 +116,8 @@ def image_classifier(
             args += [flag, "{" + key + "}"]
         elif key in fixed:
             args += [flag, str(fixed[key])]
-    check_trainer_args([*[_example(a, chosen) for a in args], *ctx.args], model)
-    command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", *args, *ctx.args]
+    trainer.check_args([*[_example(a, chosen) for a in args], *ctx.args], model)
+    command = trainer.image_classifier([*args, *ctx.args])
     c = client(url, token)
     exp = c.create_experiment(name, command, space=chosen, metric=metric, mode="max", trials=trials,
                               parallel=parallel, sampler=sampler, pruner=pruner, seed=seed, register=register,

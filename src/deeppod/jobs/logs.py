@@ -68,3 +68,17 @@ def stream_logs(job_dir: Path, ranks: list[int], *, follow: bool, finished: Call
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             return
         time.sleep(poll_s)
+
+
+def tail(job_dir: Path, rank: int, max_bytes: int = 16384) -> str:
+    """The end of one rank's log (whole lines, at most ``max_bytes``), for a page to show."""
+    try:
+        with open(log_file(job_dir, rank), "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    if size > max_bytes:  # drop the cut first line
+        data = data.split(b"\n", 1)[-1]
+    return data.decode("utf-8", "replace")

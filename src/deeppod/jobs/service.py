@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
@@ -243,17 +243,18 @@ class JobFilter:
     name: str | None = None  # a part of the name
 
 
-def list_jobs(session: Session, principal: Principal, where: JobFilter | None = None,
-              limit: int = 200) -> list[tuple[Job, str, str]]:
-    """Jobs with their tenant and user names, newest first."""
-    f = where or JobFilter()
+# what a job list may be ordered by (the console's sortable columns)
+JOB_SORTS = {"id": Job.id, "name": Job.name, "state": Job.state, "tenant": Tenant.name, "user": User.name,
+             "gpus": Job.workers * Job.gpus_per_worker, "submitted": Job.submitted_at}
+
+
+def _jobs_query(principal: Principal, f: JobFilter):
     if f.state is not None and f.state not in set(JobState):
         raise InvalidRequest(f"unknown state {f.state!r}: use one of {', '.join(JobState)}")
     for k in (*f.kinds, *f.exclude_kinds):
         if k not in JOB_KINDS:
             raise InvalidRequest(f"unknown job kind {k!r}: use one of {', '.join(JOB_KINDS)}")
-    q = (select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id)
-         .join(User, Job.user_id == User.id).order_by(Job.id.desc()).limit(limit))
+    q = select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id).join(User, Job.user_id == User.id)
     if not principal.is_admin:
         q = q.where(Job.tenant_id == principal.tenant_id)
     if f.state is not None:
@@ -268,7 +269,26 @@ def list_jobs(session: Session, principal: Principal, where: JobFilter | None = 
         q = q.where(User.name == f.user)
     if f.name:
         q = q.where(Job.name.contains(f.name, autoescape=True))
+    return q
+
+
+def list_jobs(session: Session, principal: Principal, where: JobFilter | None = None,
+              limit: int = 200, offset: int = 0, sort: str = "-id") -> list[tuple[Job, str, str]]:
+    """Jobs with their tenant and user names, newest first (``sort``: a JOB_SORTS key, '-' for
+    descending; ties newest first)."""
+    key = sort.removeprefix("-")
+    if key not in JOB_SORTS:
+        raise InvalidRequest(f"jobs cannot be sorted by {key!r}: use one of {', '.join(JOB_SORTS)}")
+    column = JOB_SORTS[key]
+    q = (_jobs_query(principal, where or JobFilter())
+         .order_by(column.desc() if sort.startswith("-") else column.asc(), Job.id.desc())
+         .limit(limit).offset(offset))
     return [(r[0], r[1], r[2]) for r in session.execute(q)]
+
+
+def count_jobs(session: Session, principal: Principal, where: JobFilter | None = None) -> int:
+    q = _jobs_query(principal, where or JobFilter()).with_only_columns(func.count()).order_by(None)
+    return session.scalar(q) or 0
 
 
 def owner_names(session: Session, job: Job) -> tuple[str, str]:

@@ -456,3 +456,17 @@ class HostSample(Base):
     disk_used_percent: Mapped[float] = mapped_column(Float, default=0.0)
     net_rx_bps: Mapped[float] = mapped_column(Float, default=0.0)
     net_tx_bps: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class ConsoleSession(Base):
+    """A web console sign-in: the browser holds the secret (an HttpOnly cookie), the row the
+    token it was opened with, so revoking the token or signing out ends it."""
+
+    __tablename__ = "console_sessions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of the cookie's value
+    token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    csrf: Mapped[str] = mapped_column(String(64))  # sent back by every form and htmx request
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -1,0 +1,113 @@
+"""Pages: the Jinja2 environment, the filters the templates share, and the route class that
+turns every error a page raises into a page (never a JSON body, never a 5xx for bad input)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from importlib.resources import files
+from urllib.parse import quote
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from deeppod.errors import DeepPodError, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = files("deeppod.ui") / "templates"
+STATIC = files("deeppod.ui") / "static"
+
+env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]),
+                  trim_blocks=True, lstrip_blocks=True)
+
+
+def _ago(value: datetime | None) -> str:
+    """'3m', '2h 5m', '4d': how long ago, for tables."""
+    if value is None:
+        return ""
+    s = int((datetime.now(timezone.utc) - value).total_seconds())
+    if s < 60:
+        return f"{max(s, 0)}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d"
+
+
+def _when(value: datetime | None) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S} UTC" if value else ""
+
+
+env.filters["ago"] = _ago
+env.filters["when"] = _when
+
+
+def page(request: Request, template: str, status: int = 200, **values) -> HTMLResponse:
+    """A whole page, or just its ``content`` block for an htmx request that asks for a part."""
+    viewer = getattr(request.state, "viewer", None)
+    body = env.get_template(template).render(request=request, viewer=viewer, **values)
+    return HTMLResponse(body, status_code=status)
+
+
+def fragment(template: str, **values) -> HTMLResponse:
+    return HTMLResponse(env.get_template(template).render(**values))
+
+
+def sign_in_redirect(request: Request) -> Response:
+    target = "/login?next=" + quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    if request.headers.get("hx-request"):
+        return Response(status_code=401, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
+class Rerender(Exception):
+    """Answer with this page and undo the request's transaction (a refused form: nothing it
+    began is kept)."""
+
+    def __init__(self, response: Response):
+        super().__init__("rerender")
+        self.response = response
+
+
+class ConsoleRoute(APIRoute):
+    """Errors become pages: a refused or bad request shows what to fix, with its status; a
+    session that ended goes back to the sign-in page."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Rerender as again:
+                return again.response
+            except Unauthenticated:
+                return sign_in_redirect(request)
+            except DeepPodError as exc:
+                if exc.status >= 500:
+                    log.error("%s: %s", exc.code, exc.message)
+                return error_page(request, exc.status, exc.message)
+            except RequestValidationError as exc:
+                what = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg')}"
+                                 for e in exc.errors())
+                return error_page(request, 422, f"this page's address is not valid ({what})")
+
+        return route
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    if request.headers.get("hx-request"):  # shown where the part would have gone
+        return HTMLResponse(f'<p class="error" role="alert">{_escape(message)}</p>', status_code=status)
+    return page(request, "error.html", status=status, status_code=status, message=message)
+
+
+def _escape(text: str) -> str:
+    from markupsafe import escape
+
+    return str(escape(text))

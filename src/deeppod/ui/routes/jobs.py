@@ -1,0 +1,224 @@
+"""Console pages for jobs: the list, a job's page (live charts, logs, events, stop / resume /
+cancel), the submit form and the built-in trainer's form. Each calls the jobs service the
+API calls, with the same checks."""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from deeppod.api.deps import Id, SessionDep, get_ctx
+from deeppod.api.schemas.jobs import JobCreate, job_out
+from deeppod.contract import FINAL_STATES, JobState
+from deeppod.datasets import service as datasets
+from deeppod.errors import DeepPodError, InvalidRequest
+from deeppod.jobs import metrics, service
+from deeppod.jobs.logs import logged_ranks, tail
+from deeppod.runtime.trainers import command as trainer
+from deeppod.ui import forms
+from deeppod.ui.auth import ViewerDep
+from deeppod.ui.render import ConsoleRoute, Rerender, fragment, page
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+PAGE_SIZE = 50
+STATES = [s.value for s in JobState]
+MODELS = ("small-cnn", "resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "efficientnet_b0")
+OPTIMIZERS = ("momentum", "sgd", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
+SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "max_workers": "workers",
+                 "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
+                 "memory_mb_per_worker": "memory_mb", "env": "env", "priority": "priority",
+                 "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
+                 "grace_seconds": "grace_seconds"}
+# words in a service's refusal -> the field it is about
+SERVICE_FIELDS = {"dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
+                  "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
+                  "env": "env", "command": "command", "executable": "command", "name": "name"}
+
+
+@router.get("/")
+def home(viewer: ViewerDep) -> Response:
+    return RedirectResponse("/jobs", status_code=303)
+
+
+@router.get("/jobs")
+def jobs(request: Request, session: SessionDep, viewer: ViewerDep, state: str = "", name: str = "", user: str = "",
+         tenant: str = "", kind: str = "", sort: str = "-id") -> Response:
+    try:
+        number = max(1, int(request.query_params.get("page", "1")))
+    except ValueError:
+        raise InvalidRequest("page must be a whole number") from None
+    where = service.JobFilter(state=state or None, kinds=(kind,) if kind else (), tenant=tenant or None,
+                              user=user or None, name=name or None)
+    total = service.count_jobs(session, viewer.principal, where)
+    rows = service.list_jobs(session, viewer.principal, where, limit=PAGE_SIZE, offset=(number - 1) * PAGE_SIZE,
+                             sort=sort)
+    filters = {"state": state, "name": name, "user": user, "tenant": tenant, "kind": kind}
+    values = dict(rows=rows, total=total, page_no=number, pages=max(1, math.ceil(total / PAGE_SIZE)), sort=sort,
+                  filters=filters, states=STATES, kinds=service.JOB_KINDS,
+                  link=lambda **kw: "/jobs?" + urlencode({k: v for k, v in {**filters, "sort": sort,
+                                                                             "page": number, **kw}.items() if v}))
+    if request.headers.get("hx-target") == "jobs-table":
+        return fragment("jobs_table.html", **values)
+    return page(request, "jobs.html", **values)
+
+
+# -- submit (before /jobs/{job_id}: 'new' is not an id) ----------------------------------
+@router.get("/jobs/new")
+def submit_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    return page(request, "submit.html", values={"workers": "1"}, errors={})
+
+
+@router.post("/jobs/new")
+async def submit(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    viewer.may("POST", "/v1/jobs")
+    errors: dict[str, str] = {}
+    low, high = forms.workers(errors, "workers", form.get("workers"))
+    body = {"command": forms.command(errors, "command", form.get("command")), "name": forms.blank_none(form.get("name")),
+            "workers": low, "max_workers": high,
+            "gpus_per_worker": forms.number(errors, "gpus_per_worker", form.get("gpus_per_worker")),
+            "cpus_per_worker": forms.number(errors, "cpus_per_worker", form.get("cpus_per_worker"), float),
+            "memory_mb_per_worker": forms.number(errors, "memory_mb", form.get("memory_mb")),
+            "env": forms.env_lines(errors, "env", form.get("env")),
+            "priority": forms.number(errors, "priority", form.get("priority")) or 0,
+            "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
+            "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir"))}
+    try:
+        checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
+        job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()))
+    except forms.FormErrors as exc:  # the request's transaction is rolled back
+        raise Rerender(page(request, "submit.html", status=422, values=form, errors=exc.errors)) from None
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+
+
+def _submit(request: Request, session, viewer, req: service.JobRequest, fields: dict[str, str] = SERVICE_FIELDS):
+    ctx = get_ctx(request)
+    try:
+        return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
+                              roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir)
+    except DeepPodError as exc:
+        raise forms.service_error(exc, fields) from None
+
+
+@router.get("/jobs/new/trainer")
+def trainer_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    return page(request, "trainer.html", values=TRAINER_DEFAULTS, errors={}, models=MODELS, optimizers=OPTIMIZERS,
+                datasets=_dataset_choices(session, viewer))
+
+
+TRAINER_DEFAULTS = {"model": "resnet18", "epochs": "10", "batch_size": "128", "lr": "0.1", "optimizer": "momentum",
+                    "image_size": "224", "workers": "1", "max_restarts": "3", "histograms_every": "20"}
+TRAINER_FIELDS = {"dataset": "dataset", "model": "model", "epochs": "epochs", "batch": "batch_size",
+                  "lr": "lr", "optimizer": "optimizer", "image": "image_size", "worker": "workers",
+                  "gpu": "gpus_per_worker", "register": "register", "histogram": "histograms_every"}
+
+
+def _dataset_choices(session, viewer) -> list[str]:
+    return [ds.name for ds, _, _ in datasets.search(session, viewer.principal, "")]
+
+
+@router.post("/jobs/new/trainer")
+async def train(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    viewer.may("POST", "/v1/jobs")
+    errors: dict[str, str] = {}
+    dataset = forms.blank_none(form.get("dataset"))
+    if dataset is None:
+        errors["dataset"] = "choose the dataset to train on ('deeppod data ingest' adds one)"
+    model = (form.get("model") or "").strip()
+    nums = {f: forms.number(errors, f, form.get(f), kind) for f, kind in
+            (("epochs", int), ("batch_size", int), ("lr", float), ("image_size", int), ("histograms_every", int))}
+    low, high = forms.workers(errors, "workers", form.get("workers"))
+    gpus = forms.number(errors, "gpus_per_worker", form.get("gpus_per_worker"))
+    register = forms.blank_none(form.get("register"))
+    args = ["--dataset", dataset or "", "--model", model,
+            *[a for f, flag in (("epochs", "--epochs"), ("batch_size", "--batch-size"), ("lr", "--lr"),
+                                ("image_size", "--image-size"), ("histograms_every", "--histograms-every"))
+              if nums[f] is not None for a in (flag, str(nums[f]))],
+            "--optimizer", (form.get("optimizer") or "momentum").strip(), *(["--register", register] if register else [])]
+    values = dict(values=form, models=MODELS, optimizers=OPTIMIZERS, datasets=_dataset_choices(session, viewer))
+    try:
+        if not errors:
+            try:
+                trainer.check_args(args, model)
+            except InvalidRequest as exc:
+                raise forms.service_error(exc, TRAINER_FIELDS) from None
+        body = {"command": trainer.image_classifier(args), "name": forms.blank_none(form.get("name")) or f"train-{model}",
+                "workers": low, "max_workers": high, "gpus_per_worker": gpus,
+                "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
+                "datasets": [dataset] if dataset else [], "stop_rules": [{"kind": "nan", "metric": "loss"}]}
+        checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors,
+                                  {**SUBMIT_FIELDS, "datasets": "dataset"})
+        job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()),
+                      {**SERVICE_FIELDS, "dataset": "dataset"})
+    except forms.FormErrors as exc:
+        raise Rerender(page(request, "trainer.html", status=422, errors=exc.errors, **values)) from None
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+
+
+# -- one job ---------------------------------------------------------------------------------
+
+def _job_values(session, viewer, job_id: int) -> dict:
+    job = service.get_job(session, viewer.principal, job_id)
+    out = job_out(job, *service.owner_names(session, job))
+    return dict(job=out, final=job.state in FINAL_STATES, stoppable=job.state not in FINAL_STATES,
+                resumable=job.state == JobState.STOPPED,
+                can_change=viewer.can("POST", "/v1/jobs/{job_id}/stop", job_id=job_id))
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    values = _job_values(session, viewer, job_id)
+    ctx = get_ctx(request)
+    ranks = logged_ranks(ctx.settings.jobs_dir / str(job_id), values["job"].workers)
+    return page(request, "job.html", ranks=ranks, **values)
+
+
+@router.get("/jobs/{job_id}/status")
+def job_status(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    return fragment("job_status.html", viewer=viewer, **_job_values(session, viewer, job_id))
+
+
+@router.post("/jobs/{job_id}/{verb}")
+def job_action(request: Request, job_id: Id, verb: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    actions = {"stop": service.stop, "resume": service.resume, "cancel": service.cancel}
+    if verb not in actions:
+        raise InvalidRequest(f"a job can be stopped, resumed or cancelled, not {verb!r}")
+    viewer.may("POST", f"/v1/jobs/{{job_id}}/{verb}", job_id=job_id)
+    actions[verb](session, viewer.principal, job_id)
+    session.flush()
+    return fragment("job_status.html", viewer=viewer, **_job_values(session, viewer, job_id))
+
+
+@router.get("/jobs/{job_id}/metrics.json")
+def job_metrics(job_id: Id, session: SessionDep, viewer: ViewerDep, max_points: int = 1000) -> Response:
+    max_points = min(max(max_points, 2), 5000)  # the server downsamples: a chart never gets more
+    data = metrics.series(session, viewer.principal, job_id, None, max_points)
+    job = service.get_job(session, viewer.principal, job_id)
+    data["final"] = job.state in FINAL_STATES
+    return JSONResponse(data)
+
+
+@router.get("/jobs/{job_id}/histograms.json")
+def job_histograms(job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    return JSONResponse(metrics.histograms(session, viewer.principal, job_id, None, 40))
+
+
+@router.get("/jobs/{job_id}/log")
+def job_log(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep, rank: int = 0) -> Response:
+    job = service.get_job(session, viewer.principal, job_id)
+    if job.purged_at is not None:
+        return HTMLResponse("(this job's files, its logs with them, were removed)")
+    if rank < 0:
+        raise InvalidRequest("rank must be 0 or more")
+    text = tail(get_ctx(request).settings.jobs_dir / str(job_id), rank)
+    return fragment("log.html", text=text)
+
+
+@router.get("/jobs/{job_id}/events")
+def job_events(job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    return fragment("events.html", events=service.list_events(session, viewer.principal, job_id))

@@ -1,0 +1,130 @@
+// DeepPod console: live charts (uPlot) and the few behaviours htmx does not give by itself.
+// Every poll pauses while the tab is hidden and stops once a job has ended.
+(function () {
+  "use strict";
+  document.addEventListener("DOMContentLoaded", function () {
+    // show refusals (4xx) where the answer would have gone, not nowhere
+    htmx.config.responseHandling = [{code: "204", swap: false}, {code: "[23]..", swap: true},
+                                    {code: "[45]..", swap: true, error: true}];
+  });
+  const visible = () => document.visibilityState === "visible";
+  const PALETTE = ["#2364aa", "#d1495b", "#3da35d", "#edae49", "#6f4e9c", "#00798c", "#8c6b3f", "#e76f51"];
+
+  function every(ms, fn) {
+    // fn() returns false to stop; skipped while hidden
+    let stopped = false;
+    async function tick() {
+      if (stopped) return;
+      if (visible()) {
+        try { if ((await fn()) === false) { stopped = true; return; } } catch (e) { console.warn(e); }
+      }
+      setTimeout(tick, ms);
+    }
+    tick();
+    document.addEventListener("visibilitychange", () => { /* next tick runs on its own */ });
+  }
+
+  function lineChart(el, title, xLabel, names, time) {
+    const width = time ? Math.max(320, el.clientWidth - 8) : Math.max(280, Math.min(el.clientWidth || 520, 560));
+    const opts = {
+      title: title, width: width, height: 220, scales: {x: {time: !!time}},
+      series: [{label: xLabel}].concat(names.map((n, i) => ({label: n, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true}))),
+      axes: [{label: time ? "" : xLabel}, {}],
+    };
+    return new uPlot(opts, [[]].concat(names.map(() => [])), el);
+  }
+
+  // one chart per metric, x = step; the server downsamples long series
+  function jobCharts(jobId) {
+    const box = document.getElementById("charts");
+    const charts = {};
+    let lastDone = false;
+    every(2000, async function () {
+      const r = await fetch("/jobs/" + jobId + "/metrics.json?max_points=1000", {credentials: "same-origin"});
+      if (!r.ok) return true;
+      const body = await r.json();
+      const names = Object.keys(body.metrics).sort();
+      if (names.length) { const empty = document.getElementById("charts-empty"); if (empty) empty.remove(); }
+      for (const name of names) {
+        const pts = body.metrics[name].series.filter(p => p[1] !== null);
+        const data = [pts.map(p => p[0]), pts.map(p => p[1])];
+        if (!charts[name]) {
+          const holder = document.createElement("div");
+          holder.className = "chart"; holder.dataset.metric = name;
+          box.appendChild(holder);
+          charts[name] = lineChart(holder, name, "step", [name], false);
+        }
+        charts[name].setData(data);
+        charts[name].root.parentElement.dataset.points = String(pts.length);
+      }
+      histograms(jobId);
+      if (body.final) { if (lastDone) return false; lastDone = true; }  // one more read after the end
+      return true;
+    });
+  }
+
+  // weight/gradient histograms over steps: a heat map per name (x = step, y = bin)
+  async function histograms(jobId) {
+    const r = await fetch("/jobs/" + jobId + "/histograms.json", {credentials: "same-origin"});
+    if (!r.ok) return;
+    const rows = await r.json();
+    if (!rows.length) return;
+    const box = document.getElementById("histograms");
+    const byName = {};
+    rows.forEach(h => (byName[h.name] = byName[h.name] || []).push(h));
+    box.querySelectorAll("p.muted").forEach(p => p.remove());
+    for (const [name, hs] of Object.entries(byName)) {
+      let c = box.querySelector('canvas[data-name="' + CSS.escape(name) + '"]');
+      if (!c) {
+        const fig = document.createElement("figure");
+        c = document.createElement("canvas"); c.width = 360; c.height = 160; c.dataset.name = name;
+        const cap = document.createElement("figcaption");
+        fig.appendChild(c); fig.appendChild(cap); box.appendChild(fig);
+      }
+      const lo = Math.min(...hs.map(h => h.min)), hi = Math.max(...hs.map(h => h.max));
+      c.nextSibling.textContent = name + ": steps " + hs[0].step + "–" + hs[hs.length - 1].step + ", values " + lo.toPrecision(3) + " to " + hi.toPrecision(3);
+      const g = c.getContext("2d"); g.clearRect(0, 0, c.width, c.height);
+      const w = c.width / hs.length;
+      hs.forEach((h, i) => {
+        const n = h.counts.length, peak = Math.max(1, ...h.counts);
+        h.counts.forEach((count, b) => {
+          const v0 = h.min + (h.max - h.min) * b / n, v1 = h.min + (h.max - h.min) * (b + 1) / n;
+          const y0 = c.height * (1 - (v1 - lo) / ((hi - lo) || 1)), y1 = c.height * (1 - (v0 - lo) / ((hi - lo) || 1));
+          g.fillStyle = "rgba(35,100,170," + (count / peak).toFixed(3) + ")";
+          g.fillRect(i * w, y0, Math.ceil(w), Math.max(1, y1 - y0));
+        });
+      });
+    }
+  }
+
+  function showRank(button) {
+    document.querySelectorAll("button.tab").forEach(b => b.classList.toggle("on", b === button));
+    const log = document.getElementById("log");
+    const url = log.getAttribute("hx-get").replace(/rank=\d+/, "rank=" + button.dataset.rank);
+    log.setAttribute("hx-get", url);
+    htmx.process(log);
+    htmx.ajax("GET", url, {target: log});
+  }
+
+  // GPUs held per tenant over time (cluster page)
+  function gpuChart(el, hoursSelect) {
+    let chart = null, shown = "";
+    const hours = () => (hoursSelect ? hoursSelect.value : "24");
+    if (hoursSelect) hoursSelect.addEventListener("change", () => { shown = ""; refresh(); });
+    async function refresh() {
+      const r = await fetch("/cluster/gpus.json?hours=" + encodeURIComponent(hours()), {credentials: "same-origin"});
+      if (!r.ok) return true;
+      const body = await r.json();
+      const names = Object.keys(body.tenants);
+      if (!names.length) { el.innerHTML = '<p class="muted">No GPUs were held in this time.</p>'; return true; }
+      if (!chart || shown !== names.join()) {
+        el.innerHTML = ""; chart = lineChart(el, "", "time", names, true); shown = names.join();
+      }
+      chart.setData([body.t].concat(names.map(n => body.tenants[n])));
+      return true;
+    }
+    every(15000, refresh);
+  }
+
+  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart};
+})();

@@ -1,0 +1,131 @@
+"""The web console in a real browser against a real server: sign in, train the built-in
+trainer from its form and watch its charts gain points while it runs, stop and resume it,
+bad input shown next to the field, and a tenant's console showing nothing of another's."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from deeppod import Client
+from deeppod.runtime.trainers.digits import write_digits
+from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
+from tests.helpers import LiveServer, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("console")
+    s = LiveServer(home / "home").start()
+    Client(s.url, s.admin_token).ingest("digits", str(write_digits(home / "digits")), policy={"val": "0.2"})
+    yield s
+    s.stop()
+    s.cleanup_jobs()
+
+
+def _points(page) -> int:
+    return int(page.get_attribute('.chart[data-metric="loss"]', "data-points") or 0)
+
+
+def _state(page) -> str:
+    return page.inner_text("#job-state").strip()
+
+
+def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
+    page = sign_in(browser, server.url, server.admin_token)
+    assert page.inner_text("nav.top .who").startswith("admin")
+    page.click("text=Train an image classifier")
+    page.select_option("#f-dataset", "digits")
+    page.select_option("#f-model", "small-cnn")
+    page.fill("#f-epochs", "60")
+    page.fill("#f-batch_size", "64")
+    page.fill("#f-lr", "0.05")
+    page.fill("#f-image_size", "16")
+    shot(page, "trainer-form")
+    page.click("#trainer-form button[type=submit]")
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+
+    # the loss chart appears and gains points while the job runs, with no reload
+    page.wait_for_selector('.chart[data-metric="loss"]', timeout=120_000)
+    first = _points(page)
+    wait_until(lambda: _points(page) > first + 1, 60, interval=0.5, what="the loss chart to gain points")
+    assert _state(page) == "running"
+    assert page.locator('.chart[data-metric="val_accuracy"]').count() == 1
+    page.wait_for_selector("#histograms canvas", timeout=60_000)  # the form asks for them every 20 steps
+    wait_until(lambda: "epoch" in page.inner_text("#log"), 30, interval=0.5, what="rank 0's log on the page")
+    shot(page, "job-running")
+
+    page.click("#stop")
+    wait_until(lambda: _state(page) == "stopped", 90, interval=0.5, what="the job to stop")
+    stopped_at = _points(page)
+    assert page.locator("#resume").count() == 1 and page.locator("#stop").count() == 0
+    page.click("#resume")
+    wait_until(lambda: _state(page) == "running", 60, interval=0.5, what="the job to run again")
+    wait_until(lambda: _points(page) > stopped_at + 1, 120, interval=0.5, what="points after the resume")
+    events = page.inner_text("#events")
+    assert "stop" in events and "resum" in events.lower(), events
+
+    page.on("dialog", lambda d: d.accept())
+    page.click("#cancel")
+    wait_until(lambda: _state(page) == "cancelled", 60, interval=0.5, what="the job to be cancelled")
+    job = Client(server.url, server.admin_token).job(job_id)
+    assert job["state"] == "cancelled" and job["restart_count"] == 0
+
+    page.goto(server.url + "/jobs")
+    assert page.locator(f'tr[data-job="{job_id}"]').count() == 1
+    shot(page, "jobs")
+    page.goto(server.url + "/cluster")
+    assert page.locator("#nodes tbody tr").count() == 1
+    page.wait_for_selector("#gpu-chart .uplot", timeout=30_000)
+    shot(page, "cluster")
+    page.context.close()
+
+
+def test_a_form_refuses_bad_input_next_to_the_field(server, browser):
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(server.url + "/jobs/new")
+    page.fill("#f-command", "python train.py")
+    page.fill("#f-workers", "3:1")
+    page.fill("#f-datasets", "no-such-data")
+    page.click("#submit-form button[type=submit]")
+    assert "fewer than the least" in page.inner_text("#e-workers")
+    assert page.input_value("#f-command") == "python train.py"  # what was typed is kept
+    page.fill("#f-workers", "1")
+    page.click("#submit-form button[type=submit]")
+    assert "no such dataset" in page.inner_text("#e-datasets")
+    page.fill("#f-datasets", "")
+    page.fill("#f-gpus_per_worker", "99")
+    page.click("#submit-form button[type=submit]")
+    assert page.locator(".field-error, #form-error").count() >= 1
+    shot(page, "submit-refused")
+    page.context.close()
+
+
+def test_a_tenant_sees_nothing_of_another_tenants_work(server, browser):
+    admin = Client(server.url, server.admin_token)
+    theirs = admin.submit(["python", "-c", "import time; time.sleep(120)"], name="secret-plan", gpus_per_worker=1)
+    wait_until(lambda: admin.job(theirs["id"])["state"] == "running", 60, what="the other tenant's job to run")
+    admin.create_tenant("blue")
+    blue = admin.create_user("bob", "blue")["token"]
+    page = sign_in(browser, server.url, blue)
+    assert "secret-plan" not in page.content()
+    assert page.locator("#jobs tbody tr[data-job]").count() == 0
+    page.goto(f"{server.url}/jobs/{theirs['id']}")
+    assert page.inner_text("h1") == "Not allowed"  # as the API answers: 403, another tenant's
+    assert "secret-plan" not in page.content()
+    r = page.request.get(f"{server.url}/jobs/{theirs['id']}/metrics.json")
+    assert r.status == 403 and "secret-plan" not in r.text()
+    page.goto(server.url + "/cluster")
+    html = page.content()
+    assert "secret-plan" not in html and f"/jobs/{theirs['id']}" not in html
+    assert "0 taken" in page.inner_text("#nodes")  # the GPU is taken, not by whom
+    page.click("#sign-out")
+    page.wait_for_url(re.compile(r"/login"))
+    page.goto(server.url + "/jobs")
+    assert "/login" in page.url  # the session ended with the sign-out
+    page.context.close()
+    admin.cancel(theirs["id"])
