@@ -1,10 +1,11 @@
-"""The web console in a real browser against a real server: sign in, train the built-in
-trainer from its form and watch its charts gain points while it runs, stop and resume it,
+"""The web console in a real browser against a real server: sign in, ingest a zip and browse
+its gallery, train the built-in trainer from its form and watch its charts gain points while it runs, stop and resume it,
 bad input shown next to the field, and a tenant's console showing nothing of another's."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
@@ -20,7 +21,6 @@ pytestmark = pytest.mark.slow
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("console")
     s = LiveServer(home / "home").start()
-    Client(s.url, s.admin_token).ingest("digits", str(write_digits(home / "digits")), policy={"val": "0.2"})
     yield s
     s.stop()
     s.cleanup_jobs()
@@ -32,6 +32,39 @@ def _points(page) -> int:
 
 def _state(page) -> str:
     return page.inner_text("#job-state").strip()
+
+
+def test_ingest_a_zip_from_the_browser_and_browse_it(server, browser, tmp_path):
+    folder = write_digits(tmp_path / "digits")
+    (folder / "7" / "scan.jpg").write_bytes(b"\xff\xd8 truncated")
+    archive = shutil.make_archive(str(tmp_path / "digits"), "zip", root_dir=tmp_path, base_dir="digits")
+    page = sign_in(browser, server.url, server.admin_token)
+    page.click("nav.top >> text=Datasets")
+    page.click("text=Ingest a dataset")
+    page.fill("#f-name", "Digits!")
+    page.set_input_files("#f-file", archive)
+    page.click("#ingest-submit")
+    assert "lowercase letters" in page.inner_text("#e-name")  # refused before anything is sent
+    page.fill("#f-name", "digits")
+    page.fill("#f-val", "0.2")
+    page.fill("#f-description", "handwritten digits")
+    shot(page, "dataset-ingest")
+    page.click("#ingest-submit")
+    page.wait_for_url(re.compile(r"/datasets/default/digits@1$"), timeout=120_000)
+    assert page.locator("#gallery figure.thumb").count() == 60
+    page.wait_for_function("[...document.querySelectorAll('#gallery img')].slice(0, 12)"
+                           ".every(i => i.complete && i.naturalWidth > 0)")
+    assert "scan.jpg" in page.inner_text("#quarantine")
+    assert page.locator("#class-stats tr").count() == 10
+    page.evaluate("document.querySelector('#gallery figure:last-child').scrollIntoView()")  # lazy thumbnails
+    page.wait_for_function("[...document.querySelectorAll('#gallery img')].every(i => i.complete && i.naturalWidth > 0)")
+    page.evaluate("window.scrollTo(0, 0)")
+    shot(page, "dataset")
+    page.click("#class-stats >> text=3")
+    assert "of class 3" in page.inner_text("#gallery-title")
+    page.goto(server.url + "/datasets?q=handwritten")
+    assert page.locator('tr[data-dataset="digits"]').count() == 1
+    page.context.close()
 
 
 def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):

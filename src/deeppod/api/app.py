@@ -40,7 +40,7 @@ def create_app(ctx) -> FastAPI:
                 "leader": ctx.leader.leading, "epoch": ctx.leader.epoch,
                 "rounds": ctx.jobs.rounds}
 
-    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path))
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or ui.is_upload(method, path))
     errors.document(app)
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
     app.add_middleware(Latency, record=latency.observe)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod import refs
@@ -188,6 +188,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
     """Build a new version from an uploaded archive; returns its id. All or nothing."""
     check_name("dataset", name)
     with sessions.begin() as s:
+        new = s.scalar(select(Dataset.id).where(Dataset.tenant_id == principal.tenant_id, Dataset.name == name)) is None
         ds = create(s, principal, name)
         if ds.tenant_id != principal.tenant_id and not principal.is_admin:
             raise Forbidden(f"dataset {name!r} belongs to another tenant")
@@ -209,7 +210,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
                                     "by": principal.user})
         s.add(v)
         s.flush()
-        version_id, key = v.id, v.key
+        version_id, key, dataset_id = v.id, v.key, ds.id
     staging = plane.tiers.staging / f"v{version_id}"
     final = plane.tiers.path("hot", key)
     try:
@@ -234,6 +235,10 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
         return version_id
     except BaseException:
         _abort(sessions, plane, version_id, key)
+        if new:  # a first ingest that failed leaves no empty dataset behind
+            with sessions.begin() as s:
+                if s.scalar(select(func.count()).where(DatasetVersion.dataset_id == dataset_id)) == 0:
+                    s.execute(delete(Dataset).where(Dataset.id == dataset_id))
         raise
 
 

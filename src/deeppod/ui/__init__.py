@@ -8,15 +8,16 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import cluster, jobs
+from deeppod.ui.routes import cluster, datasets, jobs
+from deeppod.ui.routes.datasets import is_upload
 
 ASSETS = "/static/console"
 
 
 def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=str(STATIC)), name="console")
-    for r in (auth, cluster, jobs):
+    for r in (auth, cluster, jobs, datasets):
         app.include_router(r.router)
 
 
-__all__ = ["install"]
+__all__ = ["install", "is_upload"]

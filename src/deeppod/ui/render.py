@@ -11,11 +11,11 @@ from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from deeppod.errors import DeepPodError, Unauthenticated
+from deeppod.errors import DeepPodError, InvalidRequest, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,14 @@ def page(request: Request, template: str, status: int = 200, **values) -> HTMLRe
     return HTMLResponse(body, status_code=status)
 
 
+def page_number(request: Request) -> int:
+    """The ?page= of a paged table (1 when absent)."""
+    raw = request.query_params.get("page", "1")
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidRequest(f"page {raw!r} is not a page number: use 1, 2, ...")
+    return int(raw)
+
+
 def fragment(template: str, **values) -> HTMLResponse:
     return HTMLResponse(env.get_template(template).render(**values))
 
@@ -92,7 +100,7 @@ class ConsoleRoute(APIRoute):
             except DeepPodError as exc:
                 if exc.status >= 500:
                     log.error("%s: %s", exc.code, exc.message)
-                return error_page(request, exc.status, exc.message)
+                return error_page(request, exc.status, exc.message, exc.code)
             except RequestValidationError as exc:
                 what = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg')}"
                                  for e in exc.errors())
@@ -101,7 +109,9 @@ class ConsoleRoute(APIRoute):
         return route
 
 
-def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+def error_page(request: Request, status: int, message: str, code: str = "invalid_request") -> Response:
+    if "application/json" in request.headers.get("accept", ""):  # the page's own scripts (an upload)
+        return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
     if request.headers.get("hx-request"):  # shown where the part would have gone
         return HTMLResponse(f'<p class="error" role="alert">{_escape(message)}</p>', status_code=status)
     return page(request, "error.html", status=status, status_code=status, message=message)

@@ -43,8 +43,17 @@ async def ingest(name: str, request: Request, principal: PrincipalDep, policy: s
                  source: str = Query("upload", max_length=1000)) -> DatasetOut:
     """Body: a tar, tar.gz or zip archive, streamed. Creates NAME@next, all or nothing."""
     ctx = get_ctx(request)
-    plane = ctx.data
     policy_d, tags_d = _json_param("policy", policy), _json_param("tags", tags)
+    await ingest_body(request, principal, name, policy=policy_d, tags=tags_d, description=description, source=source)
+    with ctx.sessions() as s:
+        return _show(s, principal, name)
+
+
+async def ingest_body(request: Request, principal, name: str, **kw) -> int:
+    """Spool a streamed archive body to disk (under the per-ingest limit), then build NAME's
+    next version from it (the API's ingest and the console's upload); the version's id."""
+    ctx = get_ctx(request)
+    plane = ctx.data
     spool = plane.spool()
     try:
         size = 0
@@ -57,12 +66,9 @@ async def ingest(name: str, request: Request, principal: PrincipalDep, policy: s
                 f.write(chunk)
         if size == 0:
             raise InvalidRequest("the upload is empty: send a tar, tar.gz or zip archive as the request body")
-        await run_in_threadpool(service.ingest_upload, ctx.sessions, plane, principal, name, spool,
-                                policy=policy_d, tags=tags_d, description=description, source=source)
+        return await run_in_threadpool(service.ingest_upload, ctx.sessions, plane, principal, name, spool, **kw)
     finally:
         spool.unlink(missing_ok=True)
-    with ctx.sessions() as s:
-        return _show(s, principal, name)
 
 
 @router.get("", response_model=list[DatasetOut])

@@ -20,7 +20,7 @@ from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.runtime.trainers import command as trainer
 from deeppod.ui import forms
 from deeppod.ui.auth import ViewerDep
-from deeppod.ui.render import ConsoleRoute, Rerender, fragment, page
+from deeppod.ui.render import ConsoleRoute, Rerender, fragment, page, page_number
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -47,10 +47,7 @@ def home(viewer: ViewerDep) -> Response:
 @router.get("/jobs")
 def jobs(request: Request, session: SessionDep, viewer: ViewerDep, state: str = "", name: str = "", user: str = "",
          tenant: str = "", kind: str = "", sort: str = "-id") -> Response:
-    try:
-        number = max(1, int(request.query_params.get("page", "1")))
-    except ValueError:
-        raise InvalidRequest("page must be a whole number") from None
+    number = page_number(request)
     where = service.JobFilter(state=state or None, kinds=(kind,) if kind else (), tenant=tenant or None,
                               user=user or None, name=name or None)
     total = service.count_jobs(session, viewer.principal, where)

@@ -126,5 +126,55 @@
     every(15000, refresh);
   }
 
-  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart};
+  function csrf() {
+    try { return JSON.parse(document.body.getAttribute("hx-headers"))["X-CSRF-Token"]; } catch (e) { return ""; }
+  }
+
+  function say(id, text) {
+    const el = document.getElementById(id);
+    el.textContent = text || ""; el.hidden = !text;
+    const input = document.getElementById(id.replace(/^e-/, "f-"));
+    if (input) { if (text) input.setAttribute("aria-invalid", "true"); else input.removeAttribute("aria-invalid"); }
+  }
+
+  // upload an archive with a progress bar; the server streams it to disk and ingests it
+  function ingest(event) {
+    event.preventDefault();
+    const name = document.getElementById("f-name").value.trim();
+    const file = document.getElementById("f-file").files[0];
+    ["e-name", "e-file", "e-val", "form-error"].forEach(id => say(id, ""));
+    if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(name)) { say("e-name", "use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"); return; }
+    if (!file) { say("e-file", "choose a zip or tar archive of class folders"); return; }
+    const params = new URLSearchParams({val: document.getElementById("f-val").value.trim(),
+                                        description: document.getElementById("f-description").value});
+    const bar = document.getElementById("ingest-progress"), status = document.getElementById("ingest-status");
+    const button = document.getElementById("ingest-submit");
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "/datasets/" + encodeURIComponent(name) + "/upload?" + params);
+    xhr.setRequestHeader("X-CSRF-Token", csrf());
+    xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.setRequestHeader("Accept", "application/json");
+    bar.hidden = false; bar.value = 0; button.disabled = true;
+    xhr.upload.onprogress = e => { if (e.lengthComputable) { bar.value = 100 * e.loaded / e.total; status.textContent = "uploading " + Math.round(bar.value) + "%"; } };
+    xhr.upload.onload = () => { status.textContent = "ingesting: decoding, checking and sharding the images..."; bar.removeAttribute("value"); };
+    xhr.onload = () => {
+      button.disabled = false;
+      let body = {};
+      try { body = JSON.parse(xhr.responseText); } catch (e) { /* not JSON */ }
+      if (xhr.status >= 200 && xhr.status < 300) {
+        status.textContent = body.ref + ": " + body.samples + " images, " + body.classes + " classes" + (body.quarantined ? ", " + body.quarantined + " quarantined" : "");
+        bar.value = 100; window.location.href = body.url; return;
+      }
+      bar.hidden = true; status.textContent = "";
+      const message = (body.error || {}).message || ("the server answered " + xhr.status);
+      if (/name/i.test(message) && !/file|archive|image/i.test(message)) say("e-name", message);
+      else if (/validation|val\b|split/i.test(message)) say("e-val", message);
+      else if (/archive|upload|image|zip|tar/i.test(message)) say("e-file", message);
+      else say("form-error", message);
+    };
+    xhr.onerror = () => { button.disabled = false; bar.hidden = true; say("form-error", "the upload did not reach the server; try again"); };
+    xhr.send(file);
+  }
+
+  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest};
 })();

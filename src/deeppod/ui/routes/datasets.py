@@ -1,0 +1,105 @@
+"""Console pages for datasets: the catalog with search (the CLI's query language), a
+version's page (class statistics, sizes, a thumbnail gallery, quarantined files and why,
+lineage) and ingesting an archive from the browser with a progress bar."""
+
+from __future__ import annotations
+
+import math
+import re
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from deeppod.api.deps import SessionDep, get_ctx
+from deeppod.api.routers.datasets import ingest_body
+from deeppod.datasets import service
+from deeppod.datasets.images import VersionImages, thumbnail
+from deeppod.errors import InvalidRequest
+from deeppod.ui.auth import ViewerDep
+from deeppod.ui.render import ConsoleRoute, page, page_number
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+GALLERY = 60
+UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/upload$")
+
+
+def is_upload(method: str, path: str) -> bool:
+    """The browser's archive upload is streamed to disk: the per-ingest limit applies, not the body limit."""
+    return method == "POST" and bool(UPLOAD_PATH.match(path))
+
+
+@router.get("/datasets")
+def catalog(request: Request, session: SessionDep, viewer: ViewerDep, q: str = "") -> Response:
+    try:
+        rows, error = service.search(session, viewer.principal, q), None
+    except InvalidRequest as exc:  # shown by the search box, the catalog unfiltered
+        rows, error = service.search(session, viewer.principal, ""), exc.message
+    return page(request, "datasets.html", rows=rows, q=q, error=error)
+
+
+@router.get("/datasets/new")
+def new_dataset(request: Request, viewer: ViewerDep) -> Response:
+    return page(request, "dataset_new.html")
+
+
+@router.post("/datasets/{name}/upload")
+async def upload(request: Request, name: str, viewer: ViewerDep, val: str = "", description: str = "") -> Response:
+    """The body is the archive itself (the page sends it with a progress bar)."""
+    viewer.may("POST", "/v1/datasets/{name}/versions", name=name)
+    policy = None
+    if val.strip():
+        try:
+            fraction = float(val)
+        except ValueError:
+            raise InvalidRequest(f"validation share {val!r} is not a number: write e.g. 0.2") from None
+        policy = {"val": fraction}
+    await ingest_body(request, viewer.principal, name, policy=policy, description=description or None,
+                      source="console upload")
+    with get_ctx(request).sessions() as s:
+        ds, v, owner = _version(s, viewer, f"{viewer.principal.tenant}/{name}")
+        return JSONResponse({"ref": f"{ds.name}@{v.version}", "samples": v.samples, "classes": len(v.classes),
+                             "quarantined": len((v.report or {}).get("quarantined", [])),
+                             "url": f"/datasets/{owner}/{ds.name}@{v.version}"})
+
+
+def _version(session, viewer, ref: str):
+    ds, v = service.get_version(session, viewer.principal, ref)
+    return ds, v, service.owner_name(session, ds)
+
+
+def _images(request: Request, v) -> VersionImages:
+    plane = get_ctx(request).data
+    return VersionImages(plane.tiers.path(v.tier, v.key))
+
+
+@router.get("/datasets/{ref:path}/thumbs/{index}")
+async def thumb(request: Request, ref: str, index: int, session: SessionDep, viewer: ViewerDep) -> Response:
+    ds, v, _ = _version(session, viewer, ref)
+    images = _images(request, v)
+    img = images.image(index)
+    cache = get_ctx(request).settings.hot_root / ".thumbnails"
+    path = await run_in_threadpool(thumbnail, cache, img.sha256, lambda: images.read(index))
+    # content-addressed: the same URL of the same version always shows the same picture
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
+
+
+@router.get("/datasets/{ref:path}")
+def version_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep, label: str = "") -> Response:
+    ds, v, owner = _version(session, viewer, ref)
+    number = page_number(request)
+    if label and label not in v.classes:
+        raise InvalidRequest(f"{ds.name}@{v.version} has no class {label!r}; its classes: {', '.join(v.classes[:30])}")
+    images, total = _images(request, v).page((number - 1) * GALLERY, GALLERY, label or None)
+    stats = v.stats or {}
+    base = f"/datasets/{owner}/{ds.name}@{v.version}"
+    return page(request, "dataset.html", ds=ds, v=v, owner=owner, stats=stats, images=images, total=total,
+                label=label, page_no=number, pages=max(1, math.ceil(total / GALLERY)),
+                versions=service.versions(session, ds), base=base,
+                link=lambda **kw: base + "?" + urlencode({k: v for k, v in {"label": label, "page": number,
+                                                                             **kw}.items() if v}),
+                quarantined=(v.report or {}).get("quarantined", []),
+                peak=max([1, *(stats.get("per_class") or {}).values()]),
+                size_peak=max([1, *(stats.get("size_histogram") or {}).values()]))
