@@ -1,6 +1,7 @@
 """The web console in a real browser against a real server: sign in, ingest a zip and browse
 its gallery, train the built-in trainer from its form and watch its charts gain points while it runs, stop and resume it,
-bad input shown next to the field, and a tenant's console showing nothing of another's."""
+bad input shown next to the field, compare, promote, deploy and predict from the test form, and
+a tenant's console showing nothing of another's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import pytest
 
 from deeppod import Client
+from deeppod.runtime.trainers.command import image_classifier as trainer_command
 from deeppod.runtime.trainers.digits import write_digits
 from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
 from tests.helpers import LiveServer, wait_until
@@ -162,3 +164,50 @@ def test_a_tenant_sees_nothing_of_another_tenants_work(server, browser):
     assert "/login" in page.url  # the session ended with the sign-out
     page.context.close()
     admin.cancel(theirs["id"])
+
+
+def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tmp_path):
+    admin = Client(server.url, server.admin_token)
+    common = ["--dataset", "digits", "--model", "small-cnn", "--image-size", "16", "--batch-size", "32", "--lr", "0.05",
+              "--min-crop", "0.8", "--no-hflip", "--register", "digits-cnn"]
+    weak = admin.submit(trainer_command([*common, "--epochs", "1", "--max-steps", "3"]), name="weak",
+                        datasets=["digits"], own_folder=True)
+    assert admin.wait(weak["id"], timeout=300)["state"] == "succeeded"
+    strong = admin.submit(trainer_command([*common, "--epochs", "4"]), name="strong", datasets=["digits"],
+                          own_folder=True)
+    assert admin.wait(strong["id"], timeout=300)["state"] == "succeeded"
+
+    page = sign_in(browser, server.url, server.admin_token)
+    page.click("nav.top >> text=Models")
+    page.click('tr[data-model="digits-cnn"] >> text=digits-cnn')
+    assert page.locator("#versions tr[data-version]").count() == 2
+    page.click("#compare")  # v1 (A) and v2 (B) side by side
+    assert page.locator('#side-by-side tr[data-metric="val_accuracy"] td.better').count() == 1
+    shot(page, "model-compare")
+    page.fill('#evaluate-form input[name="data"]', "digits@1")
+    page.click("#evaluate-form button[type=submit]")
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    wait_until(lambda: _state(page) == "succeeded", 180, interval=0.5, what="the comparison job")
+
+    page.goto(server.url + "/models/digits-cnn")
+    page.click('tr[data-version="1"] >> text=Promote')
+    assert "v1 is the champion" in page.inner_text("#message")
+    page.click('tr[data-version="2"] >> text=Promote')  # it beat v1 on the same data
+    assert "v2 is the champion" in page.inner_text("#message")
+    assert admin.model("digits-cnn")["aliases"]["champion"] == 2
+    shot(page, "model")
+    page.fill("#f-deployment", "digits-cnn")
+    page.click("#deploy-form button[type=submit]")
+    page.wait_for_url(server.url + "/deployments/digits-cnn")
+    wait_until(lambda: page.inner_text("#dep-state").strip() == "ready", 180, interval=0.5,
+               what="the deployment to be ready")
+    image = next((tmp_path / "digits").glob("7/*.png"), None) or next(write_digits(tmp_path / "digits").glob("7/*.png"))
+    page.set_input_files("#predict-file", str(image))
+    page.click("#predict-form button[type=submit]")
+    page.wait_for_selector("#predictions tbody tr")
+    assert page.locator("#predictions tbody tr").count() == 5
+    assert "Answered by version 2" in page.inner_text("#predict-answer")
+    wait_until(lambda: int(page.get_attribute("#rate-chart", "data-requests") or 0) >= 1, 30, interval=0.5,
+               what="the request in the traffic chart")
+    shot(page, "deployment")
+    page.context.close()

@@ -157,6 +157,16 @@ class Router:
             lines += m.render({"deployment": name})
         return "\n".join(lines) + "\n"
 
+    def traffic(self, dep_id: int) -> dict:
+        """The router's running totals for one deployment (a page turns them into rates)."""
+        stats = self.stats.get(dep_id) or _Stats()
+        by_code = {dict(k).get("code", ""): v for k, v in stats.requests.values.items()}
+        return {"requests": sum(by_code.values()),
+                "errors": sum(v for code, v in by_code.items() if not code.startswith("2")),
+                "latency_sum": stats.latency.sum, "latency_count": stats.latency.count,
+                "buckets": list(stats.latency.buckets), "counts": list(stats.latency.counts),
+                "retries": stats.retries.get()}
+
     async def replica_metrics(self, dep_id: int) -> str:
         route = self.routes.get(dep_id)
         if route is None:

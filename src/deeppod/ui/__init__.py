@@ -8,16 +8,20 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import cluster, datasets, jobs
-from deeppod.ui.routes.datasets import is_upload
+from deeppod.ui.routes import cluster, datasets, jobs, models
 
 ASSETS = "/static/console"
 
 
 def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=str(STATIC)), name="console")
-    for r in (auth, cluster, jobs, datasets):
+    for r in (auth, cluster, jobs, datasets, models):
         app.include_router(r.router)
+
+
+def is_upload(method: str, path: str) -> bool:
+    """Console requests whose bodies are streamed past the body limit (they have their own)."""
+    return datasets.is_upload(method, path) or models.is_predict(method, path)
 
 
 __all__ = ["install", "is_upload"]

@@ -139,8 +139,13 @@ async def predict(name: str, request: Request) -> Response:
     """Body: multipart field 'image' (one or more), raw image bytes (Content-Type image/*), or JSON
     {"images": [base64...]} / {"tensors": [...]}; query or field top_k. Answers the top-k labels with
     confidences, and the model version that answered."""
+    return await forward_predict(request, await _authorize(request, name))
+
+
+async def forward_predict(request: Request, dep_id: int) -> Response:
+    """The request's body to the deployment's least-loaded replica (the API's predict and the
+    console's test form); the replica's answer, with the replica and version that gave it."""
     ctx = get_ctx(request)
-    dep_id = await _authorize(request, name)
     body = await inputs.read_body(request, ctx.settings.predict_max_bytes, " (DEEPPOD_PREDICT_MAX_BYTES)")
     query = request.url.query
     answer = await ctx.router.forward(dep_id, "/predict" + (f"?{query}" if query else ""), body,

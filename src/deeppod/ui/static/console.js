@@ -176,5 +176,66 @@
     xhr.send(file);
   }
 
-  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest};
+  // a deployment's request rate and latency from the router's running totals, since the page opened
+  function traffic(name) {
+    const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors"], true);
+    const lat = lineChart(document.getElementById("latency-chart"), "latency (ms)", "time", ["mean", "p95"], true);
+    const rows = [[], [], [], [], [], []];  // t, ok/s, errors/s, mean, p95
+    let last = null;
+    function p95(buckets, counts) {
+      const total = counts.reduce((a, b) => a + b, 0);
+      if (!total) return null;
+      let seen = 0;
+      for (let i = 0; i < counts.length; i++) { seen += counts[i]; if (seen >= 0.95 * total) return 1000 * (buckets[i] !== undefined ? buckets[i] : buckets[buckets.length - 1]); }
+      return null;
+    }
+    every(2000, async function () {
+      const r = await fetch("/deployments/" + encodeURIComponent(name) + "/traffic.json", {credentials: "same-origin"});
+      if (!r.ok) return true;
+      const now = Date.now() / 1000, t = await r.json();
+      if (last) {
+        const dt = Math.max(1e-3, now - last.at), n = t.latency_count - last.t.latency_count;
+        const errors = t.errors - last.t.errors;
+        rows[0].push(now); rows[1].push((t.requests - last.t.requests - errors) / dt); rows[2].push(errors / dt);
+        rows[3].push(n ? 1000 * (t.latency_sum - last.t.latency_sum) / n : null);
+        rows[4].push(p95(t.buckets, t.counts.map((c, i) => c - last.t.counts[i])));
+        if (rows[0].length > 300) rows.forEach(a => a.shift());
+        rate.setData([rows[0], rows[1], rows[2]]); lat.setData([rows[0], rows[3], rows[4]]);
+        document.getElementById("rate-chart").dataset.points = String(rows[0].length);
+        document.getElementById("rate-chart").dataset.requests = String(t.requests);
+      }
+      last = {at: now, t: t};
+      return true;
+    });
+  }
+
+  async function predict(event, name) {
+    event.preventDefault();
+    const file = document.getElementById("predict-file").files[0];
+    say("predict-error", "");
+    const answer = document.getElementById("predict-answer"); answer.innerHTML = "";
+    if (!file) { say("predict-error", "choose an image first"); return; }
+    const data = new FormData(); data.append("image", file); data.append("top_k", document.getElementById("predict-k").value);
+    const r = await fetch("/deployments/" + encodeURIComponent(name) + "/predict", {method: "POST", body: data,
+      credentials: "same-origin", headers: {"X-CSRF-Token": csrf(), "Accept": "application/json"}});
+    let body = {};
+    try { body = await r.json(); } catch (e) { /* not JSON */ }
+    if (!r.ok) { say("predict-error", (body.error || {}).message || ("the server answered " + r.status)); return; }
+    const top = body.predictions[0].top_k;
+    const table = document.createElement("table"); table.className = "grid"; table.id = "predictions";
+    table.innerHTML = "<thead><tr><th>label</th><th>confidence</th><th></th></tr></thead>";
+    const tbody = document.createElement("tbody");
+    top.forEach(x => {
+      const tr = document.createElement("tr");
+      [x.label, (100 * x.confidence).toFixed(1) + "%"].forEach(v => { const td = document.createElement("td"); td.textContent = v; tr.appendChild(td); });
+      const td = document.createElement("td"); const bar = document.createElement("div"); bar.className = "bar";
+      bar.style.width = (100 * x.confidence) + "%"; td.appendChild(bar); tr.appendChild(td); tbody.appendChild(tr);
+    });
+    table.appendChild(tbody);
+    const p = document.createElement("p"); p.textContent = "Answered by version " + body.version;
+    answer.appendChild(p); answer.appendChild(table);
+  }
+
+  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
+                    predict: predict};
 })();
