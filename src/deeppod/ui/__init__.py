@@ -8,14 +8,14 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import cluster, datasets, jobs, models
+from deeppod.ui.routes import admin, cluster, datasets, jobs, models
 
 ASSETS = "/static/console"
 
 
 def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=str(STATIC)), name="console")
-    for r in (auth, cluster, jobs, datasets, models):
+    for r in (auth, cluster, jobs, datasets, models, admin):
         app.include_router(r.router)
 
 

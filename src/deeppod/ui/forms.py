@@ -15,9 +15,9 @@ FORM_ERROR = "_form"  # an error about the whole form, shown above it
 class FormErrors(Exception):
     """Field name -> message; FORM_ERROR for the form as a whole."""
 
-    def __init__(self, errors: dict[str, str]):
+    def __init__(self, errors: dict[str, str], status: int = 422):
         super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
-        self.errors = errors
+        self.errors, self.status = errors, status
 
 
 def blank_none(value: str | None) -> str | None:
@@ -100,5 +100,5 @@ def service_error(exc: DeepPodError, fields: dict[str, str]) -> FormErrors:
     text = exc.message.lower()
     for word, field in fields.items():
         if word in text:
-            return FormErrors({field: exc.message})
-    return FormErrors({FORM_ERROR: exc.message})
+            return FormErrors({field: exc.message}, exc.status)
+    return FormErrors({FORM_ERROR: exc.message}, exc.status)

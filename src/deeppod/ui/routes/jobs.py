@@ -88,7 +88,7 @@ async def submit(request: Request, session: SessionDep, viewer: ViewerDep) -> Re
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
         job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()))
     except forms.FormErrors as exc:  # the request's transaction is rolled back
-        raise Rerender(page(request, "submit.html", status=422, values=form, errors=exc.errors)) from None
+        raise Rerender(page(request, "submit.html", status=exc.status, values=form, errors=exc.errors)) from None
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
@@ -153,7 +153,7 @@ async def train(request: Request, session: SessionDep, viewer: ViewerDep) -> Res
         job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()),
                       {**SERVICE_FIELDS, "dataset": "dataset"})
     except forms.FormErrors as exc:
-        raise Rerender(page(request, "trainer.html", status=422, errors=exc.errors, **values)) from None
+        raise Rerender(page(request, "trainer.html", status=exc.status, errors=exc.errors, **values)) from None
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 

@@ -109,10 +109,11 @@ async def deploy(request: Request, name: str, session: SessionDep, viewer: Viewe
             dep = deployments.create(session, viewer.principal, dep_name, f"{name}@{form.get('version', '')}",
                                      replicas=replicas)
         except InvalidRequest as exc:
-            raise forms.FormErrors({"deployment" if "name" in exc.message else "replicas": exc.message}) from None
+            raise forms.FormErrors({"deployment" if "name" in exc.message else "replicas": exc.message},
+                                   exc.status) from None
     except forms.FormErrors as exc:
         values = _model_values(session, viewer, name)
-        raise Rerender(page(request, "model.html", status=422, message=None, deploy_errors=exc.errors,
+        raise Rerender(page(request, "model.html", status=exc.status, message=None, deploy_errors=exc.errors,
                             deploy_values=form, **values)) from None
     return RedirectResponse(f"/deployments/{dep.name}", status_code=303)
 

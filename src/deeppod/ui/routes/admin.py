@@ -1,0 +1,172 @@
+"""The console's admin page: tenants, users (their first token shown once), tokens (create,
+revoke), the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
+Each shows what the caller's role may do and calls the service the API calls."""
+
+from __future__ import annotations
+
+import yaml
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from deeppod.api.deps import Id, SessionDep, get_ctx
+from deeppod.api.schemas.plans import PlanIn
+from deeppod.api.schemas.tenants import TenantCreate
+from deeppod.api.schemas.tokens import TokenCreate
+from deeppod.api.schemas.users import UserCreate
+from deeppod.auth import roles, service as auth
+from deeppod.cluster import service as cluster
+from deeppod.errors import DeepPodError, InvalidRequest
+from deeppod.plans import service as plans
+from deeppod.ui import forms
+from deeppod.ui.auth import Viewer, ViewerDep
+from deeppod.ui.render import ConsoleRoute, Rerender, page
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+EXPIRY_DAYS = {"": None, "1": 1, "7": 7, "30": 30, "90": 90, "365": 365}
+
+
+async def _form(request: Request) -> dict[str, str]:
+    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+
+
+def _values(session, viewer: Viewer) -> dict:
+    p = viewer.principal
+    manages = auth.managed_tenants(session, p)
+    plan, row = plans.current_plan(session)
+    return dict(
+        tenants=auth.list_tenants(session, p) if p.is_admin else [],
+        users=auth.list_users(session, p) if manages is None or manages else [],
+        tokens=auth.list_tokens(session, p), roles=roles.ROLES, scopes=roles.SCOPES, manages=manages,
+        plan_yaml=yaml.safe_dump(plan.to_dict(), sort_keys=False) if plan.to_dict().get("tenants") else
+        "tenants:\n  - name: default\n    guaranteed: 0\n", plan_row=row,
+        can_plan=p.role in (roles.ADMIN, roles.TENANT_ADMIN))
+
+
+def _page(request, session, viewer, status: int = 200, **extra) -> Response:
+    values = {**_values(session, viewer), "errors": {}, "form": {}, "secret": None, "message": None, **extra}
+    return page(request, "admin.html", status=status, **values)
+
+
+@router.get("/admin")
+def admin(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    return _page(request, session, viewer)
+
+
+def _refused(request, session, viewer, errors: dict, form: dict, status: int = 422):
+    """Refused: the page again with the message by its field; the transaction is undone."""
+    return Rerender(_page(request, session, viewer, status=status, errors=errors, form=form))
+
+
+@router.post("/admin/tenants")
+async def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("POST", "/v1/tenants")
+    errors: dict[str, str] = {}
+    try:
+        body = forms.validated(TenantCreate, {"name": form.get("tenant", "").strip()}, errors, {"name": "tenant"})
+        isolated = get_ctx(request).settings.isolation != "one-tenant"
+        try:
+            tenant = auth.create_tenant(session, viewer.principal, body.name, isolated=isolated)
+        except DeepPodError as exc:
+            raise forms.FormErrors({"tenant": exc.message}, exc.status) from None
+    except forms.FormErrors as exc:
+        raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
+    session.flush()
+    return _page(request, session, viewer, message=f"tenant {tenant.name} created")
+
+
+@router.post("/admin/users")
+async def create_user(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("POST", "/v1/users")
+    errors: dict[str, str] = {}
+    try:
+        body = forms.validated(UserCreate, {"name": form.get("user", "").strip(), "tenant": form.get("user_tenant", ""),
+                                            "role": form.get("role", "member")}, errors,
+                               {"name": "user", "tenant": "user_tenant", "role": "role"})
+        try:
+            user, secret = auth.create_user(session, viewer.principal, body.name, body.tenant, body.role)
+        except DeepPodError as exc:
+            raise forms.service_error(exc, {"tenant": "user_tenant", "role": "role", "user": "user"}) from None
+    except forms.FormErrors as exc:
+        raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
+    session.flush()
+    return _page(request, session, viewer, message=f"user {user.name} created; their first token (shown once):",
+                 secret=secret)
+
+
+@router.post("/admin/users/{name}/role")
+async def set_role(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("PATCH", "/v1/users/{name}", name=name)
+    user, _ = auth.set_role(session, viewer.principal, name, roles.check_role(form.get("role", "")))
+    session.flush()
+    return _page(request, session, viewer, message=f"{user.name} is now {user.role}")
+
+
+@router.post("/admin/tokens")
+async def create_token(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("POST", "/v1/tokens")
+    errors: dict[str, str] = {}
+    try:
+        days = form.get("expires_days", "")
+        if days not in EXPIRY_DAYS:
+            errors["expires_days"] = "choose how long the token lives"
+        seconds = EXPIRY_DAYS.get(days) and EXPIRY_DAYS[days] * 86400
+        body = forms.validated(TokenCreate, {"name": form.get("token_name", ""), "scope": form.get("scope", "all"),
+                                             "user": forms.blank_none(form.get("token_user")), "expires_in": seconds},
+                               errors, {"name": "token_name", "scope": "scope", "user": "token_user"})
+        try:
+            token, secret = auth.create_token(session, viewer.principal, body.name, body.user, scope=body.scope,
+                                              expires_in=body.expires_in)
+        except DeepPodError as exc:
+            raise forms.service_error(exc, {"user": "token_user", "scope": "scope"}) from None
+    except forms.FormErrors as exc:
+        raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
+    session.flush()
+    return _page(request, session, viewer, message=f"token {token.name or token.id} created (shown once):",
+                 secret=secret)
+
+
+@router.post("/admin/tokens/{token_id}/revoke")
+def revoke_token(request: Request, token_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    viewer.may("DELETE", "/v1/tokens/{token_id}", token_id=token_id)
+    auth.revoke_token(session, viewer.principal, token_id)
+    session.flush()
+    return _page(request, session, viewer, message=f"token {token_id} revoked")
+
+
+@router.post("/admin/plan")
+async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("PUT", "/v1/plan")
+    text = form.get("plan", "")
+    try:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise forms.FormErrors({"plan": f"the plan is not valid YAML: {str(exc).splitlines()[0]}"}) from None
+        if not isinstance(doc, dict):
+            raise forms.FormErrors({"plan": "write the plan as 'tenants:' followed by a list of tenants"})
+        body = forms.validated(PlanIn, doc, {}, {"tenants": "plan"})
+        try:
+            plans.apply_plan(session, viewer.principal, body.model_dump())
+        except DeepPodError as exc:
+            raise forms.FormErrors({"plan": exc.message}, exc.status) from None
+    except forms.FormErrors as exc:
+        raise Rerender(_page(request, session, viewer, status=exc.status, errors=exc.errors, form=form,
+                             plan_yaml=text)) from None
+    session.flush()
+    return _page(request, session, viewer, message="plan applied: the scheduler uses it from its next round")
+
+
+@router.post("/cluster/nodes/{name}/health")
+async def node_health(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    form = await _form(request)
+    viewer.may("PATCH", "/v1/nodes/{name}", name=name)
+    gpu = form.get("gpu", "").strip()
+    if gpu and not gpu.isdigit():
+        raise InvalidRequest(f"GPU {gpu!r} is not a GPU index")
+    cluster.set_health(session, viewer.principal, name, form.get("healthy") == "yes", int(gpu) if gpu else None)
+    return RedirectResponse("/cluster", status_code=303)

@@ -1,0 +1,80 @@
+"""The console's admin page: tokens for everyone, users and tenants for those who manage
+them, the plan as YAML (bad plans refused next to the field, nothing applied), cordon."""
+
+import re
+
+import pytest
+
+from tests.ui.conftest import Browser, field_errors
+
+
+def _secret(html: str) -> str:
+    return re.search(r'<code id="secret">([^<]+)</code>', html).group(1)
+
+
+def test_a_member_makes_and_revokes_own_tokens_and_sees_no_users(api):
+    ana = api.user("ana", "vision")
+    b = Browser(api, ana)
+    page = b.get("/admin").text
+    assert 'id="tokens"' in page and 'id="users"' not in page and 'id="plan-form"' not in page
+    r = b.post("/admin/tokens", {"token_name": "laptop", "scope": "read", "expires_days": "7"})
+    secret = _secret(r.text)
+    who = api.http.get("/v1/whoami", headers=api.as_(secret)).json()
+    assert who["user"] == "ana" and who["scope"] == "read"
+    token_id = [t for t in api.http.get("/v1/tokens", headers=api.as_(ana)).json() if t["name"] == "laptop"][0]["id"]
+    assert "revoked" in b.post(f"/admin/tokens/{token_id}/revoke").text
+    assert api.http.get("/v1/whoami", headers=api.as_(secret)).status_code == 401
+    r = b.post("/admin/tokens", {"token_name": "x", "scope": "everything", "expires_days": ""})
+    assert r.status_code == 422 and "scope" in field_errors(r.text)
+    r = b.post("/admin/tokens", {"token_name": "x", "scope": "all", "expires_days": "forever"})
+    assert r.status_code == 422 and "expires_days" in field_errors(r.text)
+    r = b.post("/admin/tokens", {"token_name": "x", "scope": "all", "token_user": "admin"})
+    assert r.status_code in (403, 422)  # a member makes tokens only for themself
+    assert b.post("/admin/users", {"user": "eve", "user_tenant": "vision"}).status_code == 403
+    assert b.post("/admin/plan", {"plan": "tenants: []"}).status_code == 403
+
+
+def test_an_admin_adds_a_tenant_and_a_user_whose_token_works(api):
+    b = Browser(api, api.admin)
+    assert "tenant lab created" in b.post("/admin/tenants", {"tenant": "lab"}).text
+    r = b.post("/admin/tenants", {"tenant": "lab"})
+    assert r.status_code == 409 and "already exists" in field_errors(r.text)["tenant"]
+    r = b.post("/admin/tenants", {"tenant": "Bad Name!"})
+    assert r.status_code == 422 and "not valid" in field_errors(r.text)["tenant"]
+    r = b.post("/admin/users", {"user": "lee", "user_tenant": "lab", "role": "viewer"})
+    assert api.http.get("/v1/whoami", headers=api.as_(_secret(r.text))).json()["role"] == "viewer"
+    r = b.post("/admin/users", {"user": "kim", "user_tenant": "nowhere", "role": "member"})
+    assert r.status_code in (404, 422) and "user_tenant" in field_errors(r.text)
+    r = b.post("/admin/users", {"user": "kim", "user_tenant": "lab", "role": "king"})
+    assert r.status_code == 422 and "role" in field_errors(r.text)
+    assert "lee is now member" in b.post("/admin/users/lee/role", {"role": "member"}).text
+
+
+def test_the_plan_is_edited_as_yaml_and_bad_plans_are_refused_whole(api):
+    b = Browser(api, api.admin)
+    r = b.post("/admin/plan", {"plan": "tenants:\n  - name: default\n    guaranteed: 2\n"})
+    assert "plan applied" in r.text
+    assert api.http.get("/v1/plan", headers=api.as_(api.admin)).json()["plan"]["tenants"][0]["guaranteed"] == 2
+    for bad, says in (("tenants: [", "not valid YAML"), ("- a\n- b", "write the plan as"),
+                      ("tenants:\n  - name: default\n    guaranteed: -3\n", "guaranteed"),
+                      ("tenants:\n  - guaranteed: 1\n", "name")):
+        r = b.post("/admin/plan", {"plan": bad})
+        assert r.status_code == 422 and says in field_errors(r.text).get("plan", ""), (bad, field_errors(r.text))
+        assert bad.split("\n")[0] in r.text  # what was typed is kept
+    assert api.http.get("/v1/plan", headers=api.as_(api.admin)).json()["plan"]["tenants"][0]["guaranteed"] == 2
+
+
+def test_an_admin_cordons_and_uncordons_from_the_cluster_page(api):
+    b = Browser(api, api.admin)
+    node = api.http.get("/v1/nodes", headers=api.as_(api.admin)).json()[0]["name"]
+    assert 'class="row cordon"' in b.get("/cluster").text
+    assert b.post(f"/cluster/nodes/{node}/health", {"gpu": "2", "healthy": "no"}).status_code == 303
+    assert 'title="GPU 2: cordoned' in b.get("/cluster").text
+    b.post(f"/cluster/nodes/{node}/health", {"gpu": "2", "healthy": "yes"})
+    assert 'title="GPU 2: free' in b.get("/cluster").text
+    assert b.post(f"/cluster/nodes/{node}/health", {"gpu": "9", "healthy": "no"}).status_code == 422
+    assert b.post(f"/cluster/nodes/{node}/health", {"gpu": "x", "healthy": "no"}).status_code == 422
+    assert b.post("/cluster/nodes/nosuch/health", {"healthy": "no"}).status_code == 404
+    member = Browser(api, api.user("ana", "vision"))
+    assert 'class="row cordon"' not in member.get("/cluster").text
+    assert member.post(f"/cluster/nodes/{node}/health", {"healthy": "no"}).status_code == 403
