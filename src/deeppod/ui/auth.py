@@ -24,6 +24,7 @@ from deeppod.ui.render import ConsoleRoute, page
 COOKIE = "deeppod_console"
 CSRF_FIELD, CSRF_HEADER = "csrf", "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MAX_FORM_BYTES = 1 << 20
 
 
 @dataclass
@@ -49,8 +50,8 @@ async def get_viewer(request: Request) -> Viewer:
         who = sessions.signed_in(s, request.cookies.get(COOKIE))
     if request.method in UNSAFE:
         given = request.headers.get(CSRF_HEADER)
-        if given is None and request.headers.get("content-type", "").startswith(
-                ("application/x-www-form-urlencoded", "multipart/form-data")):
+        if given is None and _small_form(request):
+            await request.body()  # kept: the handler can still read the form (or the stream) after this
             given = (await request.form()).get(CSRF_FIELD)
         if not sessions.csrf_ok(who.csrf, given if isinstance(given, str) else None):
             raise Forbidden("this form is stale or did not come from the console: reload the page and try again")
@@ -58,6 +59,17 @@ async def get_viewer(request: Request) -> Viewer:
     request.state.viewer = viewer
     request.state.principal = who.principal  # the audit log's 'who'
     return viewer
+
+
+def _small_form(request: Request) -> bool:
+    """A page's own form (urlencoded, small): its CSRF field may be read before the handler.
+    Scripts (uploads, predictions) send the header instead."""
+    try:
+        size = int(request.headers.get("content-length", ""))
+    except ValueError:
+        return False
+    return request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded") and \
+        size <= MAX_FORM_BYTES
 
 
 ViewerDep = Annotated[Viewer, Depends(get_viewer)]
