@@ -1,7 +1,8 @@
 """The web console in a real browser against a real server: sign in, ingest a zip and browse
 its gallery, train the built-in trainer from its form and watch its charts gain points while it runs, stop and resume it,
-bad input shown next to the field, compare, promote, deploy and predict from the test form, and
-a tenant's console showing nothing of another's."""
+bad input shown next to the field, compare, promote, deploy and predict from the test form,
+label images with the deployed model's proposals and save a version, and a tenant's console
+showing nothing of another's."""
 
 from __future__ import annotations
 
@@ -210,4 +211,35 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     wait_until(lambda: int(page.get_attribute("#rate-chart", "data-requests") or 0) >= 1, 30, interval=0.5,
                what="the request in the traffic chart")
     shot(page, "deployment")
+
+    # the deployed model pre-labels every image; correct two with the keyboard; save a version
+    page.goto(server.url + "/datasets/default/digits@1")
+    page.click("#open-labeling")
+    page.wait_for_selector("#label-strip figure.tile")
+    assert page.locator("#label-strip figure.tile").count() == 1797
+    page.select_option("#label-deployment", "digits-cnn")
+    page.click("#label-propose")
+    page.wait_for_selector("#label-propose[data-done]", timeout=180_000)
+    assert "1797 of 1797 images proposed by deployment digits-cnn (digits-cnn@2)" in page.inner_text("#propose-status")
+    page.select_option("#label-sort", "disagree")
+    first = page.get_attribute("#label-info", "data-key")
+    assert "model:" in page.inner_text("#label-info")
+    shot(page, "labeling")
+    page.keyboard.press("a")  # accept the model's class for the first disagreement
+    page.keyboard.press("ArrowLeft")
+    assert page.get_attribute("#label-info", "data-key") == first
+    accepted = page.get_attribute("#label-info", "data-label")
+    page.keyboard.press("ArrowRight")
+    target = "4" if page.get_attribute("#label-info", "data-label") != "4" else "5"
+    page.keyboard.press(str((int(target) + 1) % 10))  # the n-th class's key is n (classes 0..9: keys 1..9, 0)
+    page.keyboard.press("ArrowLeft")
+    assert page.get_attribute("#label-info", "data-label") == target
+    assert "2 changes of 1797 images" in page.inner_text("#label-count")
+    page.click("#label-save")
+    page.wait_for_url(re.compile(r"/datasets/default/digits@2$"), timeout=120_000)
+    lineage = page.inner_text("#lineage")
+    assert "digits@1" in lineage and "deployment digits-cnn (digits-cnn@2)" in lineage
+    items = {k: label for k, _, label in
+             page.request.get(server.url + "/datasets/default/digits@2/label/items.json").json()["items"]}
+    assert sorted(items.values()).count(accepted) >= 1
     page.context.close()

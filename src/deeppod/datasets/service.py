@@ -184,8 +184,9 @@ _commit_lock = threading.Lock()
 
 def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal, name: str, upload: Path, *,
                   policy: dict | None = None, tags: dict | None = None, description: str | None = None,
-                  source: str = "upload") -> int:
-    """Build a new version from an uploaded archive; returns its id. All or nothing."""
+                  source: str = "upload", lineage: dict | None = None) -> int:
+    """Build a new version from an uploaded archive; returns its id. All or nothing.
+    ``lineage``: more to record of where it came from (a labeling: the version and the model)."""
     check_name("dataset", name)
     with sessions.begin() as s:
         new = s.scalar(select(Dataset.id).where(Dataset.tenant_id == principal.tenant_id, Dataset.name == name)) is None
@@ -206,7 +207,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
         v = DatasetVersion(dataset_id=ds.id, version=number, state="ingesting", tier="hot",
                            key=f"{owner}/{name}/v{number}", created_by=principal.user_id,
                            ingest_server=plane.server_id,
-                           lineage={"source": source, "policy": applied.to_dict(), "parent": parent,
+                           lineage={**(lineage or {}), "source": source, "policy": applied.to_dict(), "parent": parent,
                                     "by": principal.user})
         s.add(v)
         s.flush()

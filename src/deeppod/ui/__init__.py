@@ -8,14 +8,15 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import admin, cluster, datasets, jobs, models
+from deeppod.ui.routes import admin, cluster, datasets, jobs, labeling, models
 
 ASSETS = "/static/console"
 
 
 def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=str(STATIC)), name="console")
-    for r in (auth, cluster, jobs, datasets, models, admin):
+    # labeling before datasets: /datasets/REF/label is not a version called 'REF/label'
+    for r in (auth, cluster, jobs, labeling, datasets, models, admin):
         app.include_router(r.router)
 
 

@@ -236,6 +236,124 @@
     answer.appendChild(p); answer.appendChild(table);
   }
 
-  window.DeepPod = {jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
+  // labeling: every image of a version with its label; keys assign classes; a deployed model
+  // proposes a class for each; the changes are saved as the next version
+  const labels = {
+    base: "", classes: [], items: [], byKey: new Map(), order: [], at: 0, model: null, tiles: new Map(),
+    async open(base) {
+      this.base = base;
+      const r = await fetch(base + "/label/items.json", {credentials: "same-origin"});
+      const body = await r.json();
+      if (!r.ok) { say("label-error", (body.error || {}).message || "could not load the images"); return; }
+      this.classes = body.classes;
+      this.items = body.items.map(([key, path, label]) => ({key, path, label, now: label, proposed: null, conf: null}));
+      this.byKey = new Map(this.items.map(it => [it.key, it]));
+      const keys = document.getElementById("label-classes");
+      this.classes.forEach((c, i) => {
+        const b = document.createElement("button"); b.type = "button"; b.className = "cls"; b.dataset.cls = c;
+        if (i < 10) { const k = document.createElement("kbd"); k.textContent = String((i + 1) % 10); b.appendChild(k); }
+        b.appendChild(document.createTextNode(" " + c)); b.onclick = () => this.set(c); keys.appendChild(b);
+      });
+      document.addEventListener("keydown", e => this.key(e));
+      this.arrange();
+    },
+    thumb(it) {
+      return it.key.startsWith("i:") ? this.base + "/thumbs/" + it.key.slice(2) : this.base + "/label/image?key=" + encodeURIComponent(it.key);
+    },
+    arrange() {
+      const sort = document.getElementById("label-sort").value, show = document.getElementById("label-show").value;
+      const disagree = it => it.proposed !== null && it.proposed !== it.now;
+      let order = this.items.map((it, i) => i).filter(i => {
+        const it = this.items[i];
+        return show === "all" || (show === "unlabeled" && !it.now) || (show === "changed" && it.now !== it.label) ||
+               (show === "disagree" && disagree(it));
+      });
+      if (sort === "confidence") order.sort((a, b) => (this.items[a].conf ?? 2) - (this.items[b].conf ?? 2));
+      if (sort === "disagree") order.sort((a, b) => disagree(this.items[b]) - disagree(this.items[a]));
+      this.order = order; this.at = 0;
+      const strip = document.getElementById("label-strip"); strip.innerHTML = ""; this.tiles.clear();
+      const frag = document.createDocumentFragment();
+      order.forEach((i, n) => {
+        const it = this.items[i], tile = document.createElement("figure");
+        tile.className = "tile"; tile.dataset.key = it.key; tile.onclick = () => this.go(n);
+        const img = document.createElement("img"); img.loading = "lazy"; img.src = this.thumb(it); img.alt = it.path;
+        const lab = document.createElement("span"); lab.className = "lab";
+        tile.appendChild(img); tile.appendChild(lab); frag.appendChild(tile); this.tiles.set(it.key, tile); this.paint(it);
+      });
+      strip.appendChild(frag);
+      this.go(0);
+    },
+    paint(it) {
+      const tile = this.tiles.get(it.key);
+      if (tile) {
+        tile.querySelector(".lab").textContent = (it.now || "?") + (it.proposed !== null && it.proposed !== it.now ? " → " + it.proposed : "");
+        tile.classList.toggle("changed", it.now !== it.label);
+        tile.classList.toggle("disagree", it.proposed !== null && it.proposed !== it.now);
+      }
+      const changed = this.items.filter(x => x.now !== x.label).length;
+      document.getElementById("label-count").textContent = changed + " change" + (changed === 1 ? "" : "s") + " of " + this.items.length + " images";
+      const save = document.getElementById("label-save"); if (save) save.disabled = !changed;
+    },
+    go(n) {
+      if (!this.order.length) { document.getElementById("label-info").textContent = "No image to show."; return; }
+      this.at = Math.max(0, Math.min(this.order.length - 1, n));
+      const it = this.items[this.order[this.at]];
+      document.querySelectorAll(".tile.on").forEach(t => t.classList.remove("on"));
+      const tile = this.tiles.get(it.key); if (tile) { tile.classList.add("on"); tile.scrollIntoView({block: "nearest"}); }
+      document.getElementById("label-big").src = this.base + "/label/image?key=" + encodeURIComponent(it.key);
+      const info = document.getElementById("label-info");
+      info.textContent = (this.at + 1) + " / " + this.order.length + " · " + it.path + " · label " + (it.now || "none") +
+        (it.now !== it.label ? " (was " + (it.label || "none") + ")" : "") +
+        (it.proposed !== null ? " · model: " + it.proposed + " (" + (100 * it.conf).toFixed(1) + "%)" : "");
+      info.dataset.key = it.key; info.dataset.label = it.now || "";
+      document.querySelectorAll("button.cls").forEach(b => b.classList.toggle("on", b.dataset.cls === it.now));
+    },
+    current() { return this.items[this.order[this.at]]; },
+    set(cls) { const it = this.current(); if (!it) return; it.now = cls; this.paint(it); this.go(this.at + 1); },
+    key(e) {
+      if (e.target.closest("input, select, textarea")) return;
+      const it = this.current(); if (!it) return;
+      if (/^[0-9]$/.test(e.key)) { const i = (Number(e.key) + 9) % 10; if (i < this.classes.length) { this.set(this.classes[i]); e.preventDefault(); } }
+      else if (e.key === "ArrowRight") { this.go(this.at + 1); e.preventDefault(); }
+      else if (e.key === "ArrowLeft") { this.go(this.at - 1); e.preventDefault(); }
+      else if (e.key === "a" && it.proposed !== null) { this.set(it.proposed); }
+      else if (e.key === "u") { it.now = it.label; this.paint(it); this.go(this.at); }
+    },
+    async propose() {
+      const name = document.getElementById("label-deployment").value;
+      const bar = document.getElementById("propose-progress"), status = document.getElementById("propose-status");
+      say("label-error", ""); bar.hidden = false; bar.value = 0;
+      const keys = this.items.map(it => it.key), batch = 64;
+      for (let i = 0; i < keys.length; i += batch) {
+        const r = await fetch(this.base + "/label/propose", {method: "POST", credentials: "same-origin",
+          headers: {"Content-Type": "application/json", "Accept": "application/json", "X-CSRF-Token": csrf()},
+          body: JSON.stringify({deployment: name, keys: keys.slice(i, i + batch)})});
+        const body = await r.json().catch(() => ({}));
+        if (!r.ok) { say("label-error", (body.error || {}).message || ("the server answered " + r.status)); bar.hidden = true; return; }
+        this.model = "deployment " + name + " (" + body.model + "@" + body.version + ")";
+        for (const [key, [label, conf]] of Object.entries(body.proposals)) {
+          const it = this.byKey.get(key); it.proposed = label; it.conf = conf; this.paint(it);
+        }
+        bar.value = 100 * Math.min(keys.length, i + batch) / keys.length;
+        status.textContent = Math.min(keys.length, i + batch) + " of " + keys.length + " images proposed by " + this.model;
+      }
+      bar.hidden = true; document.getElementById("label-propose").dataset.done = "1";
+      this.go(this.at);
+    },
+    async save() {
+      const changes = {};
+      this.items.forEach(it => { if (it.now !== it.label) changes[it.key] = it.now; });
+      const button = document.getElementById("label-save"); button.disabled = true;
+      const status = document.getElementById("propose-status"); status.textContent = "saving a new version...";
+      const r = await fetch(this.base + "/label/save", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "Accept": "application/json", "X-CSRF-Token": csrf()},
+        body: JSON.stringify({labels: changes, model: this.model})});
+      const body = await r.json().catch(() => ({}));
+      if (!r.ok) { button.disabled = false; status.textContent = ""; say("label-error", (body.error || {}).message || ("the server answered " + r.status)); return; }
+      window.location.href = body.url;
+    },
+  };
+
+  window.DeepPod = {labels: labels, jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
                     predict: predict};
 })();
