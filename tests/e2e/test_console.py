@@ -67,6 +67,11 @@ def test_ingest_a_zip_from_the_browser_and_browse_it(server, browser, tmp_path):
     assert "of class 3" in page.inner_text("#gallery-title")
     page.goto(server.url + "/datasets?q=handwritten")
     assert page.locator('tr[data-dataset="digits"]').count() == 1
+    page.fill('input[aria-label="filter datasets"]', "no-such-thing")  # every table filters, sorts and pages
+    assert page.locator('tr[data-dataset="digits"]').count() == 0 and "0 of 1" in page.inner_text(".table-tools")
+    page.fill('input[aria-label="filter datasets"]', "")
+    page.click("#datasets th >> text=Images")
+    assert page.get_attribute("#datasets th >> nth=3", "aria-sort") == "ascending"
     page.context.close()
 
 

@@ -6,7 +6,57 @@
     // show refusals (4xx) where the answer would have gone, not nowhere
     htmx.config.responseHandling = [{code: "204", swap: false}, {code: "[23]..", swap: true},
                                     {code: "[45]..", swap: true, error: true}];
+    document.querySelectorAll("table[data-table]").forEach(smallTable);
   });
+
+  // the pages' smaller tables sort (click a heading), filter (the box above) and page in the
+  // browser; the jobs table, which can hold thousands, does all three on the server
+  const PAGE_ROWS = 25;
+  function smallTable(table) {
+    const body = table.tBodies[0];
+    const rows = [...body.rows].filter(r => !r.querySelector("td[colspan]"));
+    if (!rows.length) return;
+    let shown = rows, page = 0, by = -1, asc = true;
+    const bar = document.createElement("div"); bar.className = "row table-tools";
+    const filter = document.createElement("input"); filter.type = "search"; filter.placeholder = "filter";
+    filter.setAttribute("aria-label", "filter " + (table.id || "table")); filter.style.width = "14rem";
+    const prev = document.createElement("button"), next = document.createElement("button"), where = document.createElement("span");
+    prev.type = next.type = "button"; prev.textContent = "←"; next.textContent = "→"; prev.className = next.className = "small-button";
+    where.className = "muted";
+    bar.append(filter, where, prev, next);
+    table.parentNode.insertBefore(bar, table);
+    const text = (r, i) => (r.cells[i] ? r.cells[i].innerText.trim() : "");
+    function draw() {
+      const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
+      page = Math.min(page, pages - 1);
+      body.replaceChildren(...shown.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS));
+      where.textContent = shown.length + " of " + rows.length + (pages > 1 ? " · page " + (page + 1) + " of " + pages : "");
+      prev.disabled = page === 0; next.disabled = page >= pages - 1;
+      prev.hidden = next.hidden = pages < 2;
+    }
+    filter.addEventListener("input", () => {
+      const q = filter.value.toLowerCase();
+      shown = rows.filter(r => r.innerText.toLowerCase().includes(q)); page = 0; draw();
+    });
+    prev.onclick = () => { page--; draw(); }; next.onclick = () => { page++; draw(); };
+    [...table.tHead.rows[0].cells].forEach((th, i) => {
+      if (!th.innerText.trim()) return;
+      th.classList.add("sortable"); th.tabIndex = 0;
+      th.onclick = () => {
+        asc = by === i ? !asc : true; by = i;
+        const num = v => parseFloat(v.replace(/[^0-9.eE+-]/g, ""));
+        shown.sort((a, b) => {
+          const x = text(a, i), y = text(b, i), nx = num(x), ny = num(y);
+          const c = !isNaN(nx) && !isNaN(ny) ? nx - ny : x.localeCompare(y, undefined, {numeric: true});
+          return asc ? c : -c;
+        });
+        table.tHead.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
+        th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+        draw();
+      };
+    });
+    draw();
+  }
   const visible = () => document.visibilityState === "visible";
   const PALETTE = ["#2364aa", "#d1495b", "#3da35d", "#edae49", "#6f4e9c", "#00798c", "#8c6b3f", "#e76f51"];
 
