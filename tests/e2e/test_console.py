@@ -123,6 +123,9 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     assert page.locator("#nodes tbody tr").count() == 1
     page.wait_for_selector("#gpu-chart .uplot", timeout=30_000)
     shot(page, "cluster")
+    page.goto(server.url + "/admin")
+    assert page.locator("#tokens tr[data-token]").count() >= 1 and page.locator("#plan-form").count() == 1
+    shot(page, "admin")
     page.context.close()
 
 
