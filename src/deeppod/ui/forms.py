@@ -95,6 +95,22 @@ def validated(schema: type[BaseModel], body: dict, errors: dict, fields: dict[st
     return model
 
 
+def checked_call(schema: type[BaseModel], body: dict, errors: dict, fields: dict[str, str], call,
+                 service_fields: dict[str, str]):
+    """``body`` checked by ``schema``, then ``call(checked)``; any refusal, the schema's or
+    the service's, lands by the field it is about (FormErrors)."""
+    checked = validated(schema, body, errors, fields)
+    try:
+        return call(checked)
+    except DeepPodError as exc:
+        raise service_error(exc, service_fields) from None
+
+
+async def values(request) -> dict[str, str]:
+    """A posted form's text fields."""
+    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+
+
 def service_error(exc: DeepPodError, fields: dict[str, str]) -> FormErrors:
     """A service's refusal, put next to the field it names (else above the form)."""
     text = exc.message.lower()

@@ -25,10 +25,6 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EXPIRY_DAYS = {"": None, "1": 1, "7": 7, "30": 30, "90": 90, "365": 365}
 
 
-async def _form(request: Request) -> dict[str, str]:
-    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-
-
 def _values(session, viewer: Viewer) -> dict:
     p = viewer.principal
     manages = auth.managed_tenants(session, p)
@@ -59,16 +55,13 @@ def _refused(request, session, viewer, errors: dict, form: dict, status: int = 4
 
 @router.post("/admin/tenants")
 async def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/tenants")
-    errors: dict[str, str] = {}
+    isolated = get_ctx(request).settings.isolation != "one-tenant"
     try:
-        body = forms.validated(TenantCreate, {"name": form.get("tenant", "").strip()}, errors, {"name": "tenant"})
-        isolated = get_ctx(request).settings.isolation != "one-tenant"
-        try:
-            tenant = auth.create_tenant(session, viewer.principal, body.name, isolated=isolated)
-        except DeepPodError as exc:
-            raise forms.FormErrors({"tenant": exc.message}, exc.status) from None
+        tenant = forms.checked_call(TenantCreate, {"name": form.get("tenant", "").strip()}, {}, {"name": "tenant"},
+                                    lambda b: auth.create_tenant(session, viewer.principal, b.name, isolated=isolated),
+                                    {"": "tenant"})  # every refusal is about the one field
     except forms.FormErrors as exc:
         raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
     session.flush()
@@ -77,17 +70,14 @@ async def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep
 
 @router.post("/admin/users")
 async def create_user(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/users")
-    errors: dict[str, str] = {}
     try:
-        body = forms.validated(UserCreate, {"name": form.get("user", "").strip(), "tenant": form.get("user_tenant", ""),
-                                            "role": form.get("role", "member")}, errors,
-                               {"name": "user", "tenant": "user_tenant", "role": "role"})
-        try:
-            user, secret = auth.create_user(session, viewer.principal, body.name, body.tenant, body.role)
-        except DeepPodError as exc:
-            raise forms.service_error(exc, {"tenant": "user_tenant", "role": "role", "user": "user"}) from None
+        user, secret = forms.checked_call(
+            UserCreate, {"name": form.get("user", "").strip(), "tenant": form.get("user_tenant", ""),
+                         "role": form.get("role", "member")}, {}, {"name": "user", "tenant": "user_tenant", "role": "role"},
+            lambda b: auth.create_user(session, viewer.principal, b.name, b.tenant, b.role),
+            {"tenant": "user_tenant", "role": "role", "user": "user"})
     except forms.FormErrors as exc:
         raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
     session.flush()
@@ -97,7 +87,7 @@ async def create_user(request: Request, session: SessionDep, viewer: ViewerDep) 
 
 @router.post("/admin/users/{name}/role")
 async def set_role(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("PATCH", "/v1/users/{name}", name=name)
     user, _ = auth.set_role(session, viewer.principal, name, roles.check_role(form.get("role", "")))
     session.flush()
@@ -106,7 +96,7 @@ async def set_role(request: Request, name: str, session: SessionDep, viewer: Vie
 
 @router.post("/admin/tokens")
 async def create_token(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/tokens")
     errors: dict[str, str] = {}
     try:
@@ -114,14 +104,13 @@ async def create_token(request: Request, session: SessionDep, viewer: ViewerDep)
         if days not in EXPIRY_DAYS:
             errors["expires_days"] = "choose how long the token lives"
         seconds = EXPIRY_DAYS.get(days) and EXPIRY_DAYS[days] * 86400
-        body = forms.validated(TokenCreate, {"name": form.get("token_name", ""), "scope": form.get("scope", "all"),
-                                             "user": forms.blank_none(form.get("token_user")), "expires_in": seconds},
-                               errors, {"name": "token_name", "scope": "scope", "user": "token_user"})
-        try:
-            token, secret = auth.create_token(session, viewer.principal, body.name, body.user, scope=body.scope,
-                                              expires_in=body.expires_in)
-        except DeepPodError as exc:
-            raise forms.service_error(exc, {"user": "token_user", "scope": "scope"}) from None
+        token, secret = forms.checked_call(
+            TokenCreate, {"name": form.get("token_name", ""), "scope": form.get("scope", "all"),
+                          "user": forms.blank_none(form.get("token_user")), "expires_in": seconds},
+            errors, {"name": "token_name", "scope": "scope", "user": "token_user"},
+            lambda b: auth.create_token(session, viewer.principal, b.name, b.user, scope=b.scope,
+                                        expires_in=b.expires_in),
+            {"user": "token_user", "scope": "scope"})
     except forms.FormErrors as exc:
         raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
     session.flush()
@@ -139,7 +128,7 @@ def revoke_token(request: Request, token_id: Id, session: SessionDep, viewer: Vi
 
 @router.post("/admin/plan")
 async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("PUT", "/v1/plan")
     text = form.get("plan", "")
     try:
@@ -163,7 +152,7 @@ async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -
 
 @router.post("/cluster/nodes/{name}/health")
 async def node_health(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("PATCH", "/v1/nodes/{name}", name=name)
     gpu = form.get("gpu", "").strip()
     if gpu and not gpu.isdigit():

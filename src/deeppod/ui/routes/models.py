@@ -28,10 +28,6 @@ def is_predict(method: str, path: str) -> bool:
     return method == "POST" and bool(PREDICT_PATH.match(path))
 
 
-async def _form(request: Request) -> dict[str, str]:
-    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-
-
 @router.get("/models")
 def model_list(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
     rows = [(m, models.owner_names(session, m)[0], vs) for m, vs in models.list_models(session, viewer.principal)]
@@ -72,7 +68,7 @@ def compare_page(request: Request, name: str, session: SessionDep, viewer: Viewe
 
 @router.post("/models/{name}/compare")
 async def run_comparison(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/models/{name}/comparisons", name=name)
     data = (form.get("data") or "").strip()
     if not data:
@@ -86,7 +82,7 @@ async def run_comparison(request: Request, name: str, session: SessionDep, viewe
 
 @router.post("/models/{name}/promote")
 async def promote(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/models/{name}/promote", name=name)
     _, version, why = models.promote(session, viewer.principal, name, form.get("version", ""),
                                      force=form.get("force") == "on")
@@ -97,7 +93,7 @@ async def promote(request: Request, name: str, session: SessionDep, viewer: View
 
 @router.post("/models/{name}/deploy")
 async def deploy(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("POST", "/v1/deployments")
     errors: dict[str, str] = {}
     replicas = forms.number(errors, "replicas", form.get("replicas")) or 1
@@ -154,7 +150,7 @@ def traffic(request: Request, name: str, session: SessionDep, viewer: ViewerDep)
 
 @router.post("/deployments/{name}/update")
 async def update(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await _form(request)
+    form = await forms.values(request)
     viewer.may("PATCH", "/v1/deployments/{name}", name=name)
     errors: dict[str, str] = {}
     replicas = forms.number(errors, "replicas", form.get("replicas"))
