@@ -225,10 +225,11 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     page.click("#open-labeling")
     page.wait_for_selector("#label-strip figure.tile")
     assert page.locator("#label-strip figure.tile").count() == 1797
-    page.select_option("#label-deployment", "digits-cnn")
+    page.select_option("#label-deployment", "champion:digits-cnn")  # not deployed for this: one is started
     page.click("#label-propose")
-    page.wait_for_selector("#label-propose[data-done]", timeout=180_000)
-    assert "1797 of 1797 images proposed by deployment digits-cnn (digits-cnn@2)" in page.inner_text("#propose-status")
+    page.wait_for_selector("#label-propose[data-done]", timeout=240_000)
+    assert "1797 of 1797 images proposed by deployment labeling-digits-cnn (digits-cnn@2)" in \
+        page.inner_text("#propose-status")
     page.select_option("#label-sort", "disagree")
     first = page.get_attribute("#label-info", "data-key")
     assert "model:" in page.inner_text("#label-info")
@@ -246,7 +247,7 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     page.click("#label-save")
     page.wait_for_url(re.compile(r"/datasets/default/digits@2$"), timeout=120_000)
     lineage = page.inner_text("#lineage")
-    assert "digits@1" in lineage and "deployment digits-cnn (digits-cnn@2)" in lineage
+    assert "digits@1" in lineage and "deployment labeling-digits-cnn (digits-cnn@2)" in lineage
     items = {k: label for k, _, label in
              page.request.get(server.url + "/datasets/default/digits@2/label/items.json").json()["items"]}
     assert sorted(items.values()).count(accepted) >= 1

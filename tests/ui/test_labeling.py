@@ -99,3 +99,32 @@ def test_another_tenant_can_neither_read_nor_relabel(api, digits):
     for path in ("/datasets/default/digits@1/label", "/datasets/default/digits@1/label/items.json",
                  "/datasets/default/digits@1/label/image?key=i:0"):
         assert other.get(path).status_code == 404, path
+
+
+def test_a_champion_without_a_deployment_gets_one_for_the_proposals(api, digits, tmp_path):
+    b, _ = digits
+    folder = tmp_path / "art"
+    folder.mkdir()
+    (folder / "model.pt2").write_bytes(b"program")
+    (folder / "weights.pt").write_bytes(b"weights")
+    (folder / "signature.json").write_text(json.dumps({
+        "classes": [str(i) for i in range(10)], "model": "small-cnn", "dataset": "digits@1",
+        "input": {"kind": "image", "shape": [3, 8, 8], "mean": [0.5] * 3, "std": [0.2] * 3, "crop": "center"}}))
+    api.http.post("/v1/models/digits-cnn/versions", json={"path": str(folder)}, headers=api.as_(api.admin))
+
+    def serve(model):
+        return b.http.post("/datasets/default/digits@1/label/serve", content=json.dumps({"model": model}),
+                           headers={**JSON, "X-CSRF-Token": b.csrf})
+
+    r = serve("digits-cnn")
+    assert r.status_code == 422 and "no champion" in r.json()["error"]["message"]
+    assert b.post("/models/digits-cnn/promote", {"version": "1"}).status_code == 200
+    assert "digits-cnn champion (v1)" in b.get("/datasets/default/digits@1/label").text
+    r = serve("digits-cnn")
+    assert r.json() == {"deployment": "labeling-digits-cnn", "url": "/deployments/labeling-digits-cnn"}
+    assert serve("digits-cnn").json()["deployment"] == "labeling-digits-cnn"  # reused, not a second one
+    assert [d["name"] for d in api.http.get("/v1/deployments", headers=api.as_(api.admin)).json()] == \
+        ["labeling-digits-cnn"]
+    assert serve("nosuch").status_code == 404
+    r = b.post("/deployments/labeling-digits-cnn/delete")
+    assert r.status_code == 303 and api.http.get("/v1/deployments", headers=api.as_(api.admin)).json() == []

@@ -18,11 +18,13 @@ from deeppod.datasets import service
 from deeppod.datasets.labeling import Workspace
 from deeppod.deployments import service as deployments
 from deeppod.errors import InvalidRequest, NotFound
+from deeppod.models import service as models
 from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, page
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 PROPOSE_BATCH = 64  # images per proposal request (the replica takes up to 256)
+LABELING_PREFIX = "labeling-"  # the deployment a champion proposes labels from
 
 
 def _workspace(request: Request, session, viewer, ref: str):
@@ -36,8 +38,10 @@ def _workspace(request: Request, session, viewer, ref: str):
 def label_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep) -> Response:
     ds, v, owner, _ = _workspace(request, session, viewer, ref)
     serving = [d for d in deployments.list_deployments(session, viewer.principal) if d.tenant_id == viewer.principal.tenant_id]
+    champions = [(m.name, m.aliases[models.CHAMPION]) for m, _ in models.list_models(session, viewer.principal)
+                 if m.tenant_id == viewer.principal.tenant_id and models.CHAMPION in (m.aliases or {})]
     return page(request, "label.html", ds=ds, v=v, owner=owner, base=f"/datasets/{owner}/{ds.name}@{v.version}",
-                deployments=serving, can_save=viewer.can("POST", "/v1/datasets/{name}/versions", name=ds.name)
+                deployments=serving, champions=champions, can_save=viewer.can("POST", "/v1/datasets/{name}/versions", name=ds.name)
                 and (viewer.principal.is_admin or ds.tenant_id == viewer.principal.tenant_id))
 
 
@@ -89,6 +93,32 @@ async def propose(request: Request, ref: str, session: SessionDep, viewer: Viewe
     out = {str(k): [p["top_k"][0]["label"], round(p["top_k"][0]["confidence"], 4)]
            for k, p in zip(keys, doc["predictions"])}
     return JSONResponse({"model": f"{route.model}", "version": doc.get("version"), "proposals": out})
+
+
+@router.post("/datasets/{ref:path}/label/serve")
+async def serve_champion(request: Request, ref: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    """A model's champion has no deployment: start one (LABELING_PREFIX + model, one replica)
+    for the proposals, or find the one started before. Its name; the page waits for it."""
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        body = {}
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("name the model whose champion should propose labels")
+    service.get_version(session, viewer.principal, ref)  # the caller may read the version
+    viewer.may("POST", "/v1/deployments")
+    model = models.get_model(session, viewer.principal, name)
+    if models.CHAMPION not in (model.aliases or {}):
+        raise InvalidRequest(f"model {name!r} has no champion: promote a version first")
+    dep_name = f"{LABELING_PREFIX}{model.name}"[:63]
+    existing = {d.name: d for d in deployments.list_deployments(session, viewer.principal)
+                if d.tenant_id == viewer.principal.tenant_id}
+    if dep_name not in existing:
+        deployments.create(session, viewer.principal, dep_name, f"{model.name}@{models.CHAMPION}", replicas=1)
+    elif existing[dep_name].version_id != models.resolve(session, model, models.CHAMPION).id:
+        deployments.update(session, viewer.principal, dep_name, version=models.CHAMPION)
+    return JSONResponse({"deployment": dep_name, "url": f"/deployments/{dep_name}"})
 
 
 @router.post("/datasets/{ref:path}/label/save")

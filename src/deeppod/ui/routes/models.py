@@ -170,6 +170,16 @@ def rollback(request: Request, name: str, session: SessionDep, viewer: ViewerDep
     return fragment("deployment_replicas.html", **_deployment_values(request, session, viewer, name))
 
 
+@router.post("/deployments/{name}/delete")
+def delete_deployment(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    viewer.may("DELETE", "/v1/deployments/{name}", name=name)
+    deployments.delete(session, viewer.principal, name)
+    response = RedirectResponse("/deployments", status_code=303)
+    if request.headers.get("hx-request"):
+        response.headers["HX-Redirect"] = "/deployments"
+    return response
+
+
 @router.post("/deployments/{name}/predict")
 async def predict(request: Request, name: str, viewer: ViewerDep) -> Response:
     """The test form: the signed-in user's predict, as through the API."""

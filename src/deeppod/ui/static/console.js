@@ -369,10 +369,31 @@
       else if (e.key === "a" && it.proposed !== null) { this.set(it.proposed); }
       else if (e.key === "u") { it.now = it.label; this.paint(it); this.go(this.at); }
     },
+    async post(path, doc) {
+      const r = await fetch(this.base + path, {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "Accept": "application/json", "X-CSRF-Token": csrf()},
+        body: JSON.stringify(doc)});
+      return [r, await r.json().catch(() => ({}))];
+    },
     async propose() {
-      const name = document.getElementById("label-deployment").value;
+      let name = document.getElementById("label-deployment").value;
       const bar = document.getElementById("propose-progress"), status = document.getElementById("propose-status");
-      say("label-error", ""); bar.hidden = false; bar.value = 0;
+      say("label-error", "");
+      if (name.startsWith("champion:")) {  // no deployment yet: one replica of the champion, started for this
+        const [r, body] = await this.post("/label/serve", {model: name.slice(9)});
+        if (!r.ok) { say("label-error", (body.error || {}).message || ("the server answered " + r.status)); return; }
+        name = body.deployment;
+        for (let waited = 0; ; waited += 2) {
+          status.textContent = "starting deployment " + name + " (" + waited + " s)...";
+          const [p] = await this.post("/label/propose", {deployment: name, keys: [this.items[0].key]});
+          if (p.ok) break;
+          if (![404, 503].includes(p.status) || waited > 300) {  // not routed yet, or no replica ready yet
+            say("label-error", "deployment " + name + " did not start: see its page"); return;
+          }
+          await new Promise(done => setTimeout(done, 2000));
+        }
+      }
+      bar.hidden = false; bar.value = 0;
       const keys = this.items.map(it => it.key), batch = 64;
       for (let i = 0; i < keys.length; i += batch) {
         const r = await fetch(this.base + "/label/propose", {method: "POST", credentials: "same-origin",
