@@ -120,3 +120,21 @@ def from_response(status: int, body: object) -> DeepPodError:
         message = body
     cls = _BY_STATUS.get(status, DeepPodError)
     return cls(message, code=code, status=status)
+
+
+class FormErrors(InvalidRequest):
+    """A web console form refused: field name -> message (``_form`` for the form as a whole),
+    with the status the API gives the same refusal."""
+
+    def __init__(self, errors: dict[str, str], status: int = 422):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()), status=status)
+        self.errors = errors
+
+
+class Rerender(DeepPodError):
+    """A refused console form answered with its page again (``response``); the request's
+    transaction is undone, so nothing it began is kept."""
+
+    def __init__(self, response):
+        super().__init__("the form was refused", status=getattr(response, "status_code", 422))
+        self.response = response

@@ -7,17 +7,9 @@ import shlex
 
 from pydantic import BaseModel, ValidationError
 
-from deeppod.errors import DeepPodError
+from deeppod.errors import DeepPodError, FormErrors
 
 FORM_ERROR = "_form"  # an error about the whole form, shown above it
-
-
-class FormErrors(Exception):
-    """Field name -> message; FORM_ERROR for the form as a whole."""
-
-    def __init__(self, errors: dict[str, str], status: int = 422):
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
-        self.errors, self.status = errors, status
 
 
 def blank_none(value: str | None) -> str | None:

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from deeppod.errors import DeepPodError, InvalidRequest, Unauthenticated
+from deeppod.errors import DeepPodError, InvalidRequest, Rerender, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,6 @@ def sign_in_redirect(request: Request) -> Response:
     if request.headers.get("hx-request"):
         return Response(status_code=401, headers={"HX-Redirect": target})
     return RedirectResponse(target, status_code=303)
-
-
-class Rerender(Exception):
-    """Answer with this page and undo the request's transaction (a refused form: nothing it
-    began is kept)."""
-
-    def __init__(self, response: Response):
-        super().__init__("rerender")
-        self.response = response
 
 
 class ConsoleRoute(APIRoute):

@@ -15,11 +15,11 @@ from deeppod.api.schemas.tokens import TokenCreate
 from deeppod.api.schemas.users import UserCreate
 from deeppod.auth import roles, service as auth
 from deeppod.cluster import service as cluster
-from deeppod.errors import DeepPodError, InvalidRequest
+from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.plans import service as plans
 from deeppod.ui import forms
 from deeppod.ui.auth import Viewer, ViewerDep
-from deeppod.ui.render import ConsoleRoute, Rerender, page
+from deeppod.ui.render import ConsoleRoute, page
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EXPIRY_DAYS = {"": None, "1": 1, "7": 7, "30": 30, "90": 90, "365": 365}

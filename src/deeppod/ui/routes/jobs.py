@@ -14,13 +14,13 @@ from deeppod.api.deps import Id, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, job_out
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.datasets import service as datasets
-from deeppod.errors import DeepPodError, InvalidRequest
+from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.jobs import metrics, service
 from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.runtime.trainers import command as trainer
 from deeppod.ui import forms
 from deeppod.ui.auth import ViewerDep
-from deeppod.ui.render import ConsoleRoute, Rerender, fragment, page, page_number
+from deeppod.ui.render import ConsoleRoute, fragment, page, page_number
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

@@ -13,11 +13,11 @@ from deeppod.api.deps import SessionDep, get_ctx
 from deeppod.api.routers.deployments import forward_predict
 from deeppod.auth.roles import check_predict
 from deeppod.deployments import service as deployments
-from deeppod.errors import InvalidRequest, NotFound
+from deeppod.errors import InvalidRequest, NotFound, Rerender
 from deeppod.models import service as models
 from deeppod.ui import forms
 from deeppod.ui.auth import ViewerDep
-from deeppod.ui.render import ConsoleRoute, Rerender, fragment, page
+from deeppod.ui.render import ConsoleRoute, fragment, page
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 PREDICT_PATH = re.compile(r"^/deployments/[^/]+/predict$")
