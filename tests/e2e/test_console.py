@@ -102,6 +102,7 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
 
     page.click("#stop")
     wait_until(lambda: _state(page) == "stopped", 90, interval=0.5, what="the job to stop")
+    page.wait_for_timeout(5000)  # the page has seen the job end (its charts stop asking) before the resume
     stopped_at = _points(page)
     assert page.locator("#resume").count() == 1 and page.locator("#stop").count() == 0
     page.click("#resume")

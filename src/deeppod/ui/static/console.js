@@ -88,8 +88,10 @@
   function jobCharts(jobId) {
     const box = document.getElementById("charts");
     const charts = {};
-    let lastDone = false;
+    let endedRead = false;  // the last points of an ended job are read: nothing new until it runs again
     every(2000, async function () {
+      const status = document.getElementById("job-status");
+      if (endedRead && status && status.dataset.final) return true;  // resumed: the status part clears the flag
       const r = await fetch("/jobs/" + jobId + "/metrics.json?max_points=1000", {credentials: "same-origin"});
       if (!r.ok) return true;
       const body = await r.json();
@@ -108,7 +110,7 @@
         charts[name].root.parentElement.dataset.points = String(pts.length);
       }
       histograms(jobId);
-      if (body.final) { if (lastDone) return false; lastDone = true; }  // one more read after the end
+      endedRead = !!body.final;
       return true;
     });
   }
