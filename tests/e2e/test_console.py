@@ -95,7 +95,7 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     first = _points(page)
     wait_until(lambda: _points(page) > first + 1, 60, interval=0.5, what="the loss chart to gain points")
     assert _state(page) == "running"
-    assert page.locator('.chart[data-metric="val_accuracy"]').count() == 1
+    page.wait_for_selector('.chart[data-metric="val_accuracy"]', timeout=60_000)  # after the first epoch
     page.wait_for_selector("#histograms canvas", timeout=60_000)  # the form asks for them every 20 steps
     wait_until(lambda: "epoch" in page.inner_text("#log"), 30, interval=0.5, what="rank 0's log on the page")
     shot(page, "job-running")
@@ -108,8 +108,8 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     page.click("#resume")
     wait_until(lambda: _state(page) == "running", 60, interval=0.5, what="the job to run again")
     wait_until(lambda: _points(page) > stopped_at + 1, 120, interval=0.5, what="points after the resume")
-    events = page.inner_text("#events")
-    assert "stop" in events and "resum" in events.lower(), events
+    wait_until(lambda: "stop" in page.inner_text("#events") and "resum" in page.inner_text("#events").lower(), 30,
+               interval=0.5, what="the stop and the resume among the events")
 
     page.on("dialog", lambda d: d.accept())
     page.click("#cancel")
@@ -119,6 +119,11 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
 
     page.goto(server.url + "/jobs")
     assert page.locator(f'tr[data-job="{job_id}"]').count() == 1
+    page.fill('#job-filters input[name="name"]', "no-such-job")  # filtered by the server as you type
+    wait_until(lambda: page.locator(f'tr[data-job="{job_id}"]').count() == 0, 10, what="the filter")
+    page.fill('#job-filters input[name="name"]', "small-cnn")
+    wait_until(lambda: page.locator(f'tr[data-job="{job_id}"]').count() == 1, 10, what="the filter")
+    assert "name=small-cnn" in page.url
     shot(page, "jobs")
     page.goto(server.url + "/cluster")
     assert page.locator("#nodes tbody tr").count() == 1
