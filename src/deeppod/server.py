@@ -428,7 +428,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     lead = threading.Thread(target=lead_loop, args=(ctx, stop, ready), name="leadership", daemon=True)
     lead.start()
     ready.wait(60)  # the first claim on the lease (and a leader's first take-over) before the API answers
-    echo(f"DeepPod server {settings.url}  (API docs: {settings.url}/docs)")
+    echo(f"DeepPod server {settings.url}  (web console: {settings.url}/, API docs: {settings.url}/docs)")
     echo(f"state: {settings.home}  database: {ctx.engine.url.render_as_string(hide_password=True)}")
     with ctx.sessions() as s:
         leader = leader_url(s)
