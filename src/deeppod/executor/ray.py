@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from pathlib import Path
 
 from deeppod.cluster.gpus import GpuInfo
@@ -180,6 +181,7 @@ class RayExecutor:
         self._agent = ray.remote(num_cpus=0, max_restarts=0)(_Agent)
         self._sampler = ray.remote(num_cpus=0, max_restarts=0)(_Sampler)
         self._ids: dict[str, str] = {}  # DeepPod node name -> Ray node id
+        self._asked: dict[str, tuple] = {}  # agent name -> (its pending alive() answer, when asked)
         self._real: dict[str, bool] = {}  # DeepPod node name -> Ray sees real GPUs there
         self._up: frozenset[str] = frozenset()  # nodes Ray reports alive (replaced whole: read by the monitor's thread)
         log.info("connected to the Ray cluster at %s (Ray %s)", address, ray.__version__)
@@ -290,13 +292,27 @@ class RayExecutor:
             pass
 
     def _alive(self, name: str) -> bool:
+        """Whether a node agent lives, without waiting on Ray: polls run inside the leader's
+        round, and a wait there (an agent on a node that just died answers nothing for many
+        seconds) held the round past the leader's lease. The question is sent once; its answer
+        is read, ready, on a later poll."""
+        asked = self._asked.get(name)
+        if asked is None:
+            try:
+                agent = self.ray.get_actor(name)
+            except ValueError:  # gone from Ray's names: it died
+                return False
+            self._asked[name] = (agent.alive.remote(), time.monotonic())
+            return True  # not known yet
+        ref, since = asked
+        done, _ = self.ray.wait([ref], timeout=0)
+        if not done:
+            if time.monotonic() - since > ALIVE_TIMEOUT_S:
+                del self._asked[name]  # slow, not dead: the node's own death is seen by Ray and reported; ask again
+            return True
+        del self._asked[name]
         try:
-            agent = self.ray.get_actor(name)
-            return bool(self.ray.get(agent.alive.remote(), timeout=ALIVE_TIMEOUT_S))
-        except ValueError:  # gone from Ray's names: it died
-            return False
-        except self.ray.exceptions.GetTimeoutError:
-            return True  # slow, not dead: the node's own death is seen by Ray and reported next
+            return bool(self.ray.get(ref))
         except self.ray.exceptions.RayError:
             return False
 
@@ -326,6 +342,7 @@ class RayExecutor:
             return ExecStatus(finished=False, exit_codes=codes)
         for h in nodes.values():
             self._kill_named(h["agent"])
+            self._asked.pop(h["agent"], None)
         reasons = [r["reason"] for r in results.values() if r.get("reason")]
         if lost:
             return ExecStatus(finished=True, exit_codes=codes, lost=True, lost_nodes=tuple(lost),
