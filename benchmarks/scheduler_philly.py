@@ -1,10 +1,24 @@
-"""DeepPod's scheduler vs FIFO vs static partitioning on the Philly week (same trace, same
-plan, same simulator, one run), on the issue's cluster (64 x 8 GPUs) and on a congested one.
+"""DeepPod's scheduler vs FIFO, vs DeepPod's policy before least-attained-service ordering,
+and vs static partitioning, on Philly weeks (same trace, same plan, same simulator, one run)
+on 256, 384 and 512 GPUs.
 
-    python benchmarks/scheduler_philly.py [--trace ../shared/traces/philly-2017w45.csv] [--nodes 64 48]
+    python benchmarks/scheduler_philly.py [--trace ../shared/traces/philly-2017w45.csv]
+        [--week 2017-W41] [--nodes 32 48 64] [--tag w45]
 
-Each tenant (virtual cluster) is guaranteed its share of the week's GPU-time. Prints the
-table and the ratios; writes benchmarks/results/philly-*.json and docs/figures/philly-shares-*.png.
+``--trace`` may be the whole public Philly log (msr-fiddle/philly-traces, in the processed
+form petuum/adaptdl publishes as simulator/traces/philly.csv); ``--week`` then keeps one ISO
+week of it. Each tenant (virtual cluster) is guaranteed its share of the week's GPU-time.
+Runs:
+
+- ``fifo``: one queue, arrival order, no preemption;
+- ``before``: DeepPod's policy as it was (tenants' guarantees, reclaim, backfill; each
+  tenant's jobs in arrival order; a resize is a checkpoint restart);
+- ``deeppod``: today's policy (least attained service within each tenant);
+- ``deeppod+elastic0.3``: the same with 30% of jobs elastic, resized in place;
+- ``static``: hard partitions, one per tenant.
+
+Prints the table and the ratios; writes benchmarks/results/philly-TAG-NODESx8.json and
+docs/figures/philly-shares-TAG-NODESx8.png.
 """
 
 from __future__ import annotations
@@ -16,20 +30,29 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from deeppod.scheduler.simulator import SimConfig, Simulator, load_trace, plot_shares, proportional_plan
+from deeppod.scheduler.snapshot import Config
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = [("fifo", 0.0), ("static", 0.0), ("deeppod", 0.0), ("deeppod", 0.3)]
+RUNS = {  # label: (policy, elastic fraction, simulator settings, policy settings)
+    "fifo": ("fifo", 0.0, {}, {}),
+    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": ()}),
+    "deeppod": ("deeppod", 0.0, {}, {}),
+    "deeppod+elastic0.3": ("deeppod", 0.3, {}, {}),
+    "static": ("static", 0.0, {}, {}),
+}
 COLUMNS = ["utilization_during_backlog", "backlog_hours", "jct_avg_h", "jct_p50_h", "jct_p95_h", "queue_delay_avg_h",
-           "reclaim_latency_p95_s", "max_starved_h", "preemptions", "resizes", "restart_gpu_hours_lost",
-           "round_ms_avg", "round_ms_max", "wall_seconds"]
+           "reclaim_latency_p95_s", "max_starved_h", "preemptions", "resizes", "in_place_resizes",
+           "restart_gpu_hours_lost", "round_ms_avg", "round_ms_max", "wall_seconds"]
 
 
 def run(args) -> dict:
-    trace_path, nodes, policy, elastic = args
-    trace = load_trace(trace_path)
+    trace_path, week, nodes, label = args
+    policy, elastic, sim, cfg = RUNS[label]
+    trace = load_trace(trace_path, week=week)
     plan = proportional_plan(trace, nodes * 8)
-    r = Simulator(trace, plan, SimConfig(nodes=nodes, policy=policy, elastic_fraction=elastic)).run()
-    r["label"] = policy + (f"+elastic{elastic:g}" if elastic else "")
+    r = Simulator(trace, plan, SimConfig(nodes=nodes, policy=policy, elastic_fraction=elastic, config=Config(**cfg),
+                                         **sim)).run()
+    r["label"] = label
     r["max_starved_h"] = max(r["starved_hours_by_tenant"].values())
     return r
 
@@ -37,30 +60,38 @@ def run(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default=str(ROOT.parent / "shared" / "traces" / "philly-2017w45.csv"))
-    ap.add_argument("--nodes", type=int, nargs="+", default=[64, 48])
+    ap.add_argument("--week", default=None, help="keep one ISO week of the trace, e.g. 2017-W41")
+    ap.add_argument("--nodes", type=int, nargs="+", default=[32, 48, 64])
+    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    ap.add_argument("--tag", default=None, help="names the results (default: the week, or the trace's name)")
     a = ap.parse_args()
-    jobs = [(a.trace, n, p, e) for n in a.nodes for p, e in RUNS]
+    tag = a.tag or (a.week.lower().replace("-", "") if a.week else Path(a.trace).stem.replace("philly-", ""))
+    jobs = [(a.trace, a.week, n, label) for n in a.nodes for label in a.runs]
+    # the slowest (most congested, most rounds) first, so that two cores stay busy to the end
+    jobs.sort(key=lambda j: (j[2], j[3] == "fifo"))
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         results = list(pool.map(run, jobs))
     for n in a.nodes:
-        rs = [r for r in results if r["cluster"]["nodes"] == n]
+        rs = sorted((r for r in results if r["cluster"]["nodes"] == n), key=lambda r: list(RUNS).index(r["label"]))
         summary = [{k: v for k, v in r.items() if k != "share_samples"} for r in rs]  # the plot shows those
-        (ROOT / "benchmarks" / "results" / f"philly-{n}x8.json").write_text(json.dumps(summary, indent=1))
-        plot_shares([r for r in rs if r["label"] in ("fifo", "static", "deeppod")],
-                    ROOT / "docs" / "figures" / f"philly-shares-{n}x8.png")
-        print(f"\n## Philly week, {n} nodes x 8 GPUs = {n * 8} GPUs, {rs[0]['jobs']} jobs")
+        (ROOT / "benchmarks" / "results" / f"philly-{tag}-{n}x8.json").write_text(json.dumps(summary, indent=1))
+        shown = [r for r in rs if r["label"] in ("fifo", "before", "deeppod")]
+        if shown:
+            plot_shares(shown, ROOT / "docs" / "figures" / f"philly-shares-{tag}-{n}x8.png")
+        print(f"\n## Philly {a.week or tag}, {n} nodes x 8 GPUs = {n * 8} GPUs, {rs[0]['jobs']} jobs")
         print("| metric | " + " | ".join(r["label"] for r in rs) + " |")
         print("|---|" + "---|" * len(rs))
         for c in COLUMNS:
             print(f"| {c} | " + " | ".join(str(r[c]) for r in rs) + " |")
         by = {r["label"]: r for r in rs}
-        d = by["deeppod"]
-        for base in ("fifo", "static"):
-            b = by[base]
-            print(f"ratio avg JCT {base}/deeppod: {b['jct_avg_h'] / d['jct_avg_h']:.2f}x; "
-                  f"p95 reclaim latency {base}/deeppod: {b['reclaim_latency_p95_s'] / max(d['reclaim_latency_p95_s'], 1):.0f}x")
-        de = by["deeppod+elastic0.3"]
-        print(f"ratio avg JCT fifo/deeppod+elastic0.3: {by['fifo']['jct_avg_h'] / de['jct_avg_h']:.2f}x")
+        for label in ("deeppod", "deeppod+elastic0.3"):
+            d = by.get(label)
+            for base in ("fifo", "before"):
+                b = by.get(base)
+                if d and b:
+                    print(f"ratio average JCT {label}/{base}: {d['jct_avg_h'] / b['jct_avg_h']:.2f}x "
+                          f"(p50 {d['jct_p50_h'] / max(b['jct_p50_h'], 1e-9):.2f}x, "
+                          f"p95 {d['jct_p95_h'] / max(b['jct_p95_h'], 1e-9):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,15 @@ ENV_API_URL = "DEEPPOD_API_URL"
 ENV_TOKEN = "DEEPPOD_TOKEN"  # reaches only its own job's routes; revoked when the job ends
 ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certificate with (when it is not a public CA's)
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
+# in-place resize (runtime/resize.py): the control plane's word on the job's world (JSON,
+# read-only to the job), the generation a worker was started in, and "1" on a worker that
+# joins a running job; the runtime answers in WORLD_ACK (in the checkpoint folder)
+ENV_WORLD_FILE = "DEEPPOD_WORLD_FILE"
+ENV_WORLD_GENERATION = "DEEPPOD_WORLD_GENERATION"
+ENV_JOINING = "DEEPPOD_JOINING"
+ENV_RESIZE_TIMEOUT = "DEEPPOD_RESIZE_TIMEOUT_SECONDS"
+WORLD_ACK = ".world-ack.json"  # rank 0: {"generation", "world_size", "at"} after a step at the new size
+RESIZABLE_MARK = ".resizable"  # rank 0 writes it when the job can resize in place
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

@@ -288,3 +288,78 @@ def test_a_cpu_only_job_that_does_not_fit_says_cpus():
     n = NodeState("n", (0,), 1.0, 1 << 20, True, total_gpus=1)
     reason = waits(schedule(snap([n], [job(1, workers=2, gpus=0, cpus=1.0)])))[1]
     assert reason.startswith("not enough free CPUs: 2 workers x 1 CPUs, 1 CPUs free")
+
+
+# -- least attained service -----------------------------------------------------------------
+
+def las(**kw):
+    return dict(las_thresholds=(3600.0, 36000.0), min_run_before_las_preempt=600.0, **kw)
+
+
+def long_running(id, tenant, gpus, attained, started=0.0, **kw):
+    return RunningJob(**{**running(id, tenant, gpus, started=started, **kw).__dict__, "attained": attained})
+
+
+def test_queue_order_is_priority_then_service_class_then_submit_time():
+    queued = [job(1, t=0.0, attained=50_000.0), job(2, t=10.0, attained=5_000.0), job(3, t=20.0),
+              job(4, t=30.0, priority=1, attained=50_000.0)]
+    d = schedule(snap([node(gpus=1)], queued, now=100.0, **las(starve_after=1e9)))
+    assert list(started(d)) == [4]
+    d = schedule(snap([node(gpus=1)], queued[:3], now=100.0, **las(starve_after=1e9)))
+    assert list(started(d)) == [3]  # class 0 first, though it came last
+
+
+def test_a_new_job_preempts_a_long_one_of_its_tenant():
+    d = schedule(snap([node(gpus=2, used=(0, 1))], [job(10, "a")],
+                      [long_running(1, "a", [(0,)], 40_000.0), long_running(2, "a", [(1,)], 5_000.0)],
+                      now=1000.0, **las()))
+    assert [p.job_id for p in d.preempts] == [1]  # the one with most service, one GPU is enough
+    assert "least attained service: job 10 of tenant a (class 0)" in d.preempts[0].reason
+
+
+def test_least_attained_spares_young_runs_same_class_and_higher_priority():
+    young = schedule(snap([node(gpus=1, used=(0,))], [job(10, "a")], [long_running(1, "a", [(0,)], 40_000.0,
+                                                                                   started=900.0)],
+                          now=1000.0, **las()))
+    same = schedule(snap([node(gpus=1, used=(0,))], [job(10, "a", attained=4_000.0)],
+                         [long_running(1, "a", [(0,)], 5_000.0)], now=1000.0, **las(starve_after=1e9)))
+    higher = schedule(snap([node(gpus=1, used=(0,))], [job(10, "a")],
+                           [long_running(1, "a", [(0,)], 40_000.0, priority=3)], now=1000.0, **las()))
+    assert young.preempts == same.preempts == higher.preempts == []
+
+
+def test_least_attained_shrinks_an_elastic_victim_before_stopping_it():
+    victim = RunningJob(**{**running(1, "a", [(0,), (1,), (2,), (3,)], min_workers=2, max_workers=4).__dict__,
+                           "attained": 40_000.0, "in_place": True})
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a")], [victim], now=1000.0, **las()))
+    assert d.preempts == [] and [(r.job_id, r.workers, r.in_place) for r in d.resizes] == [(1, 3, True)]
+
+
+def test_least_attained_takes_only_borrowed_gpus_from_another_tenant():
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=2))
+    # b runs 3 GPUs: 2 within its guarantee (started first), 1 borrowed
+    b_jobs = [long_running(1, "b", [(0,)], 90_000.0, started=0.0), long_running(2, "b", [(1,)], 90_000.0, started=1.0),
+              long_running(3, "b", [(2,)], 80_000.0, started=2.0)]
+    a_job = long_running(4, "a", [(3,)], 100.0, started=3.0)
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a")], b_jobs + [a_job], p, now=1000.0, **las()))
+    assert [x.job_id for x in d.preempts] == [3]  # the borrower, though 1 and 2 have run longer
+
+
+def test_a_long_job_that_waited_long_enough_is_class_zero_again():
+    from deeppod.scheduler.policy import waiting_class
+
+    cfg = Config(**las(starve_factor=1.0, starve_after=1800.0))
+    waited = job(1, attained=36_000.0 * 2, queued_at=0.0)  # 20 GPU-hours on 1 GPU
+    assert waiting_class(waited, 3600.0 * 19, cfg) == 2
+    assert waiting_class(waited, 3600.0 * 20, cfg) == 0  # waited as long as it ran
+    assert waiting_class(job(2, attained=4000.0, queued_at=0.0), 1799.0, cfg) == 1  # at least starve_after
+
+
+def test_an_in_place_elastic_job_grows_sooner_and_keeps_its_workers():
+    still = RunningJob(**{**running(1, "a", [(0,), (1,)], max_workers=4, started=900.0).__dict__, "in_place": True})
+    restart = running(2, "a", [(2,), (3,)], max_workers=4, started=900.0)
+    d = schedule(snap([node(gpus=8, used=(0, 1, 2, 3))], [], [still, restart], now=1100.0,
+                      min_run_before_resize=900.0))
+    [r] = d.resizes  # 200 s is past the in-place window (30 x 5 s), not the restart one (900 s)
+    assert (r.job_id, r.workers, r.in_place) == (1, 4, True)
+    assert [w.rank for w in r.added] == [2, 3] and all(w.gpus[0] >= 4 for w in r.added)

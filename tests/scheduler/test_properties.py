@@ -5,7 +5,7 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deeppod.scheduler.policy import borrowing_jobs, effective_priority
+from deeppod.scheduler.policy import borrowing_jobs, queue_key
 from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
                                WorkerPlacement, schedule)
 
@@ -43,15 +43,19 @@ def snapshots(draw, gpw_choices=(1, 2, 4), all_preemptible=False):
         running.append(RunningJob(jid, draw(st.sampled_from(TENANTS)), tuple(placement), gpw,
                                   draw(st.integers(1, n)), n + draw(st.integers(0, 3)), draw(st.integers(0, 3)),
                                   all_preemptible or draw(st.booleans()), draw(st.floats(0, 900)),
-                                  draw(st.one_of(st.none(), st.floats(0, 900)))))
+                                  draw(st.one_of(st.none(), st.floats(0, 900))),
+                                  attained=draw(st.sampled_from([0.0, 5000.0, 50000.0, 500000.0])),
+                                  in_place=draw(st.booleans())))
     nodes = tuple(NodeState(f"n{i}", tuple(free[i]) if healthy[i] else (), 64.0, 1 << 20, healthy[i],
                             total_gpus=sizes[i]) for i in range(len(sizes)))
     queued = tuple(
         PendingJob(i, draw(st.sampled_from(TENANTS)), draw(st.integers(1, 3)), draw(st.sampled_from(gpw_choices)),
                    0.0, 0, draw(st.integers(0, 3)), draw(st.floats(0, 999)),
-                   max_workers=draw(st.one_of(st.none(), st.integers(1, 6))))
+                   max_workers=draw(st.one_of(st.none(), st.integers(1, 6))),
+                   attained=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])))
         for i in range(draw(st.integers(0, 8))))
-    return Snapshot(nodes, queued, tuple(running), plan, 1000.0, Config(min_run_before_resize=0))
+    return Snapshot(nodes, queued, tuple(running), plan, 1000.0,
+                    Config(min_run_before_resize=0, min_run_before_las_preempt=0, las_thresholds=(3600.0, 36000.0)))
 
 
 def usage(snap):
@@ -92,18 +96,27 @@ def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
     borrowing = borrowing_jobs(list(snap.running), g)
     lost = defaultdict(int)
     shrunk = defaultdict(int)
+    def for_another(reason, j):  # taken for another tenant's job (least attained service names it)
+        return ("reclaim" in reason or "fair share" in reason
+                or ("least attained" in reason and f"of tenant {j.tenant} " not in reason))
+
     for p in d.preempts:
-        if "reclaim" in p.reason or "fair share" in p.reason:
+        if for_another(p.reason, running[p.job_id]):
             lost[running[p.job_id].tenant] += running[p.job_id].gpus
     for r in d.resizes:
         j = running[r.job_id]
-        if r.workers < j.workers:
+        if r.workers < j.workers and (for_another(r.reason, j) or "least attained" not in r.reason):
             shrunk[j.tenant] += (j.workers - r.workers) * j.gpus_per_worker
     for t, n in shrunk.items():
         assert before[t] - n >= g[t], f"shrinks took tenant {t} from {before[t]} below its guarantee {g[t]}"
     for p in d.preempts:
+        j = running[p.job_id]
+        if "least attained" in p.reason and for_another(p.reason, j):
+            after = before[j.tenant] - lost[j.tenant] - shrunk[j.tenant]
+            assert j.id in borrowing and after >= g[j.tenant], (
+                f"job {j.id} of tenant {j.tenant} was evicted for another tenant's shorter job "
+                f"though it runs within its guarantee {g[j.tenant]}")
         if "reclaim" in p.reason:
-            j = running[p.job_id]
             after = before[j.tenant] - lost[j.tenant] - shrunk[j.tenant]
             assert j.id in borrowing or after >= g[j.tenant], (
                 f"job {j.id} ran within tenant {j.tenant}'s guarantee {g[j.tenant]} and was evicted")
@@ -116,8 +129,8 @@ def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(s
     g = {n.name: n.guaranteed for n in snap.plan.tenants}
     u = usage(snap)
     heads = {}
-    aged = lambda j: effective_priority(j, snap.now, snap.config.aging_seconds)  # noqa: E731
-    for j in sorted(snap.queued, key=lambda j: (-aged(j), j.submitted_at, j.id)):
+    top = {t: max(j.priority for j in snap.queued if j.tenant == t) for t in {j.tenant for j in snap.queued}}
+    for j in sorted(snap.queued, key=lambda j: queue_key(j, snap.now, snap.config, top[j.tenant])):
         heads.setdefault(j.tenant, j)
     d1 = schedule(snap)
     started1 = {s.job_id for s in d1.starts}

@@ -41,6 +41,9 @@ class ExecStatus:
 
 
 class Executor(Protocol):
+    #: whether a running job's workers can be added to (and leave) without a restart
+    in_place: bool
+
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""
 
@@ -55,3 +58,7 @@ class Executor(Protocol):
 
     def port_on(self, node: str, address: str) -> int:
         """A TCP port free now on ``node`` (at ``address``): rank 0's MASTER_PORT."""
+
+    def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        """Start more workers in a running job (an in-place grow); the job's workers that are
+        running go on. Only where ``in_place`` is true."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deeppod.executor.base import ExecStatus, LaunchSpec
+from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 
 
 class FakeExecutor:
+    in_place = True
+
     def __init__(self) -> None:
+        self.added: dict[int, list[tuple[int, list[WorkerSpec]]]] = {}  # job -> [(generation, workers)]
         self.launched: dict[int, LaunchSpec] = {}
         self.status: dict[int, ExecStatus] = {}
         self.terminated: list[int] = []
@@ -31,6 +34,9 @@ class FakeExecutor:
 
     def port_on(self, node: str, address: str) -> int:
         return 29500
+
+    def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        self.added.setdefault(handle["job_id"], []).append((generation, list(workers)))
 
     # test helpers
     def finish(self, job_id: int, exit_codes: dict[int, int], reason: str = "") -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from deeppod.executor.base import ExecStatus, Executor, LaunchSpec
+from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 
 
 class FencedExecutor:
@@ -26,6 +26,14 @@ class FencedExecutor:
     def terminate(self, handle: dict) -> None:
         self.check()
         self.inner.terminate(handle)
+
+    def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        self.check()
+        self.inner.add_workers(handle, workers, generation)
+
+    @property
+    def in_place(self) -> bool:
+        return getattr(self.inner, "in_place", False)
 
     def find(self, job_id: int, job_dir: Path) -> dict:
         return self.inner.find(job_id, job_dir)

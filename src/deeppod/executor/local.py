@@ -12,7 +12,7 @@ from pathlib import Path
 
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError
-from deeppod.executor.base import ExecStatus, LaunchSpec
+from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ def write_spec(spec: LaunchSpec) -> None:
         (job_dir / stale).unlink(missing_ok=True)
     for f in (job_dir / "exit").glob("rank-*") if (job_dir / "exit").is_dir() else []:
         f.unlink()
+    for f in job_dir.glob("grow-*.json"):  # an earlier run's in-place grows
+        f.unlink()
     fd = os.open(job_dir / "spec.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({
@@ -65,7 +67,14 @@ def write_spec(spec: LaunchSpec) -> None:
         }, f)
 
 
+def grow_file(job_dir: Path, generation: int) -> Path:
+    """Where the control plane leaves workers for a running job's supervisor to start."""
+    return job_dir / f"grow-{generation}.json"
+
+
 class LocalExecutor:
+    in_place = True
+
     def __init__(self) -> None:
         # Supervisors we started in this process, so they are reaped (no zombies).
         self._children: dict[int, subprocess.Popen] = {}
@@ -140,6 +149,15 @@ class LocalExecutor:
 
     def port_on(self, node: str, address: str) -> int:
         return free_port(address)
+
+    def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        """The supervisor starts them: it watches the job folder for grow files."""
+        path = grow_file(Path(handle["job_dir"]), generation)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the job's token
+        with os.fdopen(fd, "w") as f:
+            json.dump({"workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in workers]}, f)
+        os.replace(tmp, path)
 
     def terminate(self, handle: dict) -> None:
         if "pid" in handle and self._alive(handle):

@@ -160,6 +160,8 @@ class RayNodes:
 
 
 class RayExecutor:
+    in_place = False  # a resize on Ray is a checkpoint restart (workers on other nodes: not yet)
+
     def __init__(self, address: str, gpus_per_node: int | None = None):
         try:
             import ray

@@ -72,6 +72,7 @@ def _group_rss_mb(pgid: int) -> float:
 
 
 STOP_FILE_CHECK_S = 0.5
+GROW_CHECK_S = 0.1
 PR_SET_PDEATHSIG = 1
 
 
@@ -105,14 +106,15 @@ class Supervisor:
         self.stop_requested = False
         self.stopping_since: float | None = None
         self.reason = ""
+        self.grown: set[str] = set()  # grow files already acted on (a launch removes an earlier run's)
 
     def _on_sigterm(self, _sig, _frame) -> None:
         self.stop_requested = True
 
-    def start_workers(self) -> None:
+    def start_workers(self, workers: list[dict] | None = None) -> None:
         (self.job_dir / "logs").mkdir(exist_ok=True)
         (self.job_dir / "exit").mkdir(exist_ok=True)
-        for w in self.spec["workers"]:
+        for w in self.spec["workers"] if workers is None else workers:
             rank = int(w["rank"])
             log = open(self.job_dir / "logs" / f"rank-{rank}.log", "ab", buffering=0)
             if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
@@ -158,7 +160,7 @@ class Supervisor:
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
         limit_mb = self.spec.get("memory_mb_per_worker")
-        next_mem_check = next_stop_check = 0.0
+        next_mem_check = next_stop_check = next_grow_check = 0.0
         while len(self.codes) < len(self.spec["workers"]):
             for rank, p in self.procs.items():
                 if rank in self.codes:
@@ -176,6 +178,9 @@ class Supervisor:
             if self.part is not None and now >= next_stop_check and self.stopping_since is None:
                 next_stop_check = now + STOP_FILE_CHECK_S
                 self._check_stop_file()
+            if self.part is None and self.stopping_since is None and now >= next_grow_check:
+                next_grow_check = now + GROW_CHECK_S
+                self._check_grow()
             if self.stop_requested:
                 self._begin_stop("stop requested")
             if limit_mb and now >= next_mem_check:
@@ -197,6 +202,31 @@ class Supervisor:
             "ended_at": time.time(),
         })
         return 0
+
+    def _check_grow(self) -> None:
+        """An in-place grow: the control plane left ``grow-N.json`` with the new workers. A rank
+        that left in an earlier shrink may come back: its old exit is forgotten."""
+        for path in sorted(self.job_dir.glob("grow-*.json")):
+            if path.name in self.grown:
+                continue
+            self.grown.add(path.name)
+            try:
+                workers = json.loads(path.read_text())["workers"]
+            except (OSError, ValueError, KeyError) as exc:
+                self.reason = self.reason or f"unreadable {path.name}: {exc}"
+                continue
+            ranks = {int(w["rank"]) for w in workers}
+            for rank in ranks:
+                self.codes.pop(rank, None)
+                self.procs.pop(rank, None)
+            self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) not in ranks] + workers
+            spec_path = self.job_dir / "spec.json"
+            tmp = spec_path.with_name(".spec.json.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the sandbox reads its rank's env here
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.spec, f)
+            os.replace(tmp, spec_path)
+            self.start_workers(workers)
 
     def _check_stop_file(self) -> None:
         try:

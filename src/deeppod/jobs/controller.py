@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timezone
 from pathlib import Path
 
 from sqlalchemy import select
@@ -28,9 +29,10 @@ from deeppod.errors import DeepPodError, ExecutorError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
 from deeppod.cluster.leader import run_rounds
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
-from deeppod.contract import (ENV_CA_CERT, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
+from deeppod.contract import (ENV_CA_CERT, ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
                               worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
+from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, read_ack, reset_world, resizable, world_file, write_world
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, Start, WorkerPlacement, schedule
@@ -57,7 +59,8 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
         return JobState.QUEUED, f"requeued: {status.reason}; it resumes from its last checkpoint"
     if status.lost:
         return JobState.FAILED, status.reason
-    if len(codes) == len(job.placed_workers) and codes and all(c == 0 for c in codes.values()):
+    placed = {w["rank"] for w in job.placed_workers}  # workers that left in a shrink exited 0 too
+    if codes and placed <= set(codes) and all(c == 0 for c in codes.values()):
         return JobState.SUCCEEDED, "all workers exited with code 0"
     if status.reason:
         return JobState.FAILED, status.reason
@@ -65,6 +68,15 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     if bad:
         return JobState.FAILED, f"rank {bad[0][0]} {describe_exit(bad[0][1])}"
     return JobState.FAILED, "the job ended without every worker reporting an exit code"
+
+
+def _run_service(job: Job) -> float:
+    """GPU-seconds of the job's current run: its GPUs times the time since it started."""
+    if job.started_at is None or not job.allocation:
+        return 0.0
+    started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=timezone.utc)
+    gpus = sum(len(w["gpus"]) for w in job.placed_workers)
+    return max(0.0, (utcnow() - started).total_seconds()) * gpus
 
 
 def _same_reason(a: str, b: str) -> bool:
@@ -106,6 +118,7 @@ class JobController:
         self.on_finished = on_finished  # called in the same transaction when a job ends for good
         self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
         self.executor = executor
+        self._grows: list[tuple[int, dict, list[WorkerSpec], int]] = []  # in-place grows decided, to start
         self.jobs_dir = jobs_dir
         self.api_url = api_url
         self.base_env = base_environment(dict(os.environ if server_env is None else server_env))
@@ -131,6 +144,9 @@ class JobController:
             starts, stop_now = self.decide(s)
         for handle in stop_now:
             self.executor.terminate(handle)
+        grows, self._grows = self._grows, []
+        for job_id, handle, workers, generation in grows:
+            self._add_workers(job_id, handle, workers, generation)
         for start in starts:
             self.start(start)
         self.rounds += 1
@@ -140,6 +156,8 @@ class JobController:
             handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
             status = self.executor.poll(handle)
             if not status.finished:
+                if (job.allocation or {}).get("resize"):
+                    self._follow_resize(s, job, status)
                 continue
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
             state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
@@ -148,7 +166,11 @@ class JobController:
                 mark_down(s, status.lost_nodes)
             if self.isolation is not None:  # its workers are gone: so is what they shared in memory
                 shutil.rmtree(self._shm(job.id), ignore_errors=True)
-            if state == JobState.FAILED and job.restart_count < job.max_restarts:
+            pending = (job.allocation or {}).get("resize")
+            if pending and state == JobState.FAILED:  # a worker failed during the switch: restart instead
+                self._requeue(s, job, f"the in-place resize to {pending['to']} workers failed ({reason}); it "
+                                      f"restarts from its checkpoint with {pending['to']} workers", status)
+            elif state == JobState.FAILED and job.restart_count < job.max_restarts:
                 failed = {r for r, c in status.exit_codes.items() if c != 0} or {w["rank"] for w in job.placed_workers}
                 job.avoid = [[w["node"], g] for w in job.placed_workers if w["rank"] in failed for g in w["gpus"]]
                 self._requeue(s, job, f"{reason}; restart {job.restart_count + 1} of {job.max_restarts}, "
@@ -173,7 +195,9 @@ class JobController:
                  ran: bool = True) -> None:
         """Back to the queue, same id. ``ran``: it ran (a restart, counted), else it never started."""
         job.state = JobState.QUEUED
+        job.queued_at = utcnow()
         if ran:
+            job.attained_gpu_seconds += _run_service(job)
             job.restart_count += 1
             job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
         job.allocation = None
@@ -198,6 +222,11 @@ class JobController:
         for job, tenant in holding:
             workers = job.placed_workers
             started = (job.started_at or job.submitted_at).timestamp()
+            pending = (job.allocation or {}).get("resize")
+            if pending:  # the leaving workers' GPUs stay taken (not free) until they have exited
+                workers = [w for w in workers if w["rank"] < pending["to"]]
+                started = pending["decided_at"]
+            ckpt = self.job_dir(job.id) / "checkpoints"
             running.append(RunningJob(
                 id=job.id, tenant=tenant,
                 placement=tuple(WorkerPlacement(w["rank"], w["node"], tuple(w["gpus"]), w["cpus"], w["memory_mb"])
@@ -205,9 +234,12 @@ class JobController:
                 gpus_per_worker=job.gpus_per_worker, min_workers=job.workers,
                 max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
                 preemptible=job.preemptible, started_at=started,
-                last_checkpoint_at=checkpoint_time(self.job_dir(job.id) / "checkpoints"),
+                last_checkpoint_at=checkpoint_time(ckpt),
                 stopping=job.stopping, reclaim_first=job.kind == "trial" or (
-                    job.idle_since is not None and plan.reclaim_idle_first)))
+                    job.idle_since is not None and plan.reclaim_idle_first),
+                attained=job.attained_gpu_seconds + _run_service(job),
+                in_place=bool(getattr(self.executor, "in_place", False)) and not pending and not job.stopping
+                and job.handle is not None and resizable(ckpt)))
         node_states = []
         for n in nodes.values():
             good = [g["index"] for g in n.gpus if g.get("healthy", True)]
@@ -222,7 +254,9 @@ class JobController:
                        cpus_per_worker=j.cpus_per_worker, memory_mb_per_worker=j.memory_mb_per_worker or 0,
                        priority=j.priority, submitted_at=j.submitted_at.timestamp(), max_workers=j.max_workers,
                        preemptible=j.preemptible, resize_to=j.resize_to,
-                       avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])))
+                       avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])),
+                       attained=j.attained_gpu_seconds,
+                       queued_at=j.queued_at.timestamp() if j.queued_at else None)
             for j, t in s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                                   .where(Job.state == JobState.QUEUED)))
         return Snapshot(nodes=tuple(node_states), queued=queued, running=tuple(running), plan=plan,
@@ -244,6 +278,8 @@ class JobController:
                 stop_now.append(job.handle)
         for r in d.resizes:
             job = s.get(Job, r.job_id)
+            if r.in_place and self._resize_in_place(s, job, r):
+                continue
             job.state, job.reason, job.resize_to = JobState.RESIZING, r.reason, r.workers
             job.stop_requested_at = utcnow()
             add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
@@ -273,6 +309,106 @@ class JobController:
                 job.reason = w.reason
         return d.starts, stop_now
 
+    # in-place resize (jobs/resize.py, runtime/resize.py) ------------------------------
+    def _resize_in_place(self, s: Session, job: Job, r) -> bool:
+        """Tell the running workers their new world; on a grow, start the new ones after the
+        commit. False: it cannot be done in place (the restart path is taken instead)."""
+        ckpt = self.job_dir(job.id) / "checkpoints"
+        if not (getattr(self.executor, "in_place", False) and job.handle and resizable(ckpt)):
+            return False
+        alloc = dict(job.allocation or {})
+        workers = list(alloc.get("workers", []))
+        old, generation = len(workers), int(alloc.get("generation", 0)) + 1
+        addresses = {n.name: n.address for n in s.scalars(select(Node))}
+        first = workers[0]["node"]
+        master_addr = addresses.get(first, "127.0.0.1")
+        master_port = self.executor.port_on(first, master_addr)
+        decided = self.clock()
+        added = [{"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_mb": w.memory_mb}
+                 for w in r.added]
+        if r.workers > old:
+            workers += added
+            self._grows.append((job.id, dict(job.handle), self._joiners(s, job, workers, added, master_addr,
+                                                                         master_port, generation), generation))
+        alloc.update(workers=workers, generation=generation,
+                     resize={"generation": generation, "from": old, "to": r.workers, "decided_at": decided})
+        job.allocation = alloc
+        job.resize_to = r.workers  # if the switch fails, the restart is at the new size
+        job.reason = r.reason
+        write_world(self.job_dir(job.id), {"generation": generation, "world_size": r.workers,
+                                           "master_addr": master_addr, "master_port": master_port,
+                                           "decided_at": decided})
+        how = ("the workers stay; ranks {}-{} leave".format(r.workers, old - 1) if r.workers < old
+               else f"the workers stay; {r.workers - old} join and receive the model from rank 0")
+        add_event(s, job, JobState.RESIZING, f"{r.reason}; in place: {how}")
+        return True
+
+    def _joiners(self, s: Session, job: Job, workers: list[dict], added: list[dict], master_addr: str,
+                 master_port: int, generation: int) -> list[WorkerSpec]:
+        job_dir = self.job_dir(job.id)
+        token = issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
+        node_order = list(dict.fromkeys(w["node"] for w in workers))
+        staged = (job.allocation or {}).get("staged") or {}
+        specs = []
+        for w in added:
+            peers = [x for x in workers if x["node"] == w["node"]]
+            env = worker_env(
+                self.base_env, {**job.env, **staged}, job_id=job.id, rank=w["rank"], world_size=len(workers),
+                local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w["node"]),
+                master_addr=master_addr, master_port=master_port, gpus=tuple(w["gpus"]), cpus=w["cpus"],
+                checkpoint_dir=str(job_dir / "checkpoints"), api_url=self.api_url, token=token,
+                restart_count=job.restart_count, params=job.params)
+            if self.ca_cert:
+                env[ENV_CA_CERT] = self.ca_cert
+            env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation),
+                        ENV_JOINING: "1"})
+            if self.isolation:
+                env["HOME"] = "/tmp"  # the sandbox's own
+            specs.append(WorkerSpec(rank=w["rank"], node=w["node"], env=env))
+        return specs
+
+    def _add_workers(self, job_id: int, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        try:
+            self.executor.add_workers(handle, workers, generation)
+        except (DeepPodError, OSError) as exc:  # the workers that run wait for them: restart instead
+            with self.sessions.begin() as s:
+                self.fence(s)
+                job = s.get(Job, job_id)
+                self._fall_back(s, job, f"its new workers could not start ({exc})")
+
+    def _follow_resize(self, s: Session, job: Job, status: ExecStatus) -> None:
+        """A running job's in-place resize: done once rank 0 acknowledged a step at the new
+        size and the leaving workers have exited; a restart if it takes too long."""
+        alloc = dict(job.allocation)
+        pending = alloc["resize"]
+        ack = read_ack(self.job_dir(job.id) / "checkpoints")
+        leavers = {w["rank"] for w in alloc["workers"] if w["rank"] >= pending["to"]}
+        if ack is not None and ack["generation"] >= pending["generation"] and leavers <= set(status.exit_codes):
+            job.attained_gpu_seconds += _run_service(job)  # at the old size, until now
+            job.started_at = utcnow()
+            alloc["workers"] = [w for w in alloc["workers"] if w["rank"] < pending["to"]]
+            alloc.pop("resize")
+            job.allocation = alloc
+            job.resize_to = None
+            took = float(ack.get("at", self.clock())) - float(pending["decided_at"])
+            add_event(s, job, "resized", f"in place from {pending['from']} to {pending['to']} workers: "
+                                         f"{took:.1f} s from the decision to the first step at the new size")
+            log.info("job %s resized in place to %s workers in %.1f s", job.id, pending["to"], took)
+        elif self.clock() - float(pending["decided_at"]) > IN_PLACE_TIMEOUT_S:
+            self._fall_back(s, job, f"the in-place resize did not finish in {IN_PLACE_TIMEOUT_S:g} s")
+
+    def _fall_back(self, s: Session, job: Job, why: str) -> None:
+        """Today's path: stop the job (SIGTERM, checkpoint) and start it again at the new size."""
+        alloc = dict(job.allocation or {})
+        pending = alloc.pop("resize", None)
+        job.allocation = alloc
+        if pending is None or job.stopping:
+            return
+        job.state, job.resize_to = JobState.RESIZING, pending["to"]
+        job.reason = f"{why}; it restarts from its checkpoint with {pending['to']} workers"
+        job.stop_requested_at = utcnow()
+        add_event(s, job, JobState.RESIZING, job.reason)
+
     def _stage_datasets(self, job_id: int) -> dict[str, str]:
         """Bring the job's datasets to the hot tier before it starts: env var -> folder."""
         with self.sessions() as s:
@@ -294,6 +430,7 @@ class JobController:
         with self.sessions.begin() as s:
             self.fence(s)
             job = s.get(Job, start.job_id)
+            job.allocation = {**(job.allocation or {}), "staged": staged}  # joiners of an in-place grow get it too
             try:
                 spec = self.launch_spec(s, job, start, staged)
                 job.handle = self.executor.launch(spec)
@@ -312,6 +449,7 @@ class JobController:
         job_dir = self.job_dir(job.id)
         ckpt = job_dir / "checkpoints"
         ckpt.mkdir(parents=True, exist_ok=True)
+        reset_world(job_dir, ckpt)
         token = issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
         addresses = {n.name: n.address for n in s.scalars(select(Node))}
         first = start.placement[0]
@@ -330,6 +468,7 @@ class JobController:
                 params=job.params)
             if self.ca_cert:
                 env[ENV_CA_CERT] = self.ca_cert
+            env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: "0"})
             workers.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
         sandbox = self._sandbox(s, job, job_dir, staged or {}) if self.isolation else None
         if sandbox is not None:
@@ -357,6 +496,7 @@ class JobController:
             os.chmod(sub, 0o700)
             binds.append([str(sub), str(sub), True])
         binds += [[path, path, False] for path in [*staged.values(), *(job.read_paths or [])]]
+        binds.append([str(job_dir / "world"), str(job_dir / "world"), False])  # the control plane's word on its size
         if self.ca_cert:
             trust = os.path.dirname(self.ca_cert)
             binds.append([trust, trust, False])

@@ -25,6 +25,7 @@ _EXPORTS = {
     "Checkpointer": "deeppod.runtime.checkpoint",
     "ElasticSampler": "deeppod.runtime.sampler",
     "scale_for_world": "deeppod.runtime.scaling",
+    "Resizer": "deeppod.runtime.resize",
     "EXIT_RESUME": "deeppod.runtime.stop",
     "should_stop": "deeppod.runtime.stop",
     "request_stop": "deeppod.runtime.stop",

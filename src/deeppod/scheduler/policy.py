@@ -11,10 +11,20 @@ Order of business in a round:
 3. fair-share contention: a tenant below its weighted fair share shrinks (never preempts)
    elastic jobs of tenants above theirs;
 4. within a tenant, a higher-priority job may preempt lower-priority ones;
-5. starts, tenant by tenant in order of how far each is below its entitlement, each
-   tenant's queue by aged priority then submit time; whole gangs only; a blocked
-   large job gets a reservation of whole nodes and smaller jobs backfill elsewhere;
-6. idle GPUs grow elastic jobs toward their maximum.
+5. least attained service (Tiresias): a waiting job of a lower service class shrinks or
+   preempts jobs of a higher class, of its own tenant or borrowing from another (never
+   below that tenant's guarantee); a run younger than ``min_run_before_las_preempt`` is
+   left alone;
+6. starts, tenant by tenant in order of how far each is below its entitlement, each
+   tenant's queue by priority (aged up to the queue's top), then service class, then
+   submit time; whole gangs only; a blocked large job gets a reservation of whole nodes
+   and smaller jobs backfill elsewhere;
+7. idle GPUs grow elastic jobs toward their maximum.
+
+Service classes need no run-time estimates: a job's class is how many of
+``Config.las_thresholds`` (GPU-seconds) its attained service has passed, so short jobs
+finish in class 0 while long ones sink, and a sunk job that has waited long enough
+relative to what it has run is class 0 again (no starvation).
 """
 
 from __future__ import annotations
@@ -22,11 +32,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 from deeppod.scheduler.plan import entitlements
 from deeppod.scheduler.pool import FreePool
-from deeppod.scheduler.snapshot import (Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot, Start,
-                                        Wait)
+from deeppod.scheduler.snapshot import (Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot,
+                                        Start, Wait)
 
 
 class _Tenants:
@@ -83,6 +94,30 @@ def effective_priority(job: PendingJob, now: float, aging_seconds: float) -> int
     return job.priority + int(max(0.0, now - job.submitted_at) // aging_seconds)
 
 
+def service_class(attained: float, thresholds: tuple[float, ...]) -> int:
+    """How many attained-service thresholds (GPU-seconds) a job has passed."""
+    return sum(attained >= x for x in thresholds)
+
+
+def waiting_class(job: PendingJob, now: float, cfg: Config) -> int:
+    """A queued job's class; back to 0 once it has waited ``starve_factor`` times the
+    wall time it has run (and at least ``starve_after``) since it was last queued."""
+    c = service_class(job.attained, cfg.las_thresholds)
+    if c:
+        ran = job.attained / max(1, job.min_workers * job.gpus_per_worker)
+        since = job.queued_at if job.queued_at is not None else job.submitted_at
+        if now - since >= max(cfg.starve_after, cfg.starve_factor * ran):
+            return 0
+    return c
+
+
+def queue_key(job: PendingJob, now: float, cfg: Config, top: int) -> tuple:
+    """A tenant's queue order: priority aged up to ``top`` (the highest waiting), service
+    class, submit time."""
+    aged = min(effective_priority(job, now, cfg.aging_seconds), max(top, job.priority))
+    return -aged, waiting_class(job, now, cfg), job.submitted_at, job.id
+
+
 def borrowing_jobs(running: list[RunningJob], guaranteed: dict[str, float]) -> set[int]:
     """Jobs that run only by borrowing: in start order, a tenant's jobs up to its guarantee
     are its own; the one that crosses it, and those after, borrow (Kueue's semantics)."""
@@ -130,7 +165,8 @@ class _Round:
         for job in snap.queued:
             self.queues[job.tenant].append(job)
         for q in self.queues.values():
-            q.sort(key=lambda j: (-effective_priority(j, self.now, self.cfg.aging_seconds), j.submitted_at, j.id))
+            top = max(j.priority for j in q)
+            q.sort(key=lambda j: queue_key(j, self.now, self.cfg, top))
         self.ent = entitlements(snap.plan, self._demand(), self.capacity)
         self.gone: set[int] = set()  # on sick nodes or GPUs: preempted by the health phase
         self.victims: dict[str, list[RunningJob]] = defaultdict(list)  # preemptible, by tenant
@@ -149,6 +185,8 @@ class _Round:
         self.fair_share()
         if self.cfg.priority_preemption:
             self.priority()
+        if self.cfg.las_preemption and self.cfg.las_thresholds:
+            self.least_attained()
         self.starts()
         if self.cfg.grow and self.pool.total_free > 0:
             self.grow()
@@ -251,8 +289,74 @@ class _Round:
                                      f"({head.priority} > {job.priority})")
                 self.held_for[t] += min(need, self._avail())
 
+    def least_attained(self) -> None:
+        """5. A waiting job of a lower service class takes GPUs from jobs of a higher class:
+        its own tenant's, or jobs that borrow (only while its tenant is within its share,
+        and never below the donor's guarantee). Highest class and most service first;
+        an elastic victim is shrunk rather than stopped where that is enough."""
+        T, cfg = self.T, self.cfg
+        def need_of(t: str) -> int:
+            return self.queues[t][0].min_workers * self.queues[t][0].gpus_per_worker
+
+        blocked = {t: self._start_rank(t) for t in self.queues
+                   if 0 < need_of(t) and self._avail() + self.held_for[t] < need_of(t)}
+        for t in sorted(blocked, key=blocked.get):
+            head = self.queues[t][0]
+            gpw = head.gpus_per_worker
+            need = head.min_workers * gpw
+            # workers of several GPUs need whole nodes cleared: they wait for a reservation
+            # instead, so that clearing nodes for them does not leave GPUs idle meanwhile
+            if gpw != 1:
+                continue
+            mine = waiting_class(head, self.now, cfg)
+            within = T.usage[t] + need <= max(T.g[t], self.ent.get(t, 0)) + 1e-9
+            cands = [j for v, jobs in self.victims.items() for j in jobs
+                     if service_class(j.attained, cfg.las_thresholds) > mine and j.priority <= head.priority
+                     and j.gpus and self.now - j.started_at >= cfg.min_run_before_las_preempt
+                     and (v == t or (cfg.las_across_tenants and within and j.id in self.borrowers))]
+            if not cands:
+                continue
+            cands.sort(key=lambda j: (-service_class(j.attained, cfg.las_thresholds), -j.attained, j.id))
+            have = self._avail() + self.held_for[t]
+            budget: dict[str, float] = defaultdict(float)
+            plan: list[tuple[RunningJob, int | None]] = []  # (job, new size or None to stop it)
+            for job in cands:
+                size = self.planned.get(job.id, job.workers)
+                if job.tenant != t:
+                    room = T.above_guarantee(job.tenant) - budget[job.tenant]
+                    if room < job.gpus_per_worker:
+                        continue
+                else:
+                    room = math.inf
+                shrinkable = (job.gpus_per_worker == 1 and size > job.min_workers
+                              and self.now - job.started_at >= cfg.resize_window(job.in_place))
+                if shrinkable:
+                    give = min(size - job.min_workers, _slots(room, 1), math.ceil(need - have))
+                    plan.append((job, size - give))
+                    freed = give
+                elif size * job.gpus_per_worker <= room:
+                    plan.append((job, None))
+                    freed = size * job.gpus_per_worker
+                else:
+                    continue
+                budget[job.tenant] += freed
+                have += freed
+                if have >= need:
+                    break
+            else:
+                continue
+            why = (f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {need} GPUs")
+            now_free = min(need, self._avail())
+            for job, new in plan:
+                ran = f"; this job has run {job.attained / 3600:.1f} GPU-hours"
+                if new is None:
+                    self._evict(job, why + ran)
+                else:
+                    self._shrink(job, new, why + ran)
+            self.held_for[t] += now_free
+
     def starts(self) -> None:
-        """5. Starts, tenant by tenant, neediest first; each tenant's queue in order until
+        """6. Starts, tenant by tenant, neediest first; each tenant's queue in order until
         one of its jobs starts (then the tenants are ranked again)."""
         self.nonlendable = self.T.nonlendable_idle()
         heap = [self._start_rank(t) for t in self.queues]
@@ -283,25 +387,34 @@ class _Round:
                 self.out.waits.append(Wait(first.id, f"waiting for {need} GPUs ({max(0, self.pool.total_free)} free)"))
 
     def grow(self) -> None:
-        """6. Grow elastic jobs into GPUs nobody queued can use."""
+        """7. Grow elastic jobs into GPUs nobody queued can use."""
         T = self.T
         growable = [j for t in self.victims for j in self.victims[t]
                     if j.id not in self.planned and j.max_workers > j.workers and j.gpus_per_worker
-                    and self.now - j.started_at >= self.cfg.min_run_before_resize]
+                    and self.now - j.started_at >= self.cfg.resize_window(j.in_place)]
         growable.sort(key=lambda j: (self._share_used(j.tenant), j.id))
         for job in growable:
             extra = min(job.max_workers - job.workers, _slots(self._avail(), job.gpus_per_worker),
                         _slots(T.cap_room(job.tenant), job.gpus_per_worker))
             if extra < max(1, job.workers // 4):
                 continue
-            trial = self.pool.copy()
-            trial.release(job.placement)
-            if trial.place(job.workers + extra, job.gpus_per_worker) is None:
-                continue
-            self.pool = trial
+            why = f"grow from {job.workers} to {job.workers + extra} workers into idle GPUs"
+            if job.in_place:
+                # the running workers stay where they are; the new ones go where GPUs are free
+                w0 = job.placement[0]
+                added = self.pool.place(extra, job.gpus_per_worker, w0.cpus, w0.memory_mb)
+                if added is None:
+                    continue
+                added = tuple(replace(w, rank=job.workers + i) for i, w in enumerate(added))
+                self.out.resizes.append(Resize(job.id, job.workers + extra, why, True, added))
+            else:
+                trial = self.pool.copy()
+                trial.release(job.placement)
+                if trial.place(job.workers + extra, job.gpus_per_worker) is None:
+                    continue
+                self.pool = trial
+                self.out.resizes.append(Resize(job.id, job.workers + extra, why))
             T.add(job.tenant, extra * job.gpus_per_worker)
-            self.out.resizes.append(Resize(job.id, job.workers + extra,
-                                           f"grow from {job.workers} to {job.workers + extra} workers into idle GPUs"))
 
     # starting one job ------------------------------------------------------------------
     def _start_rank(self, t: str) -> tuple:
@@ -405,7 +518,7 @@ class _Round:
         shrinks = [job for v in donors for job in self.victims[v]
                    if job.max_workers > job.min_workers and self.planned.get(job.id, job.workers) > job.min_workers
                    and job.gpus_per_worker
-                   and (any_age or self.now - job.started_at >= self.cfg.min_run_before_resize)]
+                   and (any_age or self.now - job.started_at >= self.cfg.resize_window(job.in_place))]
         shrinks.sort(key=lambda j: _loss_key(j, self.now))
         resize: dict[int, int] = {}
         gained = 0.0
@@ -533,7 +646,8 @@ class _Round:
     def _shrink(self, job: RunningJob, new: int, why: str) -> None:
         size = self.planned.get(job.id, job.workers)
         self._drop_resize(job.id)
-        self.out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}"))
+        self.out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}",
+                                       job.in_place))
         self.planned[job.id] = new  # it stays a candidate: a later reclaim may shrink or evict it
         self.T.add(job.tenant, -(size - new) * job.gpus_per_worker)
 

@@ -4,10 +4,13 @@ A trace row is a job: arrival time, duration (the work at the requested GPU coun
 GPUs, and the tenant (Philly's virtual cluster). Jobs of up to one node's GPUs run as
 that many 1-GPU workers; larger ones as whole-node workers. An elastic job may run
 with half to twice its workers; its speed scales linearly with its size. A preempted
-or resized job receives SIGTERM, checkpoints and stops ``stop_delay`` seconds later
-(holding its GPUs until then), and pays ``restart_overhead`` seconds when it starts
-again; with ``checkpoint_interval`` set it also loses the work since its last periodic
-checkpoint (the default assumes ``deeppod.runtime`` checkpoints on SIGTERM).
+job receives SIGTERM, checkpoints and stops ``stop_delay`` seconds later (holding its
+GPUs until then), and pays ``restart_overhead`` seconds when it starts again; with
+``checkpoint_interval`` set it also loses the work since its last periodic checkpoint
+(the default assumes ``deeppod.runtime`` checkpoints on SIGTERM). An elastic job uses
+``deeppod.runtime`` and resizes in place: it keeps running and pays ``resize_overhead``
+seconds (leaving workers free their GPUs, new workers join from free GPUs); with
+``in_place=False`` a resize is a stop and a restart at the new size, as before.
 """
 
 from __future__ import annotations
@@ -42,8 +45,14 @@ class TraceJob:
     gpus: int
 
 
-def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
+def load_trace(path: str | Path, limit: int | None = None, week: str | None = None) -> list[TraceJob]:
+    """Jobs of a trace CSV; ``week`` ("2017-W41") keeps the jobs that arrived in that ISO week."""
     path = Path(path)
+    if week is not None:
+        try:
+            year, wk = (int(x) for x in week.upper().split("-W"))
+        except ValueError:
+            raise InvalidRequest(f"week {week!r}: write it as YEAR-Wnn, e.g. 2017-W41") from None
     if not path.is_file():
         raise InvalidRequest(f"trace {path} does not exist")
     with open(path, newline="") as f:
@@ -58,10 +67,12 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
                              row["cluster"]))
             except (ValueError, TypeError) as exc:
                 raise InvalidRequest(f"{path}:{line}: cannot read this row ({exc})") from None
+            if week is not None and tuple(rows[-1][0].isocalendar())[:2] != (year, wk):
+                rows.pop()
             if limit and len(rows) >= limit:
                 break
     if not rows:
-        raise InvalidRequest(f"{path} holds no jobs")
+        raise InvalidRequest(f"{path} holds no jobs" + (f" in week {week}" if week else ""))
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
     return [TraceJob(i, c, (ts - t0).total_seconds(), max(1.0, d), max(1, g)) for i, (ts, d, g, c) in enumerate(rows)]
@@ -86,6 +97,8 @@ class SimConfig:
     restart_overhead: float = 30.0
     stop_delay: float = 10.0
     checkpoint_interval: float | None = None
+    in_place: bool = True  # elastic jobs resize in place (deeppod.runtime) instead of restarting
+    resize_overhead: float = 5.0  # seconds an in-place resize costs the job
     tick: float = 300.0  # a round at least this often while jobs wait (aging, reservations)
     sample_every: float = 900.0
     horizon: float = 60 * 86400.0  # stop after this much simulated time
@@ -112,6 +125,8 @@ class _Job:
     restarts: int = 0
     resize_to: int | None = None
     within_guarantee: bool = False
+    attained: float = 0.0  # GPU-seconds run in earlier runs (or before the last in-place resize)
+    queued_at: float = 0.0
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -147,7 +162,7 @@ class Simulator:
         self.events: list = []
         self.seq = 0
         self.round_ms: list[float] = []
-        self.preemptions = self.resizes = 0
+        self.preemptions = self.resizes = self.in_place_resizes = 0
         self.lost_gpu_seconds = 0.0
         self.samples: list[tuple[float, dict[str, int]]] = []
         self.busy = self.busy_gpu_s = self.backlog_s = self.backlog_busy_gpu_s = 0.0
@@ -163,6 +178,10 @@ class Simulator:
 
     def _progress(self, j: _Job, now: float) -> float:
         return max(0.0, now - j.run_start) * self._rate(j)
+
+    def _served(self, j: _Job, now: float) -> float:
+        """GPU-seconds of the current run (its GPUs are held from the start, overhead included)."""
+        return max(0.0, now - j.started) * j.workers * j.gpw
 
     def _release(self, j: _Job) -> None:
         for w in j.placement:
@@ -185,16 +204,50 @@ class Simulator:
         nodes = tuple(NodeState(name, tuple(sorted(free)), float(gpn), 1 << 30, True, gpn)
                       for name, free in self.free.items())
         queued = tuple(PendingJob(j.t.id, j.t.tenant, j.min_w, j.gpw, 0.0, 0, 0, j.t.arrival,
-                                  max_workers=j.max_w if j.max_w > j.min_w else None, resize_to=j.resize_to)
+                                  max_workers=j.max_w if j.max_w > j.min_w else None, resize_to=j.resize_to,
+                                  attained=j.attained, queued_at=j.queued_at)
                        for j in self.queued.values())
         running = tuple(RunningJob(j.t.id, j.t.tenant, j.placement, j.gpw, j.min_w, j.max_w, 0, True, j.started,
-                                   j.last_ckpt, j.state == "stopping") for j in self.running.values())
+                                   j.last_ckpt, j.state == "stopping",
+                                   attained=j.attained + self._served(j, now),
+                                   in_place=self.cfg.in_place and j.max_w > j.min_w)
+                        for j in self.running.values())
         return Snapshot(nodes, queued, running, self.plan, now, self.cfg.config)
+
+    def _resize_in_place(self, j: _Job, r, now: float) -> bool:
+        """Shrink: the last workers leave and free their GPUs; grow: new workers join on
+        ``r.added``. The job keeps its progress and pays ``resize_overhead``."""
+        if r.workers > j.workers and (not r.added or any(not set(w.gpus) <= self.free[w.node] for w in r.added)):
+            return False
+        j.work = max(0.0, j.work - self._progress(j, now))
+        j.attained += self._served(j, now)
+        if r.workers < j.workers:
+            for w in j.placement[r.workers:]:
+                self.free[w.node].update(w.gpus)
+            j.placement = j.placement[:r.workers]
+        else:
+            for w in r.added:
+                self.free[w.node].difference_update(w.gpus)
+            j.placement = j.placement + tuple(r.added)
+        delta = (r.workers - j.workers) * j.gpw
+        self.usage[j.t.tenant] += delta
+        self.busy += delta
+        j.workers = r.workers
+        self.lost_gpu_seconds += self.cfg.resize_overhead * j.workers * j.gpw
+        j.started = now
+        j.run_start = j.last_ckpt = now + self.cfg.resize_overhead
+        j.version += 1
+        self.resizes += 1
+        self.in_place_resizes += 1
+        self._push(j.run_start + j.work / self._rate(j), "done", j.t.id, j.version)
+        return True
 
     def _apply(self, d: Decisions, now: float) -> None:
         for p in list(d.preempts) + list(d.resizes):
             j = self.running[p.job_id]
             if j.state == "stopping":
+                continue
+            if getattr(p, "in_place", False) and self.cfg.in_place and self._resize_in_place(j, p, now):
                 continue
             done = self._progress(j, now)
             if self.cfg.checkpoint_interval:
@@ -203,6 +256,8 @@ class Simulator:
                 done = max(0.0, ran - lost) * self._rate(j)
                 self.lost_gpu_seconds += lost * j.workers * j.gpw
             j.work = max(0.0, j.work - done)
+            j.attained += self._served(j, now)
+            j.started = now  # counted: the stop delay is not service
             j.state = "stopping"
             j.version += 1
             if hasattr(p, "workers"):
@@ -256,7 +311,7 @@ class Simulator:
                 _, _, kind, jid, ver = heapq.heappop(self.events)
                 j = self.jobs.get(jid)
                 if kind == "arrive":
-                    j.state = "queued"
+                    j.state, j.queued_at = "queued", now
                     self.queued[jid] = j
                     need = j.min_w * j.gpw
                     j.within_guarantee = self.usage[j.t.tenant] + need <= self.g.get(j.t.tenant, 0)
@@ -265,7 +320,7 @@ class Simulator:
                     j.state, j.end, j.work = "done", now, 0.0
                 elif kind == "stopped" and ver == j.version:
                     self._release(j)
-                    j.state = "queued"
+                    j.state, j.queued_at = "queued", now
                     j.restarts += 1
                     self.queued[jid] = j
                 elif kind == "tick":
@@ -304,7 +359,7 @@ class Simulator:
             "queue_delay_p95_h": round(_percentile(wait, 0.95) / 3600, 3),
             "reclaim_latency_p95_s": round(_percentile(reclaim, 0.95), 1),
             "within_guarantee_jobs": len(reclaim),
-            "preemptions": self.preemptions, "resizes": self.resizes,
+            "preemptions": self.preemptions, "resizes": self.resizes, "in_place_resizes": self.in_place_resizes,
             "restart_gpu_hours_lost": round(self.lost_gpu_seconds / 3600, 1),
             "round_ms_avg": round(statistics.fmean(self.round_ms), 3) if self.round_ms else 0.0,
             "round_ms_p95": round(_percentile(self.round_ms, 0.95), 3),

@@ -32,6 +32,8 @@ class PendingJob:
     preemptible: bool = True
     resize_to: int | None = None  # the size a shrink or grow asked for
     avoid: frozenset[tuple[str, int]] = frozenset()  # (node, gpu) where it last failed
+    attained: float = 0.0  # GPU-seconds it has run so far (earlier runs): its service class
+    queued_at: float | None = None  # when it last entered the queue (default: submitted_at)
 
     @property
     def min_workers(self) -> int:
@@ -66,6 +68,8 @@ class RunningJob:
     stopping: bool = False  # already being preempted or resized: its GPUs are on their way back
     # a search trial, or a job idle on its GPUs when the plan says so: the first to give GPUs back
     reclaim_first: bool = False
+    attained: float = 0.0  # GPU-seconds run so far, this run included
+    in_place: bool = False  # it uses deeppod.runtime: a resize re-forms its group without a restart
 
     @property
     def workers(self) -> int:
@@ -78,11 +82,38 @@ class RunningJob:
 
 @dataclass(frozen=True)
 class Config:
-    aging_seconds: float = 600.0  # every this long in the queue adds 1 to a job's priority
+    # every this long in the queue adds 1 to a job's priority, up to the highest priority
+    # waiting in its tenant's queue (aging lifts a job to the top class, never past it)
+    aging_seconds: float = 600.0
     reserve_after_seconds: float = 300.0  # a blocked head job this old gets a reservation
     min_run_before_resize: float = 900.0  # no grow/shrink of a job younger than this (anti-thrash)
     grow: bool = True
     priority_preemption: bool = True
+    # Least attained service (Tiresias): a job's class is how many of these GPU-second
+    # thresholds its attained service has passed; within a priority, lower classes go first
+    # and may preempt (or shrink) jobs of higher classes of the same tenant, or jobs that
+    # borrow another tenant's GPUs.
+    las_thresholds: tuple[float, ...] = (2 * 3600.0, 32 * 3600.0)
+    las_preemption: bool = True
+    # also take borrowed GPUs from another tenant's higher classes: off by default, as it
+    # cost guarantees on the Philly replays (docs/scheduler.md)
+    las_across_tenants: bool = False
+    # a job that has waited starve_factor x its attained run time (at least starve_after
+    # seconds) since it was last queued is treated as class 0 again: nobody waits forever
+    starve_factor: float = 1.0
+    starve_after: float = 1800.0
+    # what a resize costs, seconds: in place (deeppod.runtime re-forms the group) or by
+    # checkpoint restart; the anti-thrash window is resize_window_factor times that cost
+    resize_cost_in_place: float = 5.0
+    resize_cost_restart: float = 30.0
+    resize_window_factor: float = 30.0
+    min_run_before_las_preempt: float = 900.0  # a run this young is not preempted for a lower class
+
+    def resize_window(self, in_place: bool) -> float:
+        """How long a job runs at a size before it may be resized again."""
+        if not in_place:
+            return self.min_run_before_resize
+        return min(self.min_run_before_resize, self.resize_cost_in_place * self.resize_window_factor)
 
 
 @dataclass(frozen=True)
@@ -112,11 +143,15 @@ class Preempt:
 
 @dataclass(frozen=True)
 class Resize:
-    """Stop the job gracefully and start it again with ``workers`` (shrink or grow)."""
+    """Change the job to ``workers`` (shrink or grow). A job that resizes in place keeps its
+    processes; a grow in place names where the new workers go (``added``, ranks from the
+    old size up). Otherwise the job is stopped gracefully and started again at the new size."""
 
     job_id: int
     workers: int
     reason: str
+    in_place: bool = False
+    added: tuple[WorkerPlacement, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,9 @@ class Job(Base):
     stop_as: Mapped[str | None] = mapped_column(String(16), nullable=True)  # the state a requested stop ends in
     # since when its GPUs have been under the idle threshold (monitor/); None: busy or no GPUs
     idle_since: Mapped[datetime | None] = mapped_column(nullable=True)
+    # GPU-seconds of its earlier runs, and when it last entered the queue: its service class
+    attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    queued_at: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)

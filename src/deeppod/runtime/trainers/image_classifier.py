@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from deeppod.contract import ENV_JOB_ID
+from deeppod.contract import ENV_JOB_ID, ENV_JOINING
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
@@ -62,6 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (0: each epoch)")
+    p.add_argument("--resize-check-every", type=int, default=0,
+                   help="steps between checks for an in-place resize (0: every step on CPU, every 10 with CUDA)")
     p.add_argument("--record-samples", default=None, help=argparse.SUPPRESS)  # tests: which samples each step saw
     p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
     return p.parse_args(argv)
@@ -232,21 +234,35 @@ def main(argv=None) -> int:
     model.to(ctx.device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None) if ctx.world_size > 1 else model
+    def wrap(ctx):
+        return DDP(model, device_ids=[ctx.device.index] if cuda else None) if ctx.world_size > 1 else model
 
     ckpt = runtime.Checkpointer(keep=2, background=True)
     sampler = runtime.ElasticSampler(len(train_items), seed=args.seed)
-    opt = make_optimizer(args, ddp.parameters(), args.lr)
+    opt = make_optimizer(args, model.parameters(), args.lr)
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
-    state = ckpt.load_latest(model=model, optimizer=opt, scaler=scaler, sampler=sampler)
+    joining = os.environ.get(ENV_JOINING) == "1"  # an in-place grow: rank 0 sends the state, not a checkpoint
+    state = None if joining else ckpt.load_latest(model=model, optimizer=opt, scaler=scaler, sampler=sampler)
     step, epoch = (state["step"], state["epoch"]) if state else (0, 0)
     # The base world size belongs to the run: a resumed run keeps the one it started with.
     base_world = (state or {}).get("extra", {}).get("base_world") or args.base_workers or ctx.world_size
+    shared = {"step": step, "epoch": epoch, "base_world": base_world, "scaler": scaler.state_dict()}
+    resizer = runtime.Resizer(model, opt, sampler, shared, ctx=ctx)  # a joiner receives rank 0's here
+    if joining:
+        step, epoch, base_world = shared["step"], shared["epoch"], shared["base_world"]
+        scaler.load_state_dict(shared["scaler"])
+    ddp = wrap(ctx)
     per_worker = max(1, math.ceil(args.batch_size / base_world))
-    batch, lr = scale_for_world(ctx.world_size, base_world_size=base_world, per_worker_batch=per_worker,
-                                base_lr=args.lr, rule=args.scale_rule)
-    for g in opt.param_groups:  # a new world size may mean a new LR (linear_lr)
-        g["lr"] = lr
+
+    def rescale(world_size):
+        batch, lr = scale_for_world(world_size, base_world_size=base_world, per_worker_batch=per_worker,
+                                    base_lr=args.lr, rule=args.scale_rule)
+        for g in opt.param_groups:  # a new world size may mean a new LR (linear_lr)
+            g["lr"] = lr
+        return batch, lr
+
+    batch, lr = rescale(ctx.world_size)
+    check_every = args.resize_check_every or (10 if cuda else 1)
     if ctx.is_chief:
         print(f"world {ctx.world_size} (base {base_world}), per-worker batch {batch}, lr {lr:g}, "
               f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
@@ -264,6 +280,9 @@ def main(argv=None) -> int:
     while epoch < args.epochs:
         sampler.set_epoch(epoch)
         order = list(sampler)
+        # steps every worker takes in this pass: only on those may they all meet in a collective
+        even = (sampler.n - sampler.position) // (batch * ctx.world_size)
+        event = None
         if version_dir is not None:
             from deeppod.runtime.data import loader as shard_loader
 
@@ -312,6 +331,22 @@ def main(argv=None) -> int:
                     save()
                 if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
                     break
+                if k <= even and k % check_every == 0:
+                    event = resizer.check()  # agrees on a stop, or on a new size, on every worker
+                    if event is not None:
+                        break
+        if event == "resize":  # everyone left the join together, with the old group still up
+            shared.update(step=step, epoch=epoch, scaler=scaler.state_dict())
+            event = resizer.resize()  # a worker past the new size exits here
+            if event == "resized":
+                ctx = resizer.ctx
+                ddp = wrap(ctx)
+                batch, lr = rescale(ctx.world_size)
+                if ctx.is_chief:
+                    print(f"resized in place to {ctx.world_size} workers in {resizer.last_switch_seconds:.2f} s: "
+                          f"per-worker batch {batch}, lr {lr:g}, {sampler.position}/{sampler.n} samples in",
+                          flush=True)
+                continue  # the rest of the epoch, dealt to the new world
         # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
         if runtime.should_stop() or (args.max_steps and step >= args.max_steps):
             save()

@@ -1,0 +1,262 @@
+"""In-place resize: change a running job's number of workers without a restart.
+
+Today's path (stop, checkpoint, start again) reloads the model, rebuilds the process group
+from nothing and warms the data loader up again. With a :class:`Resizer` the workers that
+stay keep their processes, model and optimizer in memory::
+
+    ctx = runtime.init()
+    resizer = runtime.Resizer(model, optimizer, sampler, state={"step": 0})
+    ddp = DDP(model)
+    while ...:
+        for batch in loader:
+            ...                                   # one training step with ddp
+            sampler.advance(local_batch)
+            event = resizer.check()               # every worker, at every step boundary
+            if event == "resize":                 # agreed by all: leave the step loop (and
+                event = resizer.resize()          # DDP's join), then switch; leavers exit here
+            if event == "stop":                   # SIGTERM: preemption, cancel, fallback
+                ckpt.save(...); runtime.exit_for_resume()
+            if event == "resized":                # a new group of resizer.world_size workers
+                ddp = DDP(model); break           # re-wrap, and deal the epoch's rest again
+
+:meth:`check` must run on every worker at the same step (it is a collective); near the end
+of an epoch, where workers may have one step more or less, call it only on the steps all
+of them take (the built-in trainer does).
+
+How a resize goes. The control plane writes ``DEEPPOD_WORLD_FILE`` (generation, new size,
+rendezvous address and port) and, on a grow, starts the new workers with
+``DEEPPOD_JOINING=1``. At the next step boundary every worker agrees on the newest
+generation in one small all-reduce (the same one that agrees on a stop), tears its process
+group down and forms the new one. Ranks at or above the new size leave (exit 0); joiners
+receive the model, optimizer, sampler and ``state`` from rank 0 by broadcast. The sampler
+keeps its position, so every sample of the epoch is still seen once. Rank 0 then writes
+``WORLD_ACK`` after the first step at the new size, which the control plane reads.
+
+If the new group cannot be formed (a worker died during the switch), :meth:`check` answers
+"stop": rank 0 still holds the model and saves it, and the job restarts from that
+checkpoint at the new size, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, RESIZABLE_MARK,
+                              WORLD_ACK)
+from deeppod.runtime import stop
+from deeppod.runtime.context import JobContext, job_context
+
+log = logging.getLogger(__name__)
+
+RESIZE, RESIZED, STOP = "resize", "resized", "stop"
+
+
+def read_world(path: str | os.PathLike | None) -> dict | None:
+    """The control plane's last word on the world, or None (no file, or half-written)."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            world = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return world if isinstance(world, dict) and isinstance(world.get("generation"), int) else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+class Resizer:
+    """Keeps a job's workers in step with the size the control plane gives it (module doc)."""
+
+    def __init__(self, model=None, optimizer=None, sampler=None, state: dict | None = None, *,
+                 ctx: JobContext | None = None, backend: str | None = None, timeout_seconds: float | None = None):
+        self.ctx = ctx or job_context()
+        self.model, self.optimizer, self.sampler = model, optimizer, sampler
+        self.state = {} if state is None else state
+        self.world_file = os.environ.get(ENV_WORLD_FILE)
+        self.generation = int(os.environ.get(ENV_WORLD_GENERATION, 0))
+        self.timeout = float(timeout_seconds or os.environ.get(ENV_RESIZE_TIMEOUT, 120))
+        self._backend = backend
+        self._mtime = -1.0
+        self._seen = self._agreed = self.generation
+        self._ack: dict | None = None  # written after the first step at a new size
+        self.last_switch_seconds: float | None = None
+        self.resizes = 0
+        if os.environ.get(ENV_JOINING) == "1":
+            self._sync()  # the group is already formed by init(): receive what rank 0 holds
+        if self.ctx.rank == 0 and self.ctx.checkpoint_dir:
+            folder = Path(self.ctx.checkpoint_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / RESIZABLE_MARK).write_text("1")  # the control plane may now resize in place
+
+    @property
+    def world_size(self) -> int:
+        return self.ctx.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank
+
+    # -- at every step boundary ------------------------------------------------------
+    def check(self) -> str | None:
+        """None (go on), "stop" (checkpoint and exit for resume) or "resize" (every worker
+        agreed that a new world is there: call :meth:`resize`). On every worker, every step."""
+        self._acknowledge()
+        local_stop = stop._requested.is_set()
+        seen = self._look()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            import torch
+
+            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+            flags = torch.tensor([1 if local_stop else 0, seen], device=device, dtype=torch.int64)
+            try:
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            except Exception as exc:  # noqa: BLE001 - a peer died between steps
+                self._abandon(f"a worker left the group ({exc})")
+                return STOP
+            any_stop, seen = bool(flags[0].item()), int(flags[1].item())
+        else:
+            any_stop = local_stop
+        if any_stop:
+            if not local_stop:
+                stop.request_stop("another worker was asked to stop")
+            return STOP
+        if seen > self.generation:
+            self._agreed = seen
+            return RESIZE
+        return None
+
+    def resize(self) -> str:
+        """Switch to the agreed world: "resized" (re-wrap the model, rebuild the loader) or
+        "stop" (the new group could not be formed: checkpoint and exit for resume). A worker
+        whose rank is past the new size exits here with code 0."""
+        if self._agreed <= self.generation:
+            return RESIZED
+        return self._switch(self._agreed)
+
+    def _look(self) -> int:
+        """The newest generation this worker has seen (a stat per step; a read when it changed)."""
+        if not self.world_file:
+            return self._seen
+        try:
+            mtime = os.stat(self.world_file).st_mtime
+        except OSError:
+            return self._seen
+        if mtime != self._mtime:
+            world = read_world(self.world_file)
+            if world is not None:
+                self._mtime = mtime
+                self._seen = max(self._seen, world["generation"])
+        return self._seen
+
+    # -- the switch -------------------------------------------------------------------
+    def _switch(self, generation: int) -> str:
+        import torch.distributed as dist
+
+        began = time.monotonic()
+        world = self._world(generation)
+        old = self.ctx.world_size
+        size, rank = int(world["world_size"]), self.ctx.rank
+        if dist.is_available() and dist.is_initialized():
+            backend = self._backend or dist.get_backend()
+            dist.destroy_process_group()
+        else:
+            backend = self._backend or ("nccl" if self.ctx.backend == "nccl" else "gloo")
+        if rank >= size:
+            log.info("rank %s leaves: the job shrinks from %s to %s workers", rank, old, size)
+            sys.stdout.flush()
+            sys.exit(0)
+        self.generation = generation
+        os.environ.update({"WORLD_SIZE": str(size), "MASTER_ADDR": str(world["master_addr"]),
+                           "MASTER_PORT": str(world["master_port"])})
+        self.ctx = replace(self.ctx, world_size=size)
+        try:
+            if size > 1:
+                dist.init_process_group(backend, init_method=f"tcp://{world['master_addr']}:{world['master_port']}",
+                                        rank=rank, world_size=size, timeout=timedelta(seconds=self.timeout))
+            if size > old:
+                self._sync()
+        except Exception as exc:  # noqa: BLE001 - a peer died or never came: fall back to a restart
+            self._abandon(f"in-place resize to {size} workers failed ({exc})")
+            return STOP
+        if self.sampler is not None:
+            self.sampler.rank, self.sampler.world_size = rank, size
+        self.resizes += 1
+        self.last_switch_seconds = time.monotonic() - began
+        self._ack = {"generation": generation, "world_size": size, "from": old,
+                     "switch_seconds": round(self.last_switch_seconds, 3), "decided_at": world.get("decided_at")}
+        log.info("resized in place from %s to %s workers in %.2f s", old, size, self.last_switch_seconds)
+        return RESIZED
+
+    def _abandon(self, why: str) -> None:
+        """No usable group: leave it and ask for a stop; rank 0 still holds the model and
+        saves it (no collective is needed for that), then the job restarts from it."""
+        import torch.distributed as dist
+
+        log.warning("%s: stopping for a restart from a checkpoint", why)
+        if dist.is_available() and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - it is broken already
+                pass
+        stop.request_stop(why)
+
+    def _world(self, generation: int) -> dict:
+        """The world of ``generation``: a peer may have seen the file a moment before us."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            world = read_world(self.world_file)
+            if world is not None and world["generation"] >= generation:
+                return world
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the world file {self.world_file} never reached generation {generation}")
+            time.sleep(0.01)
+
+    def _sync(self) -> None:
+        """Rank 0's model, optimizer, sampler and ``state`` to every worker, by broadcast."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        if self.model is not None:
+            from deeppod.runtime.checkpoint import _unwrap
+
+            for tensor in _unwrap(self.model).state_dict().values():
+                dist.broadcast(tensor, 0)
+        box = [{"optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                "sampler": self.sampler.state_dict() if self.sampler is not None else None,
+                "state": self.state} if self.ctx.rank == 0 else None]
+        dist.broadcast_object_list(box, 0)
+        got = box[0]
+        if self.ctx.rank != 0:
+            if self.optimizer is not None and got["optimizer"] is not None:
+                self.optimizer.load_state_dict(got["optimizer"])
+            if self.sampler is not None and got["sampler"] is not None:
+                self.sampler.load_state_dict(got["sampler"])
+            self.state.clear()
+            self.state.update(got["state"])
+
+    def _acknowledge(self) -> None:
+        """After the first step at a new size: rank 0 tells the control plane, with the time."""
+        if self._ack is None:
+            return
+        ack, self._ack = self._ack, None
+        if self.ctx.rank != 0 or not self.ctx.checkpoint_dir:
+            return
+        try:
+            _write_json(Path(self.ctx.checkpoint_dir) / WORLD_ACK, {**ack, "at": time.time()})
+        except OSError as exc:
+            log.warning("could not acknowledge the resize: %s", exc)

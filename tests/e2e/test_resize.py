@@ -1,0 +1,85 @@
+"""The built-in trainer resizes in place on the local executor: 2 -> 1 -> 3 workers without
+a restart (the staying process keeps its model and loader; joiners are started by the job's
+supervisor and receive the model from rank 0), every sample of the epoch seen exactly once."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, RESIZABLE_MARK, WORLD_ACK,
+                              free_port, worker_env)
+from deeppod.executor.base import LaunchSpec, WorkerSpec
+from deeppod.executor.local import LocalExecutor
+from deeppod.jobs.resize import reset_world, world_file, write_world
+from tests.e2e.datasets import digits_version
+from tests.e2e.test_training import consumed, small_args, steps_done
+from tests.helpers import wait_until
+
+TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
+
+
+@pytest.fixture(scope="module")
+def version(tmp_path_factory):
+    return digits_version(tmp_path_factory.mktemp("version"))
+
+
+def spec(job_dir, rank, world, port, generation=0, joining=False):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    env = worker_env(env, {}, job_id=0, rank=rank, world_size=world, local_rank=rank, local_world_size=world,
+                     node_rank=0, master_addr="127.0.0.1", master_port=port, gpus=(), cpus=1,
+                     checkpoint_dir=str(job_dir / "checkpoints"), api_url="", token="", restart_count=0)
+    env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})
+    if joining:
+        env[ENV_JOINING] = "1"
+    return WorkerSpec(rank, "n", env)
+
+
+def resize(job_dir, generation, size):
+    port = free_port()
+    write_world(job_dir, {"generation": generation, "world_size": size, "master_addr": "127.0.0.1",
+                          "master_port": port, "decided_at": time.time()})
+    return port
+
+
+def acked(job_dir, generation):
+    try:
+        return json.loads((job_dir / "checkpoints" / WORLD_ACK).read_text())["generation"] >= generation
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.mark.timeout(900)
+def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_path, version):
+    ex, job_dir, records = LocalExecutor(), tmp_path / "job", tmp_path / "records"
+    (job_dir / "checkpoints").mkdir(parents=True)
+    records.mkdir()
+    reset_world(job_dir, job_dir / "checkpoints")
+    command = TRAINER + small_args(version, records, epochs=1, delay=0.15)
+    port = free_port()
+    h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
+                             workers=[spec(job_dir, r, 2, port) for r in range(2)], grace_seconds=20))
+    wait_until(lambda: steps_done(records) >= 2 * 4, 180, what="a few steps on 2 workers")
+    assert (job_dir / "checkpoints" / RESIZABLE_MARK).exists()
+
+    resize(job_dir, 1, 1)  # shrink: rank 1 finishes its step and leaves, rank 0 goes on alone
+    wait_until(lambda: acked(job_dir, 1), 120, what="rank 0 to acknowledge 1 worker")
+    status = ex.poll(h)
+    assert not status.finished and status.exit_codes == {1: 0}
+    log = (job_dir / "logs" / "rank-0.log").read_text()
+    assert "resized in place to 1 workers" in log and "resuming" not in log
+
+    port = resize(job_dir, 2, 3)  # grow: the supervisor starts ranks 1 and 2, which join rank 0's group
+    ex.add_workers(h, [spec(job_dir, r, 3, port, generation=2, joining=True) for r in (1, 2)], 2)
+    wait_until(lambda: acked(job_dir, 2), 180, what="rank 0 to acknowledge 3 workers")
+    st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300, what="the job to finish")
+    log = (job_dir / "logs" / "rank-0.log").read_text()
+    assert st.exit_codes == {0: 0, 1: 0, 2: 0}, log + (job_dir / "logs" / "rank-1.log").read_text()
+    assert "resized in place to 3 workers" in log and "resuming" not in log
+    n = int(log.split(" train / ")[0].split("; ")[-1])
+    epoch0 = consumed(records, 0)
+    assert sorted(epoch0) == list(range(n)) and set(epoch0.values()) == {1}, "each sample once over 2 -> 1 -> 3"
+    assert (job_dir / "model" / "model.pt2").exists()

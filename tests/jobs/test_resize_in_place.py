@@ -1,0 +1,160 @@
+"""The controller's side of an in-place resize, with the fake executor: a job that marked
+itself resizable keeps running; the world file names the new size; the leaving workers'
+GPUs come free when they have exited and rank 0 acknowledged; a grow starts joiners that
+receive the model; a switch that fails or stalls falls back to a checkpoint restart."""
+
+import json
+import time
+
+import pytest
+
+from deeppod.contract import ENV_JOINING, ENV_WORLD_GENERATION, RESIZABLE_MARK, WORLD_ACK
+from deeppod.executor.base import ExecStatus
+from deeppod.executor.fake import FakeExecutor
+from deeppod.jobs import service
+from deeppod.jobs.controller import JobController
+from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, world_file
+from deeppod.plans.service import apply_plan
+from deeppod.scheduler import Config
+from tests.fixtures import load_job, populate, submit_job as submit
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1_000_000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def world(sessions):
+    return populate(sessions)  # one node, 4 logical GPUs; tenants a (alice) and b (bob)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def rec(sessions, tmp_path, clock):
+    return JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                         config=Config(min_run_before_resize=0, reserve_after_seconds=1e9, las_preemption=False),
+                         clock=clock)
+
+
+def ranks(j):
+    return [w["rank"] for w in j.allocation["workers"]]
+
+
+def events(sessions, who, job_id):
+    with sessions() as s:
+        return [(e.kind, e.message) for e in service.list_events(s, who, job_id)]
+
+
+def mark_resizable(rec, job_id):
+    ckpt = rec.job_dir(job_id) / "checkpoints"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / RESIZABLE_MARK).write_text("1")
+
+
+def ack(rec, job_id, generation, at):
+    (rec.job_dir(job_id) / "checkpoints" / WORLD_ACK).write_text(json.dumps({"generation": generation, "at": at}))
+
+
+def borrow_all_then_reclaim(sessions, world, rec, tmp_path):
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
+    b_job = submit(sessions, world.bob, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    assert ranks(load_job(sessions, b_job)) == [0, 1, 2, 3]
+    mark_resizable(rec, b_job)
+    a_job = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    return a_job, b_job
+
+
+def test_a_shrink_in_place_keeps_the_job_running_and_frees_the_leavers_gpus_once_they_exit(
+        sessions, world, rec, tmp_path, clock):
+    a_job, b_job = borrow_all_then_reclaim(sessions, world, rec, tmp_path)
+    b = load_job(sessions, b_job)
+    assert b.state == "running" and b_job not in rec.executor.terminated  # no SIGTERM: the workers stay
+    w = json.loads(world_file(rec.job_dir(b_job)).read_text())
+    assert (w["generation"], w["world_size"], w["master_port"]) == (1, 2, 29500)
+    assert ranks(b) == [0, 1, 2, 3] and b.resize_to == 2  # the leavers still hold their GPUs
+    rec.tick()
+    assert load_job(sessions, a_job).state == "queued"  # nothing free yet, and no second shrink
+    assert ranks(load_job(sessions, b_job)) == [0, 1, 2, 3]
+    # rank 0 acknowledges the first step at 2 workers, and ranks 2 and 3 have exited
+    rec.executor.status[b_job] = ExecStatus(finished=False, exit_codes={2: 0, 3: 0})
+    ack(rec, b_job, 1, clock.t + 2.5)
+    rec.tick()
+    b = load_job(sessions, b_job)
+    assert b.state == "running" and ranks(b) == [0, 1] and b.resize_to is None and b.restart_count == 0
+    assert load_job(sessions, a_job).state == "running"
+    kinds = events(sessions, world.bob, b_job)
+    assert [k for k, _ in kinds] == ["queued", "started", "resizing", "resized"]
+    assert "in place: the workers stay; ranks 2-3 leave" in kinds[2][1]
+    assert "from 4 to 2 workers: 2.5 s from the decision" in kinds[3][1]
+    # the job ends later with its two workers: success, though four exit codes are on record
+    rec.executor.finish(b_job, {0: 0, 1: 0, 2: 0, 3: 0})
+    rec.tick()
+    assert load_job(sessions, b_job).state == "succeeded"
+
+
+def test_a_job_that_is_not_resizable_restarts_as_before(sessions, world, rec, tmp_path):
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
+    b_job = submit(sessions, world.bob, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    b = load_job(sessions, b_job)
+    assert b.state == "resizing" and b_job in rec.executor.terminated
+    assert "restarts from its checkpoint with 2 workers" in events(sessions, world.bob, b_job)[-1][1]
+
+
+def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec, tmp_path, clock):
+    other = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    job = submit(sessions, world.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    assert ranks(load_job(sessions, job)) == [0, 1]
+    clock.t = time.time() + 1  # run times are wall-clock times: it has run a second
+    mark_resizable(rec, job)
+    rec.executor.finish(other, {0: 0, 1: 0})
+    rec.tick()  # two GPUs free: the job grows into them in place
+    j = load_job(sessions, job)
+    assert j.state == "running" and ranks(j) == [0, 1, 2, 3] and job not in rec.executor.terminated
+    [(generation, joiners)] = rec.executor.added[job]
+    assert generation == 1 and [w.rank for w in joiners] == [2, 3]
+    env = joiners[0].env
+    assert (env["WORLD_SIZE"], env[ENV_JOINING], env[ENV_WORLD_GENERATION], env["MASTER_PORT"]) == ("4", "1", "1", "29500")
+    assert env["CUDA_VISIBLE_DEVICES"] != rec.executor.launched[job].workers[0].env["CUDA_VISIBLE_DEVICES"]
+    ack(rec, job, 1, clock.t + 4.0)
+    rec.tick()
+    j = load_job(sessions, job)
+    assert ranks(j) == [0, 1, 2, 3] and "resize" not in j.allocation
+    assert "from 2 to 4 workers: 4.0 s" in events(sessions, world.alice, job)[-1][1]
+
+
+def test_a_worker_that_fails_during_the_switch_falls_back_to_a_restart_at_the_new_size(
+        sessions, world, rec, tmp_path):
+    _, b_job = borrow_all_then_reclaim(sessions, world, rec, tmp_path)
+    rec.executor.finish(b_job, {0: 1, 1: 0, 2: -9, 3: 0}, reason="rank 2 was killed by SIGKILL")
+    rec.tick()
+    b = load_job(sessions, b_job)
+    assert b.state in ("queued", "running") and b.restart_count == 1
+    requeued = [m for k, m in events(sessions, world.bob, b_job) if k == "requeued"]
+    assert requeued and "in-place resize to 2 workers failed" in requeued[0]
+    assert len(rec.executor.launched[b_job].workers) == 2  # it restarted at the new size
+
+
+def test_a_switch_that_stalls_falls_back_to_a_restart(sessions, world, rec, tmp_path, clock):
+    _, b_job = borrow_all_then_reclaim(sessions, world, rec, tmp_path)
+    clock.t += IN_PLACE_TIMEOUT_S + 1
+    rec.tick()
+    b = load_job(sessions, b_job)
+    assert b.state == "resizing" and b.resize_to == 2 and b_job in rec.executor.terminated
+    assert "did not finish in" in b.reason
