@@ -71,3 +71,39 @@ def test_philly_slice_replays_quickly():
     # wall time is the blow-up check; one round's time is benchmarks/scheduler_round.py's (a loaded machine
     # descheduled this process for 2.4 s in one round of a 3.3 s replay)
     assert r["completed"] == 600 and r["wall_seconds"] < 60
+
+
+def test_least_attained_service_lets_short_jobs_pass_a_long_one_and_the_long_one_still_ends(tmp_path):
+    from deeppod.scheduler.plan import Plan, PlanNode
+    from deeppod.scheduler.snapshot import Config
+
+    # one tenant, 2 GPUs: two 10-hour jobs first, then a 10-minute job every 20 minutes
+    rows = [(0, 36000, 1, "a"), (0, 36000, 1, "a")] + [(m, 600, 1, "a") for m in range(20, 60, 20)]
+    trace = load_trace(write_trace(tmp_path / "t.csv", rows))
+    plan = Plan((PlanNode("a", 2),))
+    cfg = dict(nodes=1, gpus_per_node=2, tick=60.0)
+    before = Simulator(trace, plan, SimConfig(**cfg, config=Config(las_thresholds=()))).run()
+    las = Simulator(trace, plan, SimConfig(**cfg, config=Config(las_thresholds=(600.0,),
+                                                                min_run_before_las_preempt=300.0))).run()
+    assert before["completed"] == las["completed"] == len(rows)
+    assert las["preemptions"] >= 1 and before["preemptions"] == 0
+    assert las["jct_p50_h"] < before["jct_p50_h"] / 5  # the short jobs no longer wait 10 hours
+    assert las["jct_avg_h"] < before["jct_avg_h"]
+
+
+def test_an_elastic_job_resized_in_place_pays_seconds_not_a_restart(tmp_path):
+    from deeppod.scheduler.plan import Plan, PlanNode
+
+    # b borrows the whole node with an elastic job; a's guarantee brings a job a minute later
+    rows = [(0, 7200, 4, "b"), (1, 600, 4, "a")]
+    trace = load_trace(write_trace(tmp_path / "t.csv", rows))
+    plan = Plan((PlanNode("a", 4), PlanNode("b", 4)))
+    out = {}
+    for in_place in (True, False):
+        out[in_place] = Simulator(trace, plan, SimConfig(nodes=1, gpus_per_node=8, elastic_fraction=1.0,
+                                                          in_place=in_place, resize_overhead=5.0,
+                                                          restart_overhead=30.0)).run()
+    fast, slow = out[True], out[False]
+    assert fast["completed"] == slow["completed"] == 2
+    assert fast["in_place_resizes"] >= 1 and slow["in_place_resizes"] == 0
+    assert fast["restart_gpu_hours_lost"] < slow["restart_gpu_hours_lost"]

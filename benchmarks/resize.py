@@ -1,0 +1,182 @@
+"""Resize a running training job: in place (deeppod.runtime.Resizer) vs checkpoint restart.
+
+    python benchmarks/resize.py [--models resnet18 resnet50] [--moves 2:1 1:2 2:4] [--image-size 64]
+
+Both paths run the built-in trainer (deeppod.runtime.trainers.image_classifier) with its
+defaults (2 loader workers per worker) under the local executor's supervisor, on a
+generated image folder, with gloo on CPU (NCCL when CUDA is there). Measured for each
+model and move: seconds from the resize decision to the first completed training step at
+the new size.
+
+- in place: the control plane's world file is written (and, on a grow, the new workers
+  are handed to the supervisor); the time ends when rank 0 acknowledges its first step at
+  the new size (the acknowledgement carries its wall-clock time);
+- restart: SIGTERM, every worker checkpoints and exits 75, the job starts again at the
+  new size, loads the checkpoint and trains; the time ends at its first recorded step.
+
+Prints a table and the ratio restart / in place; writes benchmarks/results/resize.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, WORLD_ACK,  # noqa: E402
+                              free_port, worker_env)
+from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
+from deeppod.executor.local import LocalExecutor  # noqa: E402
+from deeppod.jobs.resize import reset_world, world_file, write_world  # noqa: E402
+
+TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
+
+
+def make_images(folder: Path, classes: int = 4, per_class: int = 64, size: int = 72) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (folder / str(c)).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            pixels[..., c % 3] //= 2  # the class shows in the colour
+            Image.fromarray(pixels).save(folder / str(c) / f"{i}.jpg", quality=90)
+    return folder
+
+
+def spec(job_dir: Path, rank: int, world: int, port: int, restart: int, generation=0, joining=False) -> WorkerSpec:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    cpus = max(1, (os.cpu_count() or 2) // max(world, 1))
+    env = worker_env(env, {}, job_id=0, rank=rank, world_size=world, local_rank=rank, local_world_size=world,
+                     node_rank=0, master_addr="127.0.0.1", master_port=port, gpus=(), cpus=cpus,
+                     checkpoint_dir=str(job_dir / "checkpoints"), api_url="", token="", restart_count=restart)
+    env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})
+    if joining:
+        env[ENV_JOINING] = "1"
+    return WorkerSpec(rank, "n", env)
+
+
+def wait(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def lines(records: Path, run: int) -> int:
+    return sum(1 for f in records.glob(f"run{run}-rank*.txt") for _ in f.open())
+
+
+def first_step_at(records: Path, run: int) -> float | None:
+    """When the first step of run ``run`` was recorded (its file's first write)."""
+    times = [f.stat().st_mtime for f in records.glob(f"run{run}-rank*.txt") if f.stat().st_size]
+    return min(times) if times else None
+
+
+def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) -> float:
+    ex = LocalExecutor()
+    job_dir, records = work / f"{model}-{old}-{new}-{how}", work / f"{model}-{old}-{new}-{how}-records"
+    (job_dir / "checkpoints").mkdir(parents=True)
+    records.mkdir()
+    reset_world(job_dir, job_dir / "checkpoints")
+    command = TRAINER + ["--data", str(data), "--model", model, "--image-size", str(args.image_size),
+                         "--epochs", "1", "--batch-size", str(args.batch_size), "--lr", "0.01",
+                         "--record-samples", str(records)]
+    port = free_port()
+    h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
+                             workers=[spec(job_dir, r, old, port, 0) for r in range(old)], grace_seconds=120))
+    wait(lambda: lines(records, 0) >= old * args.warm_steps, 600, f"{args.warm_steps} steps on {old} workers")
+    decided = time.time()
+    if how == "in-place":
+        port = free_port()
+        write_world(job_dir, {"generation": 1, "world_size": new, "master_addr": "127.0.0.1", "master_port": port,
+                              "decided_at": decided})
+        if new > old:
+            ex.add_workers(h, [spec(job_dir, r, new, port, 0, generation=1, joining=True)
+                               for r in range(old, new)], 1)
+
+        def acked():
+            try:
+                ack = json.loads((job_dir / "checkpoints" / WORLD_ACK).read_text())
+            except (OSError, ValueError):
+                return None
+            return ack if ack.get("generation") == 1 else None
+
+        took = wait(acked, 600, "the acknowledgement")["at"] - decided
+    else:
+        ex.terminate(h)
+        wait(lambda: ex.poll(h).finished, 600, "the workers to checkpoint and exit")
+        port = free_port()
+        h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
+                                 workers=[spec(job_dir, r, new, port, 1) for r in range(new)], grace_seconds=120))
+        took = wait(lambda: first_step_at(records, 1), 600, "the first step after the restart") - decided
+    ex.terminate(h)
+    wait(lambda: ex.poll(h).finished, 600, "the job to stop")
+    log = (job_dir / "logs" / "rank-0.log").read_text()
+    if how == "in-place" and "resized in place" not in log:
+        raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    ap.add_argument("--moves", nargs="+", default=["2:1", "1:2", "2:4"])
+    ap.add_argument("--image-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=8, help="global batch at the starting size")
+    ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="deeppod-resize-") as tmp:
+        work = Path(tmp)
+        data = make_images(work / "images")
+        for model in a.models:
+            for move in a.moves:
+                old, new = (int(x) for x in move.split(":"))
+                for _ in range(a.repeat):
+                    for how in ("in-place", "restart"):  # interleaved: the same machine state for both
+                        t = one(model, old, new, how, data, work, a)
+                        rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2)})
+                        print(f"{model} {old}->{new} {how}: {t:.2f} s", flush=True)
+    import torch
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
+    print(f"\n{device}, {platform.python_version()}, torch {torch.__version__}, image size {a.image_size}, "
+          f"global batch {a.batch_size}, loader workers: the trainer's default")
+    print("| model | move | in place (s) | restart (s) | restart / in place |")
+    print("|---|---|---|---|---|")
+    summary = []
+    for model in a.models:
+        for move in a.moves:
+            old, new = (int(x) for x in move.split(":"))
+
+            def med(how):
+                xs = sorted(r["seconds"] for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
+                            (model, old, new, how))
+                return xs[len(xs) // 2]
+
+            ip, rs = med("in-place"), med("restart")
+            summary.append({"model": model, "from": old, "to": new, "in_place_s": ip, "restart_s": rs,
+                            "ratio": round(rs / ip, 2)})
+            print(f"| {model} | {old} -> {new} | {ip:.2f} | {rs:.2f} | {rs / ip:.1f}x |")
+    out = ROOT / "benchmarks" / "results" / "resize.json"
+    out.write_text(json.dumps({"device": device, "runs": rows, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
