@@ -4,6 +4,8 @@ import json
 import sys
 import time
 
+import pytest
+
 from deeppod import Client
 from tests.helpers import wait_until
 
@@ -94,3 +96,47 @@ def test_owner_preempts_a_non_elastic_borrower(fresh_server, tmp_path):
     final = b.wait(borrower["id"], 60)
     assert final["state"] == "succeeded" and final["restart_count"] == 1
     assert b"checkpointed at step" in b"".join(b.logs(borrower["id"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_built_in_trainer_is_shrunk_and_grown_in_place_by_the_server(fresh_server, tmp_path):
+    """Through the real server: reclaim shrinks a borrowing trainer 4 -> 2 in place (no
+    restart: the same processes go on), a's job runs, then the idle GPUs grow it back to 4 in
+    place; every sample of its epochs is seen exactly once."""
+    from deeppod.runtime.trainers.digits import write_digits
+    from tests.e2e.test_training import consumed
+
+    fresh_server.extra_env = {"DEEPPOD_RESIZE_AFTER_SECONDS": "0", "DEEPPOD_GRACE_SECONDS": "20"}
+    server = fresh_server.start()
+    _, a, b = setup(server, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
+    digits, records = write_digits(tmp_path / "digits"), tmp_path / "records"
+    records.mkdir()
+    trainer = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(digits),
+               "--model", "small-cnn", "--image-size", "16", "--epochs", "2", "--batch-size", "32", "--lr", "0.05",
+               "--step-delay", "0.15", "--record-samples", str(records)]
+    job = b.submit(trainer, name="elastic", workers=1, max_workers=4, gpus_per_worker=1, workdir=str(tmp_path))
+    ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints"
+    wait_until(lambda: b.job(job["id"])["state"] == "running" and len(b.job(job["id"])["allocation"]["workers"]) == 4
+               and (ckpt / ".resizable").exists() and len(list(records.glob("*.txt"))) == 4, 120,
+               what="b's trainer on all 4 GPUs")
+
+    owner = a.submit([sys.executable, "-c", "import time; time.sleep(3)"], workers=2, gpus_per_worker=1,
+                     workdir=str(tmp_path))
+    assert a.wait(owner["id"], 120)["state"] == "succeeded"
+    wait_until(lambda: any(e["kind"] == "resized" and "from 2 to 4" in e["message"] for e in b.events(job["id"])),
+               120, what="b to grow back in place")
+    final = b.wait(job["id"], 600)
+    assert final["state"] == "succeeded" and final["restart_count"] == 0, final
+    events = [(e["kind"], e["message"]) for e in b.events(job["id"])]
+    kinds = [k for k, _ in events]
+    assert "requeued" not in kinds and "preempted" not in kinds
+    assert any(k == "resizing" and "reclaim for tenant a" in m and "in place" in m for k, m in events)
+    assert any(k == "resized" and "from 4 to 2" in m for k, m in events)
+    log = b"".join(b.logs(job["id"])).decode()
+    assert "resized in place to 2 workers" in log and "resized in place to 4 workers" in log
+    assert "resuming" not in log
+    n = int(log.split(" train / ")[0].split("; ")[-1])
+    for epoch in (0, 1):
+        seen = consumed(records, epoch)
+        assert sorted(seen) == list(range(n)) and set(seen.values()) == {1}, f"epoch {epoch}: each sample once"
