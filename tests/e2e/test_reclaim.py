@@ -100,29 +100,42 @@ def test_owner_preempts_a_non_elastic_borrower(fresh_server, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_built_in_trainer_is_shrunk_and_grown_in_place_by_the_server(fresh_server, tmp_path):
+@pytest.mark.parametrize("isolation", ["single-user", "sandbox"])
+def test_the_built_in_trainer_is_shrunk_and_grown_in_place_by_the_server(fresh_server, tmp_path, isolation):
     """Through the real server: reclaim shrinks a borrowing trainer 4 -> 2 in place (no
     restart: the same processes go on), a's job runs, then the idle GPUs grow it back to 4 in
-    place; every sample of its epochs is seen exactly once."""
+    place; every sample of its epochs is seen exactly once. In the sandbox too, where the
+    job reads its world file through a read-only bind and the joiners run as its tenant."""
+    import os
+
+    from deeppod.executor import sandbox
     from deeppod.runtime.trainers.digits import write_digits
     from tests.e2e.test_training import consumed
 
-    fresh_server.extra_env = {"DEEPPOD_RESIZE_AFTER_SECONDS": "0", "DEEPPOD_GRACE_SECONDS": "20"}
+    if isolation == "sandbox" and sandbox.supported() is not None:
+        pytest.skip(sandbox.supported())
+    work = tmp_path / "work"  # the tenant's root
+    work.mkdir()
+    fresh_server.extra_env = {"DEEPPOD_RESIZE_AFTER_SECONDS": "0", "DEEPPOD_GRACE_SECONDS": "20",
+                              "DEEPPOD_ISOLATION": isolation, "DEEPPOD_WORK_ROOTS": str(work)}
     server = fresh_server.start()
     _, a, b = setup(server, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
-    digits, records = write_digits(tmp_path / "digits"), tmp_path / "records"
+    digits, records = write_digits(work / "digits"), work / "records"
     records.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(work, 0o755)
+    os.chmod(records, 0o777)  # the sandboxed workers write their sample records here
     trainer = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(digits),
                "--model", "small-cnn", "--image-size", "16", "--epochs", "2", "--batch-size", "32", "--lr", "0.05",
                "--step-delay", "0.15", "--record-samples", str(records)]
-    job = b.submit(trainer, name="elastic", workers=1, max_workers=4, gpus_per_worker=1, workdir=str(tmp_path))
+    job = b.submit(trainer, name="elastic", workers=1, max_workers=4, gpus_per_worker=1, workdir=str(work))
     ckpt = server.home / "jobs" / str(job["id"]) / "checkpoints"
     wait_until(lambda: b.job(job["id"])["state"] == "running" and len(b.job(job["id"])["allocation"]["workers"]) == 4
                and (ckpt / ".resizable").exists() and len(list(records.glob("*.txt"))) == 4, 120,
                what="b's trainer on all 4 GPUs")
 
     owner = a.submit([sys.executable, "-c", "import time; time.sleep(3)"], workers=2, gpus_per_worker=1,
-                     workdir=str(tmp_path))
+                     workdir=str(work))
     assert a.wait(owner["id"], 120)["state"] == "succeeded"
     wait_until(lambda: any(e["kind"] == "resized" and "from 2 to 4" in e["message"] for e in b.events(job["id"])),
                120, what="b to grow back in place")
