@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, WORLD_ACK,  # noqa: E402
-                              free_port, worker_env)
+from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,  # noqa: E402
+                              WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
 from deeppod.executor.local import LocalExecutor  # noqa: E402
 from deeppod.jobs.resize import reset_world, world_file, write_world  # noqa: E402
@@ -103,11 +103,14 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) 
     decided = time.time()
     if how == "in-place":
         port = free_port()
-        write_world(job_dir, {"generation": 1, "world_size": new, "master_addr": "127.0.0.1", "master_port": port,
-                              "decided_at": decided})
-        if new > old:
+        world = {"generation": 1, "world_size": new, "master_addr": "127.0.0.1", "master_port": port,
+                 "decided_at": decided}
+        if new > old:  # as the controller does: the joiners first, the world once they are ready
             ex.add_workers(h, [spec(job_dir, r, new, port, 0, generation=1, joining=True)
                                for r in range(old, new)], 1)
+            wait(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists()
+                             for r in range(old, new)), 600, "the joiners to be ready")
+        write_world(job_dir, world)
 
         def acked():
             try:

@@ -72,6 +72,7 @@ ENV_JOINING = "DEEPPOD_JOINING"
 ENV_RESIZE_TIMEOUT = "DEEPPOD_RESIZE_TIMEOUT_SECONDS"
 WORLD_ACK = ".world-ack.json"  # rank 0: {"generation", "world_size", "at"} after a step at the new size
 RESIZABLE_MARK = ".resizable"  # rank 0 writes it when the job can resize in place
+JOINER_READY = ".joiner-ready-{rank}"  # a joiner built its model and waits: now the others may switch
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, RESIZABLE_MARK, WORLD_ACK,
-                              free_port, worker_env)
+from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK,
+                              WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs.resize import reset_world, world_file, write_world
@@ -67,13 +67,18 @@ def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_p
 
     resize(job_dir, 1, 1)  # shrink: rank 1 finishes its step and leaves, rank 0 goes on alone
     wait_until(lambda: acked(job_dir, 1), 120, what="rank 0 to acknowledge 1 worker")
-    status = ex.poll(h)
+    status = wait_until(lambda: (st := ex.poll(h)).exit_codes and st, 60, what="rank 1 to leave")
     assert not status.finished and status.exit_codes == {1: 0}
     log = (job_dir / "logs" / "rank-0.log").read_text()
     assert "resized in place to 1 workers" in log and "resuming" not in log
 
-    port = resize(job_dir, 2, 3)  # grow: the supervisor starts ranks 1 and 2, which join rank 0's group
+    # grow: the supervisor starts ranks 1 and 2; once they are ready, the world file says 3
+    port = free_port()
     ex.add_workers(h, [spec(job_dir, r, 3, port, generation=2, joining=True) for r in (1, 2)], 2)
+    wait_until(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists() for r in (1, 2)), 180,
+               what="the joiners to be ready")
+    write_world(job_dir, {"generation": 2, "world_size": 3, "master_addr": "127.0.0.1", "master_port": port,
+                          "decided_at": time.time()})
     wait_until(lambda: acked(job_dir, 2), 180, what="rank 0 to acknowledge 3 workers")
     st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300, what="the job to finish")
     log = (job_dir / "logs" / "rank-0.log").read_text()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from deeppod.contract import ENV_JOINING, ENV_WORLD_GENERATION, RESIZABLE_MARK, WORLD_ACK
+from deeppod.contract import ENV_JOINING, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK, WORLD_ACK
 from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
@@ -132,6 +132,15 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     env = joiners[0].env
     assert (env["WORLD_SIZE"], env[ENV_JOINING], env[ENV_WORLD_GENERATION], env["MASTER_PORT"]) == ("4", "1", "1", "29500")
     assert env["CUDA_VISIBLE_DEVICES"] != rec.executor.launched[job].workers[0].env["CUDA_VISIBLE_DEVICES"]
+    # the running workers are told only once the joiners are ready: they train meanwhile
+    rec.tick()
+    assert not world_file(rec.job_dir(job)).exists()
+    ckpt = rec.job_dir(job) / "checkpoints"
+    for rank in (2, 3):
+        (ckpt / JOINER_READY.format(rank=rank)).write_text("1")
+    rec.tick()
+    w = json.loads(world_file(rec.job_dir(job)).read_text())
+    assert (w["generation"], w["world_size"]) == (1, 4)
     ack(rec, job, 1, clock.t + 4.0)
     rec.tick()
     j = load_job(sessions, job)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deeppod.contract import (ENV_CHECKPOINT_DIR, ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE,
-                              ENV_WORLD_GENERATION, EXIT_RESUME, RESIZABLE_MARK, WORLD_ACK, free_port)
+                              ENV_WORLD_GENERATION, EXIT_RESUME, JOINER_READY, RESIZABLE_MARK, WORLD_ACK, free_port)
 
 JOB = Path(__file__).with_name("resize_job.py")
 N, BATCH = 96, 2
@@ -80,11 +80,19 @@ def test_shrink_in_place_keeps_the_staying_process_and_sees_every_sample_once(tm
 
 
 def test_grow_in_place_joiners_get_rank_zeros_model_and_the_epoch_goes_on(tmp):
-    first = start(tmp, 0, 1, free_port())
-    wait_steps(tmp, 0, 5)
+    first = start(tmp, 0, 1, free_port(), STEP_SLEEP="0.4")  # the epoch outlasts the joiner's start
+    wait_steps(tmp, 0, 3)
     port = free_port()
+    joiner = start(tmp, 1, 2, port, generation=1, joining=True)  # it builds its model, says so, and waits
+    ready = tmp / "checkpoints" / JOINER_READY.format(rank=1)
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert time.time() < deadline and joiner.poll() is None, "the joiner never said it was ready"
+        time.sleep(0.05)
+    before = len(lines(tmp, 0))
+    time.sleep(0.5)
+    assert len(lines(tmp, 0)) > before, "rank 0 trains on while the joiner waits"
     world(tmp, 1, 2, port)
-    joiner = start(tmp, 1, 2, port, generation=1, joining=True)
     assert first.wait(60) == 0 and joiner.wait(60) == 0
     seen_once(tmp, [0, 1])
     zero, one = by_step(tmp, 0), by_step(tmp, 1)
@@ -94,10 +102,10 @@ def test_grow_in_place_joiners_get_rank_zeros_model_and_the_epoch_goes_on(tmp):
     assert {size for size, _ in zero.values()} == {1, 2}
 
 
-def test_a_joiner_that_never_comes_falls_back_to_a_checkpoint(tmp):
+def test_a_joiner_that_dies_before_joining_falls_back_to_a_checkpoint(tmp):
     first = start(tmp, 0, 1, free_port(), **{ENV_RESIZE_TIMEOUT: "3"})
     wait_steps(tmp, 0, 3)
-    world(tmp, 1, 2, free_port())  # nobody starts rank 1
+    world(tmp, 1, 2, free_port())  # rank 1 said it was ready, then died: nobody comes
     assert first.wait(60) == EXIT_RESUME
     saved = sorted((tmp / "checkpoints").glob("ckpt-*.pt"))
     assert saved, "rank 0 saved its in-memory state before exiting for a restart"

@@ -32,7 +32,8 @@ from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import (ENV_CA_CERT, ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
                               worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
-from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, read_ack, reset_world, resizable, world_file, write_world
+from deeppod.jobs.resize import (IN_PLACE_TIMEOUT_S, clear_ready, joiners_ready, read_ack, reset_world, resizable,
+                                 world_file, write_world)
 from deeppod.jobs.service import add_event, finish
 from deeppod.plans.service import current_plan
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, Start, WorkerPlacement, schedule
@@ -326,18 +327,22 @@ class JobController:
         decided = self.clock()
         added = [{"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_mb": w.memory_mb}
                  for w in r.added]
+        world = {"generation": generation, "world_size": r.workers, "master_addr": master_addr,
+                 "master_port": master_port, "decided_at": decided}
+        pending = {"generation": generation, "from": old, "to": r.workers, "decided_at": decided}
         if r.workers > old:
+            # the new workers start first; the world is told once they are ready (_follow_resize)
             workers += added
+            clear_ready(ckpt, [w["rank"] for w in added])
             self._grows.append((job.id, dict(job.handle), self._joiners(s, job, workers, added, master_addr,
                                                                          master_port, generation), generation))
-        alloc.update(workers=workers, generation=generation,
-                     resize={"generation": generation, "from": old, "to": r.workers, "decided_at": decided})
+            pending.update(world=world, joiners=[w["rank"] for w in added])
+        else:
+            write_world(self.job_dir(job.id), world)
+        alloc.update(workers=workers, generation=generation, resize=pending)
         job.allocation = alloc
         job.resize_to = r.workers  # if the switch fails, the restart is at the new size
         job.reason = r.reason
-        write_world(self.job_dir(job.id), {"generation": generation, "world_size": r.workers,
-                                           "master_addr": master_addr, "master_port": master_port,
-                                           "decided_at": decided})
         how = ("the workers stay; ranks {}-{} leave".format(r.workers, old - 1) if r.workers < old
                else f"the workers stay; {r.workers - old} join and receive the model from rank 0")
         add_event(s, job, JobState.RESIZING, f"{r.reason}; in place: {how}")
@@ -380,10 +385,16 @@ class JobController:
         """A running job's in-place resize: done once rank 0 acknowledged a step at the new
         size and the leaving workers have exited; a restart if it takes too long."""
         alloc = dict(job.allocation)
-        pending = alloc["resize"]
-        ack = read_ack(self.job_dir(job.id) / "checkpoints")
+        pending = dict(alloc["resize"])
+        ckpt = self.job_dir(job.id) / "checkpoints"
+        if pending.get("world") and joiners_ready(ckpt, pending["joiners"]):
+            write_world(self.job_dir(job.id), pending.pop("world"))  # now the running workers switch
+            alloc["resize"] = pending
+            job.allocation = alloc
+        ack = read_ack(ckpt)
         leavers = {w["rank"] for w in alloc["workers"] if w["rank"] >= pending["to"]}
-        if ack is not None and ack["generation"] >= pending["generation"] and leavers <= set(status.exit_codes):
+        if (ack is not None and ack["generation"] >= pending["generation"] and not pending.get("world")
+                and leavers <= set(status.exit_codes)):
             job.attained_gpu_seconds += _run_service(job)  # at the old size, until now
             job.started_at = utcnow()
             alloc["workers"] = [w for w in alloc["workers"] if w["rank"] < pending["to"]]
@@ -391,8 +402,10 @@ class JobController:
             job.allocation = alloc
             job.resize_to = None
             took = float(ack.get("at", self.clock())) - float(pending["decided_at"])
+            paused = ack.get("switch_seconds")
+            paused = f" (training paused {float(paused):.1f} s)" if isinstance(paused, (int, float)) else ""
             add_event(s, job, "resized", f"in place from {pending['from']} to {pending['to']} workers: "
-                                         f"{took:.1f} s from the decision to the first step at the new size")
+                                         f"{took:.1f} s from the decision to the first step at the new size{paused}")
             log.info("job %s resized in place to %s workers in %.1f s", job.id, pending["to"], took)
         elif self.clock() - float(pending["decided_at"]) > IN_PLACE_TIMEOUT_S:
             self._fall_back(s, job, f"the in-place resize did not finish in {IN_PLACE_TIMEOUT_S:g} s")

@@ -1,7 +1,8 @@
 """The control plane's side of an in-place resize (the job's side: runtime/resize.py).
 
 The controller writes the job's world file (``JOB_DIR/world/world.json``, read-only to the
-job): a generation, the new size and a fresh rendezvous port. A job that uses
+job): a generation, the new size and a fresh rendezvous port; on a grow, only once the new
+workers (started first) say they are ready, so the others train meanwhile. A job that uses
 ``runtime.Resizer`` marks itself resizable and, after its first step at the new size,
 acknowledges the generation in its checkpoint folder; the controller then trims the
 workers that left from the job's allocation and records how long the switch took.
@@ -13,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from deeppod.contract import RESIZABLE_MARK, WORLD_ACK
+from deeppod.contract import JOINER_READY, RESIZABLE_MARK, WORLD_ACK
 
 #: an in-place resize not acknowledged within this many seconds falls back to a restart
 IN_PLACE_TIMEOUT_S = 180.0
@@ -31,7 +32,19 @@ def reset_world(job_dir: Path, ckpt: Path) -> Path:
     world_file(job_dir).unlink(missing_ok=True)
     for name in (RESIZABLE_MARK, WORLD_ACK):
         (ckpt / name).unlink(missing_ok=True)
+    for mark in ckpt.glob(JOINER_READY.format(rank="*")):
+        mark.unlink(missing_ok=True)
     return folder
+
+
+def joiners_ready(ckpt: Path, ranks: list[int]) -> bool:
+    """Every new worker of a grow has built its model and waits for the others."""
+    return all(os.path.lexists(ckpt / JOINER_READY.format(rank=r)) for r in ranks)
+
+
+def clear_ready(ckpt: Path, ranks: list[int]) -> None:
+    for r in ranks:
+        (ckpt / JOINER_READY.format(rank=r)).unlink(missing_ok=True)
 
 
 def write_world(job_dir: Path, world: dict) -> None:

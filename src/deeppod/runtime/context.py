@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
-from deeppod.contract import ENV_API_URL, ENV_CHECKPOINT_DIR, ENV_JOB_ID, ENV_RESTART_COUNT
+from deeppod.contract import ENV_API_URL, ENV_CHECKPOINT_DIR, ENV_JOB_ID, ENV_JOINING, ENV_RESTART_COUNT
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,10 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobCont
     else:
         device = torch.device("cpu")
         backend = backend or "gloo"
-    if ctx.world_size > 1 and not dist.is_initialized():
+    # A worker joining a running job (an in-place grow) meets the others in runtime.Resizer,
+    # once its model is built: they keep training until then.
+    joining = os.environ.get(ENV_JOINING) == "1"
+    if ctx.world_size > 1 and not dist.is_initialized() and not joining:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_seconds))  # env:// rendezvous
     stop.install()
     return replace(ctx, device=device, backend=backend)

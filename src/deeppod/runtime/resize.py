@@ -23,9 +23,10 @@ stay keep their processes, model and optimizer in memory::
 of an epoch, where workers may have one step more or less, call it only on the steps all
 of them take (the built-in trainer does).
 
-How a resize goes. The control plane writes ``DEEPPOD_WORLD_FILE`` (generation, new size,
-rendezvous address and port) and, on a grow, starts the new workers with
-``DEEPPOD_JOINING=1``. At the next step boundary every worker agrees on the newest
+How a resize goes. On a grow the control plane first starts the new workers with
+``DEEPPOD_JOINING=1``; they build their model, say they are ready, and wait while the others
+go on training. Then it writes ``DEEPPOD_WORLD_FILE`` (generation, new size, rendezvous
+address and port). At the next step boundary every worker agrees on the newest
 generation in one small all-reduce (the same one that agrees on a stop), tears its process
 group down and forms the new one. Ranks at or above the new size leave (exit 0); joiners
 receive the model, optimizer, sampler and ``state`` from rank 0 by broadcast. The sampler
@@ -48,8 +49,8 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, RESIZABLE_MARK,
-                              WORLD_ACK)
+from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,
+                              RESIZABLE_MARK, WORLD_ACK)
 from deeppod.runtime import stop
 from deeppod.runtime.context import JobContext, job_context
 
@@ -94,7 +95,7 @@ class Resizer:
         self.last_switch_seconds: float | None = None
         self.resizes = 0
         if os.environ.get(ENV_JOINING) == "1":
-            self._sync()  # the group is already formed by init(): receive what rank 0 holds
+            self._join()
         if self.ctx.rank == 0 and self.ctx.checkpoint_dir:
             folder = Path(self.ctx.checkpoint_dir)
             folder.mkdir(parents=True, exist_ok=True)
@@ -200,6 +201,18 @@ class Resizer:
                      "switch_seconds": round(self.last_switch_seconds, 3), "decided_at": world.get("decided_at")}
         log.info("resized in place from %s to %s workers in %.2f s", old, size, self.last_switch_seconds)
         return RESIZED
+
+    def _join(self) -> None:
+        """A new worker of a running job: say it is ready, meet the others (who switch when the
+        control plane sees every joiner ready), and receive what rank 0 holds."""
+        import torch.distributed as dist
+
+        if self.ctx.checkpoint_dir:
+            Path(self.ctx.checkpoint_dir, JOINER_READY.format(rank=self.ctx.rank)).write_text(str(time.time()))
+        if self.ctx.world_size > 1 and not dist.is_initialized():
+            backend = self._backend or self.ctx.backend or "gloo"
+            dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout))  # env:// rendezvous
+        self._sync()
 
     def _abandon(self, why: str) -> None:
         """No usable group: leave it and ask for a stop; rank 0 still holds the model and
