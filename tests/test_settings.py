@@ -106,3 +106,12 @@ def test_the_server_logs_no_line_per_http_call_unless_debugging():
     configure_logging("DEBUG")
     assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
     configure_logging("INFO")
+
+
+def test_service_class_thresholds_are_gpu_hours():
+    assert Settings().las_thresholds == (2 * 3600.0, 32 * 3600.0)
+    assert Settings.from_env({"DEEPPOD_LAS_GPU_HOURS": "0.5, 8"}).las_thresholds == (1800.0, 8 * 3600.0)
+    assert Settings.from_env({"DEEPPOD_LAS_GPU_HOURS": "off"}).las_thresholds == ()  # arrival order
+    for bad in ("a,b", "8,2", "0,1"):
+        with pytest.raises(InvalidRequest, match="DEEPPOD_LAS_GPU_HOURS"):
+            Settings.from_env({"DEEPPOD_LAS_GPU_HOURS": bad}).las_thresholds

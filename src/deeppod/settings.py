@@ -83,6 +83,9 @@ class Settings:
     aging_seconds: float = 600.0
     reserve_after_seconds: float = 300.0
     resize_after_seconds: float = 900.0
+    # least attained service: the GPU-hours at which a job moves to the next service class,
+    # comma-separated ("off": each tenant's jobs in arrival order, as before)
+    las_gpu_hours: str = "2,32"
     # datasets
     hot_dir: Path | None = None  # None: home/data/hot
     cold_dir: Path | None = None  # None: home/data/cold
@@ -121,6 +124,21 @@ class Settings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+
+    @property
+    def las_thresholds(self) -> tuple[float, ...]:
+        """DEEPPOD_LAS_GPU_HOURS as the scheduler's thresholds, in GPU-seconds."""
+        if self.las_gpu_hours.strip().lower() == "off":
+            return ()
+        try:
+            hours = [float(x) for x in self.las_gpu_hours.split(",") if x.strip()]
+        except ValueError:
+            raise InvalidRequest(f"DEEPPOD_LAS_GPU_HOURS={self.las_gpu_hours!r}: give increasing GPU-hours, "
+                                 "comma-separated (e.g. 2,32), or off") from None
+        if any(h <= 0 for h in hours) or hours != sorted(set(hours)):
+            raise InvalidRequest(f"DEEPPOD_LAS_GPU_HOURS={self.las_gpu_hours!r}: the GPU-hours must be positive "
+                                 "and increasing (e.g. 2,32)")
+        return tuple(h * 3600.0 for h in hours)
 
     @property
     def hot_root(self) -> Path:
