@@ -14,7 +14,11 @@ the new size.
 - restart: SIGTERM, every worker checkpoints and exits 75, the job starts again at the
   new size, loads the checkpoint and trains; the time ends at its first recorded step.
 
-Prints a table and the ratio restart / in place; writes benchmarks/results/resize.json.
+Also measured: how long training stops. A restart trains not at all from the SIGTERM to its
+first step. In place, the workers that stay go on training while joiners start; they stop
+only for the switch itself (the acknowledgement's ``switch_seconds``).
+
+Prints a table and the ratios restart / in place; writes benchmarks/results/resize.json.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from deeppod.jobs.resize import reset_world, world_file, write_world  # noqa: E4
 TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
 
 
-def make_images(folder: Path, classes: int = 4, per_class: int = 64, size: int = 72) -> Path:
+def make_images(folder: Path, classes: int = 4, per_class: int = 250, size: int = 72) -> Path:
     import numpy as np
     from PIL import Image
 
@@ -87,14 +91,14 @@ def first_step_at(records: Path, run: int) -> float | None:
     return min(times) if times else None
 
 
-def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) -> float:
+def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) -> tuple[float, float]:
     ex = LocalExecutor()
     job_dir, records = work / f"{model}-{old}-{new}-{how}", work / f"{model}-{old}-{new}-{how}-records"
     (job_dir / "checkpoints").mkdir(parents=True)
     records.mkdir()
     reset_world(job_dir, job_dir / "checkpoints")
     command = TRAINER + ["--data", str(data), "--model", model, "--image-size", str(args.image_size),
-                         "--epochs", "1", "--batch-size", str(args.batch_size), "--lr", "0.01",
+                         "--epochs", "3", "--batch-size", str(args.batch_size), "--lr", "0.01",
                          "--record-samples", str(records)]
     port = free_port()
     h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
@@ -119,7 +123,8 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) 
                 return None
             return ack if ack.get("generation") == 1 else None
 
-        took = wait(acked, 600, "the acknowledgement")["at"] - decided
+        ack = wait(acked, 600, "the acknowledgement")
+        took, paused = ack["at"] - decided, ack["switch_seconds"]
     else:
         ex.terminate(h)
         wait(lambda: ex.poll(h).finished, 600, "the workers to checkpoint and exit")
@@ -127,12 +132,13 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) 
         h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
                                  workers=[spec(job_dir, r, new, port, 1) for r in range(new)], grace_seconds=120))
         took = wait(lambda: first_step_at(records, 1), 600, "the first step after the restart") - decided
+        paused = took
     ex.terminate(h)
     wait(lambda: ex.poll(h).finished, 600, "the job to stop")
     log = (job_dir / "logs" / "rank-0.log").read_text()
     if how == "in-place" and "resized in place" not in log:
         raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
-    return took
+    return took, paused
 
 
 def main() -> None:
@@ -153,30 +159,36 @@ def main() -> None:
                 old, new = (int(x) for x in move.split(":"))
                 for _ in range(a.repeat):
                     for how in ("in-place", "restart"):  # interleaved: the same machine state for both
-                        t = one(model, old, new, how, data, work, a)
-                        rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2)})
-                        print(f"{model} {old}->{new} {how}: {t:.2f} s", flush=True)
+                        t, paused = one(model, old, new, how, data, work, a)
+                        rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2),
+                                     "paused": round(paused, 2)})
+                        print(f"{model} {old}->{new} {how}: {t:.2f} s to the first step, "
+                              f"training stopped {paused:.2f} s", flush=True)
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
     print(f"\n{device}, {platform.python_version()}, torch {torch.__version__}, image size {a.image_size}, "
           f"global batch {a.batch_size}, loader workers: the trainer's default")
-    print("| model | move | in place (s) | restart (s) | restart / in place |")
-    print("|---|---|---|---|---|")
+    print("| model | move | to the first step at the new size: in place / restart (s) | ratio "
+          "| training stopped: in place / restart (s) | ratio |")
+    print("|---|---|---|---|---|---|")
     summary = []
     for model in a.models:
         for move in a.moves:
             old, new = (int(x) for x in move.split(":"))
 
-            def med(how):
-                xs = sorted(r["seconds"] for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
+            def med(how, key="seconds"):
+                xs = sorted(r[key] for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
                             (model, old, new, how))
                 return xs[len(xs) // 2]
 
             ip, rs = med("in-place"), med("restart")
+            ipp, rsp = med("in-place", "paused"), med("restart", "paused")
             summary.append({"model": model, "from": old, "to": new, "in_place_s": ip, "restart_s": rs,
-                            "ratio": round(rs / ip, 2)})
-            print(f"| {model} | {old} -> {new} | {ip:.2f} | {rs:.2f} | {rs / ip:.1f}x |")
+                            "ratio": round(rs / ip, 2), "in_place_paused_s": ipp, "restart_paused_s": rsp,
+                            "paused_ratio": round(rsp / max(ipp, 1e-3), 1)})
+            print(f"| {model} | {old} -> {new} | {ip:.2f} / {rs:.2f} | {rs / ip:.1f}x | {ipp:.2f} / {rsp:.2f} "
+                  f"| {rsp / max(ipp, 1e-3):.0f}x |")
     out = ROOT / "benchmarks" / "results" / "resize.json"
     out.write_text(json.dumps({"device": device, "runs": rows, "summary": summary}, indent=1))
 

@@ -90,14 +90,13 @@ def test_grow_in_place_joiners_get_rank_zeros_model_and_the_epoch_goes_on(tmp):
         assert time.time() < deadline and joiner.poll() is None, "the joiner never said it was ready"
         time.sleep(0.05)
     before = len(lines(tmp, 0))
-    time.sleep(0.5)
-    assert len(lines(tmp, 0)) > before, "rank 0 trains on while the joiner waits"
+    wait_steps(tmp, 0, before + 1, timeout=20)  # rank 0 trains on while the joiner waits
     world(tmp, 1, 2, port)
     assert first.wait(60) == 0 and joiner.wait(60) == 0
     seen_once(tmp, [0, 1])
     zero, one = by_step(tmp, 0), by_step(tmp, 1)
     shared = sorted(set(zero) & set(one))
-    assert shared and min(shared) > 5, "the joiner went on from rank 0's step count"
+    assert shared and min(shared) > 3, "the joiner went on from rank 0's step count"
     assert all(zero[s] == one[s] for s in shared), "the same weights on both ranks at every step after the join"
     assert {size for size, _ in zero.values()} == {1, 2}
 

@@ -386,6 +386,10 @@ class JobController:
         size and the leaving workers have exited; a restart if it takes too long."""
         alloc = dict(job.allocation)
         pending = dict(alloc["resize"])
+        if job.stopping:  # preempted or cancelled meanwhile: it restarts (at the new size) anyway
+            alloc.pop("resize")
+            job.allocation = alloc
+            return
         ckpt = self.job_dir(job.id) / "checkpoints"
         if pending.get("world") and joiners_ready(ckpt, pending["joiners"]):
             write_world(self.job_dir(job.id), pending.pop("world"))  # now the running workers switch

@@ -113,7 +113,7 @@ class Resizer:
     def check(self) -> str | None:
         """None (go on), "stop" (checkpoint and exit for resume) or "resize" (every worker
         agreed that a new world is there: call :meth:`resize`). On every worker, every step."""
-        self._acknowledge()
+        self.stepped()
         local_stop = stop._requested.is_set()
         seen = self._look()
         import torch.distributed as dist
@@ -262,8 +262,10 @@ class Resizer:
             self.state.clear()
             self.state.update(got["state"])
 
-    def _acknowledge(self) -> None:
-        """After the first step at a new size: rank 0 tells the control plane, with the time."""
+    def stepped(self) -> None:
+        """A step is done (no collective): after the first one at a new size, rank 0 tells the
+        control plane, with the time. :meth:`check` calls it; a loop that does not call
+        ``check`` on every step (the end of an epoch) calls it itself."""
         if self._ack is None:
             return
         ack, self._ack = self._ack, None

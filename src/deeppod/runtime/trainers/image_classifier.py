@@ -315,6 +315,7 @@ def main(argv=None) -> int:
                 scaler.update()
                 sampler.advance(batch)
                 step += 1
+                resizer.stepped()  # after the first step at a new size: tell the control plane
                 seen += len(y)
                 if record is not None:
                     record.write(f"{epoch} {step} {' '.join(map(str, order[k * batch:(k + 1) * batch]))}\n")
