@@ -364,14 +364,3 @@ def test_an_in_place_elastic_job_grows_sooner_and_keeps_its_workers():
     assert (r.job_id, r.workers, r.in_place) == (1, 4, True)
     assert [w.rank for w in r.added] == [2, 3] and all(w.gpus[0] >= 4 for w in r.added)
 
-
-def test_a_gang_that_reclaim_cannot_clear_nodes_for_still_gets_a_reservation():
-    p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=4))
-    nodes = [node("n0", gpus=4, used=(0, 1)), node("n1", gpus=4, used=(0, 1))]
-    b_jobs = [running(i, "b", [(g,)], node=n) for i, (n, g) in enumerate([("n0", 0), ("n0", 1), ("n1", 0), ("n1", 1)])]
-    queued = [job(10, "a", workers=1, gpus=4, t=0.0), job(11, "b", t=500.0)]
-    d = schedule(snap(nodes, queued, b_jobs, p, now=1000.0, reserve_after_seconds=300.0))
-    # b runs within its guarantee: reclaim cannot clear a node; a's gang holds n0's free GPUs
-    assert d.preempts == [] and any(w.job_id == 10 and "no jobs can be preempted" in w.reason for w in d.waits)
-    [s] = d.starts
-    assert s.job_id == 11 and s.placement[0].node == "n1"  # b's small job backfills elsewhere

@@ -363,7 +363,6 @@ class _Round:
         heapq.heapify(heap)
         pos = {t: 0 for t in self.queues}
         self.reserved = False
-        self.blocked: set[str] = set()  # tenants whose first job that cannot start was seen
         cpu_only = any(j.gpus_per_worker == 0 for j in self.snap.queued)
         self.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
         self.reported = {t for t, q in self.queues.items() if any(w.job_id == q[0].id for w in self.out.waits)}
@@ -439,11 +438,8 @@ class _Round:
                                    "it starts when the tenant's own jobs end")
             return False
         if need > 0 and (need > usable or self.failed_need.get(gpw, 1 << 30) <= job.min_workers):
-            first, self.blocked = t not in self.blocked, self.blocked | {t}
             if is_head:
                 self._wait_for_gpus(t, job, need, usable, borrowing)
-            elif first:  # an earlier phase gave the reason (a reclaim that cannot clear nodes yet)
-                self._reserve_for(t, job, need, borrowing)
             return False
         top = job.resize_to or job.top_workers
         if gpw:
@@ -454,16 +450,8 @@ class _Round:
             placement = pool.place(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
         if placement is None:
             self.failed_need[gpw] = min(self.failed_need.get(gpw, 1 << 30), job.min_workers)
-            first, self.blocked = t not in self.blocked, self.blocked | {t}
-            # enough GPUs, but not together: a gang reserves nodes, or small jobs keep them apart
-            fits_a_node = any((n.total_gpus if n.total_gpus is not None else len(n.free_gpus)) >= gpw
-                              for n in self.snap.nodes if n.healthy)
-            held = self._reserve_for(t, job, need, borrowing) if first and gpw > 1 and fits_a_node else None
             if is_head:
-                why = pool.shortage(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker)
-                if held is not None:
-                    why += f"; {held} free GPUs are reserved for it and smaller jobs backfill elsewhere"
-                self._wait(t, job, why)
+                self._wait(t, job, pool.shortage(job.min_workers, gpw, job.cpus_per_worker, job.memory_mb_per_worker))
             return False
         gpus = len(placement) * gpw
         self.held_for[t] = max(0.0, self.held_for[t] - gpus)
@@ -478,24 +466,18 @@ class _Round:
         self.out.waits.append(Wait(job.id, why))
 
     def _wait_for_gpus(self, t: str, job: PendingJob, need: int, usable: float, borrowing: bool) -> None:
-        held = self._reserve_for(t, job, need, borrowing)
-        if held is not None:
-            self._wait(t, job, f"waiting for {need} GPUs; {held} free GPUs are reserved "
-                               "for it and smaller jobs backfill elsewhere")
-        else:
-            self._wait(t, job, f"waiting for {need} GPUs ({max(0, int(usable))} free)")
-
-    def _reserve_for(self, t: str, job: PendingJob, need: int, borrowing: bool) -> int | None:
         """Not enough GPUs: the first big job that has waited long enough, and that its tenant
-        deserves, gets a reservation of whole nodes while smaller jobs backfill elsewhere.
-        Returns how many free GPUs are held for it (None: no reservation)."""
+        deserves, gets a reservation of whole nodes while smaller jobs backfill elsewhere."""
         reachable = self.capacity - (self.nonlendable if borrowing else 0)
         deserved = max(self.T.g[t], self.ent.get(t, 0)) - self.T.usage[t]
         if (not self.reserved and job.gpus_per_worker and self.now - job.submitted_at >= self.cfg.reserve_after_seconds
                 and need <= reachable and need <= deserved + 1e-9):
+            held = _reserve(self.pool, self.snap, need, limit=int(self._avail()))
             self.reserved = True
-            return _reserve(self.pool, self.snap, need, limit=int(self._avail()))
-        return None
+            self._wait(t, job, f"waiting for {need} GPUs; {held} free GPUs are reserved "
+                               "for it and smaller jobs backfill elsewhere")
+        else:
+            self._wait(t, job, f"waiting for {need} GPUs ({max(0, int(usable))} free)")
 
     # making room ----------------------------------------------------------------------
     def _take_back(self, t: str, head: PendingJob, floor_of, allow_preempt: bool, why: str) -> bool:
