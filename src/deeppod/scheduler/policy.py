@@ -290,11 +290,13 @@ class _Round:
                 self.held_for[t] += min(need, self._avail())
 
     def least_attained(self) -> None:
-        """5. A waiting job of a lower service class takes GPUs from jobs of a higher class:
-        its own tenant's, or jobs that borrow (only while its tenant is within its share,
-        and never below the donor's guarantee). Highest class and most service first;
-        an elastic victim is shrunk rather than stopped where that is enough."""
+        """5. A waiting job of a lower service class takes GPUs from jobs of a higher class
+        of its own tenant (with ``las_across_tenants``, also from jobs that borrow, while its
+        tenant is within its share and never below the donor's guarantee). Highest class and
+        most service first; an elastic victim is shrunk rather than stopped where that is
+        enough. Tenants are taken neediest first."""
         T, cfg = self.T, self.cfg
+
         def need_of(t: str) -> int:
             return self.queues[t][0].min_workers * self.queues[t][0].gpus_per_worker
 
