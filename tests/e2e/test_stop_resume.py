@@ -81,7 +81,9 @@ def test_a_reclaimed_trainer_checkpoints_and_resumes_at_that_step(fresh_server, 
     a, b = Client(server.url, tokens["a"]), Client(server.url, tokens["b"])
     env = cli_env(server, tokens["b"], tmp_path)
     cli(env, "data", "ingest", "digits", str(write_digits(tmp_path / "digits")), "--split", "val=0.2")
-    out = cli(env, "train", "image-classifier", "--dataset", "digits", *SMALL, "--workers", "1:3",
+    # a fixed size: reclaim preempts it whole (an elastic trainer is shrunk in place instead:
+    # tests/e2e/test_reclaim.py), and it resumes from the checkpoint it saved on SIGTERM
+    out = cli(env, "train", "image-classifier", "--dataset", "digits", *SMALL, "--workers", "3",
               "--gpus-per-worker", "1", cwd=tmp_path)
     job_id = int(out.split()[1])
     wait_until(lambda: len((b.job(job_id)["allocation"] or {}).get("workers", [])) == 3, 60,
@@ -90,7 +92,7 @@ def test_a_reclaimed_trainer_checkpoints_and_resumes_at_that_step(fresh_server, 
 
     owner = a.submit([sys.executable, "-c", "import time; time.sleep(2)"], name="owner", workers=2,
                      gpus_per_worker=1, workdir=str(tmp_path))
-    wait_until(lambda: b.job(job_id)["restart_count"] >= 1, 60, what="the borrower to be shrunk")
+    wait_until(lambda: b.job(job_id)["restart_count"] >= 1, 60, what="the borrower to be preempted")
     events = b.events(job_id)
     requeued = [e["message"] for e in events if e["kind"] == "requeued"][0]
     log = log_of(b, job_id)

@@ -53,3 +53,7 @@ while not sampler.epoch_done:
         ckpt.save(state["step"], model=model, optimizer=opt, sampler=sampler)
         runtime.exit_for_resume()
 log.write("done\n")
+log.flush()
+if dist.is_initialized():  # leave together: a peer that outlives rank 0's store aborts at exit
+    dist.barrier()
+    dist.destroy_process_group()
