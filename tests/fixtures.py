@@ -49,3 +49,13 @@ def load_job(sessions, job_id):
 
     with sessions() as s:
         return s.get(Job, job_id)
+
+
+class Clock:
+    """A settable clock for controllers under test."""
+
+    def __init__(self):
+        self.t = 1_000_000.0
+
+    def __call__(self):
+        return self.t

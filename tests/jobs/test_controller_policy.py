@@ -12,15 +12,7 @@ from deeppod.jobs.controller import JobController
 from deeppod.plans.service import apply_plan, plan_status
 from deeppod.scheduler import Config
 from deeppod.store.models import Job
-from tests.fixtures import load_job, populate, submit_job
-
-
-class Clock:
-    def __init__(self):
-        self.t = 1_000_000.0
-
-    def __call__(self):
-        return self.t
+from tests.fixtures import Clock, load_job, populate, submit_job
 
 
 @pytest.fixture

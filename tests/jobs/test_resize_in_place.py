@@ -16,15 +16,7 @@ from deeppod.jobs.controller import JobController
 from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, world_file
 from deeppod.plans.service import apply_plan
 from deeppod.scheduler import Config
-from tests.fixtures import load_job, populate, submit_job as submit
-
-
-class Clock:
-    def __init__(self):
-        self.t = 1_000_000.0
-
-    def __call__(self):
-        return self.t
+from tests.fixtures import Clock, load_job, populate, submit_job as submit
 
 
 @pytest.fixture

@@ -350,23 +350,17 @@ class JobController:
 
     def _joiners(self, s: Session, job: Job, workers: list[dict], added: list[dict], master_addr: str,
                  master_port: int, generation: int) -> list[WorkerSpec]:
-        job_dir = self.job_dir(job.id)
         token = issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
         node_order = list(dict.fromkeys(w["node"] for w in workers))
         staged = (job.allocation or {}).get("staged") or {}
         specs = []
         for w in added:
             peers = [x for x in workers if x["node"] == w["node"]]
-            env = worker_env(
-                self.base_env, {**job.env, **staged}, job_id=job.id, rank=w["rank"], world_size=len(workers),
-                local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w["node"]),
-                master_addr=master_addr, master_port=master_port, gpus=tuple(w["gpus"]), cpus=w["cpus"],
-                checkpoint_dir=str(job_dir / "checkpoints"), api_url=self.api_url, token=token,
-                restart_count=job.restart_count, params=job.params)
-            if self.ca_cert:
-                env[ENV_CA_CERT] = self.ca_cert
-            env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation),
-                        ENV_JOINING: "1"})
+            env = self._env(job, staged, token, rank=w["rank"], world_size=len(workers), local_rank=peers.index(w),
+                            local_world_size=len(peers), node_rank=node_order.index(w["node"]),
+                            master_addr=master_addr, master_port=master_port, gpus=tuple(w["gpus"]),
+                            cpus=w["cpus"], generation=generation)
+            env[ENV_JOINING] = "1"
             if self.isolation:
                 env["HOME"] = "/tmp"  # the sandbox's own
             specs.append(WorkerSpec(rank=w["rank"], node=w["node"], env=env))
@@ -477,15 +471,10 @@ class JobController:
         workers = []
         for w in start.placement:
             peers = per_node[w.node]
-            env = worker_env(
-                self.base_env, {**job.env, **(staged or {})}, job_id=job.id, rank=w.rank, world_size=len(start.placement),
-                local_rank=peers.index(w), local_world_size=len(peers), node_rank=node_order.index(w.node),
-                master_addr=master_addr, master_port=master_port, gpus=w.gpus, cpus=w.cpus,
-                checkpoint_dir=str(ckpt), api_url=self.api_url, token=token, restart_count=job.restart_count,
-                params=job.params)
-            if self.ca_cert:
-                env[ENV_CA_CERT] = self.ca_cert
-            env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: "0"})
+            env = self._env(job, staged or {}, token, rank=w.rank, world_size=len(start.placement),
+                            local_rank=peers.index(w), local_world_size=len(peers),
+                            node_rank=node_order.index(w.node), master_addr=master_addr, master_port=master_port,
+                            gpus=w.gpus, cpus=w.cpus, generation=0)
             workers.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
         sandbox = self._sandbox(s, job, job_dir, staged or {}) if self.isolation else None
         if sandbox is not None:
@@ -494,6 +483,18 @@ class JobController:
         return LaunchSpec(job_id=job.id, job_dir=job_dir, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox)
+
+    def _env(self, job: Job, staged: dict[str, str], token: str, *, generation: int, **where) -> dict[str, str]:
+        """One worker's environment: the job contract (``where``: its rank, world, rendezvous,
+        GPUs), the server's CA, and the world file of an in-place resize."""
+        job_dir = self.job_dir(job.id)
+        env = worker_env(self.base_env, {**job.env, **staged}, job_id=job.id,
+                         checkpoint_dir=str(job_dir / "checkpoints"), api_url=self.api_url, token=token,
+                         restart_count=job.restart_count, params=job.params, **where)
+        if self.ca_cert:
+            env[ENV_CA_CERT] = self.ca_cert
+        env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})
+        return env
 
     def _shm(self, job_id: int) -> Path:
         return Path(self.isolation.shm_root) / f"deeppod-job-{job_id}"
