@@ -1,9 +1,15 @@
-"""Input pipeline: DeepPod's shard loader vs torchvision ImageFolder + DataLoader, same JPEG
-files (about 500 px, quality 90), same transforms (RandomResizedCrop(224) + horizontal flip),
-same number of loader processes, in one run. Prints images/s per loader process (= per
-core when each has a core) and the ratio. Aim: >= 3x.
+"""Input pipeline: DeepPod's shard loader vs torchvision ImageFolder + DataLoader, and vs
+NVIDIA DALI's fused CPU pipeline (decode only the crop), same JPEG files (about 500 px,
+quality 90), same transforms (RandomResizedCrop(224) + horizontal flip), same number of
+cores, in one run. Prints images/s per core and the ratios. Aims: >= 3x torchvision,
+>= 1.3x DALI.
 
     python benchmarks/data_loader.py [--images 1500] [--workers 1,2] [--batch-size 64] [--epochs 2]
+        [--dali-python PATH]
+
+DALI runs in its own environment (``python -m venv E && E/bin/pip install nvidia-dali-cuda120``;
+it runs CPU-only with device_id=None): --dali-python names that Python. With one loader
+process per core for DeepPod and torchvision, DALI gets one process with as many threads.
 
 The baseline is what users write by hand: ImageFolder, Compose([RandomResizedCrop(224),
 RandomHorizontalFlip(), ToTensor()]), DataLoader(batch_size, shuffle, num_workers).
@@ -85,6 +91,15 @@ def run_deeppod(version: Path, workers: int, batch: int, epochs: int) -> tuple[f
     return _time_fn(lambda: loader(ds, batch_size=batch, sampler=Epochs(), workers=workers), epochs)
 
 
+def run_dali(python: str, src: Path, workers: int, batch: int, epochs: int) -> float:
+    import subprocess
+    import sys
+
+    out = subprocess.run([python, str(Path(__file__).with_name("dali_pipeline.py")), str(src), str(workers), str(batch),
+                          str(epochs)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["img_s"]
+
+
 def _time(loader, epochs: int) -> tuple[float, int]:
     return _time_fn(lambda: loader, epochs)
 
@@ -109,6 +124,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--dir", default=None, help="keep the generated files here (default: a temp folder)")
     p.add_argument("--json", default=None)
+    p.add_argument("--dali-python", default=None, help="a Python with nvidia-dali installed (its own venv)")
     args = p.parse_args()
     import torch
 
@@ -128,9 +144,14 @@ def main() -> None:
         row = {"workers": w, "baseline_img_s": round(base, 1), "deeppod_img_s": round(ours, 1),
                "baseline_per_worker": round(base / w, 1), "deeppod_per_worker": round(ours / w, 1),
                "ratio": round(ours / base, 2)}
+        line = (f"cores {w}: torchvision ImageFolder {base:7.1f} img/s ({base / w:6.1f}/core) | "
+                f"DeepPod {ours:7.1f} img/s ({ours / w:6.1f}/core) | {ours / base:.2f}x torchvision")
+        if args.dali_python:
+            dali = run_dali(args.dali_python, src, w, args.batch_size, args.epochs)
+            row.update(dali_img_s=round(dali, 1), dali_per_worker=round(dali / w, 1), ratio_dali=round(ours / dali, 2))
+            line += f" | DALI {dali:7.1f} img/s ({dali / w:6.1f}/core) | {ours / dali:.2f}x DALI"
         results.append(row)
-        print(f"workers {w}: torchvision ImageFolder {base:7.1f} img/s ({base / w:6.1f}/worker) | "
-              f"DeepPod {ours:7.1f} img/s ({ours / w:6.1f}/worker) | ratio {ours / base:.2f}x")
+        print(line, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"images": args.images, "mean_kb": round(mean_kb), "results": results},
                                               indent=1))

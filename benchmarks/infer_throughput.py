@@ -1,21 +1,27 @@
-"""Inference serving: a DeepPod deployment (dynamic batching, through the control plane's
-predict route) vs a plain FastAPI + torch server running one request per forward pass,
-same model, same image, same machine, one after the other in one run.
-Aim: >= 2x the baseline's throughput at equal or better p99 at concurrency >= 8 (CPU).
+"""Inference serving, four ways, same model, same image, same closed-loop load, one run:
 
-    python benchmarks/infer_throughput.py [--model mobilenet_v3_small] [--image-size 224]
-        [--replicas 1] [--cpus-per-replica 2] [--max-batch 32] [--max-wait-ms 5]
-        [--concurrency 1,8,32,64] [--duration 30] [--gpus-per-replica 0] [--out FILE]
+- DeepPod through the control plane's public predict endpoint (auth, least-loaded routing,
+  retries), as users call it;
+- the same DeepPod replica hit directly (what the hop costs);
+- plain FastAPI + torch, one request per forward pass (deeppod.bench.plain_server);
+- Ray Serve with @serve.batch (benchmarks/ray_serve_app.py), when --ray-python names a Python
+  with ray[serve] (its own environment: ``python -m venv E && E/bin/pip install "ray[serve]"``).
 
-It starts its own DeepPod server in a temporary home, registers the model (random weights:
-serving speed does not depend on them), deploys it, and runs `deeppod bench infer`.
+Systems are interleaved: each round runs every system at every concurrency, one at a time;
+the figures are the median over rounds. Aims (issue 18): the platform path at >= 0.95x the
+direct replica at c=8 and c=32, and its p99 at c=1 within 5 ms of plain FastAPI's.
+
+    python benchmarks/infer_throughput.py [--model mobilenet_v3_small] [--concurrency 1,8,32]
+        [--duration 15] [--rounds 4] [--cpus-per-replica 2] [--ray-python PATH] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,76 +30,200 @@ from pathlib import Path
 
 import httpx
 
+from deeppod.bench.infer import PlainServer, closed_loop, export_model
+from deeppod.bench.server import Server
+from deeppod.contract import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_model(out: Path, name: str, size: int, classes: int = 1000) -> None:
-    import torch
-    import torchvision
+def jpeg(size: int = 224) -> bytes:
+    from PIL import Image
 
-    out.mkdir(parents=True)
-    model = torchvision.models.get_model(name, weights=None, num_classes=classes).eval()
-    torch.save(model.state_dict(), out / "weights.pt")
-    program = torch.export.export(model, (torch.zeros(2, 3, size, size),),
-                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
-    torch.export.save(program, str(out / "model.pt2"))
-    (out / "signature.json").write_text(json.dumps({
-        "task": "image-classification", "model": name, "classes": [f"class-{i}" for i in range(classes)],
-        "input": {"kind": "image", "shape": [3, size, size], "dtype": "float32", "resize": [size, size],
-                  "color": "RGB", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "crop": "center"},
-        "metrics": {}}))
+    buf = io.BytesIO()
+    Image.effect_noise((size, size), 64).convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def wait_http(url: str, proc: subprocess.Popen | None, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer in {seconds:.0f} s")
+
+
+def start_ray(python: str, model_dir: Path, cpus: float, max_batch: int, max_wait_ms: float, log: Path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "RAY_"))}
+    env["PYTHONPATH"] = str(ROOT / "src")  # its workers decode with deeppod.runtime, as the others do
+    env["RAY_AUTH_MODE"] = "disabled"  # else Ray 2.60 writes ~/.ray/auth_token, which other Ray clusters then expect
+    proc = subprocess.Popen([python, str(ROOT / "benchmarks" / "ray_serve_app.py"), str(model_dir), str(port),
+                             f"{cpus:g}", str(max_batch), f"{max_wait_ms:g}"], env=env, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while b"ready" not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("Ray Serve did not start: " + log.read_text()[-3000:])
+        time.sleep(0.5)
+    return proc, f"http://127.0.0.1:{port}/predict"
+
+
+def serving_processes(name: str, server: Server, plain: PlainServer | None) -> dict:
+    """The processes whose CPU a request costs, by role (Ray Serve's are many: not counted)."""
+    import psutil
+
+    replica = [p for p in psutil.process_iter(["cmdline"]) if "deeppod.serve.replica" in (p.info["cmdline"] or [])]
+    if name == "platform":
+        return {"control_plane": [psutil.Process(server.proc.pid)], "replica": replica}
+    if name == "replica":
+        return {"replica": replica}
+    if name == "fastapi" and plain is not None:
+        return {"server": [psutil.Process(plain.proc.pid)]}
+    return {}
+
+
+def cpu_seconds(procs: dict) -> dict:
+    out = {}
+    for role, ps in procs.items():
+        total = 0.0
+        for p in ps:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except Exception:  # noqa: BLE001 - a process that ended
+                pass
+        out[role] = total
+    return out
+
+
+def stop_ray(proc: subprocess.Popen) -> None:
+    """Its process group: the driver and the Ray cluster it started."""
+    try:
+        os.killpg(proc.pid, 2)  # the driver shuts Serve and Ray down
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, 9)  # what is left of the cluster (raylet, workers)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mobilenet_v3_small")
     ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--cpus-per-replica", type=float, default=float(os.cpu_count() or 1))
-    ap.add_argument("--gpus-per-replica", type=int, default=0)
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
-    ap.add_argument("--concurrency", default="1,8,32,64")
-    ap.add_argument("--duration", type=float, default=30.0)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--concurrency", default="1,8,32")
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds per system, concurrency and round")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--ray-python", default=None, help="a Python with ray[serve] installed (its own venv)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "infer_cpu.json")
     args = ap.parse_args()
-
+    levels = [int(c) for c in args.concurrency.split(",")]
     home = Path(tempfile.mkdtemp(prefix="deeppod-bench-infer-"))
-    port = 7600 + os.getpid() % 300
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
-    env.update({"DEEPPOD_HOME": str(home), "DEEPPOD_CONFIG": str(home / "client.json")})
-    cli = [sys.executable, "-m", "deeppod.cli"]
-    server = subprocess.Popen([*cli, "server", "--port", str(port)], env=env, stdout=open(home / "server.log", "wb"),
-                              stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    body = jpeg(args.image_size)
+    export_model(home / "artifact", args.model, args.image_size)
+
+    server = Server(home / "server").start()
+    plain = ray = None
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        env.update({"DEEPPOD_API_URL": url, "DEEPPOD_TOKEN": (home / "admin.token").read_text().strip()})
-        write_model(home / "artifact", args.model, args.image_size)
+        env = {**server.env, "DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token}
+        cli = [sys.executable, "-m", "deeppod.cli"]
+        subprocess.run([*cli, "models", "register", "bench", "--path", str(home / "artifact")], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run([*cli, "deploy", "bench@1", "--replicas", "1", "--cpus-per-replica",
+                        f"{args.cpus_per_replica:g}", "--max-batch", str(args.max_batch), "--max-wait-ms",
+                        f"{args.max_wait_ms:g}"], env=env, check=True, stdout=subprocess.DEVNULL)
+        auth = {"Authorization": f"Bearer {server.admin_token}"}
+        deadline = time.monotonic() + 300
+        while True:
+            dep = httpx.get(f"{server.url}/v1/deployments/bench", headers=auth, timeout=5).json()
+            routed = [r for r in dep.get("replica_jobs", []) if r["routed"]]
+            if routed:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the deployment never became ready: {dep}")
+            time.sleep(1)
+        replica_url = routed[0]["endpoint"] + "/predict"
+        systems = {"platform": (dep["predict_url"], auth), "replica": (replica_url, {})}
+        plain = PlainServer(home / "artifact")
+        systems["fastapi"] = (plain.url, {})
+        if args.ray_python:
+            systems["ray_serve"] = (None, {})  # started for its turn only: an idle Ray cluster is not idle
 
-        def run(*a):
-            subprocess.run([*cli, *a], env=env, check=True)
+        def check(name: str, url: str, headers: dict) -> None:  # it answers before the clock starts
+            r = httpx.post(url, content=body, headers={**headers, "content-type": "image/jpeg"}, timeout=60)
+            if r.status_code != 200:
+                raise SystemExit(f"{name} answered {r.status_code}: {r.text[:300]}")
 
-        run("models", "register", "bench", "--path", str(home / "artifact"))
-        run("deploy", "bench@1", "--replicas", str(args.replicas), "--cpus-per-replica", f"{args.cpus_per_replica:g}",
-            "--gpus-per-replica", str(args.gpus_per_replica), "--max-batch", str(args.max_batch),
-            "--max-wait-ms", f"{args.max_wait_ms:g}")
-        out = args.out or ROOT / "benchmarks" / "results" / f"infer_{args.model}_{'gpu' if args.gpus_per_replica else 'cpu'}.json"
-        run("bench", "infer", "--deployment", "bench", "--concurrency", args.concurrency,
-            "--duration", f"{args.duration:g}", "--out", str(out))
-        doc = json.loads(out.read_text())
-        doc.update(model_name=args.model, image_size=args.image_size, cpus_per_replica=args.cpus_per_replica,
-                   machine=f"{os.cpu_count()} CPUs" + (", GPU" if args.gpus_per_replica else ""))
-        out.write_text(json.dumps(doc, indent=1))
-        print(f"results: {out}")
+        runs: dict[str, dict[int, list[dict]]] = {s: {c: [] for c in levels} for s in systems}
+        for rnd in range(args.rounds):
+            for name, (url, headers) in systems.items():
+                if name == "ray_serve":
+                    ray, url = start_ray(args.ray_python, home / "artifact", args.cpus_per_replica, args.max_batch,
+                                         args.max_wait_ms, home / f"ray-{rnd}.log")
+                check(name, url, headers)
+                for c in levels:
+                    procs = serving_processes(name, server, plain)
+                    before = cpu_seconds(procs)
+                    r = closed_loop(url, body, "image/jpeg", concurrency=c, duration=args.duration, headers=headers,
+                                    warmup=1.0)
+                    if procs and r["requests"]:  # CPU per answered request, warm-up included in both
+                        r["cpu_ms_per_request"] = {k: round(1000 * (cpu_seconds({k: v})[k] - before[k]) /
+                                                            (r["requests"] * (args.duration + 1.0) / args.duration), 2)
+                                                   for k, v in procs.items()}
+                    runs[name][c].append(r)
+                    print(f"round {rnd + 1} {name:9s} c={c:<3} {r['throughput_rps']:7.1f} req/s  "
+                          f"p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", flush=True)
+                if name == "ray_serve":
+                    stop_ray(ray)
+                    ray = None
     finally:
-        server.terminate()
-        server.wait(30)
+        if ray is not None:
+            stop_ray(ray)
+        if plain is not None:
+            plain.close()
+        server.stop()
+
+    for s_, per in runs.items():  # CPU per request, median over rounds
+        for c, rows in per.items():
+            cpu = [r["cpu_ms_per_request"] for r in rows if "cpu_ms_per_request" in r]
+            if cpu:
+                print(f"{s_:9s} c={c:<3} CPU per request: " + ", ".join(
+                    f"{role} {statistics.median(x[role] for x in cpu):.1f} ms" for role in cpu[0]))
+    table = {s: {c: {"throughput_rps": statistics.median(r["throughput_rps"] for r in rows),
+                     "p50_ms": statistics.median(r["p50_ms"] for r in rows),
+                     "p99_ms": statistics.median(r["p99_ms"] for r in rows),
+                     "errors": sum(r["errors"] for r in rows)} for c, rows in per.items()} for s, per in runs.items()}
+    print(f"\nmedian of {args.rounds} rounds, {args.duration:g} s each; req/s (p99 ms)")
+    print("system      " + "".join(f"{'c=' + str(c):>20}" for c in levels))
+    for s, per in table.items():
+        print(f"{s:11s} " + "".join(f"{per[c]['throughput_rps']:>11.1f} ({per[c]['p99_ms']:5.1f})" for c in levels))
+    ratios = {}
+    for other in [s for s in table if s != "platform"]:
+        ratios[other] = {c: round(table["platform"][c]["throughput_rps"] / table[other][c]["throughput_rps"], 3)
+                         for c in levels}
+        print(f"platform / {other:9s} " + "  ".join(f"c={c}: {v:.2f}x" for c, v in ratios[other].items()))
+    if 1 in levels:
+        gap = table["platform"][1]["p99_ms"] - table["fastapi"][1]["p99_ms"]
+        print(f"p99 at c=1: platform {table['platform'][1]['p99_ms']:.1f} ms, plain FastAPI "
+              f"{table['fastapi'][1]['p99_ms']:.1f} ms ({gap:+.1f} ms; aim within 5 ms)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"model": args.model, "image_bytes": len(body), "cpus_per_replica":
+                                    args.cpus_per_replica, "rounds": args.rounds, "duration_s": args.duration,
+                                    "machine": f"{os.cpu_count()} CPUs", "median": table, "ratios": ratios,
+                                    "runs": runs}, indent=1))
+    print(f"results: {args.out}")
 
 
 if __name__ == "__main__":

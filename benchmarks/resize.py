@@ -10,7 +10,11 @@ the new size.
 
 - in place: the control plane's world file is written (and, on a grow, the new workers
   are handed to the supervisor); the time ends when rank 0 acknowledges its first step at
-  the new size (the acknowledgement carries its wall-clock time);
+  the new size (the acknowledgement carries its wall-clock time). On a grow the job keeps
+  warm spares first, as the control plane has it do (``--spares``, the default of
+  DEEPPOD_SPARE_WORKERS): processes of the job parked in ``runtime.init()`` with torch
+  imported, which become the new workers. "in place, cold joiners" is the same grow with
+  no spares: the supervisor starts the new workers from nothing;
 - restart: SIGTERM, every worker checkpoints and exits 75, the job starts again at the
   new size, loads the checkpoint and trains; the time ends at its first recorded step.
 
@@ -36,10 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,  # noqa: E402
-                              WORLD_ACK, free_port, worker_env)
+                              SPARE_PARKED, WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
 from deeppod.executor.local import LocalExecutor  # noqa: E402
 from deeppod.jobs.resize import reset_world, world_file, write_world  # noqa: E402
+from deeppod.settings import Settings  # noqa: E402
 
 TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
 
@@ -91,9 +96,10 @@ def first_step_at(records: Path, run: int) -> float | None:
     return min(times) if times else None
 
 
-def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) -> tuple[float, float]:
+def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, run: int = 0) -> tuple[float, float]:
     ex = LocalExecutor()
-    job_dir, records = work / f"{model}-{old}-{new}-{how}", work / f"{model}-{old}-{new}-{how}-records"
+    name = f"{model}-{old}-{new}-{how}-{run}"
+    job_dir, records = work / name, work / f"{name}-records"
     (job_dir / "checkpoints").mkdir(parents=True)
     records.mkdir()
     reset_world(job_dir, job_dir / "checkpoints")
@@ -104,8 +110,14 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) 
     h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
                              workers=[spec(job_dir, r, old, port, 0) for r in range(old)], grace_seconds=120))
     wait(lambda: lines(records, 0) >= old * args.warm_steps, 600, f"{args.warm_steps} steps on {old} workers")
+    if how == "in-place" and new > old and args.spares:
+        # as the controller does once the job is resizable and below its largest size (here: new)
+        count = min(args.spares, new - old)
+        ex.keep_spares(h, count)
+        wait(lambda: all((job_dir / "checkpoints" / SPARE_PARKED.format(n=n)).exists() for n in range(count)),
+             600, "the warm spares to park")
     decided = time.time()
-    if how == "in-place":
+    if how in ("in-place", "in-place-cold"):
         port = free_port()
         world = {"generation": 1, "world_size": new, "master_addr": "127.0.0.1", "master_port": port,
                  "decided_at": decided}
@@ -136,7 +148,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args) 
     ex.terminate(h)
     wait(lambda: ex.poll(h).finished, 600, "the job to stop")
     log = (job_dir / "logs" / "rank-0.log").read_text()
-    if how == "in-place" and "resized in place" not in log:
+    if how != "restart" and "resized in place" not in log:
         raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
     return took, paused
 
@@ -149,17 +161,22 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8, help="global batch at the starting size")
     ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--spares", type=int, default=Settings().spare_workers,
+                    help="warm spares a growing job keeps (DEEPPOD_SPARE_WORKERS' default)")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="deeppod-resize-") as tmp:
         work = Path(tmp)
         data = make_images(work / "images")
+        spares = a.spares
         for model in a.models:
             for move in a.moves:
                 old, new = (int(x) for x in move.split(":"))
-                for _ in range(a.repeat):
-                    for how in ("in-place", "restart"):  # interleaved: the same machine state for both
-                        t, paused = one(model, old, new, how, data, work, a)
+                for run in range(a.repeat):
+                    # interleaved: the same machine state for all; a shrink has no joiners to warm
+                    for how in ("in-place", "in-place-cold", "restart") if new > old else ("in-place", "restart"):
+                        a.spares = 0 if how == "in-place-cold" else spares
+                        t, paused = one(model, old, new, how, data, work, a, run)
                         rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2),
                                      "paused": round(paused, 2)})
                         print(f"{model} {old}->{new} {how}: {t:.2f} s to the first step, "
@@ -169,8 +186,8 @@ def main() -> None:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
     print(f"\n{device}, {platform.python_version()}, torch {torch.__version__}, image size {a.image_size}, "
           f"global batch {a.batch_size}, loader workers: the trainer's default")
-    print("| model | move | to the first step at the new size: in place / restart (s) | ratio "
-          "| training stopped: in place / restart (s) | ratio |")
+    print("| model | move | to the first step at the new size: in place / in place, cold joiners / restart (s) "
+          "| ratio | training stopped: in place / restart (s) | ratio |")
     print("|---|---|---|---|---|---|")
     summary = []
     for model in a.models:
@@ -180,15 +197,17 @@ def main() -> None:
             def med(how, key="seconds"):
                 xs = sorted(r[key] for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
                             (model, old, new, how))
-                return xs[len(xs) // 2]
+                return xs[len(xs) // 2] if xs else None
 
-            ip, rs = med("in-place"), med("restart")
+            ip, cold, rs = med("in-place"), med("in-place-cold"), med("restart")
             ipp, rsp = med("in-place", "paused"), med("restart", "paused")
-            summary.append({"model": model, "from": old, "to": new, "in_place_s": ip, "restart_s": rs,
-                            "ratio": round(rs / ip, 2), "in_place_paused_s": ipp, "restart_paused_s": rsp,
-                            "paused_ratio": round(rsp / max(ipp, 1e-3), 1)})
-            print(f"| {model} | {old} -> {new} | {ip:.2f} / {rs:.2f} | {rs / ip:.1f}x | {ipp:.2f} / {rsp:.2f} "
-                  f"| {rsp / max(ipp, 1e-3):.0f}x |")
+            summary.append({"model": model, "from": old, "to": new, "in_place_s": ip, "in_place_cold_s": cold,
+                            "restart_s": rs, "ratio": round(rs / ip, 2), "in_place_paused_s": ipp,
+                            "restart_paused_s": rsp, "paused_ratio": round(rsp / max(ipp, 1e-3), 1),
+                            "spares": min(spares, new - old) if new > old else 0})
+            cold_s = "-" if cold is None else f"{cold:.2f}"
+            print(f"| {model} | {old} -> {new} | {ip:.2f} / {cold_s} / {rs:.2f} | {rs / ip:.1f}x | {ipp:.2f} / "
+                  f"{rsp:.2f} | {rsp / max(ipp, 1e-3):.0f}x |")
     out = ROOT / "benchmarks" / "results" / "resize.json"
     out.write_text(json.dumps({"device": device, "runs": rows, "summary": summary}, indent=1))
 

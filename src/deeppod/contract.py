@@ -73,6 +73,13 @@ ENV_RESIZE_TIMEOUT = "DEEPPOD_RESIZE_TIMEOUT_SECONDS"
 WORLD_ACK = ".world-ack.json"  # rank 0: {"generation", "world_size", "at"} after a step at the new size
 RESIZABLE_MARK = ".resizable"  # rank 0 writes it when the job can resize in place
 JOINER_READY = ".joiner-ready-{rank}"  # a joiner built its model and waits: now the others may switch
+# a warm spare (runtime/spare.py): a worker process of a resizable job started before a grow
+# needs it, parked in runtime.init() with its imports done; "N" (its number) in its env. Its
+# stdin is a Unix socket: the supervisor sends the env of the worker it becomes, and that
+# worker's log file
+ENV_SPARE = "DEEPPOD_SPARE"
+SPARE_PARKED = ".spare-parked-{n}"  # in the checkpoint folder while spare N waits
+SPARES_FILE = "spares.json"  # in the job folder: {"count": N}, how many spares the supervisor keeps
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

@@ -100,6 +100,10 @@ class NoReplica(Unavailable):
     """No replica of a deployment can take the request (code ``unavailable``, HTTP 503)."""
 
 
+class UpstreamError(Unavailable):
+    """A replica could not be reached or dropped the request; the router tries another."""
+
+
 class MoveFailed(DeepPodError):
     """A dataset version could not be moved between storage tiers."""
 

@@ -49,9 +49,9 @@ from deeppod.models import service as models
 from deeppod.scheduler import Config
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store import sealed
-from deeppod.store.db import make_engine, make_sessionmaker
+from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of
 from deeppod.store.migrate import upgrade
-from deeppod.store.models import Node
+from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.monitor.readings import OneNode, PsutilHostSampler, default_gpu_sampler
@@ -174,7 +174,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          stage=lambda version_id: datasets.stage(sessions, data, version_id),
                          on_finished=on_finished, isolation=isolation,
                          ca_cert=str(served.trust) if served and served.trust else None,
-                         fence=leader.fence if fenced else None)
+                         fence=leader.fence if fenced else None, spares=settings.spare_workers)
     router = Router()
     deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
@@ -195,6 +195,10 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                    raw_keep_s=settings.monitor_raw_seconds,
                                    retention_s=settings.monitor_retention_days * 86400)
         ctx.monitor = Monitor(sessions, source, policy, fence=leader.fence if fenced else lambda s: None)
+    # an idle loop sleeps until what it acts on is committed here (a standby's: next idle round)
+    on_commit_of(sessions, (Job,), jobs.wake.set)
+    on_commit_of(sessions, (Deployment, DeploymentKey, Job), deployments.wake.set)  # a replica is a job
+    on_commit_of(sessions, (Experiment,), ctx.tune.wake.set)
     if not fenced:
         leader.epoch = 0  # it leads alone, without a lease
         take_over(ctx, first=True)
@@ -266,7 +270,7 @@ def lead_loop(ctx: ServerContext, stop: threading.Event, ready: threading.Event 
         if ctx.leader.heartbeat():
             if term is None:
                 term = _lead(ctx, first)
-            try:
+            try:  # every beat: a job started a second after a server joined reaches it after a failover
                 with ctx.sessions() as s:  # jobs reach every live server, this one first
                     ctx.jobs.api_url = api_urls(s, ctx.settings.public_url)
             except Exception:  # the next heartbeat retries

@@ -86,6 +86,9 @@ class Settings:
     # least attained service: the GPU-hours at which a job moves to the next service class,
     # comma-separated ("off": each tenant's jobs in arrival order, as before)
     las_gpu_hours: str = "2,32"
+    # warm spares kept per resizable elastic job below its largest size: processes with their
+    # imports done, which an in-place grow turns into its new workers (runtime/spare.py); 0: none
+    spare_workers: int = 2
     # datasets
     hot_dir: Path | None = None  # None: home/data/hot
     cold_dir: Path | None = None  # None: home/data/cold

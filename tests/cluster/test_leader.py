@@ -126,8 +126,7 @@ def test_a_new_leader_adopts_what_the_old_one_started_and_starts_nothing_twice(s
     assert a.heartbeat() and not b.heartbeat()
     first = submit_job(sessions, world.alice, tmp_path, workers=1)
     ra.tick()
-    with pytest.raises(NotLeader):
-        rb.tick()  # the standby decides nothing
+    rb.tick()  # nothing to decide (a fixed-size job runs, none waits): the standby writes nothing
     assert load_job(sessions, first).state == "running" and list(cluster.launched) == [first]
     wait_until(b.heartbeat, 5, interval=0.05, what="the standby to take over")
     second = submit_job(sessions, world.alice, tmp_path, workers=1)
@@ -192,3 +191,25 @@ def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_
         assert s.get(Server, a.id).url == "http://a:1"
     for e in engines:
         e.dispose()
+
+
+def test_an_idle_loop_sleeps_until_woken():
+    from deeppod.cluster.leader import IDLE, run_rounds
+
+    rounds, stop, wake = [], threading.Event(), threading.Event()
+
+    def tick():
+        rounds.append(time.monotonic())
+        return IDLE
+
+    t = threading.Thread(target=run_rounds, args=(tick, stop, 0.01, "test"),
+                         kwargs={"wake": wake, "idle_interval": 30.0}, daemon=True)
+    t.start()
+    wait_until(lambda: len(rounds) == 1, 5, interval=0.01)
+    time.sleep(0.3)
+    assert len(rounds) == 1  # idle: no round every 10 ms
+    wake.set()
+    wait_until(lambda: len(rounds) == 2, 5, interval=0.01, what="the woken round")
+    stop.set()
+    t.join(2)
+    assert not t.is_alive()  # stop is seen while it sleeps

@@ -1,6 +1,7 @@
 """The built-in trainer resizes in place on the local executor: 2 -> 1 -> 3 workers without
-a restart (the staying process keeps its model and loader; joiners are started by the job's
-supervisor and receive the model from rank 0), every sample of the epoch seen exactly once."""
+a restart (the staying process keeps its model and loader; joiners, one from a warm spare
+and one started cold by the job's supervisor, receive the model from rank 0), every sample
+of the epoch seen exactly once."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK,
-                              WORLD_ACK, free_port, worker_env)
+                              SPARE_PARKED, WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
 from deeppod.jobs.resize import reset_world, world_file, write_world
@@ -72,7 +73,10 @@ def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_p
     log = (job_dir / "logs" / "rank-0.log").read_text()
     assert "resized in place to 1 workers" in log and "resuming" not in log
 
-    # grow: the supervisor starts ranks 1 and 2; once they are ready, the world file says 3
+    # grow: rank 1 from a warm spare (parked with torch imported), rank 2 started cold by the
+    # supervisor; once both are ready, the world file says 3
+    ex.keep_spares(h, 1)
+    wait_until((job_dir / "checkpoints" / SPARE_PARKED.format(n=0)).exists, 120, what="the spare to park")
     port = free_port()
     ex.add_workers(h, [spec(job_dir, r, 3, port, generation=2, joining=True) for r in (1, 2)], 2)
     wait_until(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists() for r in (1, 2)), 180,
@@ -84,6 +88,8 @@ def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_p
     log = (job_dir / "logs" / "rank-0.log").read_text()
     assert st.exit_codes == {0: 0, 1: 0, 2: 0}, log + (job_dir / "logs" / "rank-1.log").read_text()
     assert "resized in place to 3 workers" in log and "resuming" not in log
+    assert "starts from warm spare 0" in (job_dir / "logs" / "rank-1.log").read_text()
+    assert "warm spare" not in (job_dir / "logs" / "rank-2.log").read_text()
     n = int(log.split(" train / ")[0].split("; ")[-1])
     epoch0 = consumed(records, 0)
     assert sorted(epoch0) == list(range(n)) and set(epoch0.values()) == {1}, "each sample once over 2 -> 1 -> 3"

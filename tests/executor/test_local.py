@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor, process_start_time
@@ -159,3 +161,97 @@ def test_handle_without_pid_is_recovered_from_the_job_folder(tmp_path):
     bare = {"kind": "local", "job_dir": h["job_dir"]}
     assert not LocalExecutor().poll(bare).finished
     assert finished(ex, h).exit_codes == {0: 0}
+
+
+SPARE_JOB = """
+    import os, sys, time
+    from deeppod import runtime
+    ctx = runtime.init()
+    print("rank", ctx.rank, "pid", os.getpid(), flush=True)
+    if ctx.rank == 0:
+        while not os.path.exists("done"):
+            time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def spare_job(tmp_path):
+    ex, h, env, ckpt = _spare_job(tmp_path)
+    yield ex, h, env, ckpt
+    (tmp_path / "done").write_text("")  # whatever the test did, nothing of it outlives it
+    ex.terminate(h)
+    finished(ex, h)
+
+
+def _spare_job(tmp_path):
+    ex = LocalExecutor()
+    (tmp_path / "w.py").write_text(textwrap.dedent(SPARE_JOB))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    env = {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1", "DEEPPOD_CHECKPOINT_DIR": str(ckpt),
+           "WORLD_SIZE": "1", "DEEPPOD_TOKEN": "secret"}
+    spec = LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=[sys.executable, "w.py"], workdir=str(tmp_path),
+                      workers=[WorkerSpec(0, "n", {**env, "RANK": "0"})], grace_seconds=5)
+    return ex, ex.launch(spec), env, ckpt
+
+
+def test_a_grow_hands_the_new_worker_to_a_warm_spare(tmp_path, spare_job):
+    ex, h, env, ckpt = spare_job
+    ex.keep_spares(h, 1)
+    mark = ckpt / ".spare-parked-0"
+    wait_until(mark.exists, 60, what="the spare to park")
+    spare_pid = int(mark.read_text())
+    workers = json.loads((tmp_path / "job/workers.json").read_text())
+    assert workers["spare-0"] == spare_pid  # a vanished supervisor's strays include it
+    ex.add_workers(h, [WorkerSpec(1, "n", {**env, "RANK": "1"})], 1)
+    log = tmp_path / "job/logs/rank-1.log"
+    wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 30, what="rank 1 to run")
+    assert log.read_text() == (f"deeppod: rank 1 starts from warm spare 0 (pid {spare_pid})\n"
+                               f"rank 1 pid {spare_pid}\n")
+    assert json.loads((tmp_path / "job/workers.json").read_text())["1"] == spare_pid
+    (tmp_path / "done").write_text("")
+    st = finished(ex, h)
+    assert st.exit_codes == {0: 0, 1: 0}
+    # the spare's own log has what it ran before the park; the token was not in its env
+    assert (tmp_path / "job/logs/spare-0.log").read_text() == ""
+    assert not (tmp_path / "job/logs/spare-1.log").exists()  # no other spare until the control plane asks
+
+
+def test_spares_go_when_no_longer_wanted_and_when_the_job_ends(tmp_path, spare_job):
+    ex, h, env, ckpt = spare_job
+    ex.keep_spares(h, 2)
+    wait_until(lambda: all((ckpt / f".spare-parked-{n}").exists() for n in (0, 1)), 60, what="two spares to park")
+    pids = [int((ckpt / f".spare-parked-{n}").read_text()) for n in (0, 1)]
+    time.sleep(0.05)  # a new mtime
+    ex.keep_spares(h, 1)
+    wait_until(lambda: not (ckpt / ".spare-parked-1").exists(), 30, what="spare 1 to go")
+    wait_until(lambda: process_start_time(pids[1]) is None, 30, what="spare 1's process to end")
+    (tmp_path / "done").write_text("")
+    st = finished(ex, h)
+    assert st.exit_codes == {0: 0}  # a spare is not a worker: its end is no exit code of the job's
+    wait_until(lambda: process_start_time(pids[0]) is None, 30, what="spare 0's process to end")
+    assert not (ckpt / ".spare-parked-0").exists()
+
+
+def test_a_stop_takes_the_spares_with_it(tmp_path, spare_job):
+    ex, h, env, ckpt = spare_job
+    ex.keep_spares(h, 1)
+    wait_until((ckpt / ".spare-parked-0").exists, 60, what="the spare to park")
+    pid = int((ckpt / ".spare-parked-0").read_text())
+    ex.terminate(h)
+    st = finished(ex, h)
+    assert st.stopped
+    wait_until(lambda: process_start_time(pid) is None, 30, what="the spare's process to end")
+
+
+def test_a_spare_that_has_not_parked_yet_is_not_handed_a_worker(tmp_path, spare_job):
+    ex, h, env, ckpt = spare_job
+    (tmp_path / "w.py").write_text("import os, time\nif os.environ.get('DEEPPOD_SPARE'):\n    time.sleep(60)  # still "
+                                   "importing\n" + textwrap.dedent(SPARE_JOB))
+    ex.keep_spares(h, 1)
+    wait_until((tmp_path / "job/logs/spare-0.log").exists, 30, what="the spare to start")
+    ex.add_workers(h, [WorkerSpec(1, "n", {**env, "RANK": "1"})], 1)
+    log = tmp_path / "job/logs/rank-1.log"
+    wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 60, what="rank 1 to run")
+    assert "warm spare" not in log.read_text()  # started cold: the spare had not said it parked
+    assert "spare-0" in json.loads((tmp_path / "job/workers.json").read_text())  # and it stays a spare

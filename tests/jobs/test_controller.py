@@ -157,3 +157,23 @@ def test_a_preempted_job_is_requeued_with_what_its_checkpoint_kept(sessions, wor
 def _events(sessions, world, jid):
     with sessions() as s:
         return service.list_events(s, world.alice, jid)
+
+
+def test_rounds_with_nothing_to_decide_do_not_write(sessions, world, tmp_path):
+    """An idle server, or one that only runs fixed-size jobs, proves its lead (a write) only in
+    rounds that act: its loops stay cheap."""
+    fences = []
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        server_env={"PATH": "/usr/bin"}, fence=lambda s: fences.append(1))
+    rec.tick()
+    assert fences == [] and rec.rounds == 1
+    jid = submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1)
+    rec.tick()
+    started = len(fences)
+    assert job(sessions, jid).state == "running" and started >= 1
+    for _ in range(3):
+        rec.tick()
+    assert len(fences) == started  # it runs, nothing waits: nothing to decide
+    rec.executor.finish(jid, {0: 0})
+    rec.tick()
+    assert job(sessions, jid).state == "succeeded" and len(fences) > started  # that round wrote

@@ -159,3 +159,84 @@ def test_a_switch_that_stalls_falls_back_to_a_restart(sessions, world, rec, tmp_
     b = load_job(sessions, b_job)
     assert b.state == "resizing" and b.resize_to == 2 and b_job in rec.executor.terminated
     assert "did not finish in" in b.reason
+
+
+def test_a_resizable_job_below_its_largest_size_keeps_warm_spares(sessions, world, tmp_path, clock):
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        config=Config(min_run_before_resize=0, reserve_after_seconds=1e9, las_preemption=False),
+                        clock=clock, spares=2)
+    other = submit(sessions, world.alice, tmp_path, workers=3, gpus_per_worker=1)
+    rec.tick()
+    job = submit(sessions, world.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    assert ranks(load_job(sessions, job)) == [0]
+    rec.tick()
+    assert job not in rec.executor.spares  # not resizable (yet): a spare would run as one more worker
+    mark_resizable(rec, job)
+    rec.tick()
+    assert rec.executor.spares[job] == 2 and load_job(sessions, job).allocation["spares"] == 2  # 3 to grow by: 2
+    clock.t = time.time() + 1
+    rec.executor.finish(other, {0: 0, 1: 0, 2: 0})
+    rec.tick()  # three GPUs free: it grows to 4 in place, its largest size
+    rec.executor.status[job] = ExecStatus(finished=False)
+    for r in (1, 2, 3):
+        (rec.job_dir(job) / "checkpoints" / JOINER_READY.format(rank=r)).write_text("1")
+    rec.tick()
+    ack(rec, job, 1, clock.t + 1)
+    rec.tick()
+    j = load_job(sessions, job)
+    assert ranks(j) == [0, 1, 2, 3] and not j.allocation.get("resize")
+    rec.tick()
+    assert rec.executor.spares[job] == 0  # nothing left to grow into: none kept
+
+
+def test_spares_used_by_a_grow_are_asked_for_again(sessions, world, tmp_path, clock):
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        config=Config(min_run_before_resize=0, reserve_after_seconds=1e9, las_preemption=False),
+                        clock=clock, spares=1)
+    others = [submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1) for _ in range(2)]
+    rec.tick()
+    job = submit(sessions, world.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    assert ranks(load_job(sessions, job)) == [0, 1]  # and the two GPUs left
+    mark_resizable(rec, job)
+    rec.tick()
+    assert rec.executor.spares[job] == 1
+    rec.executor.spares[job] = 0  # what the supervisor keeps after handing its spare to the joiner
+    clock.t = time.time() + 1
+    rec.executor.finish(others[0], {0: 0})
+    rec.tick()  # one GPU free: it grows 2 -> 3 in place
+    rec.executor.status[job] = ExecStatus(finished=False)
+    (rec.job_dir(job) / "checkpoints" / JOINER_READY.format(rank=2)).write_text("1")
+    rec.tick()
+    ack(rec, job, 1, clock.t + 1)
+    rec.tick()
+    assert ranks(load_job(sessions, job)) == [0, 1, 2]
+    rec.tick()
+    assert rec.executor.spares[job] == 1  # it can still grow by one: a spare again
+
+
+def test_spares_fit_in_the_memory_left_on_rank_zeros_node_and_hold_it(sessions, tmp_path, clock):
+    from deeppod.cluster.service import usage as node_usage
+
+    people = populate(sessions, gpus=8, cpus=32, memory_mb=20000)
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        config=Config(min_run_before_resize=0, reserve_after_seconds=1e9, las_preemption=False),
+                        clock=clock, spares=2)
+    submit(sessions, people.alice, tmp_path, workers=6, gpus_per_worker=1, memory_mb_per_worker=1)
+    rec.tick()
+    job = submit(sessions, people.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1,
+                 memory_mb_per_worker=6000)
+    rec.tick()
+    j = load_job(sessions, job)
+    assert ranks(j) == [0, 1]  # 12,006 of 20,000 MiB taken: room to grow by 2, memory for 1 spare
+    mark_resizable(rec, job)
+    rec.tick()
+    assert rec.executor.spares[job] == 1 and load_job(sessions, job).allocation["spares"] == 1
+    with sessions() as s:
+        assert node_usage(s)[j.allocation["workers"][0]["node"]].memory_mb == 18006
+    late = submit(sessions, people.bob, tmp_path, workers=1, gpus_per_worker=0, memory_mb_per_worker=6000)
+    rec.tick()
+    assert load_job(sessions, late).state == "queued"  # 1,994 MiB left: the spare holds the rest
+    rec.tick()
+    assert rec.executor.spares[job] == 1  # its own spare does not count against it

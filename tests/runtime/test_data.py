@@ -1,7 +1,10 @@
 """deeppod.runtime.data: the loader's output, its crops, and exact-once sharding."""
 
+import os
 import random
+import signal
 import tarfile
+import threading
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ from deeppod.datasets.ingest import Limits, build
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy
 from deeppod.runtime.data import (ImageDataset, ShardReader, center_box, dataset_path, decode_crop, loader,
-                                  normalize, random_resized_crop_box)
+                                  normalize, random_resized_crop_box, stop_safe_loader)
 from deeppod.runtime.sampler import ElasticSampler
 from tests.datasets.images import class_folders, image_bytes
 
@@ -88,3 +91,119 @@ def test_dataset_path_needs_the_platform_to_stage_it(monkeypatch, tmp_path):
         dataset_path("chest-xray@2")
     monkeypatch.setenv("DEEPPOD_DATA_CHEST_XRAY", str(tmp_path))
     assert dataset_path("chest-xray@2") == tmp_path
+
+
+def _photo(seed: int, size=(517, 389), subsampling: str = "4:2:0", mode: str = "RGB") -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from PIL import ImageFilter
+
+    rng = np.random.default_rng(seed)
+    arr = (rng.random((size[1], size[0], 3)) * 255).astype("uint8")
+    im = Image.fromarray(arr).filter(ImageFilter.GaussianBlur(3)).convert(mode)  # photo-like: detail, no aliasing
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=90, **({"subsampling": subsampling} if mode == "RGB" else {}))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("subsampling", ["4:2:0", "4:2:2", "4:4:4"])
+def test_region_decoding_gives_the_pixels_a_whole_decode_gives(subsampling):
+    """At full scale the region decoder's box is exactly Pillow's whole-image decode, cropped:
+    only the work outside the box is skipped."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from deeppod.runtime import data
+
+    if data._jpeg is None:
+        pytest.skip("region decoding was not built here (no libjpeg-turbo headers)")
+    jpeg = _photo(0, subsampling=subsampling)
+    full = np.array(Image.open(io.BytesIO(jpeg)).convert("RGB"))
+    rng = random.Random(1)
+    for _ in range(100):
+        w, h = rng.randint(1, 517), rng.randint(1, 389)
+        left, top = rng.randint(0, 517 - w), rng.randint(0, 389 - h)
+        rgb, rw, rh, num = data._jpeg.region(jpeg, left, top, w, h, 10_000)  # too few pixels for any scaling
+        assert num == 8 and (rw, rh) == (w, h)
+        assert np.array_equal(np.frombuffer(rgb, np.uint8).reshape(h, w, 3), full[top:top + h, left:left + w])
+
+
+def test_region_decoding_scales_down_only_as_far_as_the_crop_allows():
+    from deeppod.runtime import data
+
+    if data._jpeg is None:
+        pytest.skip("region decoding was not built here (no libjpeg-turbo headers)")
+    jpeg = _photo(2)
+    assert data._jpeg.size(jpeg) == (517, 389)
+    _, w, h, num = data._jpeg.region(jpeg, 0, 0, 512, 384, 224)
+    assert num == 5 and (w, h) == (320, 240)  # 4/8 would leave 192 rows: fewer than 224
+    _, w, h, num = data._jpeg.region(jpeg, 10, 10, 100, 100, 224)
+    assert num == 8 and (w, h) == (100, 100)  # a small crop: full scale
+    with pytest.raises(ValueError, match="outside"):
+        data._jpeg.region(jpeg, 500, 0, 100, 100, 224)
+    with pytest.raises(ValueError):
+        data._jpeg.region(b"\xff\xd8 not a jpeg", 0, 0, 1, 1, 1)
+    with pytest.raises(ValueError):  # truncated: libjpeg would fill in grey; refused, Pillow decides
+        data._jpeg.region(jpeg[: len(jpeg) // 2], 0, 0, 512, 384, 224)
+    with pytest.raises(OSError):  # and Pillow refuses it, as before the region decoder
+        decode_crop(jpeg[: len(jpeg) // 2], lambda w, h: (0, 0, w, h), 64)
+
+
+def test_decode_crop_is_the_same_picture_with_or_without_the_region_decoder(monkeypatch):
+    from deeppod.runtime import data
+
+    jpeg = _photo(3)
+    for box in [(0, 0, 517, 389), (37, 11, 230, 301), (100, 80, 60, 90)]:
+        fast = decode_crop(jpeg, lambda w, h: box, 64)
+        with monkeypatch.context() as m:
+            m.setattr(data, "_jpeg", None)
+            pillow = decode_crop(jpeg, lambda w, h: box, 64)
+        assert fast.shape == pillow.shape == (3, 64, 64)
+        assert (fast.float() - pillow.float()).abs().mean() < 4  # identical pixels; DCT scales may differ
+
+
+def test_jpegs_the_region_decoder_cannot_read_fall_back_to_pillow_with_the_same_box():
+    cmyk = _photo(4, size=(120, 90), mode="CMYK")
+    boxes = []
+
+    def box(w, h):
+        boxes.append((w, h))
+        return (10, 10, 64, 64)
+
+    x = decode_crop(cmyk, box, 32)
+    assert x.shape == (3, 32, 32) and len(boxes) == 1  # the box was drawn once: the sampler's randomness is kept
+    png = image_bytes(5, (60, 50), fmt="PNG")
+    assert decode_crop(png, lambda w, h: (0, 0, w, h), 16).shape == (3, 16, 16)
+
+
+class _Pids:
+    """Each sample is the pid of the worker process that loaded it and its signal state."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        ignored = int(next(line for line in open("/proc/self/status") if line.startswith("SigIgn:")).split()[1], 16)
+        return torch.tensor([os.getpid(), os.getppid(), ignored >> (signal.SIGTERM - 1) & 1])
+
+
+def test_loader_workers_come_from_a_single_threaded_fork_server_and_ignore_sigterm():
+    """Not forked from the training process, whose native threads can leave a child hung on
+    CPython < 3.12 (python/cpython#112275): from the fork server, which ignores SIGTERM."""
+    from multiprocessing import forkserver
+
+    busy = threading.Thread(target=lambda: [threading.Thread(target=int).start() for _ in range(200)])
+    busy.start()  # threads starting and ending while the workers start
+    rows = torch.cat([b for b in stop_safe_loader(_Pids(), batch_size=1, num_workers=2)])
+    busy.join()
+    server = forkserver._forkserver._forkserver_pid
+    assert {int(pid) for pid in rows[:, 0]} - {os.getpid()} and all(int(p) == server for p in rows[:, 1])
+    assert rows[:, 2].tolist() == [1, 1, 1, 1]
+    ignored = int(next(line for line in open(f"/proc/{server}/status") if line.startswith("SigIgn:")).split()[1], 16)
+    assert ignored >> (signal.SIGTERM - 1) & 1
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # this process still gets its SIGTERM

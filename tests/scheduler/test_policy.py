@@ -161,6 +161,25 @@ def test_reclaim_is_not_repeated_while_gpus_are_already_returning():
     assert d.preempts == [] and d.resizes == []
 
 
+def test_reclaim_takes_the_borrowing_job_when_the_cheaper_small_one_would_not_be_enough():
+    # b borrows 2 GPUs beyond its guarantee of 1 through job 2; job 1 runs within it. Taking
+    # job 1 first (least work lost) leaves b's budget too small for job 2: a never got in.
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=1))
+    jobs = [running(1, "b", [(0,)], node="x", started=0), running(2, "b", [(0,), (1,)], node="y", started=0)]
+    nodes = [node("x", gpus=1, used=(0,)), node("y", gpus=2, used=(0, 1))]
+    d = schedule(snap(nodes, [job(10, "a", workers=2)], jobs, plan_=p))
+    assert [x.job_id for x in d.preempts] == [2] and "reclaim for tenant a" in d.preempts[0].reason
+
+
+def test_reclaim_takes_a_borrowing_job_that_takes_its_tenant_below_the_guarantee_when_nothing_else_does():
+    # b (guarantee 2) runs job 1 within it and job 2 (3 GPUs) partly beyond: only job 2 frees
+    # enough for a, though b drops to 1 GPU and will ask for its own back
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b", guaranteed=2))
+    jobs = [running(1, "b", [(3,)], started=0), running(2, "b", [(0,), (1,), (2,)], started=1)]
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], [job(10, "a", workers=2)], jobs, plan_=p))
+    assert [x.job_id for x in d.preempts] == [2]
+
+
 def test_non_preemptible_jobs_are_never_victims():
     p = plan(PlanNode("a", guaranteed=2), PlanNode("b"))
     jobs = [running(1, "b", [(0,), (1,)], preemptible=False)]

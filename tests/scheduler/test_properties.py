@@ -125,17 +125,36 @@ def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
 @settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots(gpw_choices=(1,), all_preemptible=True))
 def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(snap):
-    """Round 1 decides; the grace passes and preempted/shrunk GPUs come back; round 2 starts it."""
+    """Round 1 decides; the grace passes and preempted/shrunk GPUs come back; round 2 starts it.
+    One exception: reclaim serves one job per tenant a round, so a needier tenant's next job
+    that fits in its own guarantee may take the GPUs that came back first. Each such job may
+    cost one more round, never more (and never forever)."""
     g = {n.name: n.guaranteed for n in snap.plan.tenants}
     u = usage(snap)
     heads = {}
     top = {t: max(j.priority for j in snap.queued if j.tenant == t) for t in {j.tenant for j in snap.queued}}
     for j in sorted(snap.queued, key=lambda j: queue_key(j, snap.now, snap.config, top[j.tenant])):
         heads.setdefault(j.tenant, j)
-    d1 = schedule(snap)
-    started1 = {s.job_id for s in d1.starts}
-    # apply round 1: remove preempted jobs, shrink resized ones, start what started
-    stopped = {p.job_id for p in d1.preempts} | {r.job_id for r in d1.resizes}
+    need = {j.id: j.min_workers * j.gpus_per_worker for j in snap.queued}
+    needy = {t for t, head in heads.items() if u[t] < g[t] and u[t] + need[head.id] <= g[t]}
+    later = sum(1 for j in snap.queued if j.tenant in needy and j is not heads[j.tenant]
+                and u[j.tenant] + need[j.id] <= g[j.tenant])
+    started, current = set(), snap
+    for _ in range(2 + later):
+        d = schedule(current)
+        started |= {s.job_id for s in d.starts}
+        current = after_the_grace(current, d)
+    for t in needy:
+        head = heads[t]
+        assert head.id in started, (f"tenant {t} ({u[t]}/{g[t]}) head job {head.id} needing {need[head.id]} "
+                                    f"not served in {2 + later} rounds")
+
+
+def after_the_grace(snap, d):
+    """The next round on the same clock (a later one could age the queue into a new order):
+    preempted and resized jobs have given their GPUs back (a resized one is modelled as gone,
+    the worst case for the tenant waiting), started jobs run."""
+    stopped = {p.job_id for p in d.preempts} | {r.job_id for r in d.resizes}
     free = {n.name: set(n.free_gpus) for n in snap.nodes}
     keep = []
     for j in snap.running:
@@ -144,22 +163,17 @@ def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(s
                 free[w.node] |= set(w.gpus)
         else:
             keep.append(j)
-    for s in d1.starts:
+    for s in d.starts:
         for w in s.placement:
             free[w.node] -= set(w.gpus)
         job = next(q for q in snap.queued if q.id == s.job_id)
         keep.append(RunningJob(job.id, job.tenant, s.placement, job.gpus_per_worker, job.min_workers,
                                job.top_workers, job.priority, True, snap.now))
-    queued2 = tuple(j for j in snap.queued if j.id not in started1)
-    nodes2 = tuple(NodeState(n.name, tuple(sorted(free[n.name])) if n.healthy else (), n.free_cpus,
-                             n.free_memory_mb, n.healthy, n.total_gpus) for n in snap.nodes)
-    # same clock: the grace is modelled by the stops above; a later clock could age the queue into a new order
-    d2 = schedule(Snapshot(nodes2, queued2, tuple(keep), snap.plan, snap.now, snap.config))
-    started2 = started1 | {s.job_id for s in d2.starts}
-    for t, head in heads.items():
-        need = head.min_workers * head.gpus_per_worker
-        if u[t] < g[t] and u[t] + need <= g[t]:
-            assert head.id in started2, f"tenant {t} ({u[t]}/{g[t]}) head job {head.id} needing {need} not served"
+    started = {s.job_id for s in d.starts}
+    queued = tuple(j for j in snap.queued if j.id not in started)
+    nodes = tuple(NodeState(n.name, tuple(sorted(free[n.name])) if n.healthy else (), n.free_cpus,
+                            n.free_memory_mb, n.healthy, n.total_gpus) for n in snap.nodes)
+    return Snapshot(nodes, queued, tuple(keep), snap.plan, snap.now, snap.config)
 
 
 @settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)) // 6, deadline=None,

@@ -43,6 +43,26 @@ def test_a_lone_request_waits_at_most_max_wait():
     b.close()
 
 
+def test_with_nothing_on_its_way_a_lone_request_runs_at_once():
+    b = Batcher(lambda items: items, max_batch=32, max_wait=2.0, coming=lambda: 0)
+    began = time.perf_counter()
+    assert [f.result(5) for f in b.submit(["x"])] == ["x"]
+    assert time.perf_counter() - began < 0.5, "it waited for company that was not coming"
+    b.close()
+
+
+def test_the_batch_waits_for_a_request_on_its_way_and_takes_it_along():
+    sizes, on_its_way = [], [1]
+    b = Batcher(lambda items: sizes.append(len(items)) or items, max_batch=32, max_wait=2.0,
+                coming=lambda: on_its_way[0])
+    first = b.submit(["a"])  # one more request is still being decoded
+    time.sleep(0.1)
+    second = b.submit(["b"])
+    on_its_way[0] = 0
+    assert [first[0].result(5), second[0].result(5)] == ["a", "b"] and sizes == [2]
+    b.close()
+
+
 def test_a_failing_batch_fails_its_items_and_the_batcher_goes_on():
     calls = []
 

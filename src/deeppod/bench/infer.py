@@ -6,6 +6,7 @@ request per forward pass with the same model."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import socket
 import subprocess
@@ -16,6 +17,25 @@ import urllib.parse
 from pathlib import Path
 
 from deeppod.contract import free_port
+
+
+def export_model(out: Path, name: str, size: int, classes: int = 1000) -> None:
+    """A torchvision model with random weights in the serving form a registered model has
+    (serving speed does not depend on the weights)."""
+    import torch
+    import torchvision
+
+    out.mkdir(parents=True)
+    model = torchvision.models.get_model(name, weights=None, num_classes=classes).eval()
+    torch.save(model.state_dict(), out / "weights.pt")
+    program = torch.export.export(model, (torch.zeros(2, 3, size, size),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    torch.export.save(program, str(out / "model.pt2"))
+    (out / "signature.json").write_text(json.dumps({
+        "task": "image-classification", "model": name, "classes": [f"class-{i}" for i in range(classes)],
+        "input": {"kind": "image", "shape": [3, size, size], "dtype": "float32", "resize": [size, size],
+                  "color": "RGB", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "crop": "center"},
+        "metrics": {}}))
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

@@ -38,6 +38,8 @@ from deeppod.store.models import LeaderLease, Server
 log = logging.getLogger(__name__)
 
 LEASE_S = 5.0  # a leader that stops renewing is replaced this long after its last renewal
+IDLE = "idle"  # what a loop's round returns when it found nothing to act on
+IDLE_ROUND_S = 5.0  # an idle loop's next round, unless woken first (a standby's submit waits this long)
 RENEW_S = 1.0  # how often the lease and each server's heartbeat are renewed
 GONE_S = 3 * LEASE_S  # a server not heard from this long is dead: its unfinished work is undone
 FORGET_S = 3600.0  # a dead server's row is dropped after this long
@@ -74,8 +76,8 @@ def _alive(pid: int) -> bool:
 
 def live_servers(session: Session) -> list[Server]:
     """The servers heard from in the last GONE_S seconds, oldest first."""
-    since = db_now(session) - GONE_S
-    return list(session.scalars(select(Server).where(Server.seen_at >= since).order_by(Server.started_at)))
+    return list(session.scalars(select(Server).where(Server.seen_at >= _clock(session) - GONE_S)  # one statement
+                                .order_by(Server.started_at)))
 
 
 def leader_row(session: Session) -> LeaderLease | None:
@@ -135,6 +137,12 @@ class Leadership:
                 seen = s.execute(update(Server).where(Server.id == self.id).values(seen_at=_clock(s))).rowcount
                 if not seen:  # dropped as dead after a long pause: join again
                     self._add_row(s)
+                if self.epoch is not None:  # the leader renews in the same commit (one a second)
+                    renewed = s.execute(self._mine().values(expires_at=_clock(s) + self.lease_s)).rowcount
+                    if not renewed:
+                        log.warning("lost the lead (epoch %s): another server leads now", self.epoch)
+                        self.epoch = None
+                    return self.epoch is not None
             with self.sessions.begin() as s:
                 if self.epoch is not None:
                     renewed = s.execute(self._mine().values(expires_at=_clock(s) + self.lease_s)).rowcount
@@ -259,16 +267,32 @@ def api_urls(session: Session, first: str) -> str:
 
 
 
-def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: float, what: str) -> None:
+def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: float, what: str, *,
+               wake: threading.Event | None = None, idle_interval: float = IDLE_ROUND_S) -> None:
     """Call ``tick`` every ``interval`` seconds until ``stop`` (the leader's loops: jobs, tune,
     deployments, monitor). A round refused because this server lost the lead, or one that
-    fails, is logged; the loop outlives it and the next round retries."""
+    fails, is logged; the loop outlives it and the next round retries.
+
+    With ``wake``: a round that returns ``IDLE`` (it found nothing to act on) is followed by
+    one ``idle_interval`` later, or as soon as ``wake`` is set (a commit in this process added
+    what the loop acts on, store.db.on_commit_of), so an idle server idles."""
     while not stop.is_set():
         began = time.monotonic()
+        idle = False
         try:
-            tick()
+            idle = tick() is IDLE
         except NotLeader as exc:  # the leadership thread ends this loop; nothing was decided
             log.warning("%s round refused: %s", what, exc)
         except Exception:  # one bad round must not end the loop
             log.exception("%s round failed", what)
+        if idle and wake is not None:
+            _sleep_until_woken(wake, stop, began + idle_interval)
+            continue
         stop.wait(max(0.0, interval - (time.monotonic() - began)))
+
+
+def _sleep_until_woken(wake: threading.Event, stop: threading.Event, until: float) -> None:
+    while not stop.is_set() and (left := until - time.monotonic()) > 0:
+        if wake.wait(min(left, 0.5)):  # short waits: ``stop`` is seen within half a second
+            break
+    wake.clear()

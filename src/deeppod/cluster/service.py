@@ -70,15 +70,21 @@ def usage(session: Session) -> dict[str, NodeUsage]:
 
 
 def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:
-    """What these jobs' placed workers hold, per node name."""
+    """What these jobs' placed workers hold, per node name, with the memory of their warm
+    spares (runtime/spare.py: a parked process as big as a worker, on rank 0's node; it
+    holds no GPU and, parked, no CPU)."""
     out: dict[str, NodeUsage] = {}
     for job in jobs:
-        for w in job.placed_workers:
+        workers = job.placed_workers
+        for w in workers:
             u = out.setdefault(w["node"], NodeUsage(set()))
             u.gpus.update(w["gpus"])
             u.cpus += w["cpus"]
             u.memory_mb += w["memory_mb"]
             u.workers += 1
+        spares = (job.allocation or {}).get("spares") or 0
+        if spares and workers:
+            out[workers[0]["node"]].memory_mb += spares * workers[0]["memory_mb"]
     return out
 
 

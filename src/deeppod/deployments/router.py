@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from deeppod.errors import NoReplica
+from deeppod.deployments.upstream import Upstream
+from deeppod.errors import NoReplica, UpstreamError
 from deeppod.serve.metrics import LATENCY_BUCKETS, Counter, Histogram, merge
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,10 @@ class Router:
         self.stats: dict[int, _Stats] = {}
         self.timeout = timeout
         self._rr = itertools.count()
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # the replicas' /metrics (rare)
         self._loop = None
+        self._upstream: Upstream | None = None  # predict: the hot path
+        self._upstream_loop = None
 
     # set by the controller (another thread): whole-object swaps, so readers never see half
     def set_routes(self, routes: list[Route], keys: dict[str, int]) -> None:
@@ -85,6 +88,13 @@ class Router:
 
     def load(self, job_id: int) -> int:
         return self.inflight.get(job_id, 0)
+
+    def _upstream_for_loop(self) -> Upstream:
+        loop = asyncio.get_running_loop()
+        if self._upstream is None or self._upstream_loop is not loop:
+            self._upstream = Upstream(timeout=self.timeout)
+            self._upstream_loop = loop
+        return self._upstream
 
     def _client_for_loop(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
@@ -127,22 +137,20 @@ class Router:
                     continue
                 self.inflight[target.job_id] = self.inflight.get(target.job_id, 0) + 1
                 try:
-                    r = await self._client_for_loop().post(target.url + path_query, content=body,
-                                                           headers={"content-type": content_type})
-                except httpx.TransportError as exc:
-                    log.info("replica %s (%s) dropped a request (%s); trying another", target.job_id, target.url,
-                             type(exc).__name__)
+                    r = await self._upstream_for_loop().post(target.url, path_query, body, content_type)
+                except UpstreamError as exc:
+                    log.info("replica %s (%s) dropped a request (%s); trying another", target.job_id, target.url, exc)
                     self.suspect[target.job_id] = time.monotonic() + SUSPECT_SECONDS
                     tried.add(target.job_id)
                     stats.retries.inc()
                     continue
                 finally:
                     self.inflight[target.job_id] -= 1
-                if r.status_code == 503:  # shutting down
+                if r.status == 503:  # shutting down
                     tried.add(target.job_id)
                     stats.retries.inc()
                     continue
-                answer = Answer(r.status_code, r.content, r.headers.get("content-type", "application/json"), target)
+                answer = Answer(r.status, r.body, r.headers.get("content-type", "application/json"), target)
                 return answer
         finally:
             stats.requests.inc(code=str(answer.status if answer else 503))

@@ -62,3 +62,7 @@ class Executor(Protocol):
     def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
         """Start more workers in a running job (an in-place grow); the job's workers that are
         running go on. Only where ``in_place`` is true."""
+
+    def keep_spares(self, handle: dict, count: int) -> None:
+        """Keep ``count`` warm spares of a running job (runtime/spare.py): an in-place grow
+        hands them the new workers' places. Only where ``in_place`` is true."""

@@ -15,6 +15,7 @@ class FakeExecutor:
         self.launched: dict[int, LaunchSpec] = {}
         self.status: dict[int, ExecStatus] = {}
         self.terminated: list[int] = []
+        self.spares: dict[int, int] = {}  # job -> warm spares asked for
 
     def launch(self, spec: LaunchSpec) -> dict:
         self.launched[spec.job_id] = spec
@@ -37,6 +38,9 @@ class FakeExecutor:
 
     def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
         self.added.setdefault(handle["job_id"], []).append((generation, list(workers)))
+
+    def keep_spares(self, handle: dict, count: int) -> None:
+        self.spares[handle["job_id"]] = count
 
     # test helpers
     def finish(self, job_id: int, exit_codes: dict[int, int], reason: str = "") -> None:

@@ -31,6 +31,10 @@ class FencedExecutor:
         self.check()
         self.inner.add_workers(handle, workers, generation)
 
+    def keep_spares(self, handle: dict, count: int) -> None:
+        self.check()
+        self.inner.keep_spares(handle, count)
+
     @property
     def in_place(self) -> bool:
         return getattr(self.inner, "in_place", False)

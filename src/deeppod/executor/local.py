@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deeppod.contract import free_port
+from deeppod.contract import SPARES_FILE, free_port
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 
@@ -157,6 +157,13 @@ class LocalExecutor:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the job's token
         with os.fdopen(fd, "w") as f:
             json.dump({"workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in workers]}, f)
+        os.replace(tmp, path)
+
+    def keep_spares(self, handle: dict, count: int) -> None:
+        """The supervisor keeps that many parked (it reads the job folder's SPARES_FILE)."""
+        path = Path(handle["job_dir"]) / SPARES_FILE
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({"count": int(count)}))
         os.replace(tmp, path)
 
     def terminate(self, handle: dict) -> None:

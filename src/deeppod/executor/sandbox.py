@@ -202,13 +202,18 @@ def run(sb: dict, command: list[str], env: dict[str, str], root: str) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK", file=sys.stderr)
+        print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK|spare-N", file=sys.stderr)
         return 2
     spec = json.loads((Path(argv[1]) / "spec.json").read_text())
-    worker = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))
-    root = Path(argv[1]) / f".sandbox-{int(argv[2])}"
+    if argv[2].startswith("spare-"):  # a warm spare (runtime/spare.py): its env until it is handed a rank's
+        name = f"spare-{int(argv[2][6:])}"
+        env = spec["spares"][name[6:]]
+    else:
+        name = str(int(argv[2]))
+        env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
+    root = Path(argv[1]) / f".sandbox-{name}"
     root.mkdir(mode=0o700, exist_ok=True)
-    code = run(spec["sandbox"], spec["command"], worker["env"], str(root))
+    code = run(spec["sandbox"], spec["command"], env, str(root))
     if code < 0:  # die the way the command died, so the supervisor reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught anyway
             signal.signal(-code, signal.SIG_DFL)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from deeppod.contract import describe_exit
+from deeppod.contract import ENV_SPARE, ENV_TOKEN, SPARES_FILE, describe_exit
 
 POLL_S = 0.05
 MEMORY_CHECK_S = 0.5
@@ -73,6 +74,7 @@ def _group_rss_mb(pgid: int) -> float:
 
 STOP_FILE_CHECK_S = 0.5
 GROW_CHECK_S = 0.1
+SPARE_EXIT_S = 1.0  # a spare told to go has this long to exit by itself
 PR_SET_PDEATHSIG = 1
 
 
@@ -86,6 +88,17 @@ def die_with_parent() -> None:
 def part_files(part: int | None) -> tuple[str, str]:
     """The result and worker-pid files of one node's part of a job (None: the whole job)."""
     return ("result.json", "workers.json") if part is None else (f"result-{part}.json", f"workers-{part}.json")
+
+
+# a spare has no rank, GPU or token until it is handed a worker's place (runtime/spare.py)
+_RANKED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", ENV_TOKEN)
+
+
+def spare_env(worker_env: dict[str, str], n: int) -> dict[str, str]:
+    env = {k: v for k, v in worker_env.items() if k not in _RANKED}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # whatever it runs before it parks touches no one's GPU
+    env[ENV_SPARE] = str(n)
+    return env
 
 
 class Supervisor:
@@ -107,6 +120,12 @@ class Supervisor:
         self.stopping_since: float | None = None
         self.reason = ""
         self.grown: set[str] = set()  # grow files already acted on (a launch removes an earlier run's)
+        # warm spares (runtime/spare.py): number -> (process, our end of its stdin socket)
+        self.spares: dict[int, tuple[subprocess.Popen, socket.socket]] = {}
+        self.spares_wanted = 0
+        self._spares_seen: int | None = None  # SPARES_FILE's mtime when last read
+        self._said_parked: set[int] = set()
+        self._next_spare = 0
 
     def _on_sigterm(self, _sig, _frame) -> None:
         self.stop_requested = True
@@ -117,15 +136,10 @@ class Supervisor:
         for w in self.spec["workers"] if workers is None else workers:
             rank = int(w["rank"])
             log = open(self.job_dir / "logs" / f"rank-{rank}.log", "ab", buffering=0)
-            if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
-                argv, cwd, env = [sys.executable, "-m", "deeppod.executor.sandbox", str(self.job_dir), str(rank)], "/", None
-            else:
-                argv, cwd, env = self.spec["command"], self.spec["workdir"], w["env"]
             try:
-                self.procs[rank] = subprocess.Popen(
-                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    process_group=0, preexec_fn=die_with_parent if self.part is not None else None,
-                )
+                if self._hand_to_spare(rank, w["env"], log):
+                    continue
+                self.procs[rank] = self._popen(str(rank), w["env"], log, subprocess.DEVNULL)
             except OSError as exc:
                 log.write(f"deeppod: cannot start worker: {exc}\n".encode())
                 self.codes[rank] = 127
@@ -133,7 +147,109 @@ class Supervisor:
                 self._begin_stop(f"rank {rank} could not start: {exc}")
             finally:
                 log.close()
-        _write_json(self.job_dir / self.pids, {str(r): p.pid for r, p in self.procs.items()})
+        self._write_pids()
+
+    def _popen(self, name: str, env: dict[str, str], log, stdin) -> subprocess.Popen:
+        """One process of the job's command: ``name`` is its rank, or spare-N."""
+        if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
+            argv, cwd, env = [sys.executable, "-m", "deeppod.executor.sandbox", str(self.job_dir), name], "/", None
+        else:
+            argv, cwd = self.spec["command"], self.spec["workdir"]
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                                process_group=0, preexec_fn=die_with_parent if self.part is not None else None)
+
+    def _write_pids(self) -> None:
+        pids = {str(r): p.pid for r, p in self.procs.items()}
+        pids.update({f"spare-{n}": p.pid for n, (p, _) in self.spares.items()})  # a vanished supervisor's strays
+        _write_json(self.job_dir / self.pids, pids)
+
+    # warm spares ---------------------------------------------------------------------
+    def _check_spares(self) -> None:
+        """How many spares the control plane wants (SPARES_FILE); keep that many parked."""
+        path = self.job_dir / SPARES_FILE
+        try:
+            seen = path.stat().st_mtime_ns
+        except OSError:
+            seen = None
+        if seen is not None and seen != self._spares_seen:
+            self._spares_seen = seen
+            try:
+                self.spares_wanted = max(0, int(json.loads(path.read_text())["count"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                self.spares_wanted = 0
+        self._keep_spares(self.spares_wanted)
+
+    def _keep_spares(self, wanted: int) -> None:
+        changed = False
+        for n, (p, sock) in list(self.spares.items()):
+            if p.poll() is not None:  # it died parked (its imports failed?): a grow starts a worker cold
+                del self.spares[n]
+                sock.close()
+                _signal_group(p.pid, signal.SIGKILL)
+                wanted = min(wanted, len(self.spares))  # not again and again: the next file says when
+                self.spares_wanted = wanted
+                changed = True
+        while len(self.spares) > wanted:
+            _, (p, sock) = self.spares.popitem()
+            sock.close()  # on EOF it tidies up and exits at once; the kill is for one that does not
+            try:
+                p.wait(SPARE_EXIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(p.pid, signal.SIGKILL)
+            changed = True
+        while len(self.spares) < wanted and self.spec["workers"]:
+            n, self._next_spare = self._next_spare, self._next_spare + 1
+            env = spare_env(self.spec["workers"][0]["env"], n)
+            if self.spec.get("sandbox"):
+                self.spec.setdefault("spares", {})[str(n)] = env
+                self._save_spec()
+            ours, theirs = socket.socketpair()
+            log = open(self.job_dir / "logs" / f"spare-{n}.log", "ab", buffering=0)
+            try:
+                self.spares[n] = (self._popen(f"spare-{n}", env, log, theirs), ours)
+            except OSError as exc:
+                log.write(f"deeppod: cannot start spare {n}: {exc}\n".encode())
+                ours.close()
+                self.spares_wanted = wanted = len(self.spares)
+            finally:
+                theirs.close()
+                log.close()
+            changed = True
+        if changed:
+            self._write_pids()
+
+    def _parked(self, n: int) -> bool:
+        """Whether spare N said it waits in runtime.init() (runtime/spare.py): one still
+        importing is left to finish; the new worker starts cold instead."""
+        if n not in self._said_parked:
+            try:
+                if self.spares[n][1].recv(64, socket.MSG_DONTWAIT).startswith(b"parked"):
+                    self._said_parked.add(n)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return False
+        return n in self._said_parked
+
+    def _hand_to_spare(self, rank: int, env: dict[str, str], log) -> bool:
+        """Give a parked spare the place of new worker ``rank``: its env and log file."""
+        for n in sorted(n for n in self.spares if self._parked(n)):
+            p, sock = self.spares.pop(n)
+            try:
+                if p.poll() is not None:
+                    raise OSError("it exited")
+                log.write(f"deeppod: rank {rank} starts from warm spare {n} (pid {p.pid})\n".encode())
+                socket.send_fds(sock, [json.dumps(env).encode() + b"\n"], [log.fileno()])
+            except OSError:
+                _signal_group(p.pid, signal.SIGKILL)
+                continue
+            finally:
+                sock.close()
+            self.procs[rank] = p
+            self.spares_wanted = max(0, self.spares_wanted - 1)  # another when the control plane says
+            return True
+        return False
 
     def _record_exit(self, rank: int, code: int) -> None:
         (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
@@ -148,6 +264,8 @@ class Supervisor:
                 # Not the group: a SIGTERM that reached the loader workers first would kill the
                 # step the training process is finishing (torch raises "DataLoader worker killed").
                 _signal_process(p.pid, signal.SIGTERM)
+        self.spares_wanted = 0
+        self._keep_spares(0)  # nothing of the job's ran in them: they just go
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -181,6 +299,7 @@ class Supervisor:
             if self.part is None and self.stopping_since is None and now >= next_grow_check:
                 next_grow_check = now + GROW_CHECK_S
                 self._check_grow()
+                self._check_spares()
             if self.stop_requested:
                 self._begin_stop("stop requested")
             if limit_mb and now >= next_mem_check:
@@ -190,11 +309,15 @@ class Supervisor:
                         self.reason = self.reason or f"rank {rank} exceeded its memory request of {limit_mb} MiB"
                         _signal_group(p.pid, signal.SIGKILL)
                         self._begin_stop(self.reason)
+                for n, (p, _) in list(self.spares.items()):
+                    if _group_rss_mb(p.pid) > limit_mb:  # it goes; the job is not at fault for it
+                        _signal_group(p.pid, signal.SIGKILL)
             if self.stopping_since is not None and now - self.stopping_since > grace:
                 for rank, p in self.procs.items():
                     if rank not in self.codes:
                         _signal_group(p.pid, signal.SIGKILL)
             time.sleep(POLL_S)
+        self._keep_spares(0)
         _write_json(self.job_dir / self.result, {
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,
@@ -220,13 +343,16 @@ class Supervisor:
                 self.codes.pop(rank, None)
                 self.procs.pop(rank, None)
             self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) not in ranks] + workers
-            spec_path = self.job_dir / "spec.json"
-            tmp = spec_path.with_name(".spec.json.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the sandbox reads its rank's env here
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.spec, f)
-            os.replace(tmp, spec_path)
+            self._save_spec()
             self.start_workers(workers)
+
+    def _save_spec(self) -> None:
+        spec_path = self.job_dir / "spec.json"
+        tmp = spec_path.with_name(".spec.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the sandbox reads its rank's env here
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.spec, f)
+        os.replace(tmp, spec_path)
 
     def _check_stop_file(self) -> None:
         try:

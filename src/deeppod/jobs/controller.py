@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.identities import Identities, tenant_identity
@@ -27,9 +27,9 @@ from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token, revoke_job_tokens
 from deeppod.errors import DeepPodError, ExecutorError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor, LaunchSpec, WorkerSpec
-from deeppod.cluster.leader import run_rounds
+from deeppod.cluster.leader import IDLE, run_rounds
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
-from deeppod.contract import (ENV_CA_CERT, ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, EXIT_RESUME, HOLDING_STATES, JobState, base_environment, describe_exit,
+from deeppod.contract import (ENV_CA_CERT, ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, EXIT_RESUME, ACTIVE_STATES, HOLDING_STATES, JobState, base_environment, describe_exit,
                               worker_env)
 from deeppod.jobs.progress import checkpoint_time, stop_outcome
 from deeppod.jobs.resize import (IN_PLACE_TIMEOUT_S, clear_ready, joiners_ready, read_ack, reset_world, resizable,
@@ -109,8 +109,9 @@ class JobController:
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
                  on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None,
-                 ca_cert: str | None = None, fence: Callable[[Session], None] | None = None):
+                 ca_cert: str | None = None, fence: Callable[[Session], None] | None = None, spares: int = 0):
         self.sessions = sessions
+        self.spares = spares  # warm spares per resizable job below its largest size (DEEPPOD_SPARE_WORKERS)
         # inside every deciding transaction: raises NotLeader unless this server leads
         # (cluster/leader.py); None: this server is the only one
         self.fence = fence or (lambda s: None)
@@ -126,23 +127,31 @@ class JobController:
         self.config = config or Config()
         self.clock = clock
         self.last_round_ms = 0.0
+        self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
     def job_dir(self, job_id: int) -> Path:
         return self.jobs_dir / str(job_id)
 
     # one round -----------------------------------------------------------------
-    def tick(self) -> None:
-        with self.sessions.begin() as s:
-            self.fence(s)
-            self.observe(s)
-        with self.sessions() as s:
-            stopping = self.stops_to_send(s)
+    def tick(self) -> str | None:
+        with self.sessions.begin() as s:  # one query for a steady round: the active jobs
+            jobs = list(s.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES))))
+            if not jobs and not self._grows:  # a round would decide nothing: an idle server stays idle
+                self.rounds += 1
+                return IDLE
+            # fences the transaction itself, once it has something to write
+            changed = self.observe(s, [j for j in jobs if j.state in HOLDING_STATES])
+            # being cancelled or preempted: SIGTERM (again, after a restart: idempotent)
+            stopping = [j.handle for j in jobs if j.state in HOLDING_STATES and j.handle is not None and j.stopping]
+            active = [(j.state, j.workers, j.max_workers) for j in jobs]
         for handle in stopping:
             self.executor.terminate(handle)
-        with self.sessions.begin() as s:
-            self.fence(s)
-            starts, stop_now = self.decide(s)
+        starts, stop_now = [], []
+        if changed or self._grows or self._decidable(active):
+            with self.sessions.begin() as s:
+                self.fence(s)
+                starts, stop_now = self.decide(s)
         for handle in stop_now:
             self.executor.terminate(handle)
         grows, self._grows = self._grows, []
@@ -152,13 +161,35 @@ class JobController:
             self.start(start)
         self.rounds += 1
 
-    def observe(self, s: Session) -> None:
-        for job in s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))):
+    def _decidable(self, active: list[tuple]) -> bool:
+        """Whether the policy could decide anything: a job waits, an elastic one runs (it may
+        grow into GPUs that freed up), or a node or GPU is sick (its jobs move). Otherwise
+        every decision needs a waiting job, so the round skips the snapshot: a server that
+        only runs fixed-size jobs and replicas idles."""
+        if any(state == JobState.QUEUED or (top or 0) > workers for state, workers, top in active):
+            return True
+        with self.sessions() as s:
+            return any(not (n.up and n.healthy) or not all(g.get("healthy", True) for g in n.gpus)
+                       for n in s.scalars(select(Node)))
+
+    def observe(self, s: Session, holding: list[Job]) -> bool:
+        """Poll the jobs holding GPUs; record those that ended. Whether it wrote anything."""
+        fenced = False
+        for job in holding:
             handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
             status = self.executor.poll(handle)
+            resizing = bool((job.allocation or {}).get("resize"))
+            spares = None if status.finished or resizing else self._spares_for(s, job, holding)
+            respare = spares is not None and spares != (job.allocation or {}).get("spares", 0)
+            if not fenced and (status.finished or resizing or respare):  # what follows writes: prove the lead first
+                self.fence(s)
+                fenced = True
             if not status.finished:
-                if (job.allocation or {}).get("resize"):
+                if resizing:
                     self._follow_resize(s, job, status)
+                elif respare:
+                    self.executor.keep_spares(handle, spares)
+                    job.allocation = {**(job.allocation or {}), "spares": spares}
                 continue
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
             state, reason = outcome(job, status, stop_outcome(self.job_dir(job.id) / "checkpoints", asked))
@@ -191,6 +222,28 @@ class JobController:
                             self.on_finished(s, job)
                     except Exception:  # a hook must not undo the round's observations
                         log.exception("after job %s ended", job.id)
+        return fenced
+
+    def _spares_for(self, s: Session, job: Job, holding: list[Job]) -> int:
+        """How many warm spares a running job should have (runtime/spare.py): while it can
+        grow in place, as many as it can grow by, up to ``self.spares``, and no more than
+        the memory a worker asks for leaves room for on rank 0's node; else none."""
+        if not (self.spares and job.state == JobState.RUNNING and not job.stopping and job.handle
+                and getattr(self.executor, "in_place", False)):
+            return 0
+        workers = job.placed_workers
+        room = (job.max_workers or 0) - len(workers)
+        if room <= 0 or not workers or not resizable(self.job_dir(job.id) / "checkpoints"):
+            return 0  # a job that does not use runtime.Resizer would run a spare as one more worker
+        want = min(self.spares, room)
+        each = workers[0]["memory_mb"]
+        if each:
+            node = s.scalar(select(Node).where(Node.name == workers[0]["node"]))
+            used = usage_of(holding).get(workers[0]["node"])
+            have = (job.allocation or {}).get("spares") or 0  # counted in ``used`` already
+            free = (node.memory_mb if node else 0) - (used.memory_mb if used else 0) + have * each
+            want = min(want, max(0, int(free // each)))
+        return want
 
     def _requeue(self, s: Session, job: Job, reason: str, status: ExecStatus | None = None, *,
                  ran: bool = True) -> None:
@@ -207,11 +260,6 @@ class JobController:
         job.reason = reason
         add_event(s, job, "requeued", reason)
         log.info("job %s requeued: %s", job.id, reason)
-
-    def stops_to_send(self, s: Session) -> list[dict]:
-        """Jobs being cancelled or preempted get SIGTERM (again, after a restart: idempotent)."""
-        q = select(Job).where(Job.state.in_(HOLDING_STATES), Job.handle.is_not(None))
-        return [j.handle for j in s.scalars(q) if j.stopping]
 
     def snapshot(self, s: Session) -> Snapshot:
         nodes = {n.name: n for n in s.scalars(select(Node))}
@@ -397,6 +445,8 @@ class JobController:
             job.started_at = utcnow()
             alloc["workers"] = [w for w in alloc["workers"] if w["rank"] < pending["to"]]
             alloc.pop("resize")
+            if alloc.get("spares"):  # a grow may have used some: the next round says how many to keep now
+                alloc["spares"] = None
             job.allocation = alloc
             job.resize_to = None
             took = float(ack.get("at", self.clock())) - float(pending["decided_at"])
@@ -526,4 +576,4 @@ class JobController:
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        run_rounds(self.tick, stop, interval, "reconcile")
+        run_rounds(self.tick, stop, interval, "reconcile", wake=self.wake)

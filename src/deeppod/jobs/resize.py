@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from deeppod.contract import JOINER_READY, RESIZABLE_MARK, WORLD_ACK
+from deeppod.contract import JOINER_READY, RESIZABLE_MARK, SPARE_PARKED, WORLD_ACK
 
 #: an in-place resize not acknowledged within this many seconds falls back to a restart
 IN_PLACE_TIMEOUT_S = 180.0
@@ -32,8 +32,9 @@ def reset_world(job_dir: Path, ckpt: Path) -> Path:
     world_file(job_dir).unlink(missing_ok=True)
     for name in (RESIZABLE_MARK, WORLD_ACK):
         (ckpt / name).unlink(missing_ok=True)
-    for mark in ckpt.glob(JOINER_READY.format(rank="*")):
-        mark.unlink(missing_ok=True)
+    for pattern in (JOINER_READY.format(rank="*"), SPARE_PARKED.format(n="*")):
+        for mark in ckpt.glob(pattern):
+            mark.unlink(missing_ok=True)
     return folder
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -49,14 +51,33 @@ def job_context(env: dict | None = None) -> JobContext:
     )
 
 
+def wait_for_store(addr: str, port: int, timeout_seconds: float) -> None:
+    """Until rank 0's rendezvous store listens at ``addr:port`` (or the time is up). torch's
+    store client retries a refused connection with a growing back-off: a worker that came
+    before rank 0 listened would lose up to half a second to it, at every start and every
+    in-place switch. A refused connect costs microseconds: poll every 5 ms instead."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, int(port)), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(0.005)
+
+
 def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobContext:
     """Join the job: NCCL with CUDA, gloo otherwise; bind this worker's local GPU; catch
     SIGTERM for graceful stops. Works the same outside DeepPod (one process, no env)."""
     import torch
     import torch.distributed as dist
 
-    from deeppod.runtime import stop
+    from deeppod.runtime import spare, stop
 
+    if spare.is_spare():  # a warm spare: torch is imported; wait here to become a new worker
+        spare.await_assignment()
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # its CPU request (OpenMP read the spare's at import)
+            torch.set_num_threads(int(threads))
     ctx = job_context()
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         device = torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
@@ -69,6 +90,8 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobCont
     # once its model is built: they keep training until then.
     joining = os.environ.get(ENV_JOINING) == "1"
     if ctx.world_size > 1 and not dist.is_initialized() and not joining:
+        if ctx.rank != 0 and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+            wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_seconds)
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_seconds))  # env:// rendezvous
     stop.install()
     return replace(ctx, device=device, backend=backend)

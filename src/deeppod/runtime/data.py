@@ -27,6 +27,11 @@ import os
 import random
 from pathlib import Path
 
+try:  # region decoding, compiled at install against libjpeg-turbo; Pillow when it was not built
+    from deeppod.runtime import _jpeg
+except ImportError:  # pragma: no cover - depends on the machine's build
+    _jpeg = None
+
 from deeppod.contract import SHARD_MAGIC, SHARD_RECORD_HEADER, dataset_env_key
 TRAIN, VAL = 0, 1
 SPLITS = {"train": TRAIN, "val": VAL}
@@ -147,6 +152,12 @@ def decode_crop(data: bytes, box_fn, size: int, flip: bool = False):
     import torch
     from PIL import Image
 
+    if _jpeg is not None and data[:2] == b"\xff\xd8":
+        x, box = _decode_region(data, box_fn, size)
+        if x is not None:
+            return _finish(x, size, flip)
+        if box is not None:  # drawn already: Pillow takes the same box
+            box_fn = lambda _w, _h: box  # noqa: E731
     im = Image.open(io.BytesIO(data))
     width, height = im.size
     left, top, w, h = box_fn(width, height)
@@ -158,8 +169,36 @@ def decode_crop(data: bytes, box_fn, size: int, flip: bool = False):
         im = im.convert("RGB")
     box = (int(left), int(top), max(int(left) + 1, int(round(left + w))), max(int(top) + 1, int(round(top + h))))
     crop = np.array(im.crop(box))  # writable: torch shares it
-    x = torch.from_numpy(crop).permute(2, 0, 1).unsqueeze(0)  # channels_last view: the fast uint8 path
-    if crop.shape[0] != size or crop.shape[1] != size:
+    return _finish(torch.from_numpy(crop), size, flip)
+
+
+def _decode_region(data: bytes, box_fn, size: int):
+    """The crop's region only, at the smallest k/8 DCT scale that keeps ``size`` pixels a side
+    (libjpeg-turbo, runtime/_jpeg.c): (HWC uint8, the box), or no pixels for a JPEG it cannot
+    read (CMYK, corrupt), which Pillow then decodes as before."""
+    import torch
+
+    try:
+        width, height = _jpeg.size(data)
+    except ValueError:
+        return None, None
+    box = left, top, w, h = box_fn(width, height)
+    try:
+        rgb, rw, rh, num = _jpeg.region(data, left, top, w, h, size)
+    except ValueError:
+        return None, box
+    s = num / 8  # the same sub-box the Pillow path takes after a draft decode
+    x0, y0 = int(left * s), int(top * s)
+    x1, y1 = max(x0 + 1, int(round((left + w) * s))), max(y0 + 1, int(round((top + h) * s)))
+    return torch.frombuffer(rgb, dtype=torch.uint8).view(rh, rw, 3)[: y1 - y0, : x1 - x0], box
+
+
+def _finish(crop, size: int, flip: bool):
+    """HWC uint8 crop -> [3, size, size]: torch's antialiased bilinear on a channels_last view."""
+    import torch
+
+    x = crop.permute(2, 0, 1).unsqueeze(0)  # channels_last view: the fast uint8 path
+    if x.shape[2] != size or x.shape[3] != size:
         x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
                                             align_corners=False)
     if flip:
@@ -254,15 +293,50 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
                             pin_memory=pin_memory, **kw)
 
 
+# What a loader worker imports before it can unpickle its dataset: the fork server imports it
+# once, and each worker forked from it starts with it loaded.
+_PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deeppod.runtime.data", "torchvision")
+
+
+def worker_context():
+    """The multiprocessing context loader workers start from: a fork server, started once per
+    process (at the first call), that has imported torch and this module and ignores SIGTERM.
+
+    Not plain fork: a training process has native threads (gloo's, the autograd engine's)
+    that may take Python's thread-state lock at any moment, and on CPython before 3.12 a
+    child forked while one holds it hangs before it runs a line (python/cpython#112275; it
+    hung one test run in 12 here, and a CI run). The fork server is single-threaded. It
+    costs one interpreter and one torch import per training process, started early by
+    :func:`prestart` so that it overlaps the process group's set-up. Datasets, samplers and
+    ``collate_fn`` must pickle, as under Python 3.14's default start method."""
+    import importlib.util
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([m for m in _PRELOAD if importlib.util.find_spec(m.split(".")[0])])
+    forkserver.ensure_running()
+    return ctx
+
+
+def prestart() -> None:
+    """Start the loader workers' fork server now (it imports torch meanwhile): call it before
+    ``runtime.init()`` in a job that builds loaders, so the first epoch does not wait."""
+    worker_context()
+
+
 def stop_safe_loader(dataset, *, num_workers: int = 0, worker_init_fn=None, **kw):
     """``torch.utils.data.DataLoader(dataset, ...)`` whose worker processes ignore the SIGTERM
-    meant for the training process (see :class:`StopSafeLoader`)."""
+    meant for the training process (see :class:`StopSafeLoader`) and start from
+    :func:`worker_context` unless ``multiprocessing_context`` says otherwise."""
     import functools
 
     import torch
 
     if num_workers:  # a partial of a module function: picklable under any start method
         kw["worker_init_fn"] = functools.partial(_init_stop_safe_worker, worker_init_fn)
+        if kw.get("multiprocessing_context") is None:
+            kw["multiprocessing_context"] = worker_context()
     return StopSafeLoader(torch.utils.data.DataLoader(dataset, num_workers=num_workers, **kw))
 
 

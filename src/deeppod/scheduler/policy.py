@@ -237,6 +237,9 @@ class _Round:
             # Jobs that fit in what is left of the guarantee, in queue order: bigger ones may
             # borrow, not reclaim. If the first cannot be served (no node can be cleared for
             # it), the next size is tried, so one stuck gang does not hold the whole tenant.
+            # One job per tenant per round: reclaiming for all of them at once was measured
+            # (W45 at 384 GPUs: 2x the preemptions, 9x the GPU-hours lost, the worst tenant
+            # 53 h below its guarantee instead of 34 h).
             tried: set[tuple[int, int]] = set()
             for head in self.queues[t]:
                 need = head.min_workers * head.gpus_per_worker
@@ -540,21 +543,43 @@ class _Round:
         """Whole jobs to preempt, least work lost first: first those whose loss leaves their
         tenant at or above its guarantee; only then borrowing jobs that take it below (it
         would come back asking for its own). A planned shrink of an evicted job is dropped.
-        Returns the jobs and ``gained`` plus what they free."""
-        preempts = sorted((job for v in donors for job in self.victims[v] if job.gpus),
-                          key=lambda j: _loss_key(j, self.now))
+        If that order falls short (a small job taken first can leave a donor's budget too
+        small for the borrowing job that would have covered it), borrowing jobs are tried
+        first, biggest first, in one pass. Returns the jobs and ``gained`` plus what they free; ``budget``
+        and ``resize`` are updated for the plan that covers the deficit."""
+        victims = [job for v in donors for job in self.victims[v] if job.gpus]
+        plans = ((sorted(victims, key=lambda j: _loss_key(j, self.now)), (False, True)),
+                 (sorted(victims, key=lambda j: (j.id not in self.borrowers, -j.gpus, _loss_key(j, self.now))),
+                  (None,)))
+        first = None
+        for order, passes in plans:
+            b, r = dict(budget), dict(resize)
+            evict, got = self._evict_in_order(order, passes, b, r, deficit, gained)
+            if got >= deficit:
+                budget.update(b)
+                resize.clear()
+                resize.update(r)
+                return evict, got
+            first = first or (evict, got)
+        return first
+
+    def _evict_in_order(self, preempts: list[RunningJob], passes: tuple, budget: dict[str, float],
+                        resize: dict[int, int], deficit: float, gained: float) -> tuple[list[RunningJob], float]:
+        """One plan: ``passes`` (False, True) takes the jobs that leave their tenant at or
+        above its guarantee before those that cross it; (None,) takes both in one pass."""
         evict: list[RunningJob] = []
         own = set(self.lost_own)
-        for crossing in (False, True):
+        for crossing in passes:
             for job in preempts:
                 if gained >= deficit:
                     break
                 if job in evict:
                     continue
                 rest = resize.get(job.id, self.planned.get(job.id, job.workers)) * job.gpus_per_worker
-                if (rest > budget[job.tenant]) != crossing:
+                crosses = rest > budget[job.tenant]
+                if crossing is not None and crosses != crossing:
                     continue
-                if crossing and (job.id not in self.borrowers or job.tenant in own):
+                if crosses and (job.id not in self.borrowers or job.tenant in own):
                     continue  # it runs within its tenant's guarantee, or the tenant gave one up already
                 if job.id not in self.borrowers:
                     own.add(job.tenant)

@@ -3,8 +3,10 @@
 Items queue up; one worker thread takes what is waiting, up to ``max_batch``, waiting at
 most ``max_wait`` after the oldest item arrived for more to join, and runs them as one
 batch. When the worker is busy the queue fills, so under load batches form with no added
-wait; when idle a lone request waits at most ``max_wait``. A failing batch fails only
-its own items, and the worker keeps going.
+wait. With ``coming`` (how many accepted requests have not submitted their items yet: the
+replica counts those still being read or decoded) the worker waits only while some are on
+their way, so a lone request runs at once instead of waiting ``max_wait`` for company that
+is not coming. A failing batch fails only its own items, and the worker keeps going.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ log = logging.getLogger(__name__)
 class Batcher:
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], *, max_batch: int = 32, max_wait: float = 0.005,
                  on_batch: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 thread: bool = True):
+                 thread: bool = True, coming: Callable[[], int] | None = None):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.run, self.max_batch, self.max_wait = run, max_batch, max(0.0, max_wait)
         self.on_batch = on_batch  # (batch size, seconds) after each batch: metrics
+        self.coming = coming
         self.clock = clock
         self._q: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -75,18 +78,28 @@ class Batcher:
             try:
                 nxt = self._q.get_nowait()  # what is already waiting joins without delay
             except queue.Empty:
-                left = deadline - self.clock()
-                if left <= 0:
-                    break
-                try:
-                    nxt = self._q.get(timeout=left)
-                except queue.Empty:
+                nxt = self._wait_for_more(deadline)
+                if nxt is False:
                     break
             if nxt is None:
                 self._q.put(None)
                 break
             batch.append(nxt)
         return batch
+
+    _POLL = 0.0005  # how often a wait looks again whether anything is still on its way
+
+    def _wait_for_more(self, deadline: float):
+        """The next item before ``deadline``, or False: the deadline passed, or (with
+        ``coming``) no accepted request has items left to submit."""
+        while True:
+            left = deadline - self.clock()
+            if left <= 0 or (self.coming is not None and self.coming() <= 0 and self._q.empty()):
+                return False
+            try:
+                return self._q.get(timeout=left if self.coming is None else min(left, self._POLL))
+            except queue.Empty:
+                continue
 
     def _loop(self) -> None:
         while not self._stop.is_set():

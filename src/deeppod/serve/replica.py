@@ -46,9 +46,10 @@ class Replica:
         self.max_body_bytes = max_body_bytes
         self.metrics = ReplicaMetrics(deployment=name or "-", replica=replica_id or "-")
         self.batcher = Batcher(self._forward, max_batch=max_batch, max_wait=max_wait_ms / 1000.0,
-                               on_batch=self._observe_batch, thread=batch_thread)
+                               on_batch=self._observe_batch, thread=batch_thread, coming=lambda: self.coming)
         self.decoder = ThreadPoolExecutor(decode_threads, thread_name_prefix="decode")
         self.inflight = 0
+        self.coming = 0  # accepted requests whose items are not in the batcher yet (read or decoded)
         self.started = time.time()
 
     def _forward(self, items: list) -> list:
@@ -81,12 +82,17 @@ class Replica:
     async def predict(self, request: Request) -> JSONResponse:
         began = time.perf_counter()
         self.inflight += 1
+        self.coming += 1
         status = 200
         try:
-            body = await self._body(request)
-            got = await inputs.read(request, request.headers.get("content-type", ""), body)
-            items = await asyncio.get_running_loop().run_in_executor(self.decoder, self._prepare, got)
-            rows = await self.batcher(items)
+            try:
+                body = await self._body(request)
+                got = await inputs.read(request, request.headers.get("content-type", ""), body)
+                items = await asyncio.get_running_loop().run_in_executor(self.decoder, self._prepare, got)
+                futures = self.batcher.submit(items)
+            finally:
+                self.coming -= 1
+            rows = [await asyncio.wrap_future(f) for f in futures]
             import torch
 
             answers = inference.top_k(torch.stack(rows), self.model.classes, got.top_k)

@@ -38,3 +38,23 @@ def make_engine(url: str, name: str | None = None) -> Engine:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def on_commit_of(sessions: sessionmaker[Session], models: tuple[type, ...], callback) -> None:
+    """Call ``callback()`` after a commit that added, changed or deleted a row of ``models``
+    (in this process): an idle control loop sleeps until then instead of polling."""
+    key = ("deeppod_touched", id(callback))
+
+    @event.listens_for(sessions, "after_flush")
+    def _touched(session, _ctx) -> None:  # noqa: ANN001
+        if any(isinstance(o, models) for o in (*session.new, *session.dirty, *session.deleted)):
+            session.info[key] = True
+
+    @event.listens_for(sessions, "after_commit")
+    def _committed(session) -> None:  # noqa: ANN001
+        if session.info.pop(key, False):
+            callback()
+
+    @event.listens_for(sessions, "after_rollback")
+    def _rolled_back(session) -> None:  # noqa: ANN001
+        session.info.pop(key, None)

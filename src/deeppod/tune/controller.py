@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import principal_of
-from deeppod.cluster.leader import run_rounds
+from deeppod.cluster.leader import IDLE, run_rounds
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, NotLeader
 from deeppod.jobs.service import add_event
@@ -36,15 +36,18 @@ class TuneController:
         self.launcher = launcher
         self.fence = fence
         self._studies: dict[int, Study] = {}
+        self.wake = threading.Event()  # set when an experiment is created in this process
 
     def study(self, s: Session, exp: Experiment) -> Study:
         if exp.id not in self._studies:
             self._studies[exp.id] = self.launcher.study(exp, s)
         return self._studies[exp.id]
 
-    def tick(self) -> None:
+    def tick(self) -> str | None:
         with self.sessions() as s:
             ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(service.ACTIVE))))
+        if not ids and not self._studies:
+            return IDLE
         for exp_id in ids:
             try:
                 with self.sessions.begin() as s:
@@ -162,7 +165,7 @@ class TuneController:
         return f"{model.name}@{version.version}"
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        run_rounds(self.tick, stop, interval, "tune")
+        run_rounds(self.tick, stop, interval, "tune", wake=self.wake)
 
 
 def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:

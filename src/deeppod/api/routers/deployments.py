@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import re
 
 from fastapi import APIRouter, Request
@@ -101,12 +102,12 @@ def revoke_key(name: str, key_id: Id, session: SessionDep, principal: PrincipalD
 async def metrics(name: str, request: Request) -> PlainTextResponse:
     """Prometheus text: the router's figures and every routed replica's."""
     ctx = get_ctx(request)
-    dep_id = await _authorize(request, name)
+    dep_id = await authorize(request, name)
     text = ctx.router.render_metrics(dep_id, name) + await ctx.router.replica_metrics(dep_id)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
-async def _authorize(request: Request, name: str) -> int:
+async def authorize(request: Request, name: str) -> int:
     """A token of the deployment's tenant, or one of its keys: the deployment's id."""
     ctx = get_ctx(request)
     key = request.headers.get("x-deeppod-key")
@@ -125,6 +126,8 @@ async def _authorize(request: Request, name: str) -> int:
         raise Unauthenticated("the token is unknown or revoked")
     if principal is False:
         principal = await run_in_threadpool(ctx.principals.lookup, secret)
+    elif ctx.principals.claim_refresh(secret):
+        asyncio.get_running_loop().run_in_executor(None, ctx.principals.refresh, secret)
     check_predict(principal)
     request.state.principal = principal
     route = ctx.router.find(principal.tenant_id, name)
@@ -139,7 +142,7 @@ async def predict(name: str, request: Request) -> Response:
     """Body: multipart field 'image' (one or more), raw image bytes (Content-Type image/*), or JSON
     {"images": [base64...]} / {"tensors": [...]}; query or field top_k. Answers the top-k labels with
     confidences, and the model version that answered."""
-    return await forward_predict(request, await _authorize(request, name))
+    return await forward_predict(request, await authorize(request, name))
 
 
 async def forward_predict(request: Request, dep_id: int) -> Response:

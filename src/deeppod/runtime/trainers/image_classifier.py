@@ -202,10 +202,14 @@ def main(argv=None) -> int:
 
     from deeppod import runtime
     from deeppod.runtime import metrics as rt_metrics
-    from deeppod.runtime.data import stop_safe_loader
+    from deeppod.runtime.data import prestart, stop_safe_loader
     from deeppod.runtime.scaling import scale_for_world
 
     args = parse_args(argv)
+    if args.loader_workers:
+        prestart()  # the loader workers' fork server imports torch while the group forms
+    if args.model != "small-cnn":
+        import torchvision  # noqa: F401 - a second of imports a warm spare does before it parks
     ctx = runtime.init()
     torch.manual_seed(args.seed)
     cuda = ctx.device.type == "cuda"
@@ -247,6 +251,7 @@ def main(argv=None) -> int:
     # The base world size belongs to the run: a resumed run keeps the one it started with.
     base_world = (state or {}).get("extra", {}).get("base_world") or args.base_workers or ctx.world_size
     shared = {"step": step, "epoch": epoch, "base_world": base_world, "scaler": scaler.state_dict()}
+    loss_fn = torch.nn.CrossEntropyLoss()
     resizer = runtime.Resizer(model, opt, sampler, shared, ctx=ctx)  # a joiner receives rank 0's here
     if joining:
         step, epoch, base_world = shared["step"], shared["epoch"], shared["base_world"]
@@ -269,7 +274,6 @@ def main(argv=None) -> int:
               f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
 
     loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
-    loss_fn = torch.nn.CrossEntropyLoss()
     activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
 
     def save():

@@ -1,0 +1,34 @@
+"""runtime.init()'s rendezvous helper: a worker that comes before rank 0's store listens
+connects within milliseconds of it listening, not after torch's reconnect back-off."""
+
+import socket
+import threading
+import time
+
+from deeppod.contract import free_port
+from deeppod.runtime.context import wait_for_store
+
+
+def test_wait_for_store_returns_as_soon_as_the_store_listens():
+    port = free_port()
+    opened = []
+
+    def listen_later():
+        time.sleep(0.3)
+        srv = socket.create_server(("127.0.0.1", port))
+        opened.append(time.monotonic())
+        srv.accept()[0].close()
+        srv.close()
+
+    t = threading.Thread(target=listen_later)
+    t.start()
+    wait_for_store("127.0.0.1", port, 10)
+    done = time.monotonic()
+    t.join(5)
+    assert opened and 0 <= done - opened[0] < 0.1
+
+
+def test_wait_for_store_gives_up_at_its_timeout():
+    began = time.monotonic()
+    wait_for_store("127.0.0.1", free_port(), 0.2)  # nobody listens: init_process_group then reports it
+    assert 0.2 <= time.monotonic() - began < 1.5
