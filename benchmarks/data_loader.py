@@ -5,7 +5,11 @@ cores, in one run. Prints images/s per core and the ratios. Aims: >= 3x torchvis
 >= 1.3x DALI.
 
     python benchmarks/data_loader.py [--images 1500] [--workers 1,2] [--batch-size 64] [--epochs 2]
-        [--dali-python PATH]
+        [--dali-python PATH] [--decode-on cuda --device-workers 2,4]
+
+--decode-on cuda adds DeepPod's GPU-decode path (the workers read bytes and draw crops,
+nvJPEG decodes on the GPU, crop and resize there): images/s per GPU, with as many loader
+processes as --device-workers says, beside the CPU paths on --workers cores.
 
 DALI runs in its own environment (``python -m venv E && E/bin/pip install nvidia-dali-cuda120``;
 it runs CPU-only with device_id=None): --dali-python names that Python. With one loader
@@ -77,7 +81,7 @@ def run_baseline(src: Path, workers: int, batch: int, epochs: int) -> tuple[floa
     return _time(loader, epochs)
 
 
-def run_deeppod(version: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
+def run_deeppod(version: Path, workers: int, batch: int, epochs: int, decode_on=None) -> tuple[float, int]:
     from deeppod.runtime.data import ImageDataset, loader
 
     ds = ImageDataset(version, split=None, size=224, train=True)
@@ -88,7 +92,8 @@ def run_deeppod(version: Path, workers: int, batch: int, epochs: int) -> tuple[f
             random.shuffle(order)
             return iter(order)
 
-    return _time_fn(lambda: loader(ds, batch_size=batch, sampler=Epochs(), workers=workers), epochs)
+    return _time_fn(lambda: loader(ds, batch_size=batch, sampler=Epochs(), workers=workers, decode_on=decode_on),
+                    epochs)
 
 
 def run_dali(python: str, src: Path, workers: int, batch: int, epochs: int) -> float:
@@ -113,6 +118,10 @@ def _time_fn(make, epochs: int) -> tuple[float, int]:
         for x, y in make():
             if e >= 1:
                 n += len(y)
+        if x.is_cuda:  # the device's work counts
+            import torch
+
+            torch.cuda.synchronize()
     return n / (time.perf_counter() - began), n
 
 
@@ -125,6 +134,8 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="keep the generated files here (default: a temp folder)")
     p.add_argument("--json", default=None)
     p.add_argument("--dali-python", default=None, help="a Python with nvidia-dali installed (its own venv)")
+    p.add_argument("--decode-on", default=None, help="also measure decoding on this device (cuda)")
+    p.add_argument("--device-workers", default="2,4", help="loader processes for the device-decode path")
     args = p.parse_args()
     import torch
 
@@ -152,9 +163,22 @@ def main() -> None:
             line += f" | DALI {dali:7.1f} img/s ({dali / w:6.1f}/core) | {ours / dali:.2f}x DALI"
         results.append(row)
         print(line, flush=True)
+    device = []
+    if args.decode_on:
+        import torch
+
+        name = torch.cuda.get_device_name() if args.decode_on.startswith("cuda") else args.decode_on
+        for w in [int(x) for x in args.device_workers.split(",")]:
+            rate, _ = run_deeppod(version, w, args.batch_size, args.epochs, decode_on=args.decode_on)
+            device.append({"device": name, "workers": w, "deeppod_img_s": round(rate, 1)})
+            best_cpu = max(results, key=lambda r: r["deeppod_img_s"])
+            print(f"DeepPod decoding on {name}, {w} loader processes: {rate:7.1f} img/s | "
+                  f"{rate / best_cpu['deeppod_img_s']:.2f}x DeepPod on {best_cpu['workers']} cores | "
+                  f"= {rate / best_cpu['deeppod_per_worker']:.0f} cores of DeepPod's CPU decode | "
+                  f"{rate / max(r['baseline_per_worker'] for r in results):.0f} of torchvision's", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"images": args.images, "mean_kb": round(mean_kb), "results": results},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({"images": args.images, "mean_kb": round(mean_kb), "results": results,
+                                               **({"device": device} if device else {})}, indent=1))
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -256,3 +256,20 @@ def test_digits_end_to_end_through_the_cli(fresh_server, tmp_path, digits):
 
     program = torch.export.load(str(model / "model.pt2")).module()
     assert program(torch.zeros(3, 3, 32, 32)).shape == (3, 10)
+
+
+def test_the_trainer_can_decode_on_the_device(tmp_path, version):
+    """--decode-on device: the loader's workers send bytes and crops, the training process
+    decodes (nvJPEG on a GPU; the same call on the CPU here). Every training sample once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
+    env["DEEPPOD_CHECKPOINT_DIR"] = str(tmp_path / "ckpt")
+    records = tmp_path / "records"
+    records.mkdir()
+    run = subprocess.run(TRAINER + small_args(version, records, delay=0) + ["--decode-on", "device", "--output",
+                                                                           str(tmp_path / "model")],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    train = int(run.stdout.split(" train / ")[0].split()[-1])
+    seen = consumed(records, 0)
+    assert len(seen) == train and set(seen.values()) == {1}
+    assert json.loads((tmp_path / "model" / "signature.json").read_text())["metrics"]["val_accuracy"] >= 0

@@ -207,3 +207,30 @@ def test_loader_workers_come_from_a_single_threaded_fork_server_and_ignore_sigte
     ignored = int(next(line for line in open(f"/proc/{server}/status") if line.startswith("SigIgn:")).split()[1], 16)
     assert ignored >> (signal.SIGTERM - 1) & 1
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # this process still gets its SIGTERM
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_decoding_on_the_device_gives_the_worker_decodes_crops(version, train):
+    """decode_on: the workers send JPEG bytes and the crops they drew; the device decodes.
+    Same random stream, so the same crops and flips; PNGs are decoded in the worker. (The
+    device here is the CPU: nvJPEG's path is the same call with device="cuda".)"""
+    on_cpu = list(loader(ImageDataset(version, None, size=32, train=train, seed=5), batch_size=8, workers=0))
+    on_dev = list(loader(ImageDataset(version, None, size=32, train=train, seed=5), batch_size=8, workers=0,
+                         decode_on="cpu"))
+    assert [y.tolist() for _, y in on_dev] == [y.tolist() for _, y in on_cpu]
+    for (a, _), (b, _) in zip(on_cpu, on_dev):
+        assert b.dtype == torch.uint8 and b.shape == a.shape
+        # the worker decodes the crop's region at a reduced DCT scale, the device the whole image
+        assert (a.float() - b.float()).abs().mean() < 1  # another seed's crops: 2.0
+
+
+def test_device_decoding_with_worker_processes_and_a_jpeg_it_cannot_read(version):
+    from deeppod.runtime.data import _decode_jpegs
+
+    batches = list(loader(ImageDataset(version, None, size=24), batch_size=5, workers=2, decode_on="cpu"))
+    assert sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(ShardReader(version).labels)
+    assert all(x.shape[1:] == (3, 24, 24) for x, _ in batches)
+    good = torch.frombuffer(bytearray(image_bytes(1, (40, 30))), dtype=torch.uint8)
+    bad = torch.frombuffer(bytearray(b"\xff\xd8" + bytes(200)), dtype=torch.uint8)
+    decoded = _decode_jpegs([good, bad], "cpu")
+    assert decoded[0].shape == (3, 30, 40) and decoded[1] is None

@@ -20,6 +20,7 @@ belong on the device (:func:`normalize`). Sharding across workers uses :class:`E
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import mmap
@@ -225,6 +226,7 @@ class ImageDataset:
         self.reader = root if isinstance(root, ShardReader) else ShardReader(root, split)
         self.size, self.train, self.seed, self.scale, self.flip = size, train, seed, scale, flip
         self._rng = random.Random(seed)
+        self.encoded = False  # set on the copy a loader with decode_on reads
 
     @property
     def classes(self) -> list[str]:
@@ -248,10 +250,47 @@ class ImageDataset:
         pixels, label = self._pixels(i)
         return pixels.contiguous(), label
 
+    def _encoded(self, i: int):
+        """For a decode on the device: the JPEG's bytes and the crop and flip drawn for it, from
+        the same random stream in the same order as :meth:`_pixels`; another format is decoded
+        here (its pixels instead of bytes, and an empty box)."""
+        data, label = self.reader.read(i)
+        if data[:2] != b"\xff\xd8":
+            pixels, label = self._pixels(i)
+            return pixels, (0, 0, 0, 0), False, label
+        width, height = self.reader.size(i)
+        if not width:  # a version written before sizes were indexed: read the header
+            from PIL import Image
+
+            width, height = Image.open(io.BytesIO(data)).size
+        if self.train:
+            flip = bool(self.flip and self._rng.random() < 0.5)
+            box = random_resized_crop_box(width, height, self._rng, self.scale)
+        else:
+            flip, box = False, center_box(width, height, self.size)
+        return data, box, flip, label
+
     def __getitems__(self, indices):
-        """One uint8 [B, 3, S, S] tensor and the labels: one transfer per batch."""
+        """One uint8 [B, 3, S, S] tensor and the labels: one transfer per batch. Encoded (see
+        :func:`loader`'s ``decode_on``): all the batch's JPEG bytes in one uint8 tensor and their
+        offsets [B+1] (a sample without bytes was decoded here: its pixels are in ``pixels``),
+        then boxes [B, 4], flips [B] and labels. A few tensors, not one per image: each tensor
+        a worker hands over costs a shared-memory segment."""
         import torch
 
+        if self.encoded:
+            rows = [self._encoded(i) for i in indices]
+            sizes = [len(r[0]) if isinstance(r[0], bytes) else 0 for r in rows]
+            offsets = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64)
+            data = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+            view = memoryview(data.numpy())
+            for r, a, b in zip(rows, offsets.tolist(), offsets.tolist()[1:]):
+                if b > a:
+                    view[a:b] = r[0]
+            decoded = [r[0] for r in rows if not isinstance(r[0], bytes)]
+            pixels = torch.stack(decoded) if decoded else torch.empty((0, 3, self.size, self.size), dtype=torch.uint8)
+            return (data, offsets, pixels, torch.tensor([r[1] for r in rows], dtype=torch.int32),
+                    torch.tensor([r[2] for r in rows]), torch.tensor([r[3] for r in rows], dtype=torch.int64))
         n, s = len(indices), self.size
         out = torch.empty((n, 3, s, s), dtype=torch.uint8)
         labels = torch.empty(n, dtype=torch.int64)
@@ -274,12 +313,20 @@ def _first(batch):
 
 
 def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int = 2, pin_memory: bool | None = None,
-           prefetch: int = 4, drop_last: bool = False):
+           prefetch: int = 4, drop_last: bool = False, decode_on=None):
     """A DataLoader that yields (uint8 [B,3,S,S], int64 labels) batches.
 
     ``sampler`` is an iterable of indices (e.g. :class:`ElasticSampler` or its ``rest()``);
     default: all samples in order. Pinned memory is on when CUDA is available.
+
+    ``decode_on`` (a device, e.g. ``"cuda"``): the worker processes only read the JPEG bytes
+    and draw each crop; the batch is decoded on that device (nvJPEG, through
+    torchvision.io.decode_jpeg), cropped and resized there with the same antialiased
+    bilinear filter, and both tensors arrive on the device. For when the CPU cores cannot
+    keep the GPU fed; the crops come from the same distribution and random stream.
     """
+    import copy
+
     import torch
 
     order = list(sampler) if sampler is not None else list(range(len(dataset)))
@@ -288,9 +335,75 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
         batches.pop()
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
+    if decode_on is not None:
+        dataset = copy.copy(dataset)
+        dataset.encoded = True
     kw = dict(prefetch_factor=prefetch, persistent_workers=False, worker_init_fn=_seed_worker) if workers else {}
-    return stop_safe_loader(dataset, num_workers=workers, batch_sampler=batches, collate_fn=_first,
-                            pin_memory=pin_memory, **kw)
+    out = stop_safe_loader(dataset, num_workers=workers, batch_sampler=batches, collate_fn=_first,
+                           pin_memory=pin_memory, **kw)
+    return out if decode_on is None else DeviceDecoded(out, dataset.size, torch.device(decode_on))
+
+
+class DeviceDecoded:
+    """Wraps a loader of encoded batches: yields each decoded on ``device`` (see :func:`loader`)."""
+
+    def __init__(self, loader, size: int, device):
+        self.loader, self.size, self.device = loader, size, device
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield decode_on_device(batch, self.size, self.device)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+def decode_on_device(batch, size: int, device):
+    """An encoded batch -> (uint8 [B, 3, size, size], labels), both on ``device``."""
+    import torch
+
+    data, offsets, pixels, boxes, flips, labels = batch
+    bounds, boxes, flips = offsets.tolist(), boxes.tolist(), flips.tolist()
+    jpegs = [k for k in range(len(boxes)) if bounds[k + 1] > bounds[k]]
+    out = torch.empty((len(boxes), 3, size, size), dtype=torch.float32, device=device)
+    for k, img in zip(jpegs, _decode_jpegs([data[bounds[k]:bounds[k + 1]] for k in jpegs], device)):
+        left, top, w, h = boxes[k]
+        if img is None:  # nvJPEG cannot read it (CMYK, say): the CPU path, same box
+            raw = data[bounds[k]:bounds[k + 1]].numpy().tobytes()
+            out[k] = decode_crop(raw, lambda _w, _h, b=tuple(boxes[k]): b, size).to(device)
+            continue
+        x = img[:, top:top + h, left:left + w].unsqueeze(0).float()
+        if (h, w) != (size, size):
+            x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
+                                                align_corners=False)
+        out[k] = x[0]
+    flipped = [k for k in jpegs if flips[k]]
+    if flipped:
+        out[flipped] = out[flipped].flip(-1)
+    out = out.round_().clamp_(0, 255).to(torch.uint8)
+    others = [k for k in range(len(boxes)) if bounds[k + 1] == bounds[k]]
+    if others:  # decoded (and flipped) in the worker
+        out[others] = pixels.to(device, non_blocking=True)
+    return out, labels.to(device, non_blocking=True)
+
+
+def _decode_jpegs(datas: list, device) -> list:
+    """Decode a batch of JPEGs on ``device`` in one call; one by one (None where it fails)
+    when the batch call fails."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    if not datas:
+        return []
+    try:
+        return decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        out = []
+        for d in datas:
+            try:
+                out.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                out.append(None)
+        return out
 
 
 # What a loader worker imports before it can unpickle its dataset: the fork server imports it

@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--loader-workers", type=int, default=2)
+    p.add_argument("--decode-on", choices=("workers", "device"), default="workers",
+                   help="where a dataset version's JPEGs are decoded: the loader's worker processes, or the "
+                        "GPU (nvJPEG) when the CPU cores cannot keep it fed")
     p.add_argument("--histograms-every", type=int, default=0, help="report weight/gradient histograms every N steps")
     p.add_argument("--output", default=None, help="model artifact folder (default: JOB_DIR/model)")
     p.add_argument("--register", default=None, metavar="NAME",
@@ -291,7 +294,7 @@ def main(argv=None) -> int:
             from deeppod.runtime.data import loader as shard_loader
 
             loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
-                                  pin_memory=cuda)
+                                  pin_memory=cuda, decode_on=ctx.device if args.decode_on == "device" else None)
         else:
             loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
@@ -410,7 +413,7 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
         from deeppod.runtime.data import loader as shard_loader
 
         loader = shard_loader(val_items, batch_size=256, sampler=range(ctx.rank, len(val_items), ctx.world_size),
-                              workers=args.loader_workers)
+                              workers=args.loader_workers, decode_on=ctx.device if args.decode_on == "device" else None)
     else:
         part = val_items[ctx.rank::ctx.world_size]
         loader = stop_safe_loader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
