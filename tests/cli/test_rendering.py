@@ -60,3 +60,11 @@ def test_the_upload_bar_of_an_archive_counts_bytes_not_files():
         progress(12, 40, 1000, 5000)  # a folder: files known
         bar.refresh()
     assert "uploading 12/40 files" in console.export_text()
+
+
+def test_an_elastic_job_shows_its_warm_spares_while_it_runs():
+    job = {"state": "running", "workers": 1, "max_workers": 4, "allocation": {"workers": [{"node": "n1"}] * 2,
+                                                                            "spares": 2}}
+    assert output.workers(job) == "2 (1:4) +2 warm"
+    assert output.workers({**job, "allocation": {**job["allocation"], "spares": 0}}) == "2 (1:4)"
+    assert output.workers({**job, "state": "succeeded"}) == "1 (1:4)"

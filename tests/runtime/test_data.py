@@ -234,3 +234,47 @@ def test_device_decoding_with_worker_processes_and_a_jpeg_it_cannot_read(version
     bad = torch.frombuffer(bytearray(b"\xff\xd8" + bytes(200)), dtype=torch.uint8)
     decoded = _decode_jpegs([good, bad], "cpu")
     assert decoded[0].shape == (3, 30, 40) and decoded[1] is None
+
+
+_FORKED_SERVER = """
+import os, sys, torch
+from deeppod.runtime.data import prestart, stop_safe_loader
+
+class Pids:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.tensor([os.getpid(), os.getppid()])
+
+if __name__ == "__main__":
+    prestart()  # before init: this process has torch and no thread that enters Python
+    from multiprocessing import forkserver
+    server = forkserver._forkserver._forkserver_pid
+    own = open("/proc/self/cmdline").read()
+    print(open(f"/proc/{server}/cmdline").read() == own,
+          all(int(p) == server for p in torch.cat(list(stop_safe_loader(Pids(), batch_size=1, num_workers=2)))[:, 1]))
+"""
+
+
+def test_prestart_makes_the_fork_server_a_fork_of_the_trainer_with_no_second_torch_import(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_FORKED_SERVER)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+
+
+def test_once_threads_that_enter_python_may_run_the_server_is_spawned_instead():
+    from deeppod.runtime import _workers
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not _workers._safe_to_fork()
+    finally:
+        stop.set()
+        t.join()

@@ -181,3 +181,16 @@ def test_metric_series_are_downsampled_for_the_page(api, tmp_path):
         s.add_all(JobMetric(job_id=job, name="loss", step=i, value=float(i)) for i in range(100_000))
     data = Browser(api, api.admin).get(f"/jobs/{job}/metrics.json").json()["metrics"]["loss"]
     assert data["points"] == 100_000 and len(data["series"]) <= 1000 and data["series"][-1] == [99999, 99999.0]
+
+
+def test_a_running_jobs_page_shows_its_warm_spares(api, tmp_path):
+    job = _submit(api, api.admin, tmp_path, name="elastic")
+    with api.ctx.sessions.begin() as s:
+        j = s.get(Job, job)
+        j.state, j.max_workers = JobState.RUNNING, 4
+        j.allocation = {"workers": [{"rank": 0, "node": "n1", "gpus": [], "cpus": 1, "memory_mb": 0}], "spares": 2}
+    page = Browser(api, api.admin).get(f"/jobs/{job}/status").text
+    assert re.search(r'id="job-spares"[^>]*>2 on n1, ready to join', page), page
+    with api.ctx.sessions.begin() as s:
+        s.get(Job, job).allocation = {"workers": [{"rank": 0, "node": "n1", "gpus": [], "cpus": 1, "memory_mb": 0}]}
+    assert "job-spares" not in Browser(api, api.admin).get(f"/jobs/{job}/status").text

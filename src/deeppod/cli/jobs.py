@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
-from deeppod.cli.output import console, jobs_table, print_json, rows_table, state
+from deeppod.cli.output import console, jobs_table, print_json, rows_table, state, warm_spares
 from deeppod.cli.values import exported_env, parse_age, parse_env, parse_memory, parse_stop_rules, parse_workers
 from deeppod.contract import FINAL_STATES, JobState
 
@@ -137,6 +137,9 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     if j["allocation"]:
         for w in j["allocation"]["workers"]:
             console.print(f"  rank {w['rank']}: node {w['node']} GPUs {w['gpus'] or '-'}")
+        if spares := warm_spares(j):
+            console.print(f"  warm spares: {spares} on node {j['allocation']['workers'][0]['node']} "
+                          "(parked with torch loaded; they become workers when it grows)")
     if j["gpus_per_worker"]:
         usage = c.job_gpus(job_id)
         if usage["mean_util_5m"] is not None:

@@ -49,11 +49,19 @@ def current_workers(job: dict) -> int:
     return job["workers"]
 
 
+def warm_spares(job: dict) -> int:
+    """Parked processes ready to join it on a grow (runtime/spare.py): they hold memory, no GPU."""
+    if job["state"] in HOLDING_STATES and job.get("allocation"):
+        return job["allocation"].get("spares") or 0
+    return 0
+
+
 def workers(job: dict) -> str:
-    """'2', or for an elastic job 'now (min:max)'."""
+    """'2', or for an elastic job 'now (min:max)', and '+N warm' while it keeps warm spares."""
     if not job.get("max_workers"):
         return str(current_workers(job))
-    return f"{current_workers(job)} ({job['workers']}:{job['max_workers']})"
+    spares = warm_spares(job)
+    return f"{current_workers(job)} ({job['workers']}:{job['max_workers']})" + (f" +{spares} warm" if spares else "")
 
 
 def state(value: str) -> str:

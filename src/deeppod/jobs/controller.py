@@ -175,11 +175,15 @@ class JobController:
     def observe(self, s: Session, holding: list[Job]) -> bool:
         """Poll the jobs holding GPUs; record those that ended. Whether it wrote anything."""
         fenced = False
+        held: dict[str, NodeUsage] | None = None  # per node, computed once, when a spare count needs it
         for job in holding:
             handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
             status = self.executor.poll(handle)
             resizing = bool((job.allocation or {}).get("resize"))
-            spares = None if status.finished or resizing else self._spares_for(s, job, holding)
+            spares = None if status.finished or resizing else 0
+            if spares == 0 and self._may_keep_spares(job):
+                held = usage_of(holding) if held is None else held
+                spares = self._spares_for(s, job, held)
             respare = spares is not None and spares != (job.allocation or {}).get("spares", 0)
             if not fenced and (status.finished or resizing or respare):  # what follows writes: prove the lead first
                 self.fence(s)
@@ -189,6 +193,10 @@ class JobController:
                     self._follow_resize(s, job, status)
                 elif respare:
                     self.executor.keep_spares(handle, spares)
+                    if held is not None and job.placed_workers:  # the next jobs see the change
+                        rank0 = job.placed_workers[0]
+                        have = (job.allocation or {}).get("spares") or 0
+                        held[rank0["node"]].memory_mb += (spares - have) * rank0["memory_mb"]
                     job.allocation = {**(job.allocation or {}), "spares": spares}
                 continue
             asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
@@ -224,22 +232,25 @@ class JobController:
                         log.exception("after job %s ended", job.id)
         return fenced
 
-    def _spares_for(self, s: Session, job: Job, holding: list[Job]) -> int:
+    def _may_keep_spares(self, job: Job) -> bool:
+        """Whether a running job may have warm spares at all (the cheap checks first)."""
+        return bool(self.spares and job.state == JobState.RUNNING and not job.stopping and job.handle
+                    and getattr(self.executor, "in_place", False) and job.placed_workers
+                    and (job.max_workers or 0) > len(job.placed_workers))
+
+    def _spares_for(self, s: Session, job: Job, held: dict[str, NodeUsage]) -> int:
         """How many warm spares a running job should have (runtime/spare.py): while it can
         grow in place, as many as it can grow by, up to ``self.spares``, and no more than
-        the memory a worker asks for leaves room for on rank 0's node; else none."""
-        if not (self.spares and job.state == JobState.RUNNING and not job.stopping and job.handle
-                and getattr(self.executor, "in_place", False)):
-            return 0
-        workers = job.placed_workers
-        room = (job.max_workers or 0) - len(workers)
-        if room <= 0 or not workers or not resizable(self.job_dir(job.id) / "checkpoints"):
+        the memory a worker asks for leaves room for on rank 0's node (``held``: what the
+        jobs holding GPUs hold per node, this job's spares included); else none."""
+        if not self._may_keep_spares(job) or not resizable(self.job_dir(job.id) / "checkpoints"):
             return 0  # a job that does not use runtime.Resizer would run a spare as one more worker
-        want = min(self.spares, room)
+        workers = job.placed_workers
+        want = min(self.spares, job.max_workers - len(workers))
         each = workers[0]["memory_mb"]
         if each:
             node = s.scalar(select(Node).where(Node.name == workers[0]["node"]))
-            used = usage_of(holding).get(workers[0]["node"])
+            used = held.get(workers[0]["node"])
             have = (job.allocation or {}).get("spares") or 0  # counted in ``used`` already
             free = (node.memory_mb if node else 0) - (used.memory_mb if used else 0) + have * each
             want = min(want, max(0, int(free // each)))

@@ -34,6 +34,14 @@ static void on_warning(j_common_ptr cinfo, int level) {
     if (level < 0) on_error(cinfo);
 }
 
+/* Errors and corrupt-data warnings longjmp to err->jump. The setjmp itself must stay in the
+ * function that decodes: a jmp_buf is valid only while the frame that set it lives. */
+static void use_errors(struct jpeg_decompress_struct *cinfo, struct error_mgr *err) {
+    cinfo->err = jpeg_std_error(&err->pub);
+    err->pub.error_exit = on_error;
+    err->pub.emit_message = on_warning;
+}
+
 static PyObject *size(PyObject *self, PyObject *args) {
     Py_buffer data;
     struct jpeg_decompress_struct cinfo;
@@ -41,9 +49,7 @@ static PyObject *size(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_warning;
+    use_errors(&cinfo, &err);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
         PyBuffer_Release(&data);
@@ -81,9 +87,7 @@ static PyObject *region(PyObject *self, PyObject *args) {
     for (num = 1; num < 8; num++)
         if ((unsigned long)width * num >= (unsigned long)min_side * 8 &&
             (unsigned long)height * num >= (unsigned long)min_side * 8) break;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_warning;
+    use_errors(&cinfo, &err);
     if (setjmp(err.jump)) {
         if (started) Py_BLOCK_THREADS
         jpeg_destroy_decompress(&cinfo);

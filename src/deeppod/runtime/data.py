@@ -413,28 +413,31 @@ _PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deep
 
 def worker_context():
     """The multiprocessing context loader workers start from: a fork server, started once per
-    process (at the first call), that has imported torch and this module and ignores SIGTERM.
+    process (at the first call), single-threaded, with torch imported, ignoring SIGTERM.
 
     Not plain fork: a training process has native threads (gloo's, the autograd engine's)
     that may take Python's thread-state lock at any moment, and on CPython before 3.12 a
     child forked while one holds it hangs before it runs a line (python/cpython#112275; it
-    hung one test run in 12 here, and a CI run). The fork server is single-threaded. It
-    costs one interpreter and one torch import per training process, started early by
-    :func:`prestart` so that it overlaps the process group's set-up. Datasets, samplers and
-    ``collate_fn`` must pickle, as under Python 3.14's default start method."""
+    hung one test run in 12 here, and a CI run). :func:`prestart` before ``runtime.init()``
+    makes the server a fork of this process while it has no threads yet (it costs a fork);
+    started later, it is a new interpreter that imports torch (runtime/_workers.py).
+    Datasets, samplers and ``collate_fn`` must pickle, as under Python 3.14's default start
+    method."""
     import importlib.util
     import multiprocessing
-    from multiprocessing import forkserver
+
+    from deeppod.runtime import _workers
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([m for m in _PRELOAD if importlib.util.find_spec(m.split(".")[0])])
-    forkserver.ensure_running()
+    _workers.ensure_running()
     return ctx
 
 
 def prestart() -> None:
-    """Start the loader workers' fork server now (it imports torch meanwhile): call it before
-    ``runtime.init()`` in a job that builds loaders, so the first epoch does not wait."""
+    """Start the loader workers' fork server now, as a fork of this process: call it before
+    ``runtime.init()`` (after importing torch and what the dataset needs) in a job that
+    builds loaders."""
     worker_context()
 
 
