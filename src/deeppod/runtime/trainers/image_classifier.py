@@ -209,17 +209,20 @@ def main(argv=None) -> int:
     from deeppod.runtime.scaling import scale_for_world
 
     args = parse_args(argv)
+    version_dir = dataset_dir(args)
+    if args.model != "small-cnn" or version_dir is None:
+        import torchvision  # noqa: F401 - models, a folder's transforms: a second a warm spare spends before it parks
     if args.loader_workers:
-        prestart()  # the loader workers' fork server imports torch while the group forms
-    if args.model != "small-cnn":
-        import torchvision  # noqa: F401 - a second of imports a warm spare does before it parks
+        from PIL import Image  # noqa: F401 - what the loader workers decode with
+        # After the imports: the loader workers' fork server is a fork of this process, and
+        # every worker it starts (each epoch, each resize) has them without importing them.
+        prestart()
     ctx = runtime.init()
     torch.manual_seed(args.seed)
     cuda = ctx.device.type == "cuda"
     amp = args.amp == "on" or (args.amp == "auto" and cuda)
     channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
 
-    version_dir = dataset_dir(args)
     if version_dir is not None:
         from deeppod.runtime.data import ImageDataset
 
