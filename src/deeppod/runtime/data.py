@@ -466,8 +466,10 @@ def _init_stop_safe_worker(user_init, worker_id: int) -> None:
 
 class StopSafeLoader:
     """A DataLoader whose worker processes survive a SIGTERM meant for the training process
-    (build it with :func:`stop_safe_loader`, whose workers ignore SIGTERM). Iterating forks
-    the workers with SIGTERM held back; everything else is the wrapped DataLoader's."""
+    (build it with :func:`stop_safe_loader`, whose workers ignore SIGTERM). By default they
+    come from :func:`worker_context`'s server, which ignores SIGTERM already; with
+    ``multiprocessing_context="fork"`` iterating forks them with SIGTERM held back, so none
+    dies of one before it ignores it. Everything else is the wrapped DataLoader's."""
 
     def __init__(self, loader):
         self.loader = loader

@@ -87,6 +87,11 @@ def scan(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
     return classes, items
 
 
+def decode_device(args, ctx):
+    """Where a dataset version's batches are decoded: None for the loader's workers."""
+    return ctx.device if args.decode_on == "device" else None
+
+
 def dataset_dir(args) -> Path | None:
     """The version folder to read shards from, or None for a plain class-per-folder tree."""
     from deeppod.runtime.data import dataset_path
@@ -297,7 +302,7 @@ def main(argv=None) -> int:
             from deeppod.runtime.data import loader as shard_loader
 
             loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
-                                  pin_memory=cuda, decode_on=ctx.device if args.decode_on == "device" else None)
+                                  pin_memory=cuda, decode_on=decode_device(args, ctx))
         else:
             loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
@@ -416,7 +421,7 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
         from deeppod.runtime.data import loader as shard_loader
 
         loader = shard_loader(val_items, batch_size=256, sampler=range(ctx.rank, len(val_items), ctx.world_size),
-                              workers=args.loader_workers, decode_on=ctx.device if args.decode_on == "device" else None)
+                              workers=args.loader_workers, decode_on=decode_device(args, ctx))
     else:
         part = val_items[ctx.rank::ctx.world_size]
         loader = stop_safe_loader(ImageList(part, transforms(args.image_size, False)), batch_size=256,
