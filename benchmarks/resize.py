@@ -3,8 +3,8 @@
     python benchmarks/resize.py [--models resnet18 resnet50] [--moves 2:1 1:2 2:4] [--image-size 64]
 
 Both paths run the built-in trainer (deeppod.runtime.trainers.image_classifier) with its
-defaults (2 loader workers per worker) under the local executor's supervisor, on a
-generated image folder, with gloo on CPU (NCCL when CUDA is there). Measured for each
+defaults (2 loader workers per worker) and 1 CPU per worker (the platform's default request
+for a CPU worker: ``--cpus``) under the local executor's supervisor, on a generated image folder, with gloo on CPU (NCCL when CUDA is there). Measured for each
 model and move: seconds from the resize decision to the first completed training step at
 the new size.
 
@@ -63,9 +63,11 @@ def make_images(folder: Path, classes: int = 4, per_class: int = 250, size: int 
     return folder
 
 
-def spec(job_dir: Path, rank: int, world: int, port: int, restart: int, generation=0, joining=False) -> WorkerSpec:
+def spec(job_dir: Path, rank: int, world: int, port: int, restart: int, generation=0, joining=False,
+         cpus: float = 1.0) -> WorkerSpec:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPPOD_", "PYTEST_"))}
-    cpus = max(1, (os.cpu_count() or 2) // max(world, 1))
+    if cpus <= 0:  # share the machine among the workers of this size
+        cpus = max(1, (os.cpu_count() or 2) // max(world, 1))
     env = worker_env(env, {}, job_id=0, rank=rank, world_size=world, local_rank=rank, local_world_size=world,
                      node_rank=0, master_addr="127.0.0.1", master_port=port, gpus=(), cpus=cpus,
                      checkpoint_dir=str(job_dir / "checkpoints"), api_url="", token="", restart_count=restart)
@@ -107,8 +109,8 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
                          "--epochs", "3", "--batch-size", str(args.batch_size), "--lr", "0.01",
                          "--record-samples", str(records)]
     port = free_port()
-    h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
-                             workers=[spec(job_dir, r, old, port, 0) for r in range(old)], grace_seconds=120))
+    h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir), grace_seconds=120,
+                             workers=[spec(job_dir, r, old, port, 0, cpus=args.cpus) for r in range(old)]))
     wait(lambda: lines(records, 0) >= old * args.warm_steps, 600, f"{args.warm_steps} steps on {old} workers")
     if how == "in-place" and new > old and args.spares:
         # as the controller does once the job is resizable and below its largest size (here: new)
@@ -122,7 +124,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
         world = {"generation": 1, "world_size": new, "master_addr": "127.0.0.1", "master_port": port,
                  "decided_at": decided}
         if new > old:  # as the controller does: the joiners first, the world once they are ready
-            ex.add_workers(h, [spec(job_dir, r, new, port, 0, generation=1, joining=True)
+            ex.add_workers(h, [spec(job_dir, r, new, port, 0, generation=1, joining=True, cpus=args.cpus)
                                for r in range(old, new)], 1)
             wait(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists()
                              for r in range(old, new)), 600, "the joiners to be ready")
@@ -141,8 +143,8 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
         ex.terminate(h)
         wait(lambda: ex.poll(h).finished, 600, "the workers to checkpoint and exit")
         port = free_port()
-        h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir),
-                                 workers=[spec(job_dir, r, new, port, 1) for r in range(new)], grace_seconds=120))
+        h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir), grace_seconds=120,
+                                 workers=[spec(job_dir, r, new, port, 1, cpus=args.cpus) for r in range(new)]))
         took = wait(lambda: first_step_at(records, 1), 600, "the first step after the restart") - decided
         paused = took
     ex.terminate(h)
@@ -161,6 +163,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8, help="global batch at the starting size")
     ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--cpus", type=float, default=1.0,
+                    help="CPU request per worker, its thread count (default: the platform's for a CPU worker; "
+                         "0: the machine's cores over the workers, so a restart at a smaller size gets more "
+                         "threads than the workers that stay in place keep)")
     ap.add_argument("--spares", type=int, default=Settings().spare_workers,
                     help="warm spares a growing job keeps (DEEPPOD_SPARE_WORKERS' default)")
     a = ap.parse_args()
@@ -185,7 +191,8 @@ def main() -> None:
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
     print(f"\n{device}, {platform.python_version()}, torch {torch.__version__}, image size {a.image_size}, "
-          f"global batch {a.batch_size}, loader workers: the trainer's default")
+          f"global batch {a.batch_size}, loader workers: the trainer's default, "
+          f"CPUs per worker: {a.cpus:g}" + (" (the cores over the workers)" if a.cpus <= 0 else ""))
     print("| model | move | to the first step at the new size: in place / in place, cold joiners / restart (s) "
           "| ratio | training stopped: in place / restart (s) | ratio |")
     print("|---|---|---|---|---|---|")
@@ -209,7 +216,8 @@ def main() -> None:
             print(f"| {model} | {old} -> {new} | {ip:.2f} / {cold_s} / {rs:.2f} | {rs / ip:.1f}x | {ipp:.2f} / "
                   f"{rsp:.2f} | {rsp / max(ipp, 1e-3):.0f}x |")
     out = ROOT / "benchmarks" / "results" / "resize.json"
-    out.write_text(json.dumps({"device": device, "runs": rows, "summary": summary}, indent=1))
+    out.write_text(json.dumps({"device": device, "cpus_per_worker": a.cpus, "runs": rows, "summary": summary},
+                              indent=1))
 
 
 if __name__ == "__main__":

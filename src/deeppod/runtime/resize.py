@@ -57,6 +57,7 @@ from deeppod.runtime.context import JobContext, job_context, wait_for_store
 log = logging.getLogger(__name__)
 
 RESIZE, RESIZED, STOP = "resize", "resized", "stop"
+SHM = "/dev/shm"  # the job's own in the sandbox, shared by its workers on this host
 
 
 def read_world(path: str | os.PathLike | None) -> dict | None:
@@ -202,8 +203,9 @@ class Resizer:
                     wait_for_store(str(world["master_addr"]), int(world["master_port"]), self.timeout)
                 dist.init_process_group(backend, init_method=f"tcp://{world['master_addr']}:{world['master_port']}",
                                         rank=rank, world_size=size, timeout=timedelta(seconds=self.timeout))
+            print(f'T {time.time():.3f} r{rank} pg formed', file=sys.stderr, flush=True)
             if size > old:
-                self._sync()
+                self._sync(joined=False)
         except Exception as exc:  # noqa: BLE001 - a peer died or never came: fall back to a restart
             self._abandon(f"in-place resize to {size} workers failed ({exc})")
             return STOP
@@ -228,7 +230,8 @@ class Resizer:
             if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:  # rank 0 listens once it switches
                 wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.timeout)
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout))  # env:// rendezvous
-        self._sync()
+        print(f'T {time.time():.3f} joiner pg formed', file=sys.stderr, flush=True)
+        self._sync(joined=True)
 
     def _abandon(self, why: str) -> None:
         """No usable group: leave it and ask for a stop; rank 0 still holds the model and
@@ -254,29 +257,68 @@ class Resizer:
                 raise RuntimeError(f"the world file {self.world_file} never reached generation {generation}")
             time.sleep(0.01)
 
-    def _sync(self) -> None:
-        """Rank 0's model, optimizer, sampler and ``state`` to every worker, by broadcast."""
+    def _sync(self, joined: bool) -> None:
+        """Rank 0's model, optimizer, sampler and ``state`` to the workers that ``joined``: the
+        tensors through shared memory when all are on rank 0's host and use gloo, else by one
+        broadcast per dtype; the rest (small) pickled. Workers that stayed hold the same
+        already (data parallel: the same steps on the same weights) and only take part."""
+        import torch
         import torch.distributed as dist
+
+        from deeppod.runtime import _broadcast
 
         if not (dist.is_available() and dist.is_initialized()):
             return
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+            else torch.device("cpu")
+        model_tensors = []
         if self.model is not None:
             from deeppod.runtime.checkpoint import _unwrap
 
-            for tensor in _unwrap(self.model).state_dict().values():
-                dist.broadcast(tensor, 0)
-        box = [{"optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                "sampler": self.sampler.state_dict() if self.sampler is not None else None,
-                "state": self.state} if self.ctx.rank == 0 else None]
+            model_tensors = list(_unwrap(self.model).state_dict().values())
+        chief = self.ctx.rank == 0
+        tensors: list = []
+        skeleton = _broadcast.split({"optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                                     "sampler": self.sampler.state_dict() if self.sampler is not None else None,
+                                     "state": self.state}, tensors) if chief else None
+        hosts: list = [None] * dist.get_world_size()
+        dist.all_gather_object(hosts, _broadcast.host_id())
+        shared = None  # gloo, every worker on rank 0's host: through shared memory (NCCL: GPU to GPU)
+        if chief and device.type == "cpu" and len(set(hosts)) == 1 and os.path.isdir(SHM):
+            shared = _broadcast.write_shared(model_tensors + tensors, SHM)
+        box = [{"skeleton": skeleton, "shared": shared}]
         dist.broadcast_object_list(box, 0)
-        got = box[0]
-        if self.ctx.rank != 0:
-            if self.optimizer is not None and got["optimizer"] is not None:
-                self.optimizer.load_state_dict(got["optimizer"])
-            if self.sampler is not None and got["sampler"] is not None:
-                self.sampler.load_state_dict(got["sampler"])
-            self.state.clear()
-            self.state.update(got["state"])
+        skeleton, shared = box[0]["skeleton"], box[0]["shared"]
+        if not chief:
+            tensors = _broadcast.receive_like(skeleton, device)
+        if shared is not None:
+            failed = 0
+            try:
+                if joined:
+                    try:
+                        _broadcast.read_shared(shared, model_tensors + tensors)
+                    except (OSError, ValueError, RuntimeError) as exc:  # not rank 0's /dev/shm: by broadcast
+                        log.warning("could not read rank 0's state from %s (%s): receiving it by broadcast",
+                                    shared, exc)
+                        failed = 1
+                flag = torch.tensor([failed], device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # also: every reader is done with the file
+            finally:
+                if chief:
+                    Path(shared).unlink(missing_ok=True)
+            if flag.item():
+                shared = None
+        if shared is None:
+            _broadcast.broadcast_flat(model_tensors + tensors, device)
+        if not joined:
+            return
+        got = _broadcast.fill(skeleton, tensors)
+        if self.optimizer is not None and got["optimizer"] is not None:
+            self.optimizer.load_state_dict(got["optimizer"])
+        if self.sampler is not None and got["sampler"] is not None:
+            self.sampler.load_state_dict(got["sampler"])
+        self.state.clear()
+        self.state.update(got["state"])
 
     def stepped(self) -> None:
         """A step is done (no collective): after the first one at a new size, rank 0 tells the

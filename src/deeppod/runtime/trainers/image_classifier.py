@@ -222,12 +222,9 @@ def main(argv=None) -> int:
         # After the imports: the loader workers' fork server is a fork of this process, and
         # every worker it starts (each epoch, each resize) has them without importing them.
         prestart()
-    ctx = runtime.init()
+    # The data's index and the model come before runtime.init(): a warm spare (parked in
+    # init until a grow needs it) has them ready, and a grow does not wait for them.
     torch.manual_seed(args.seed)
-    cuda = ctx.device.type == "cuda"
-    amp = args.amp == "on" or (args.amp == "auto" and cuda)
-    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
-
     if version_dir is not None:
         from deeppod.runtime.data import ImageDataset
 
@@ -244,13 +241,21 @@ def main(argv=None) -> int:
         state = torch.load(Path(args.finetune_from) / "weights.pt", map_location="cpu", weights_only=True)
         head = {k for k, v in model.state_dict().items() if k in state and v.shape != state[k].shape}
         model.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
-        if ctx.is_chief:
-            print(f"fine-tuning from {args.finetune_from} (new classifier layers: {sorted(head) or 'none'})", flush=True)
+    ctx = runtime.init()
+    cuda = ctx.device.type == "cuda"
+    amp = args.amp == "on" or (args.amp == "auto" and cuda)
+    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+
+    if args.finetune_from and ctx.is_chief:
+        print(f"fine-tuning from {args.finetune_from} (new classifier layers: {sorted(head) or 'none'})", flush=True)
     model.to(ctx.device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    def wrap(ctx):
-        return DDP(model, device_ids=[ctx.device.index] if cuda else None) if ctx.world_size > 1 else model
+    def wrap(ctx, synced=False):
+        # After an in-place resize every worker holds rank 0's weights (the Resizer sent them):
+        # DDP need not broadcast them again (100 MB for a ResNet-50).
+        return DDP(model, device_ids=[ctx.device.index] if cuda else None, init_sync=not synced) \
+            if ctx.world_size > 1 else model
 
     ckpt = runtime.Checkpointer(keep=2, background=True)
     sampler = runtime.ElasticSampler(len(train_items), seed=args.seed)
@@ -267,7 +272,7 @@ def main(argv=None) -> int:
     if joining:
         step, epoch, base_world = shared["step"], shared["epoch"], shared["base_world"]
         scaler.load_state_dict(shared["scaler"])
-    ddp = wrap(ctx)
+    ddp = wrap(ctx, synced=joining)
     per_worker = max(1, math.ceil(args.batch_size / base_world))
 
     def rescale(world_size):
@@ -356,7 +361,7 @@ def main(argv=None) -> int:
             event = resizer.resize()  # a worker past the new size exits here
             if event == "resized":
                 ctx = resizer.ctx
-                ddp = wrap(ctx)
+                ddp = wrap(ctx, synced=True)
                 batch, lr = rescale(ctx.world_size)
                 if ctx.is_chief:
                     print(f"resized in place to {ctx.world_size} workers in {resizer.last_switch_seconds:.2f} s: "
