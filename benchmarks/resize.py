@@ -4,7 +4,8 @@
 
 Both paths run the built-in trainer (deeppod.runtime.trainers.image_classifier) with its
 defaults (2 loader workers per worker) and 1 CPU per worker (the platform's default request
-for a CPU worker: ``--cpus``) under the local executor's supervisor, on a generated image folder, with gloo on CPU (NCCL when CUDA is there). Measured for each
+for a CPU worker: ``--cpus``) under the local executor's supervisor, on a generated image
+folder, with gloo on CPU (NCCL when CUDA is there). Measured for each
 model and move: seconds from the resize decision to the first completed training step at
 the new size.
 

@@ -8,7 +8,12 @@ only the small skeleton around them (shapes, dtypes, the non-tensor values) is p
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,15 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
+def on_one_host() -> bool:
+    """Every rank of the group: whether all of them run on one machine (a small all-gather)."""
+    import torch.distributed as dist
+
+    hosts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, host_id())
+    return len(set(hosts)) == 1
+
+
 def _layout(tensors: list) -> tuple[list[int], int]:
     offsets, at = [], 0
     for t in tensors:
@@ -123,9 +137,9 @@ def _layout(tensors: list) -> tuple[list[int], int]:
 
 def write_shared(tensors: list, folder: str) -> str | None:
     """Rank 0: every tensor into one new file under ``folder`` (a tmpfs); its path, or None
-    when the folder has no room (a full /dev/shm would kill the writer with SIGBUS)."""
+    when the folder is not there or has no room (a full /dev/shm would kill the writer with
+    SIGBUS)."""
     import mmap
-    import os
     import tempfile
 
     import torch
@@ -168,3 +182,27 @@ def read_shared(path: str, tensors: list) -> None:
             with torch.no_grad():
                 t.copy_(buf[at:at + nbytes].view(t.dtype).view(t.shape))
         del buf
+
+
+def read_by_all(path: str, tensors: list, device, *, read: bool, owner: bool) -> bool:
+    """Every rank, after rank 0 wrote ``path``: the ranks that ``read`` copy it into ``tensors``;
+    the ``owner`` removes it once all are done. False when one could not read it (another
+    /dev/shm than rank 0's): then every rank goes on to :func:`broadcast_flat`."""
+    import torch
+    import torch.distributed as dist
+
+    failed = 0
+    try:
+        if read:
+            try:
+                read_shared(path, tensors)
+            except (OSError, ValueError, RuntimeError) as exc:
+                log.warning("could not read rank 0's state from %s (%s): receiving it by broadcast", path, exc)
+                failed = 1
+        flag = torch.tensor([failed], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # also: every reader is done with the file
+    finally:
+        if owner:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    return not flag.item()

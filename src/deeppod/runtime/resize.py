@@ -17,7 +17,8 @@ stay keep their processes, model and optimizer in memory::
             if event == "stop":                   # SIGTERM: preemption, cancel, fallback
                 ckpt.save(...); runtime.exit_for_resume()
             if event == "resized":                # a new group of resizer.world_size workers
-                ddp = DDP(model); break           # re-wrap, and deal the epoch's rest again
+                ddp = DDP(model, init_sync=False) # re-wrap (the weights are rank 0's already),
+                break                             # and deal the epoch's rest again
 
 :meth:`check` must run on every worker at the same step (it is a collective); near the end
 of an epoch, where workers may have one step more or less, call it only on the steps all
@@ -29,7 +30,8 @@ go on training. Then it writes ``DEEPPOD_WORLD_FILE`` (generation, new size, ren
 address and port). At the next step boundary every worker agrees on the newest
 generation in one small all-reduce (the same one that agrees on a stop), tears its process
 group down and forms the new one. Ranks at or above the new size leave (exit 0); joiners
-receive the model, optimizer, sampler and ``state`` from rank 0 by broadcast. The sampler
+receive the model, optimizer, sampler and ``state`` from rank 0 (``_broadcast``: through
+shared memory when every worker is on rank 0's host and uses gloo, else by broadcast). The sampler
 keeps its position, so every sample of the epoch is still seen once. Rank 0 then writes
 ``WORLD_ACK`` after the first step at the new size, which the control plane reads.
 
@@ -57,7 +59,7 @@ from deeppod.runtime.context import JobContext, job_context, wait_for_store
 log = logging.getLogger(__name__)
 
 RESIZE, RESIZED, STOP = "resize", "resized", "stop"
-SHM = "/dev/shm"  # the job's own in the sandbox, shared by its workers on this host
+SHM = "/dev/shm"  # the job's own in its sandbox, shared by its workers on this host
 
 
 def read_world(path: str | os.PathLike | None) -> dict | None:
@@ -281,34 +283,16 @@ class Resizer:
         skeleton = _broadcast.split({"optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                                      "sampler": self.sampler.state_dict() if self.sampler is not None else None,
                                      "state": self.state}, tensors) if chief else None
-        hosts: list = [None] * dist.get_world_size()
-        dist.all_gather_object(hosts, _broadcast.host_id())
-        shared = None  # gloo, every worker on rank 0's host: through shared memory (NCCL: GPU to GPU)
-        if chief and device.type == "cpu" and len(set(hosts)) == 1 and os.path.isdir(SHM):
-            shared = _broadcast.write_shared(model_tensors + tensors, SHM)
+        # gloo, every worker on rank 0's host: through shared memory (NCCL: GPU to GPU)
+        local = device.type == "cpu" and _broadcast.on_one_host()
+        shared = _broadcast.write_shared(model_tensors + tensors, SHM) if chief and local else None
         box = [{"skeleton": skeleton, "shared": shared}]
         dist.broadcast_object_list(box, 0)
         skeleton, shared = box[0]["skeleton"], box[0]["shared"]
         if not chief:
             tensors = _broadcast.receive_like(skeleton, device)
-        if shared is not None:
-            failed = 0
-            try:
-                if joined:
-                    try:
-                        _broadcast.read_shared(shared, model_tensors + tensors)
-                    except (OSError, ValueError, RuntimeError) as exc:  # not rank 0's /dev/shm: by broadcast
-                        log.warning("could not read rank 0's state from %s (%s): receiving it by broadcast",
-                                    shared, exc)
-                        failed = 1
-                flag = torch.tensor([failed], device=device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # also: every reader is done with the file
-            finally:
-                if chief:
-                    Path(shared).unlink(missing_ok=True)
-            if flag.item():
-                shared = None
-        if shared is None:
+        if shared is None or not _broadcast.read_by_all(shared, model_tensors + tensors, device,
+                                                        read=joined, owner=chief):
             _broadcast.broadcast_flat(model_tensors + tensors, device)
         if not joined:
             return
