@@ -19,7 +19,7 @@ def test_every_field_is_read_from_its_variable_and_defaults_match(tmp_path):
     from deeppod.settings import env_name
 
     assert Settings.from_env({}) == Settings()  # one default per setting, written once
-    values = {"int": "3", "int | None": "3", "float": "2.5", "str": "x", "str | None": "x",
+    values = {"bool": "0", "int": "3", "int | None": "3", "float": "2.5", "str": "x", "str | None": "x",
               "Path": str(tmp_path), "Path | None": str(tmp_path)}
     env = {env_name(f.name): values[f.type] for f in fields(Settings)}
     s = Settings.from_env(env)
@@ -115,3 +115,12 @@ def test_service_class_thresholds_are_gpu_hours():
     for bad in ("a,b", "8,2", "0,1"):
         with pytest.raises(InvalidRequest, match="DEEPPOD_LAS_GPU_HOURS"):
             Settings.from_env({"DEEPPOD_LAS_GPU_HOURS": bad}).las_thresholds
+
+
+def test_defragment_reads_yes_and_no_and_says_what_to_set():
+    assert Settings.from_env({}).defragment is True
+    assert Settings.from_env({"DEEPPOD_DEFRAGMENT": "0"}).defragment is False
+    assert Settings.from_env({"DEEPPOD_DEFRAGMENT": "Off"}).defragment is False
+    assert Settings.from_env({"DEEPPOD_DEFRAGMENT": "yes"}).defragment is True
+    with pytest.raises(InvalidRequest, match="DEEPPOD_DEFRAGMENT.*1 or 0"):
+        Settings.from_env({"DEEPPOD_DEFRAGMENT": "maybe"})

@@ -160,7 +160,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                               settings.data_cold_after_seconds, server_id=leader.id)
     config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
                     min_run_before_resize=settings.resize_after_seconds,
-                    las_thresholds=settings.las_thresholds)
+                    las_thresholds=settings.las_thresholds, defragment=settings.defragment)
     settings.models_dir.mkdir(parents=True, exist_ok=True)
     served = tls.prepare(settings.home, settings.tls_cert, settings.tls_key, settings.tls_ca,
                          [settings.host, "localhost", "127.0.0.1", "::1", node.address if node else "127.0.0.1",

@@ -36,6 +36,17 @@ def _float(env: dict, name: str, default: float) -> float:
         raise InvalidRequest(f"{name}={raw!r} is not a number; set it to a number of seconds or unset it") from None
 
 
+def _bool(env: dict, name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+             "off": False}.get(raw.strip().lower())
+    if value is None:
+        raise InvalidRequest(f"{name}={raw!r} is not a yes/no value; set it to 1 or 0 (true/false) or unset it")
+    return value
+
+
 def _path(env: dict, name: str, default: Path | None) -> Path | None:
     raw = env.get(name)
     return Path(raw).expanduser().resolve() if raw else default
@@ -46,7 +57,7 @@ def _str(env: dict, name: str, default: str | None) -> str | None:
 
 
 # How a field's environment variable is read, by the field's type.
-_READERS = {"int": _int, "int | None": _int, "float": _float, "Path": _path, "Path | None": _path,
+_READERS = {"bool": _bool, "int": _int, "int | None": _int, "float": _float, "Path": _path, "Path | None": _path,
             "str": _str, "str | None": _str}
 
 
@@ -86,6 +97,8 @@ class Settings:
     # least attained service: the GPU-hours at which a job moves to the next service class,
     # comma-separated ("off": each tenant's jobs in arrival order, as before)
     las_gpu_hours: str = "2,32"
+    # reclaim may move jobs that run within a guarantee to clear whole nodes for a gang (0: never)
+    defragment: bool = True
     # warm spares kept per resizable elastic job below its largest size: processes with their
     # imports done, which an in-place grow turns into its new workers (runtime/spare.py); 0: none
     spare_workers: int = 2

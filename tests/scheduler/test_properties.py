@@ -58,6 +58,30 @@ def snapshots(draw, gpw_choices=(1, 2, 4), all_preemptible=False):
                     Config(min_run_before_resize=0, min_run_before_las_preempt=0, las_thresholds=(3600.0, 36000.0)))
 
 
+@st.composite
+def scattered(draw):
+    """Nodes of 4 GPUs, small jobs spread over them, gangs of whole-node workers waiting:
+    where the policy may move jobs to clear nodes (``snapshots`` seldom gets there)."""
+    n = draw(st.integers(2, 6))
+    free = {i: list(range(4)) for i in range(n)}
+    running, jid = [], 1000
+    for _ in range(draw(st.integers(1, 3 * n))):
+        i, k = draw(st.integers(0, n - 1)), draw(st.sampled_from([1, 1, 2]))
+        if len(free[i]) < k:
+            continue
+        gpus = tuple(free[i][:k])
+        del free[i][:k]
+        jid += 1
+        running.append(RunningJob(jid, draw(st.sampled_from(TENANTS)), (WorkerPlacement(0, f"n{i}", gpus, 0.0, 0),),
+                                  k, 1, 1, 0, True, draw(st.floats(0, 5000))))
+    g = draw(st.permutations([4 * n // 2, 4 * n // 4, 4 * n - 4 * n // 2 - 4 * n // 4]))
+    plan = Plan(tuple(PlanNode(t, guaranteed=x) for t, x in zip(TENANTS, g)))
+    nodes = tuple(NodeState(f"n{i}", tuple(free[i]), 64.0, 1 << 20, True, total_gpus=4) for i in range(n))
+    queued = tuple(PendingJob(i, draw(st.sampled_from(TENANTS)), draw(st.integers(1, 2)), draw(st.sampled_from([1, 4])),
+                              0.0, 0, 0, draw(st.floats(0, 5000))) for i in range(draw(st.integers(1, 4))))
+    return Snapshot(nodes, queued, tuple(running), plan, 6000.0, Config())
+
+
 def usage(snap):
     u = defaultdict(int)
     for j in snap.running:
@@ -84,7 +108,7 @@ def test_no_slot_is_over_allocated_and_gangs_are_whole(snap):
 
 
 @settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots())
+@given(st.one_of(snapshots(), scattered()))
 def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
     """Reclaim takes only what a tenant borrows: jobs that run within its guarantee (in
     start order, up to the guarantee) are never reclaim victims, and shrinks and other
@@ -97,6 +121,8 @@ def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
     lost = defaultdict(int)
     shrunk = defaultdict(int)
     def for_another(reason, j):  # taken for another tenant's job (least attained service names it)
+        if reason.startswith("moved"):
+            return False  # moved, not taken: test_a_moved_job_has_room_elsewhere
         return ("reclaim" in reason or "fair share" in reason
                 or ("least attained" in reason and f"of tenant {j.tenant} " not in reason))
 
@@ -116,10 +142,38 @@ def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
             assert j.id in borrowing and after >= g[j.tenant], (
                 f"job {j.id} of tenant {j.tenant} was evicted for another tenant's shorter job "
                 f"though it runs within its guarantee {g[j.tenant]}")
-        if "reclaim" in p.reason:
+        if "reclaim" in p.reason and not p.reason.startswith("moved"):
             after = before[j.tenant] - lost[j.tenant] - shrunk[j.tenant]
             assert j.id in borrowing or after >= g[j.tenant], (
                 f"job {j.id} ran within tenant {j.tenant}'s guarantee {g[j.tenant]} and was evicted")
+
+
+@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(scattered(), snapshots(gpw_choices=(1, 2, 4, 8), all_preemptible=True)))
+def test_a_moved_job_has_room_elsewhere(snap):
+    """A job that runs within its tenant's guarantee is preempted only to be moved: a tenant
+    below its guarantee waits for whole nodes, and the GPUs free once this round's preempted
+    jobs have stopped, outside the nodes being cleared, hold every moved job (so its tenant
+    gets its GPUs back next round)."""
+    d = schedule(snap)
+    running = {j.id: j for j in snap.running}
+    g = {n.name: n.guaranteed for n in snap.plan.tenants}
+    moved = [running[p.job_id] for p in d.preempts if p.reason.startswith("moved")]
+    if not moved:
+        return
+    u = usage(snap)
+    assert any(u[q.tenant] < g[q.tenant] and q.gpus_per_worker > 1 for q in snap.queued)
+    # the nodes being cleared: those the moved jobs held GPUs on that end up whole
+    gone = [running[p.job_id] for p in d.preempts]
+    free = {n.name: len(n.free_gpus) for n in snap.nodes if n.healthy}
+    for j in gone:
+        for w in j.placement:
+            free[w.node] += len(w.gpus)
+    size = {n.name: n.total_gpus for n in snap.nodes}
+    cleared = {w.node for j in moved for w in j.placement if free[w.node] == size[w.node]}
+    assert cleared, "jobs were moved but no node was cleared"
+    elsewhere = sum(f for n, f in free.items() if n not in cleared)
+    assert sum(j.gpus for j in moved) <= elsewhere
 
 
 @settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,7 +7,10 @@ Order of business in a round:
    tenants above theirs, first by shrinking elastic jobs toward their minimum (never
    below the donor's guarantee), then by preempting jobs, least work lost first: first
    those whose loss keeps the donor at or above its guarantee, then (only if needed)
-   jobs that run by borrowing (in start order, past the donor's guarantee);
+   jobs that run by borrowing (in start order, past the donor's guarantee); a gang of
+   whole-node workers gets whole nodes: cleared by evicting what borrows there or, if no
+   node can be cleared so, by also moving the jobs that run within a guarantee onto free
+   GPUs elsewhere (``Config.defragment``), and then held for it, not only counted;
 3. fair-share contention: a tenant below its weighted fair share shrinks (never preempts)
    elastic jobs of tenants above theirs;
 4. within a tenant, a higher-priority job may preempt lower-priority ones;
@@ -177,6 +180,7 @@ class _Round:
         self.lost_own: set[str] = set()  # tenants that lost a job running within their guarantee this round
         self.claimed_incoming = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
         self.held_for: dict[str, float] = defaultdict(float)  # free GPUs earmarked for a reclaiming tenant
+        self.node_hold: dict[str, tuple[int, tuple]] = {}  # tenant -> (job, GPUs taken from the pool for it)
 
     def run(self) -> Decisions:
         self.health()
@@ -380,7 +384,7 @@ class _Round:
                 if self._try_start(t, job):
                     heapq.heappush(heap, self._start_rank(t))
                     break
-            if self.pool.total_free <= 0 and not cpu_only:
+            if self.pool.total_free <= 0 and not cpu_only and not self.node_hold:
                 break
         started = {s.job_id for s in self.out.starts}
         for t, q in self.queues.items():
@@ -430,6 +434,11 @@ class _Round:
         """Place ``job`` if it may start now; otherwise, if it is the first of its tenant
         not to start, say why it waits."""
         T, pool = self.T, self.pool
+        hold = self.node_hold.get(t)
+        if hold is not None and hold[0] == job.id:
+            del self.node_hold[t]
+            pool.release(hold[1])
+            self.failed_need.clear()  # the pool just grew: what did not fit before may fit now
         gpw = job.gpus_per_worker
         need = job.min_workers * gpw
         is_head = t not in self.reported  # the first job of its tenant that does not start gets the reason
@@ -592,7 +601,8 @@ class _Round:
     def _take_back_nodes(self, t: str, head: PendingJob, floor_of, why: str) -> bool:
         """Reclaim for workers of several GPUs each, which need that many free on one node:
         clear the nodes that cost least (fewest jobs, least progress lost), counting GPUs
-        already on their way back as free, never taking a donor below its floor."""
+        already on their way back as free, never taking a donor below its floor. If no
+        node can be cleared that way, jobs may be moved off (``_move_for``)."""
         pool, gpw = self.pool, head.gpus_per_worker
         free_on = [len(f) for f in pool.free]
         on_node: dict[int, list[RunningJob]] = defaultdict(list)
@@ -606,14 +616,21 @@ class _Round:
                 elif (job.preemptible and job.id not in self.gone and job.tenant != t
                       and job in self.victims[job.tenant] and job not in on_node[i]):
                     on_node[i].append(job)
-        slots = sum(f // gpw for i, f in enumerate(free_on) if pool.names[i] in self.healthy)
-        missing = head.min_workers - slots
+        whole = [i for i, f in enumerate(free_on) if f >= gpw and pool.names[i] in self.healthy]
+        missing = head.min_workers - sum(free_on[i] // gpw for i in whole)
         if missing <= 0:
             if sum(len(pool.free[i]) // gpw for i in range(len(pool.names))) >= head.min_workers:
-                self.held_for[t] += min(head.min_workers * gpw, self._avail())  # it can start now: keep them for it
+                self._hold_for(t, head)  # it can start now: keep them for it
+            elif self.cfg.defragment:  # whole once their jobs have stopped: the fullest first
+                whole.sort(key=lambda i: (-free_on[i], i))
+                enough = next(k for k in range(1, len(whole) + 1)
+                              if sum(free_on[i] // gpw for i in whole[:k]) >= head.min_workers)
+                self._keep_clear(whole[:enough])
             return True
+        start = (list(free_on), list(whole), missing)  # for _move_for, before this plan's evictions
         budget = {v: floor_of(v) for v in self.victims if v != t}
         chosen: list[RunningJob] = []
+        cleared: list[int] = []
         for _ in range(missing):
             best = None
             for i, jobs in on_node.items():
@@ -621,9 +638,10 @@ class _Round:
                 if picked is not None:
                     cost = (len(picked), sum(j.gpus for j in picked), [_loss_key(j, self.now) for j in picked])
                     if best is None or cost < best[0]:
-                        best = (cost, picked)
+                        best = (cost, picked, i)
             if best is None:
-                return False
+                return self.cfg.defragment and self._move_for(t, head, *start, floor_of, why)
+            cleared.append(best[2])
             for job in best[1]:
                 chosen.append(job)
                 budget[job.tenant] -= job.gpus
@@ -635,7 +653,64 @@ class _Round:
                             on_node[i].remove(job)
         for job in chosen:
             self._evict(job, why)
-        # nothing held: the GPUs it needs are on the nodes being cleared, not the free ones
+        # nothing earmarked: the GPUs it needs are on the nodes being cleared, not the free ones
+        if self.cfg.defragment:
+            self._keep_clear(whole + cleared)
+        return True
+
+    def _hold_for(self, t: str, head: PendingJob) -> None:
+        """Take the GPUs ``head`` will start on out of the pool for this round: a count
+        earmarked for it would not stop a whole node from going to another tenant's job."""
+        placement = self.pool.place(head.min_workers, head.gpus_per_worker, head.cpus_per_worker,
+                                    head.memory_mb_per_worker, head.avoid) if self.cfg.defragment else None
+        if placement is None:  # defragment off, or CPUs or memory are short: a count
+            self.held_for[t] += min(head.min_workers * head.gpus_per_worker, self._avail())
+        else:
+            self.node_hold[t] = (head.id, placement)
+
+    def _keep_clear(self, nodes: list[int]) -> None:
+        """Nodes that become whole once their stopping jobs are gone: nothing else may start
+        on their free GPUs meanwhile (the fullest-node-first placement would pick them)."""
+        for i in set(nodes):
+            if self.pool.free[i]:
+                self.pool.take(i, list(self.pool.free[i]), 0, 0)
+
+    def _move_for(self, t: str, head: PendingJob, free_on: list[int], whole: list[int], missing: int,
+                  floor_of, why: str) -> bool:
+        """No node can be cleared for ``head``'s gang by evicting jobs that borrow: clear the
+        cheapest nodes (fewest GPUs in use) by evicting what borrows there, within the
+        donors' budgets, and moving the other jobs onto free GPUs of other nodes (evicting
+        more borrowing jobs elsewhere if that is what makes room for them). A moved job is
+        checkpointed and requeued and starts again on that room in the next round, so its
+        tenant keeps its share; the cleared nodes are kept clear until the gang starts."""
+        pool, gpw, cfg = self.pool, head.gpus_per_worker, self.cfg
+        since = head.queued_at if head.queued_at is not None else head.submitted_at
+        if self.now - since < cfg.reserve_after_seconds:
+            return False  # a gang that has just arrived waits for nodes to drain by themselves first
+        on_node: dict[int, list[RunningJob]] = defaultdict(list)
+        for job in self.running:
+            if not (job.stopping or job.id in self.leaving or job.id in self.gone):
+                for i in {pool.index[w.node] for w in job.placement if w.node in pool.index}:
+                    on_node[i].append(job)
+        trial = pool.copy()
+        for i in whole:
+            trial.take(i, list(trial.free[i]), 0, 0)
+        plan = _Clearing(self, t, trial, set(whole), {v: floor_of(v) for v in self.victims if v != t})
+        order = sorted((gpw - free_on[i] % gpw, i) for i in on_node
+                       if i not in plan.targets and pool.names[i] in self.healthy)
+        cleared: list[int] = []
+        for _, i in order:
+            if len(cleared) >= missing:
+                break
+            if plan.clear(i, on_node[i]):
+                cleared.append(i)
+        if len(cleared) < missing or plan.pool.total_free < sum(self.held_for.values()):
+            return False
+        for job in plan.evicted:
+            self._evict(job, why)
+        for job in plan.moved:
+            self._stop(job, f"moved to free GPUs on other nodes: {why}; whole nodes are cleared for it")
+        self._keep_clear(whole + cleared)
         return True
 
     def _clear_node(self, i: int, jobs: list[RunningJob], want: int, chosen: list[RunningJob],
@@ -662,13 +737,18 @@ class _Round:
     # shared bookkeeping -------------------------------------------------------------------
     def _evict(self, job: RunningJob, why: str) -> None:
         """Preempt ``job``: its GPUs leave its tenant's usage (a shrink planned for it is dropped)."""
+        self._stop(job, why)
+        if job.id not in self.borrowers:
+            self.lost_own.add(job.tenant)
+        self.T.add(job.tenant, -self.planned.pop(job.id, job.workers) * job.gpus_per_worker)
+
+    def _stop(self, job: RunningJob, why: str) -> None:
+        """Preempt ``job``, its GPUs left in its tenant's usage: alone, that is a move (they
+        come back to it on other nodes); ``_evict`` also takes them off."""
         self.out.preempts.append(Preempt(job.id, why))
         self._drop_resize(job.id)
         self.leaving.add(job.id)
-        if job.id not in self.borrowers:
-            self.lost_own.add(job.tenant)
         self.victims[job.tenant].remove(job)
-        self.T.add(job.tenant, -self.planned.pop(job.id, job.workers) * job.gpus_per_worker)
 
     def _shrink(self, job: RunningJob, new: int, why: str) -> None:
         size = self.planned.get(job.id, job.workers)
@@ -692,6 +772,75 @@ class _Round:
     def _avail(self) -> float:
         """Free GPUs nobody has earmarked."""
         return max(0.0, self.pool.total_free - sum(self.held_for.values()))
+
+
+class _Clearing:
+    """A plan, built node by node, that clears nodes for a gang by evicting jobs that borrow
+    and moving the others elsewhere (``_Round._move_for``). ``pool`` is the free GPUs once
+    the plan has run: GPUs of planned jobs off the nodes being cleared come back to it, and
+    moved jobs take theirs from it."""
+
+    def __init__(self, rnd: "_Round", tenant: str, pool: FreePool, targets: set[int], budget: dict[str, float]):
+        self.r, self.tenant, self.pool, self.targets, self.budget = rnd, tenant, pool, targets, budget
+        self.evicted: list[RunningJob] = []
+        self.moved: list[RunningJob] = []
+        self.landed: set[int] = set()  # nodes moved jobs are planned onto: they cannot be cleared
+        self.stoppable = {id(j) for js in rnd.victims.values() for j in js}  # preemptible, not stopping
+
+    def clear(self, i: int, jobs: list[RunningJob]) -> bool:
+        """Add node ``i`` to the plan if everything on it can be evicted or moved."""
+        if i in self.landed:
+            return False
+        r, pool, budget = self.r, self.pool.copy(), dict(self.budget)
+        targets = self.targets | {i}
+        pool.take(i, list(pool.free[i]), 0, 0)
+        evicted, moved = [], []
+        planned = set(map(id, self.evicted + self.moved))
+
+        def release(job: RunningJob) -> None:
+            for w in job.placement:
+                k = pool.index.get(w.node)
+                if k is not None and k not in targets and w.node in r.healthy:
+                    pool.give(w.node, w.gpus, w.cpus, w.memory_mb)
+
+        def may_evict(job: RunningJob) -> bool:
+            return (job.tenant != self.tenant and job.id in r.borrowers and job.gpus <= budget.get(job.tenant, 0)
+                    and id(job) in self.stoppable)
+
+        for job in sorted(jobs, key=lambda j: _loss_key(j, r.now)):
+            if id(job) in planned:
+                continue
+            if may_evict(job):
+                evicted.append(job)
+                budget[job.tenant] -= job.gpus
+            elif (job.gpus and id(job) in self.stoppable
+                  and r.now - job.started_at >= r.cfg.min_run_before_las_preempt):
+                moved.append(job)
+            else:
+                return False  # it may not be stopped (or ran too briefly to be moved)
+            release(job)
+        spare = None  # borrowing jobs elsewhere, least loss first: built only if a moved job needs room
+        landed = set()
+        for job in moved:
+            w0 = job.placement[0]
+            while (got := pool.place(job.workers, job.gpus_per_worker, w0.cpus, w0.memory_mb)) is None:
+                if spare is None:
+                    here = planned | set(map(id, jobs))
+                    spare = sorted((j for js in r.victims.values() for j in js
+                                    if id(j) not in here and j.id in r.borrowers), key=lambda j: _loss_key(j, r.now))
+                taken = set(map(id, evicted))
+                extra = next((j for j in spare if id(j) not in taken and may_evict(j)), None)
+                if extra is None:
+                    return False
+                evicted.append(extra)
+                budget[extra.tenant] -= extra.gpus
+                release(extra)
+            landed |= {pool.index[w.node] for w in got}
+        self.pool, self.budget, self.targets = pool, budget, targets
+        self.evicted += evicted
+        self.moved += moved
+        self.landed |= landed
+        return True
 
 
 def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:

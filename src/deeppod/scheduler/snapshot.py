@@ -108,6 +108,11 @@ class Config:
     resize_cost_restart: float = 30.0
     resize_window_factor: float = 30.0
     min_run_before_las_preempt: float = 900.0  # a run this young is not preempted for a lower class
+    # a gang a tenant below its guarantee waits for, when no node can be cleared by evicting
+    # jobs that borrow, gets whole nodes by also moving the jobs that run within a guarantee
+    # onto free GPUs elsewhere (checkpoint and restart: their tenants keep their GPUs); the
+    # nodes it gets are held for it, not only counted (docs/scheduler.md)
+    defragment: bool = True
 
     def resize_window(self, in_place: bool) -> float:
         """How long a job runs at a size before it may be resized again."""
