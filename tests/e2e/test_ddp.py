@@ -64,8 +64,8 @@ def test_failing_worker_fails_the_job_and_stops_the_other(live_server, tmp_path)
 
 def test_cancel_sends_sigterm_then_the_job_is_cancelled(live_server, tmp_path):
     c = Client(live_server.url, live_server.admin_token)
-    code = ("import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), sys.exit(0)))\n"
+    code = ("import os, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'got SIGTERM\\n'), sys.exit(0)))\n"
             "print('started', flush=True)\n"
             "time.sleep(120)")
     job = c.submit([sys.executable, "-c", code], workers=2, workdir=str(tmp_path))

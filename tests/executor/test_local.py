@@ -78,8 +78,8 @@ def test_terminate_gives_a_grace_period_then_sigkill(tmp_path):
 
 
 CHILD = """
-import signal, time
-signal.signal(signal.SIGTERM, lambda *_: print("child got SIGTERM", flush=True))
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda *_: os.write(1, b"child got SIGTERM\\n"))  # not print: reentrant
 print("child ready", flush=True)
 while True:
     time.sleep(0.05)

@@ -64,8 +64,10 @@ print(len(open('/dev/urandom', 'rb').read(8)), open('/dev/null', 'w').write('x')
 
 def test_sigterm_reaches_the_command_and_its_exit_code_comes_back(tmp_path):
     p = in_sandbox(tmp_path, """
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *a: (print('checkpointed', flush=True), sys.exit(75)))
+import os, signal, sys, time
+# os.write, not print: the signal may land while print('ready') is still flushing, and a
+# second print in the handler would then raise "reentrant call"
+signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'checkpointed\\n'), sys.exit(75)))
 print('ready', flush=True)
 time.sleep(60)
 """)

@@ -205,7 +205,6 @@ class Resizer:
                     wait_for_store(str(world["master_addr"]), int(world["master_port"]), self.timeout)
                 dist.init_process_group(backend, init_method=f"tcp://{world['master_addr']}:{world['master_port']}",
                                         rank=rank, world_size=size, timeout=timedelta(seconds=self.timeout))
-            print(f'T {time.time():.3f} r{rank} pg formed', file=sys.stderr, flush=True)
             if size > old:
                 self._sync(joined=False)
         except Exception as exc:  # noqa: BLE001 - a peer died or never came: fall back to a restart
@@ -232,7 +231,6 @@ class Resizer:
             if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:  # rank 0 listens once it switches
                 wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.timeout)
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout))  # env:// rendezvous
-        print(f'T {time.time():.3f} joiner pg formed', file=sys.stderr, flush=True)
         self._sync(joined=True)
 
     def _abandon(self, why: str) -> None:
