@@ -161,6 +161,18 @@ def test_reclaim_is_not_repeated_while_gpus_are_already_returning():
     assert d.preempts == [] and d.resizes == []
 
 
+def test_reclaim_earmarks_free_gpus_for_several_jobs_and_still_evicts_for_the_next():
+    # a is 3 below its guarantee with 1-GPU jobs queued, one GPU is free and b borrows 3: the
+    # free GPU goes to a's first job and a borrower is evicted for its second in the same
+    # round (before: only the free GPU, one job a round while a stayed below its guarantee)
+    p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=0))
+    jobs = [running(1, "a", [(0,)]), running(2, "b", [(1,)]), running(3, "b", [(2,)]), running(4, "b", [(3,)])]
+    queued = [job(10, "a", t=1), job(11, "a", t=2), job(12, "a", t=3)]
+    d = schedule(snap([node(gpus=5, used=(0, 1, 2, 3))], queued, jobs, plan_=p))
+    assert list(started(d)) == [10]
+    assert len(d.preempts) == 1 and d.preempts[0].job_id in (2, 3, 4) and "job 11 waits" in d.preempts[0].reason
+
+
 def test_reclaim_takes_the_borrowing_job_when_the_cheaper_small_one_would_not_be_enough():
     # b borrows 2 GPUs beyond its guarantee of 1 through job 2; job 1 runs within it. Taking
     # job 1 first (least work lost) leaves b's budget too small for job 2: a never got in.
