@@ -35,7 +35,7 @@ from deeppod.scheduler.snapshot import Config
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {  # label: (policy, elastic fraction, simulator settings, policy settings)
     "fifo": ("fifo", 0.0, {}, {}),
-    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": (), "defragment": False}),
+    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": (), "defragment": False, "earmark_free": False}),
     "deeppod": ("deeppod", 0.0, {}, {}),
     "deeppod+elastic0.3": ("deeppod", 0.3, {}, {}),
     "static": ("static", 0.0, {}, {}),

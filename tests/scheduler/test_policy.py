@@ -171,6 +171,8 @@ def test_reclaim_earmarks_free_gpus_for_several_jobs_and_still_evicts_for_the_ne
     d = schedule(snap([node(gpus=5, used=(0, 1, 2, 3))], queued, jobs, plan_=p))
     assert list(started(d)) == [10]
     assert len(d.preempts) == 1 and d.preempts[0].job_id in (2, 3, 4) and "job 11 waits" in d.preempts[0].reason
+    before = schedule(snap([node(gpus=5, used=(0, 1, 2, 3))], queued, jobs, plan_=p, earmark_free=False))
+    assert list(started(before)) == [10] and before.preempts == []
 
 
 def test_reclaim_takes_the_borrowing_job_when_the_cheaper_small_one_would_not_be_enough():

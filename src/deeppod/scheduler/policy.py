@@ -254,7 +254,7 @@ class _Round:
                 shape = (head.min_workers, head.gpus_per_worker)
                 if not 0 < need <= room:
                     continue
-                if head.gpus_per_worker == 1 and need <= self._avail():
+                if self.cfg.earmark_free and head.gpus_per_worker == 1 and need <= self._avail():
                     self.held_for[t] += need
                     self.reclaim_for.setdefault(t, set()).add(head.id)
                     room -= need

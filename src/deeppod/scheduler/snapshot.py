@@ -113,6 +113,10 @@ class Config:
     # onto free GPUs elsewhere (checkpoint and restart: their tenants keep their GPUs); the
     # nodes it gets are held for it, not only counted (docs/scheduler.md)
     defragment: bool = True
+    # reclaim earmarks free GPUs for all of a tenant's 1-GPU-per-worker jobs that fit in its
+    # guarantee before its one eviction of the round; False: one job a round (as before
+    # 2026-11-25; the Philly benchmark's `before` run)
+    earmark_free: bool = True
 
     def resize_window(self, in_place: bool) -> float:
         """How long a job runs at a size before it may be resized again."""
