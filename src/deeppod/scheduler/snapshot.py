@@ -115,7 +115,7 @@ class Config:
     defragment: bool = True
     # reclaim earmarks free GPUs for all of a tenant's 1-GPU-per-worker jobs that fit in its
     # guarantee before its one eviction of the round; False: one job a round (as before
-    # 2026-11-25; the Philly benchmark's `before` run)
+    # 2026-11-24 night; the Philly benchmark's `before` run)
     earmark_free: bool = True
 
     def resize_window(self, in_place: bool) -> float:
