@@ -455,8 +455,8 @@ class _Round:
         is_head = t not in self.reported  # the first job of its tenant that does not start gets the reason
         borrowing = T.usage[t] + need > T.g[t]
         usable = self._free_for(t) - (self.nonlendable if borrowing else 0)
-        if job.id not in self.reclaim_for.get(t, {job.id}):
-            usable -= self.held_for[t]  # reclaimed GPUs are for the job they were reclaimed for
+        if t in self.reclaim_for and job.id not in self.reclaim_for[t]:
+            usable -= self.held_for[t]  # reclaimed GPUs are for the jobs they were reclaimed for
         if need > T.cap_room(t):
             if is_head:
                 self._wait(t, job, f"tenant {t} is at its max ({T.usage[t]:g} GPUs in use); "
