@@ -12,8 +12,10 @@ Runs:
 
 - ``fifo``: one queue, arrival order, no preemption;
 - ``before``: DeepPod's policy as it was (tenants' guarantees, reclaim, backfill; each
-  tenant's jobs in arrival order; a resize is a checkpoint restart);
-- ``deeppod``: today's policy (least attained service within each tenant);
+  tenant's jobs in arrival order; the surplus by weighted share; a resize is a checkpoint
+  restart);
+- ``deeppod``: today's policy (least attained service within each tenant and, on GPUs
+  beyond the guarantees, across tenants: the plan's ``surplus: service``);
 - ``deeppod+elastic0.3``: the same with 30% of jobs elastic, resized in place;
 - ``static``: hard partitions, one per tenant.
 
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from deeppod.scheduler.simulator import SimConfig, Simulator, load_trace, plot_shares, proportional_plan
@@ -35,7 +38,8 @@ from deeppod.scheduler.snapshot import Config
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {  # label: (policy, elastic fraction, simulator settings, policy settings)
     "fifo": ("fifo", 0.0, {}, {}),
-    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": (), "defragment": False, "earmark_free": False}),
+    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": (), "defragment": False, "earmark_free": False,
+                                                      "las_across_tenants": False, "surplus": "share"}),
     "deeppod": ("deeppod", 0.0, {}, {}),
     "deeppod+elastic0.3": ("deeppod", 0.3, {}, {}),
     "static": ("static", 0.0, {}, {}),
@@ -48,8 +52,9 @@ COLUMNS = ["utilization_during_backlog", "backlog_hours", "jct_avg_h", "jct_p50_
 def run(args) -> dict:
     trace_path, week, nodes, label = args
     policy, elastic, sim, cfg = RUNS[label]
+    cfg = dict(cfg)
     trace = load_trace(trace_path, week=week)
-    plan = proportional_plan(trace, nodes * 8)
+    plan = replace(proportional_plan(trace, nodes * 8), surplus=cfg.pop("surplus", "service"))
     r = Simulator(trace, plan, SimConfig(nodes=nodes, policy=policy, elastic_fraction=elastic, config=Config(**cfg),
                                          **sim)).run()
     r["label"] = label

@@ -37,6 +37,7 @@ BAD = [
     ({"tenants": [{"name": "a", "guaranteed": -1}]}, "negative"),
     ({"tenant": []}, "a mapping with 'tenants'"),
     ({"tenants": "a"}, "must be a list"),
+    ({"tenants": [], "surplus": "fifo"}, "'surplus' must be 'service'"),
 ]
 
 
@@ -61,3 +62,9 @@ def test_only_admins_apply_plans(sessions):
 
 def test_plan_round_trips():
     assert parse_plan(parse_plan(GOOD).to_dict()).to_dict() == parse_plan(GOOD).to_dict()
+
+
+def test_surplus_order_defaults_to_service_and_round_trips():
+    assert parse_plan(GOOD).surplus == "service" and "surplus" not in parse_plan(GOOD).to_dict()
+    shared = parse_plan({**GOOD, "surplus": "share"})
+    assert shared.surplus == "share" and parse_plan(shared.to_dict()) == shared

@@ -105,14 +105,30 @@ def test_lend_limit_keeps_part_of_an_idle_guarantee_unlent():
     assert sum(len(s.placement) for s in d.starts) == 4  # its own 2 + the 2 that a lends
 
 
-def test_surplus_is_shared_by_weight():
-    p = plan(PlanNode("a", weight=3), PlanNode("b", weight=1))
+def test_surplus_is_shared_by_weight_when_the_plan_says_share():
+    p = Plan((PlanNode("a", weight=3), PlanNode("b", weight=1)), surplus="share")
     queued = [job(i, "a", t=i) for i in range(8)] + [job(100 + i, "b", t=i) for i in range(8)]
     d = schedule(snap([node(gpus=8)], queued, plan_=p))
     by = {"a": 0, "b": 0}
     for s in d.starts:
         by["a" if s.job_id < 100 else "b"] += 1
     assert by == {"a": 6, "b": 2}
+
+
+def test_surplus_goes_to_the_least_attained_then_earliest_job_whoever_s_it_is():
+    # a and b both run at their guarantee of 1; 4 GPUs are idle. By default they go to the
+    # waiting jobs of the lowest service class, then the earliest submitted, whoever's:
+    # a's 2, 3, 4 and b's 10; a's job 1 has run 10 GPU-hours (class 1) and waits.
+    p = plan(PlanNode("a", guaranteed=1), PlanNode("b", guaranteed=1))
+    runs = [running(50, "a", [(0,)]), running(51, "b", [(1,)])]
+    queued = [job(1, "a", t=1, attained=36000.0, queued_at=990.0), job(2, "a", t=2), job(3, "a", t=3),
+              job(4, "a", t=4), job(10, "b", t=10), job(11, "b", t=11), job(12, "b", t=12)]
+    d = schedule(snap([node(gpus=6, used=(0, 1))], queued, runs, plan_=p))
+    assert sorted(started(d)) == [2, 3, 4, 10]
+    assert all("borrowing" in s.reason for s in d.starts)
+    # with surplus: share, each tenant gets half of the idle GPUs (equal weights), in its own order
+    d = schedule(snap([node(gpus=6, used=(0, 1))], queued, runs, plan_=Plan(p.tenants, surplus="share")))
+    assert sorted(started(d)) == [2, 3, 10, 11]
 
 
 # -- reclaim ---------------------------------------------------------------------------

@@ -8,6 +8,11 @@ guaranteed / max, on a tree):
 - ``max``: the most it may use, its own and borrowed together (``None``: no cap).
 - ``lend_limit``: the most of its idle guarantee others may borrow (``None``: all of it).
 - ``weight``: its share of what is left after guarantees, among nodes that want more.
+
+The plan's ``surplus`` says who gets GPUs beyond the guarantees when several tenants wait
+for them: ``service`` (the default), the waiting job with the least attained service, then
+the earliest, whoever's it is (Tiresias across tenants: the best average completion time);
+``share``, the tenant using least of its weighted share.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from deeppod.errors import InvalidRequest
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children"}
+SURPLUS_ORDERS = ("service", "share")
 
 
 @dataclass(frozen=True)
@@ -43,11 +49,14 @@ class PlanNode:
 class Plan:
     tenants: tuple[PlanNode, ...] = ()
     reclaim_idle_first: bool = False  # jobs idle on their GPUs (monitor/) are the first to give them back
+    surplus: str = "service"  # who gets GPUs beyond the guarantees: SURPLUS_ORDERS
 
     def to_dict(self) -> dict:
         d: dict = {"tenants": [t.to_dict() for t in self.tenants]}
         if self.reclaim_idle_first:
             d["reclaim_idle_first"] = True
+        if self.surplus != "service":
+            d["surplus"] = self.surplus
         return d
 
     def walk(self):
@@ -119,17 +128,23 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     """Validate a plan document (from YAML or JSON). Errors say what to fix."""
     if raw is None:
         raw = {"tenants": []}
-    if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first"}:
+    if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
-                             "lend_limit, weight, children), and optionally 'reclaim_idle_first': true")
-    idle_first = raw.get("reclaim_idle_first", False)
+                             "lend_limit, weight, children), and optionally 'reclaim_idle_first': true and "
+                             "'surplus': service or share")
+    idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]
     if not isinstance(idle_first, bool):
         raise InvalidRequest(f"'reclaim_idle_first' must be true or false (got {idle_first!r})")
+    surplus = "service" if raw.get("surplus") is None else raw["surplus"]
+    if surplus not in SURPLUS_ORDERS:
+        raise InvalidRequest(f"'surplus' must be 'service' (GPUs beyond the guarantees go to the job with the least "
+                             f"attained service) or 'share' (to the tenant using least of its weighted share); "
+                             f"got {surplus!r}")
     tenants_raw = raw.get("tenants") or []
     if not isinstance(tenants_raw, list):
         raise InvalidRequest("'tenants' must be a list")
     seen: set[str] = set()
-    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)), idle_first)
+    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)), idle_first, surplus)
     if cluster_gpus is not None and plan.guaranteed_total() > cluster_gpus:
         raise InvalidRequest(f"the plan guarantees {plan.guaranteed_total()} GPUs but the cluster has {cluster_gpus}; "
                              "lower the guarantees so that they add up to at most the cluster")

@@ -18,10 +18,12 @@ Order of business in a round:
    preempts jobs of a higher class, of its own tenant or borrowing from another (never
    below that tenant's guarantee); a run younger than ``min_run_before_las_preempt`` is
    left alone;
-6. starts, tenant by tenant in order of how far each is below its entitlement, each
-   tenant's queue by priority (aged up to the queue's top), then service class, then
-   submit time; whole gangs only; a blocked large job gets a reservation of whole nodes
-   and smaller jobs backfill elsewhere;
+6. starts: tenants below their guarantee first, by how far below; then, for GPUs beyond
+   the guarantees, the tenant whose next job has the lowest service class, then the
+   earliest submit time (plan ``surplus`` ``service``), or the tenant furthest below its
+   entitlement (``share``); each tenant's queue by priority (aged up to the queue's top),
+   then service class, then submit time; whole gangs only; a blocked large job gets a
+   reservation of whole nodes and smaller jobs backfill elsewhere;
 7. idle GPUs grow elastic jobs toward their maximum.
 
 Service classes need no run-time estimates: a job's class is how many of
@@ -387,13 +389,13 @@ class _Round:
         self.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
         self.reported = {t for t, q in self.queues.items() if any(w.job_id == q[0].id for w in self.out.waits)}
         while heap:
-            _, _, t = heapq.heappop(heap)
+            t = heapq.heappop(heap)[-1]
             q = self.queues[t]
             while pos[t] < len(q):
                 job = q[pos[t]]
                 pos[t] += 1
                 if self._try_start(t, job):
-                    heapq.heappush(heap, self._start_rank(t))
+                    heapq.heappush(heap, self._start_rank(t, pos[t]))
                     break
             if self.pool.total_free <= 0 and not cpu_only and not self.node_hold:
                 break
@@ -437,9 +439,20 @@ class _Round:
             T.add(job.tenant, extra * job.gpus_per_worker)
 
     # starting one job ------------------------------------------------------------------
-    def _start_rank(self, t: str) -> tuple:
-        """Tenants below their guarantee first, then by the share of their entitlement in use."""
-        return (0 if self.T.usage[t] < self.T.g[t] else 1), self._share_used(t), t
+    def _start_rank(self, t: str, i: int = 0) -> tuple:
+        """Tenants below their guarantee first, by the share of their entitlement in use.
+        GPUs beyond a guarantee go, with the plan's ``surplus`` ``service``, to the tenant
+        whose next job, ``queues[t][i]``, has the lowest service class, then the earliest
+        submit time (least attained service across tenants); with ``share``, by the share
+        in use, as below."""
+        if self.T.usage[t] < self.T.g[t]:
+            return 0, self._share_used(t), 0.0, t
+        q = self.queues[t]
+        if self.snap.plan.surplus == "share":
+            return 1, self._share_used(t), 0.0, t
+        if i >= len(q):
+            return 2, 0, 0.0, t
+        return 1, waiting_class(q[i], self.now, self.cfg), q[i].submitted_at, t
 
     def _try_start(self, t: str, job: PendingJob) -> bool:
         """Place ``job`` if it may start now; otherwise, if it is the first of its tenant

@@ -95,9 +95,9 @@ class Config:
     # borrow another tenant's GPUs.
     las_thresholds: tuple[float, ...] = (2 * 3600.0, 32 * 3600.0)
     las_preemption: bool = True
-    # also take borrowed GPUs from another tenant's higher classes: off by default, as it
-    # cost guarantees on the Philly replays (docs/scheduler.md)
-    las_across_tenants: bool = False
+    # also take borrowed GPUs from another tenant's higher classes (never below its
+    # guarantee), while the waiting job's tenant is within its share (docs/scheduler.md)
+    las_across_tenants: bool = True
     # a job that has waited starve_factor x its attained run time (at least starve_after
     # seconds) since it was last queued is treated as class 0 again: nobody waits forever
     starve_factor: float = 1.0

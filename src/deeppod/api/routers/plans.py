@@ -23,5 +23,5 @@ def show(session: SessionDep, principal: PrincipalDep) -> PlanOut:
 
 @router.put("", response_model=PlanOut)
 def apply(body: PlanIn, session: SessionDep, principal: PrincipalDep) -> PlanOut:
-    service.apply_plan(session, principal, body.model_dump())
+    service.apply_plan(session, principal, body.model_dump(exclude_none=True))
     return _out(session, principal)

@@ -140,7 +140,7 @@ async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -
             raise forms.FormErrors({"plan": "write the plan as 'tenants:' followed by a list of tenants"})
         body = forms.validated(PlanIn, doc, {}, {"tenants": "plan"})
         try:
-            plans.apply_plan(session, viewer.principal, body.model_dump())
+            plans.apply_plan(session, viewer.principal, body.model_dump(exclude_none=True))
         except DeepPodError as exc:
             raise forms.FormErrors({"plan": exc.message}, exc.status) from None
     except forms.FormErrors as exc:
