@@ -94,9 +94,11 @@ def test_plan_apply_show_and_bad_plans(cli, live_server, tmp_path):
     cli("tenants", "create", "team-x", **admin)
     (tmp_path / "plan.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 2\n    max: 3\n    weight: 2\n")
     p = cli("plan", "apply", str(tmp_path / "plan.yaml"), **admin)
-    assert "plan applied" in p.stdout and "team-x" in p.stdout
+    assert "plan applied" in p.stdout and "team-x" in p.stdout and "(surplus: service)" in p.stdout
     shown = cli("plan", "show", **admin).stdout
-    assert "GUARANTEED" in shown and "team-x" in shown
+    assert "GUARANTEED" in shown and "team-x" in shown and "least attained service" in shown
+    (tmp_path / "share.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 2\nsurplus: share\n")
+    assert "(surplus: share)" in cli("plan", "apply", str(tmp_path / "share.yaml"), **admin).stdout
     (tmp_path / "bad.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 99\n")
     p = cli("plan", "apply", str(tmp_path / "bad.yaml"), check=False, **admin)
     assert p.returncode == 2 and "cluster has 4" in p.stderr

@@ -39,6 +39,7 @@ def plan_apply(path: Path, url: UrlOpt = None, token: TokenOpt = None) -> None:
     shown = client(url, token).apply_plan(load_plan_file(path))
     console.print(f"plan applied: {len(shown['plan']['tenants'])} top-level tenants")
     console.print(plan_table(shown["tenants"]))
+    console.print(surplus_line(shown["plan"]))
 
 
 @plan_app.command("show")
@@ -51,8 +52,16 @@ def plan_show(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = No
     if shown["applied_at"]:
         console.print(f"plan applied {shown['applied_at'][:19]} by {shown['applied_by']}")
     else:
-        console.print("no plan applied: every tenant shares the cluster equally (apply one with 'deeppod plan apply')")
+        console.print("no plan applied: no tenant has a guarantee (apply one with 'deeppod plan apply')")
     console.print(plan_table(shown["tenants"]))
+    console.print(surplus_line(shown["plan"]))
+
+
+def surplus_line(plan: dict) -> str:
+    if plan.get("surplus", "service") == "share":
+        return "GPUs beyond the guarantees: to the tenant using least of its weighted share (surplus: share)"
+    return ("GPUs beyond the guarantees: to the waiting job with the least attained service, then the earliest "
+            "(surplus: service)")
 
 
 def plan_table(rows: list[dict]):
