@@ -7,7 +7,10 @@ guaranteed / max, on a tree):
 - ``guaranteed``: GPUs the node always gets back when it has demand.
 - ``max``: the most it may use, its own and borrowed together (``None``: no cap).
 - ``lend_limit``: the most of its idle guarantee others may borrow (``None``: all of it).
-- ``weight``: its share of what is left after guarantees, among nodes that want more.
+- ``weight``: its share of what is left after guarantees, among nodes that want more (its
+  entitlement): how the surplus is split with ``surplus: share``; with either order it
+  bounds the size an elastic job starts at, fair-share shrinks and least-attained
+  preemption across tenants.
 
 The plan's ``surplus`` says who gets GPUs beyond the guarantees when several tenants wait
 for them: ``service`` (the default), the waiting job with the least attained service, then
