@@ -442,6 +442,19 @@ def test_a_new_job_preempts_a_long_one_of_its_tenant():
     assert "least attained service: job 10 of tenant a (class 0)" in d.preempts[0].reason
 
 
+def test_a_burst_of_new_jobs_gets_room_in_one_round():
+    longs = [long_running(i, "a", [(i - 1,)], 40_000.0 + i) for i in (1, 2, 3, 4)]
+    burst = [job(10, "a", t=1.0), job(11, "a", t=2.0), job(12, "a", t=3.0), job(13, "a", t=4.0, attained=5_000.0)]
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], burst, longs, now=1000.0, **las()))
+    assert sorted(p.job_id for p in d.preempts) == [2, 3, 4]  # for the three of class 0; not for 13 (class 1)
+    one = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], burst, longs, now=1000.0, **las(las_jobs_per_round=1)))
+    assert [p.job_id for p in one.preempts] == [4]
+    # not enough victims for all: room for as many as there are
+    d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], burst,
+                      longs[:2] + [long_running(i, "a", [(i - 1,)], 100.0) for i in (3, 4)], now=1000.0, **las()))
+    assert sorted(p.job_id for p in d.preempts) == [1, 2]
+
+
 def test_least_attained_spares_young_runs_same_class_and_higher_priority():
     young = schedule(snap([node(gpus=1, used=(0,))], [job(10, "a")], [long_running(1, "a", [(0,)], 40_000.0,
                                                                                    started=900.0)],

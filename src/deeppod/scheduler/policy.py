@@ -314,24 +314,37 @@ class _Round:
         of its own tenant (with ``las_across_tenants``, also from jobs that borrow, while its
         tenant is within its share and never below the donor's guarantee). Highest class and
         most service first; an elastic victim is shrunk rather than stopped where that is
-        enough. Tenants are taken neediest first."""
+        enough. Tenants are taken neediest first. Room is made for the tenant's waiting
+        jobs of the head's class together (``las_jobs_per_round``); if not all of them can
+        have it, for as many as can, the head at least."""
         T, cfg = self.T, self.cfg
 
         def need_of(t: str) -> int:
-            return self.queues[t][0].min_workers * self.queues[t][0].gpus_per_worker
+            """GPUs for the head and the 1-GPU-per-worker jobs right behind it in the same
+            priority and class (up to ``las_jobs_per_round`` jobs)."""
+            head, *rest = self.queues[t][:max(1, cfg.las_jobs_per_round)]
+            need = head.min_workers * head.gpus_per_worker
+            if head.gpus_per_worker == 1:
+                mine = waiting_class(head, self.now, cfg)
+                for j in rest:
+                    if j.gpus_per_worker != 1 or j.priority != head.priority or waiting_class(j, self.now, cfg) != mine:
+                        break
+                    need += j.min_workers
+            return need
 
+        needs = {t: need_of(t) for t in self.queues}
         blocked = {t: self._start_rank(t) for t in self.queues
-                   if 0 < need_of(t) and self._avail() + self.held_for[t] < need_of(t)}
+                   if 0 < needs[t] and self._avail() + self.held_for[t] < needs[t]}
         for t in sorted(blocked, key=blocked.get):
             head = self.queues[t][0]
             gpw = head.gpus_per_worker
-            need = head.min_workers * gpw
+            need = needs[t]
             # workers of several GPUs need whole nodes cleared: they wait for a reservation
             # instead, so that clearing nodes for them does not leave GPUs idle meanwhile
             if gpw != 1:
                 continue
             mine = waiting_class(head, self.now, cfg)
-            within = T.usage[t] + need <= max(T.g[t], self.ent.get(t, 0)) + 1e-9
+            within = T.usage[t] + head.min_workers * gpw <= max(T.g[t], self.ent.get(t, 0)) + 1e-9
             cands = [j for v, jobs in self.victims.items() for j in jobs
                      if service_class(j.attained, cfg.las_thresholds) > mine and j.priority <= head.priority
                      and j.gpus and self.now - j.started_at >= cfg.min_run_before_las_preempt
@@ -365,7 +378,7 @@ class _Round:
                 have += freed
                 if have >= need:
                     break
-            else:
+            if have < head.min_workers * gpw:  # not even the head's: take nothing
                 continue
             why = (f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {need} GPUs")
             now_free = min(need, self._avail())

@@ -107,6 +107,10 @@ class Config:
     resize_cost_in_place: float = 5.0
     resize_cost_restart: float = 30.0
     resize_window_factor: float = 30.0
+    # a round makes room for up to this many of a tenant's waiting jobs of the first one's
+    # class at once, not only the first: a burst of short jobs then waits one stop delay,
+    # not one round per job (1: the first job only, as before 2026-11-25)
+    las_jobs_per_round: int = 64
     min_run_before_las_preempt: float = 900.0  # a run this young is not preempted for a lower class
     # a gang a tenant below its guarantee waits for, when no node can be cleared by evicting
     # jobs that borrow, gets whole nodes by also moving the jobs that run within a guarantee
