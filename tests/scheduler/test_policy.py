@@ -447,6 +447,8 @@ def test_a_burst_of_new_jobs_gets_room_in_one_round():
     burst = [job(10, "a", t=1.0), job(11, "a", t=2.0), job(12, "a", t=3.0), job(13, "a", t=4.0, attained=5_000.0)]
     d = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], burst, longs, now=1000.0, **las()))
     assert sorted(p.job_id for p in d.preempts) == [2, 3, 4]  # for the three of class 0; not for 13 (class 1)
+    assert d.preempts[0].reason.startswith("least attained service: job 10 of tenant a (class 0) waits for 1 GPUs, "
+                                           "with more jobs of its class behind it (3 GPUs in all)")
     one = schedule(snap([node(gpus=4, used=(0, 1, 2, 3))], burst, longs, now=1000.0, **las(las_jobs_per_round=1)))
     assert [p.job_id for p in one.preempts] == [4]
     # not enough victims for all: room for as many as there are

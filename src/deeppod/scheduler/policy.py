@@ -380,7 +380,9 @@ class _Round:
                     break
             if have < head.min_workers * gpw:  # not even the head's: take nothing
                 continue
-            why = (f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {need} GPUs")
+            why = f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {head.min_workers} GPUs"
+            if need > head.min_workers:
+                why += f", with more jobs of its class behind it ({need} GPUs in all)"
             now_free = min(need, self._avail())
             for job, new in plan:
                 ran = f"; this job has run {job.attained / 3600:.1f} GPU-hours"
