@@ -338,13 +338,13 @@ class _Round:
         for t in sorted(blocked, key=blocked.get):
             head = self.queues[t][0]
             gpw = head.gpus_per_worker
-            need = needs[t]
+            need, head_need = needs[t], head.min_workers * gpw
             # workers of several GPUs need whole nodes cleared: they wait for a reservation
             # instead, so that clearing nodes for them does not leave GPUs idle meanwhile
             if gpw != 1:
                 continue
             mine = waiting_class(head, self.now, cfg)
-            within = T.usage[t] + head.min_workers * gpw <= max(T.g[t], self.ent.get(t, 0)) + 1e-9
+            within = T.usage[t] + head_need <= max(T.g[t], self.ent.get(t, 0)) + 1e-9
             cands = [j for v, jobs in self.victims.items() for j in jobs
                      if service_class(j.attained, cfg.las_thresholds) > mine and j.priority <= head.priority
                      and j.gpus and self.now - j.started_at >= cfg.min_run_before_las_preempt
@@ -378,10 +378,10 @@ class _Round:
                 have += freed
                 if have >= need:
                     break
-            if have < head.min_workers * gpw:  # not even the head's: take nothing
+            if have < head_need:  # not even the head's: take nothing
                 continue
-            why = f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {head.min_workers} GPUs"
-            if need > head.min_workers:
+            why = f"least attained service: job {head.id} of tenant {t} (class {mine}) waits for {head_need} GPUs"
+            if need > head_need:
                 why += f", with more jobs of its class behind it ({need} GPUs in all)"
             now_free = min(need, self._avail())
             for job, new in plan:
