@@ -213,3 +213,22 @@ def test_an_idle_loop_sleeps_until_woken():
     stop.set()
     t.join(2)
     assert not t.is_alive()  # stop is seen while it sleeps
+
+
+def test_a_busy_loop_runs_its_next_round_as_soon_as_it_is_hurried():
+    from deeppod.cluster.leader import run_rounds
+
+    rounds, stop, hurry = [], threading.Event(), threading.Event()
+    t = threading.Thread(target=run_rounds, args=(lambda: rounds.append(time.monotonic()), stop, 30.0, "test"),
+                         kwargs={"hurry": hurry}, daemon=True)
+    t.start()
+    wait_until(lambda: len(rounds) == 1, 5, interval=0.01)
+    time.sleep(0.2)
+    assert len(rounds) == 1  # busy, not hurried: the next round comes after the interval
+    hurried = time.monotonic()
+    hurry.set()
+    wait_until(lambda: len(rounds) == 2, 5, interval=0.01, what="the hurried round")
+    assert rounds[1] - hurried < 1.0 and not hurry.is_set()  # at once, and the flag is spent
+    stop.set()
+    t.join(2)
+    assert not t.is_alive()

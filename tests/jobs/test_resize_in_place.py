@@ -17,6 +17,7 @@ from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, world_file
 from deeppod.plans.service import apply_plan
 from deeppod.scheduler import Config
 from tests.fixtures import Clock, load_job, populate, submit_job as submit
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -128,8 +129,12 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     rec.tick()
     assert not world_file(rec.job_dir(job)).exists()
     ckpt = rec.job_dir(job) / "checkpoints"
-    for rank in (2, 3):
-        (ckpt / JOINER_READY.format(rank=rank)).write_text("1")
+    (ckpt / JOINER_READY.format(rank=2)).write_text("1")
+    time.sleep(0.1)
+    assert not rec.hurry.is_set()  # one joiner of two is ready: nothing to hurry for
+    (ckpt / JOINER_READY.format(rank=3)).write_text("1")
+    # the loop is hurried as soon as both are: the others are told now, not a round later
+    wait_until(rec.hurry.is_set, 5, interval=0.01, what="the controller to be hurried")
     rec.tick()
     w = json.loads(world_file(rec.job_dir(job)).read_text())
     assert (w["generation"], w["world_size"]) == (1, 4)

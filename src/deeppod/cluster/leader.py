@@ -268,14 +268,17 @@ def api_urls(session: Session, first: str) -> str:
 
 
 def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: float, what: str, *,
-               wake: threading.Event | None = None, idle_interval: float = IDLE_ROUND_S) -> None:
+               wake: threading.Event | None = None, hurry: threading.Event | None = None,
+               idle_interval: float = IDLE_ROUND_S) -> None:
     """Call ``tick`` every ``interval`` seconds until ``stop`` (the leader's loops: jobs, tune,
     deployments, monitor). A round refused because this server lost the lead, or one that
     fails, is logged; the loop outlives it and the next round retries.
 
     With ``wake``: a round that returns ``IDLE`` (it found nothing to act on) is followed by
     one ``idle_interval`` later, or as soon as ``wake`` is set (a commit in this process added
-    what the loop acts on, store.db.on_commit_of), so an idle server idles."""
+    what the loop acts on, store.db.on_commit_of), so an idle server idles. With ``hurry``:
+    a busy loop's next round comes as soon as ``hurry`` is set (something waits on it, such
+    as the new workers of a grow that are ready), not at the end of ``interval``."""
     while not stop.is_set():
         began = time.monotonic()
         idle = False
@@ -288,7 +291,10 @@ def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: floa
         if idle and wake is not None:
             _sleep_until_woken(wake, stop, began + idle_interval)
             continue
-        stop.wait(max(0.0, interval - (time.monotonic() - began)))
+        if hurry is not None:
+            _sleep_until_woken(hurry, stop, began + interval)
+        else:
+            stop.wait(max(0.0, interval - (time.monotonic() - began)))
 
 
 def _sleep_until_woken(wake: threading.Event, stop: threading.Event, until: float) -> None:

@@ -41,6 +41,7 @@ from deeppod.store.models import Job, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 MAX_RESUMES = 100  # a job that keeps asking to be resumed is stopped at some point
+JOINER_POLL_S = 0.01  # how often a grow's new workers are looked for, while they start
 
 
 def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str]:
@@ -128,6 +129,7 @@ class JobController:
         self.clock = clock
         self.last_round_ms = 0.0
         self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
+        self.hurry = threading.Event()  # set when a grow's new workers are ready: the next round tells the others
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
     def job_dir(self, job_id: int) -> Path:
@@ -433,6 +435,22 @@ class JobController:
                 self.fence(s)
                 job = s.get(Job, job_id)
                 self._fall_back(s, job, f"its new workers could not start ({exc})")
+            return
+        self._watch_joiners(self.job_dir(job_id) / "checkpoints", [w.rank for w in workers])
+
+    def _watch_joiners(self, ckpt: Path, ranks: list[int]) -> None:
+        """Hurry the next round once the joiners are ready, so that the running workers are
+        told at once rather than up to a round later (0.5 s: half a ResNet-50 grow from a warm
+        spare on CPU). A thread that only looks at files, for as long as a switch may take."""
+        def watch() -> None:
+            deadline = time.monotonic() + IN_PLACE_TIMEOUT_S
+            while time.monotonic() < deadline:
+                if joiners_ready(ckpt, ranks):
+                    self.hurry.set()
+                    return
+                time.sleep(JOINER_POLL_S)
+
+        threading.Thread(target=watch, name=f"joiners-{ckpt.parent.name}", daemon=True).start()
 
     def _follow_resize(self, s: Session, job: Job, status: ExecStatus) -> None:
         """A running job's in-place resize: done once rank 0 acknowledged a step at the new
@@ -587,4 +605,4 @@ class JobController:
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        run_rounds(self.tick, stop, interval, "reconcile", wake=self.wake)
+        run_rounds(self.tick, stop, interval, "reconcile", wake=self.wake, hurry=self.hurry)
