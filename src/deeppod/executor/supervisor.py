@@ -126,6 +126,7 @@ class Supervisor:
         self._spares_seen: int | None = None  # SPARES_FILE's mtime when last read
         self._said_parked: set[int] = set()
         self._next_spare = 0
+        self._handed: dict[int, socket.socket] = {}  # rank -> socket of a spare handed its place before it parked
 
     def _on_sigterm(self, _sig, _frame) -> None:
         self.stop_requested = True
@@ -220,8 +221,7 @@ class Supervisor:
             self._write_pids()
 
     def _parked(self, n: int) -> bool:
-        """Whether spare N said it waits in runtime.init() (runtime/spare.py): one still
-        importing is left to finish; the new worker starts cold instead."""
+        """Whether spare N said it waits in runtime.init() (runtime/spare.py), its imports done."""
         if n not in self._said_parked:
             try:
                 if self.spares[n][1].recv(64, socket.MSG_DONTWAIT).startswith(b"parked"):
@@ -233,23 +233,48 @@ class Supervisor:
         return n in self._said_parked
 
     def _hand_to_spare(self, rank: int, env: dict[str, str], log) -> bool:
-        """Give a parked spare the place of new worker ``rank``: its env and log file."""
-        for n in sorted(n for n in self.spares if self._parked(n)):
+        """Give a spare the place of new worker ``rank``: its env and log file. A parked spare
+        first; else one still importing, which reads its place as soon as it parks: it is
+        further along than a new process would be, and a new one would only slow it down
+        (a grow right after a shrink, while the spares start: 2 cold joiners beside 2 spares
+        took 18 s to be ready on 2 cores, and the spares were then thrown away)."""
+        for n in sorted(self.spares, key=lambda n: (not self._parked(n), n)):
+            parked = self._parked(n)
             p, sock = self.spares.pop(n)
             try:
                 if p.poll() is not None:
                     raise OSError("it exited")
-                log.write(f"deeppod: rank {rank} starts from warm spare {n} (pid {p.pid})\n".encode())
+                how = "warm spare" if parked else "spare still starting"
+                log.write(f"deeppod: rank {rank} starts from {how} {n} (pid {p.pid})\n".encode())
                 socket.send_fds(sock, [json.dumps(env).encode() + b"\n"], [log.fileno()])
             except OSError:
+                sock.close()
                 _signal_group(p.pid, signal.SIGKILL)
                 continue
-            finally:
+            if parked:
                 sock.close()
+            else:  # closed once it has parked and read its place: closed before, it would just exit
+                self._handed[rank] = sock
             self.procs[rank] = p
             self.spares_wanted = max(0, self.spares_wanted - 1)  # another when the control plane says
             return True
         return False
+
+    def _release_handed(self, everything: bool = False) -> None:
+        """Close our end of a handed spare's socket once it has said "parked" (it read its
+        place right after), hung up, or exited."""
+        for rank, sock in list(self._handed.items()):
+            done = everything or self.procs[rank].poll() is not None
+            if not done:
+                try:
+                    done = sock.recv(64, socket.MSG_DONTWAIT) is not None  # "parked", or b"" when it hung up
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    done = True
+            if done:
+                sock.close()
+                del self._handed[rank]
 
     def _record_exit(self, rank: int, code: int) -> None:
         (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
@@ -300,6 +325,8 @@ class Supervisor:
                 next_grow_check = now + GROW_CHECK_S
                 self._check_grow()
                 self._check_spares()
+            if self._handed:
+                self._release_handed()
             if self.stop_requested:
                 self._begin_stop("stop requested")
             if limit_mb and now >= next_mem_check:
@@ -318,6 +345,7 @@ class Supervisor:
                         _signal_group(p.pid, signal.SIGKILL)
             time.sleep(POLL_S)
         self._keep_spares(0)
+        self._release_handed(everything=True)
         _write_json(self.job_dir / self.result, {
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,
