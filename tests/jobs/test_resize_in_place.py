@@ -135,6 +135,7 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     (ckpt / JOINER_READY.format(rank=3)).write_text("1")
     # the loop is hurried as soon as both are: the others are told now, not a round later
     wait_until(rec.hurry.is_set, 5, interval=0.01, what="the controller to be hurried")
+    wait_until(lambda: not rec._watching, 5, interval=0.01, what="the watch to end")
     rec.tick()
     w = json.loads(world_file(rec.job_dir(job)).read_text())
     assert (w["generation"], w["world_size"]) == (1, 4)
@@ -245,3 +246,20 @@ def test_spares_fit_in_the_memory_left_on_rank_zeros_node_and_hold_it(sessions, 
     assert load_job(sessions, late).state == "queued"  # 1,994 MiB left: the spare holds the rest
     rec.tick()
     assert rec.executor.spares[job] == 1  # its own spare does not count against it
+
+
+def test_a_grow_whose_joiners_never_get_ready_falls_back_and_stops_watching_them(
+        sessions, world, rec, tmp_path, clock):
+    other = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    job = submit(sessions, world.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    clock.t = time.time() + 1
+    mark_resizable(rec, job)
+    rec.executor.finish(other, {0: 0, 1: 0})
+    rec.tick()  # grows in place: joiners started, watched until they are ready
+    assert job in rec._watching and not rec.hurry.is_set()
+    clock.t += IN_PLACE_TIMEOUT_S + 1
+    rec.tick()
+    assert load_job(sessions, job).state == "resizing"  # back to the checkpoint restart
+    assert job not in rec._watching and not rec.hurry.is_set()

@@ -130,6 +130,7 @@ class JobController:
         self.last_round_ms = 0.0
         self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
         self.hurry = threading.Event()  # set when a grow's new workers are ready: the next round tells the others
+        self._watching: dict[int, threading.Event] = {}  # job -> set to end the watch on its joiners
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
     def job_dir(self, job_id: int) -> Path:
@@ -436,21 +437,32 @@ class JobController:
                 job = s.get(Job, job_id)
                 self._fall_back(s, job, f"its new workers could not start ({exc})")
             return
-        self._watch_joiners(self.job_dir(job_id) / "checkpoints", [w.rank for w in workers])
+        self._watch_joiners(job_id, [w.rank for w in workers])
 
-    def _watch_joiners(self, ckpt: Path, ranks: list[int]) -> None:
+    def _watch_joiners(self, job_id: int, ranks: list[int]) -> None:
         """Hurry the next round once the joiners are ready, so that the running workers are
         told at once rather than up to a round later (0.5 s: half a ResNet-50 grow from a warm
-        spare on CPU). A thread that only looks at files, for as long as a switch may take."""
+        spare on CPU). A thread that only looks at files, until they are ready, the resize
+        ends another way (_stop_watching), or a switch could take no longer."""
+        ckpt, done = self.job_dir(job_id) / "checkpoints", threading.Event()
+        self._stop_watching(job_id)
+        self._watching[job_id] = done
+
         def watch() -> None:
             deadline = time.monotonic() + IN_PLACE_TIMEOUT_S
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not done.wait(JOINER_POLL_S):
                 if joiners_ready(ckpt, ranks):
                     self.hurry.set()
-                    return
-                time.sleep(JOINER_POLL_S)
+                    break
+            if self._watching.get(job_id) is done:  # not a later grow's watch
+                del self._watching[job_id]
 
-        threading.Thread(target=watch, name=f"joiners-{ckpt.parent.name}", daemon=True).start()
+        threading.Thread(target=watch, name=f"joiners-{job_id}", daemon=True).start()
+
+    def _stop_watching(self, job_id: int) -> None:
+        done = self._watching.pop(job_id, None)
+        if done is not None:
+            done.set()
 
     def _follow_resize(self, s: Session, job: Job, status: ExecStatus) -> None:
         """A running job's in-place resize: done once rank 0 acknowledged a step at the new
@@ -460,9 +472,11 @@ class JobController:
         if job.stopping:  # preempted or cancelled meanwhile: it restarts (at the new size) anyway
             alloc.pop("resize")
             job.allocation = alloc
+            self._stop_watching(job.id)
             return
         ckpt = self.job_dir(job.id) / "checkpoints"
         if pending.get("world") and joiners_ready(ckpt, pending["joiners"]):
+            self._stop_watching(job.id)
             write_world(self.job_dir(job.id), pending.pop("world"))  # now the running workers switch
             alloc["resize"] = pending
             job.allocation = alloc
@@ -492,6 +506,7 @@ class JobController:
         alloc = dict(job.allocation or {})
         pending = alloc.pop("resize", None)
         job.allocation = alloc
+        self._stop_watching(job.id)
         if pending is None or job.stopping:
             return
         job.state, job.resize_to = JobState.RESIZING, pending["to"]
