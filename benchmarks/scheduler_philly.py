@@ -17,10 +17,14 @@ Runs:
 - ``deeppod``: today's policy (least attained service within each tenant and, on GPUs
   beyond the guarantees, across tenants: the plan's ``surplus: service``);
 - ``deeppod+elastic0.3``: the same with 30% of jobs elastic, resized in place;
+- ``before+elastic0.3``: the policy as it was on that same workload (its elastic jobs
+  resized by restart): the baseline for the elastic row's guarantee and JCT figures;
 - ``static``: hard partitions, one per tenant.
 
 Prints the table and the ratios; writes benchmarks/results/philly-TAG-NODESx8.json and
-docs/figures/philly-shares-TAG-NODESx8.png.
+docs/figures/philly-shares-TAG-NODESx8.png. With ``--runs`` naming some of the runs, only
+their rows of an existing results file are replaced (the simulator is deterministic: the
+same code and trace give the same figures).
 """
 
 from __future__ import annotations
@@ -36,12 +40,15 @@ from deeppod.scheduler.simulator import SimConfig, Simulator, load_trace, plot_s
 from deeppod.scheduler.snapshot import Config
 
 ROOT = Path(__file__).resolve().parents[1]
+# the policy as it was before least attained service (issue 17), resizes by restart
+BEFORE = {"las_thresholds": (), "defragment": False, "earmark_free": False, "las_across_tenants": False,
+          "surplus": "share"}
 RUNS = {  # label: (policy, elastic fraction, simulator settings, policy settings)
     "fifo": ("fifo", 0.0, {}, {}),
-    "before": ("deeppod", 0.0, {"in_place": False}, {"las_thresholds": (), "defragment": False, "earmark_free": False,
-                                                      "las_across_tenants": False, "surplus": "share"}),
+    "before": ("deeppod", 0.0, {"in_place": False}, BEFORE),
     "deeppod": ("deeppod", 0.0, {}, {}),
     "deeppod+elastic0.3": ("deeppod", 0.3, {}, {}),
+    "before+elastic0.3": ("deeppod", 0.3, {"in_place": False}, BEFORE),
     "static": ("static", 0.0, {}, {}),
 }
 COLUMNS = ["utilization_during_backlog", "backlog_hours", "jct_avg_h", "jct_p50_h", "jct_p95_h", "queue_delay_avg_h",
@@ -77,11 +84,15 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         results = list(pool.map(run, jobs))
     for n in a.nodes:
-        rs = sorted((r for r in results if r["cluster"]["nodes"] == n), key=lambda r: list(RUNS).index(r["label"]))
+        out = ROOT / "benchmarks" / "results" / f"philly-{tag}-{n}x8.json"
+        new = [r for r in results if r["cluster"]["nodes"] == n]
+        kept = [r for r in (json.loads(out.read_text()) if out.exists() else [])
+                if r["label"] in RUNS and r["label"] not in a.runs]
+        rs = sorted(new + kept, key=lambda r: list(RUNS).index(r["label"]))
         summary = [{k: v for k, v in r.items() if k != "share_samples"} for r in rs]  # the plot shows those
-        (ROOT / "benchmarks" / "results" / f"philly-{tag}-{n}x8.json").write_text(json.dumps(summary, indent=1))
-        shown = [r for r in rs if r["label"] in ("fifo", "before", "deeppod")]
-        if shown:
+        out.write_text(json.dumps(summary, indent=1))
+        shown = [r for r in new if r["label"] in ("fifo", "before", "deeppod")]
+        if len(shown) == 3:
             plot_shares(shown, ROOT / "docs" / "figures" / f"philly-shares-{tag}-{n}x8.png")
         print(f"\n## Philly {a.week or tag}, {n} nodes x 8 GPUs = {n * 8} GPUs, {rs[0]['jobs']} jobs")
         print("| metric | " + " | ".join(r["label"] for r in rs) + " |")
@@ -89,9 +100,9 @@ def main() -> None:
         for c in COLUMNS:
             print(f"| {c} | " + " | ".join(str(r[c]) for r in rs) + " |")
         by = {r["label"]: r for r in rs}
-        for label in ("deeppod", "deeppod+elastic0.3"):
+        for label, before in (("deeppod", "before"), ("deeppod+elastic0.3", "before+elastic0.3")):
             d = by.get(label)
-            for base in ("fifo", "before"):
+            for base in ("fifo", before):
                 b = by.get(base)
                 if d and b:
                     print(f"ratio average JCT {label}/{base}: {d['jct_avg_h'] / b['jct_avg_h']:.2f}x "
