@@ -12,7 +12,10 @@ the figures are the median over rounds. Aims (issue 18): the platform path at >=
 direct replica at c=8 and c=32, and its p99 at c=1 within 5 ms of plain FastAPI's.
 
     python benchmarks/infer_throughput.py [--model mobilenet_v3_small] [--concurrency 1,8,32]
-        [--duration 15] [--rounds 4] [--cpus-per-replica 2] [--ray-python PATH] [--out FILE]
+        [--duration 15] [--rounds 4] [--cpus-per-replica 1] [--ray-python PATH] [--out FILE]
+
+``--cpus-per-replica`` defaults to what ``deeppod deploy`` gives a replica (1 CPU); Ray Serve's
+replica gets as many (``num_cpus``), plain FastAPI torch's default threads (every core).
 """
 
 from __future__ import annotations
@@ -120,7 +123,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mobilenet_v3_small")
     ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--cpus-per-replica", type=float, default=float(os.cpu_count() or 1))
+    ap.add_argument("--cpus-per-replica", type=float, default=1.0,
+                    help="CPUs of the DeepPod and Ray Serve replicas (default: deeppod deploy's, 1)")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
     ap.add_argument("--concurrency", default="1,8,32")
