@@ -126,6 +126,7 @@ def main() -> None:
         print(f"one replica, no traffic:                  {rows['replica_idle']:6.2f}% of a core")
     finally:
         server.stop()
+        server.end_jobs()  # the deployment's replica outlives the server otherwise
     for k in ("control_plane_idle", "control_plane_deployed"):
         aim = 1.0 if k == "control_plane_idle" else 2.0
         print(f"{k}: {rows[k]:.2f}% (aim < {aim}%), {rows[k] / max(rows['plain_fastapi_idle'], 0.01):.1f}x "

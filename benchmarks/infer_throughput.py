@@ -198,6 +198,7 @@ def main() -> None:
         if plain is not None:
             plain.close()
         server.stop()
+        server.end_jobs()  # the deployment's replica outlives the server otherwise
 
     for s_, per in runs.items():  # CPU per request, median over rounds
         for c, rows in per.items():

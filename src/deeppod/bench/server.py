@@ -3,6 +3,7 @@ run as the caller (single-user isolation), started and stopped by PID."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,27 @@ class Server:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+    def end_jobs(self, grace: float = 30.0) -> int:
+        """End what the server's jobs left running (a deployment's replicas, say): jobs outlive
+        their server by design, a benchmark's must not outlive the benchmark. Each job's
+        supervisor is stopped as the executor stops it (SIGTERM, then the job's grace).
+        Returns how many were still running."""
+        from deeppod.executor.local import LocalExecutor
+
+        ex, handles = LocalExecutor(), []
+        for f in sorted((self.home / "jobs").glob("*/supervisor.json")):
+            try:
+                handles.append({"kind": "local", "job_dir": str(f.parent), **json.loads(f.read_text())})
+            except (OSError, ValueError):
+                continue  # it had not started, or was cleaned up
+        running = [h for h in handles if not ex.poll(h).finished]
+        for h in running:
+            ex.terminate(h)
+        deadline = time.monotonic() + grace
+        while any(not ex.poll(h).finished for h in running) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return len(running)
 
     @property
     def admin_token(self) -> str:
