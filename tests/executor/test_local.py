@@ -244,20 +244,30 @@ def test_a_stop_takes_the_spares_with_it(tmp_path, spare_job):
     wait_until(lambda: process_start_time(pid) is None, 30, what="the spare's process to end")
 
 
-def test_a_spare_still_starting_is_handed_the_worker_and_runs_it_once_it_parks(tmp_path, spare_job):
-    ex, h, env, ckpt = spare_job
-    (tmp_path / "w.py").write_text("import os, time\nif os.environ.get('DEEPPOD_SPARE'):\n    time.sleep(3)  # still "
-                                   "importing\n" + textwrap.dedent(SPARE_JOB))
+def start_one_spare(tmp_path, ex, h, prelude: str) -> int:
+    """A spare whose script runs ``prelude`` (under DEEPPOD_SPARE) before SPARE_JOB: its pid."""
+    (tmp_path / "w.py").write_text(f"import os, sys, time\nif os.environ.get('DEEPPOD_SPARE'):\n    {prelude}\n"
+                                   + textwrap.dedent(SPARE_JOB))
     ex.keep_spares(h, 1)
     wait_until((tmp_path / "job/logs/spare-0.log").exists, 30, what="the spare to start")
-    spare_pid = json.loads((tmp_path / "job/workers.json").read_text())["spare-0"]
-    assert not (ckpt / ".spare-parked-0").exists()
+    return json.loads((tmp_path / "job/workers.json").read_text())["spare-0"]
+
+
+def grow_to_rank_1(tmp_path, ex, h, env) -> str:
+    """Add rank 1 and wait until it runs: its log."""
     ex.add_workers(h, [WorkerSpec(1, "n", {**env, "RANK": "1"})], 1)
     log = tmp_path / "job/logs/rank-1.log"
     wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 60, what="rank 1 to run")
+    return log.read_text()
+
+
+def test_a_spare_still_starting_is_handed_the_worker_and_runs_it_once_it_parks(tmp_path, spare_job):
+    ex, h, env, ckpt = spare_job
+    spare_pid = start_one_spare(tmp_path, ex, h, "time.sleep(3)  # still importing")
+    assert not (ckpt / ".spare-parked-0").exists()
     # no second process beside it: the spare, further along, became rank 1 when it parked
-    assert log.read_text() == (f"deeppod: rank 1 starts from spare still starting 0 (pid {spare_pid})\n"
-                               f"rank 1 pid {spare_pid}\n")
+    assert grow_to_rank_1(tmp_path, ex, h, env) == (f"deeppod: rank 1 starts from spare still starting 0 "
+                                                    f"(pid {spare_pid})\nrank 1 pid {spare_pid}\n")
     workers = json.loads((tmp_path / "job/workers.json").read_text())
     assert workers["1"] == spare_pid and "spare-0" not in workers
     (tmp_path / "done").write_text("")
@@ -267,15 +277,8 @@ def test_a_spare_still_starting_is_handed_the_worker_and_runs_it_once_it_parks(t
 
 def test_a_spare_that_dies_while_starting_is_not_handed_a_worker(tmp_path, spare_job):
     ex, h, env, ckpt = spare_job
-    (tmp_path / "w.py").write_text("import os, sys\nif os.environ.get('DEEPPOD_SPARE'):\n    sys.exit(3)  # its "
-                                   "imports failed\n" + textwrap.dedent(SPARE_JOB))
-    ex.keep_spares(h, 1)
-    wait_until((tmp_path / "job/logs/spare-0.log").exists, 30, what="the spare to start")
-    spare_pid = json.loads((tmp_path / "job/workers.json").read_text())["spare-0"]
+    spare_pid = start_one_spare(tmp_path, ex, h, "sys.exit(3)  # its imports failed")
     wait_until(lambda: process_start_time(spare_pid) is None, 30, what="the spare to exit")
-    ex.add_workers(h, [WorkerSpec(1, "n", {**env, "RANK": "1"})], 1)
-    log = tmp_path / "job/logs/rank-1.log"
-    wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 60, what="rank 1 to run")
-    assert "spare" not in log.read_text()  # started cold
+    assert "spare" not in grow_to_rank_1(tmp_path, ex, h, env)  # started cold
     (tmp_path / "done").write_text("")
     assert finished(ex, h).exit_codes == {0: 0, 1: 0}
