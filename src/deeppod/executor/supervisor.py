@@ -101,6 +101,16 @@ def spare_env(worker_env: dict[str, str], n: int) -> dict[str, str]:
     return env
 
 
+def _heard(sock: socket.socket) -> bytes | None:
+    """What a spare said on its socket ("parked"), b"" once it hung up, None while it says nothing."""
+    try:
+        return sock.recv(64, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
 class Supervisor:
     """``ranks``/``part``: on a cluster, the workers of one node (part N of the job), which
     write ``result-N.json``, die with the node agent that started them, and stop when
@@ -222,14 +232,8 @@ class Supervisor:
 
     def _parked(self, n: int) -> bool:
         """Whether spare N said it waits in runtime.init() (runtime/spare.py), its imports done."""
-        if n not in self._said_parked:
-            try:
-                if self.spares[n][1].recv(64, socket.MSG_DONTWAIT).startswith(b"parked"):
-                    self._said_parked.add(n)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                return False
+        if n not in self._said_parked and (_heard(self.spares[n][1]) or b"").startswith(b"parked"):
+            self._said_parked.add(n)
         return n in self._said_parked
 
     def _hand_to_spare(self, rank: int, env: dict[str, str], log) -> bool:
@@ -264,15 +268,7 @@ class Supervisor:
         """Close our end of a handed spare's socket once it has said "parked" (it read its
         place right after), hung up, or exited."""
         for rank, sock in list(self._handed.items()):
-            done = everything or self.procs[rank].poll() is not None
-            if not done:
-                try:
-                    done = sock.recv(64, socket.MSG_DONTWAIT) is not None  # "parked", or b"" when it hung up
-                except (BlockingIOError, InterruptedError):
-                    pass
-                except OSError:
-                    done = True
-            if done:
+            if everything or self.procs[rank].poll() is not None or _heard(sock) is not None:
                 sock.close()
                 del self._handed[rank]
 
