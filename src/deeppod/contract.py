@@ -63,6 +63,8 @@ ENV_API_URL = "DEEPPOD_API_URL"
 ENV_TOKEN = "DEEPPOD_TOKEN"  # reaches only its own job's routes; revoked when the job ends
 ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certificate with (when it is not a public CA's)
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
+# seconds between the SIGTERM of a stop and the SIGKILL: how long the job has to checkpoint
+ENV_GRACE = "DEEPPOD_GRACE_SECONDS"
 # in-place resize (runtime/resize.py): the control plane's word on the job's world (JSON,
 # read-only to the job), the generation a worker was started in, and "1" on a worker that
 # joins a running job; the runtime answers in WORLD_ACK (in the checkpoint folder)
@@ -195,6 +197,7 @@ def worker_env(
     token: str,
     restart_count: int = 0,
     params: dict | None = None,
+    grace_seconds: float | None = None,
 ) -> dict[str, str]:
     env = dict(base)
     env.update(user_env)
@@ -224,6 +227,8 @@ def worker_env(
         ENV_TOKEN: token,
         ENV_RESTART_COUNT: str(restart_count),
     })
+    if grace_seconds is not None:
+        env[ENV_GRACE] = f"{grace_seconds:g}"
     return env
 
 

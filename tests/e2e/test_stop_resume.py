@@ -103,3 +103,26 @@ def test_a_reclaimed_trainer_checkpoints_and_resumes_at_that_step(fresh_server, 
     wait_until(lambda: "resuming at epoch" in log_of(b, job_id), 120, what="the borrower to resume")
     assert step_in(log_of(b, job_id), "resuming at epoch ") == step
     assert b.wait(job_id, 600)["state"] == "succeeded"
+
+
+def test_a_stop_during_a_step_longer_than_the_grace_keeps_the_last_completed_step(fresh_server, tmp_path):
+    """The defaults a new user gets (--model auto, the images' own size, 2 loader workers), a step
+    slower than the grace: the stop still ends with a checkpoint, not a SIGKILL."""
+    fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "6"}
+    server = fresh_server.start()
+    env = cli_env(server, server.admin_token, tmp_path)
+    cli(env, "data", "ingest", "digits", str(write_digits(tmp_path / "digits")), "--split", "val=0.2")
+    out = cli(env, "train", "image-classifier", "--dataset", "digits", "--batch-size", "32", "--step-delay", "15",
+              cwd=tmp_path)
+    job_id = int(out.split()[1])
+    c = Client(server.url, server.admin_token)
+    wait_until(lambda: last_step(c, job_id) >= 1, 180, what="a first (slow) step")
+    assert "auto: model small-cnn (CPU only" in log_of(c, job_id)  # and the digits' 8 px images at 16
+    cli(env, "stop", str(job_id))
+    job = c.wait(job_id, timeout=60)
+    log = log_of(c, job_id)
+    assert job["state"] == "stopped", (job, log[-2000:])
+    assert "saving the last completed step" in log, log[-2000:]
+    assert job["exit_codes"] == {"0": 75}, (job, log[-2000:])  # not SIGKILLed at the grace's end
+    assert job["reason"].startswith("stopped by admin; checkpoint saved at step "), job["reason"]
+    assert int(job["reason"].split()[-1]) >= 1

@@ -24,14 +24,16 @@ def train_image_classifier(
     ctx: typer.Context,
     data: Annotated[Optional[Path], typer.Option(help="class-per-folder image directory")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
-    model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...) or small-cnn")] = "resnet18",
+    model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...), small-cnn, or auto: "
+                                            "resnet18 on a GPU, small-cnn on CPU")] = "auto",
     epochs: int = 10,
     batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
     lr: float = 0.1,
     optimizer: Annotated[str, typer.Option(help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
-    image_size: Annotated[int, typer.Option(help="input size in pixels (square crops)")] = 224,
+    image_size: Annotated[Optional[int], typer.Option(
+        help="input size in pixels, square (default: the images' own, 16 to 224)", show_default=False)] = None,
     register: Annotated[Optional[str], typer.Option(
         help="register the trained model as a new version of model NAME when training ends")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
@@ -52,12 +54,13 @@ def train_image_classifier(
     source = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
     args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
             "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
-            "--image-size", str(image_size), *(["--register", register] if register else []), *ctx.args]
+            *(["--image-size", str(image_size)] if image_size else []), *(["--register", register] if register else []),
+            *ctx.args]
     check_args(args, model)
     command = image_classifier(args)
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     low, high = parse_workers(workers)
-    job = c.submit(command, name=name or f"train-{model}", workers=low, max_workers=high,
+    job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, own_folder=True,
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                    datasets=[dataset] if dataset else None)

@@ -584,7 +584,8 @@ class JobController:
         job_dir = self.job_dir(job.id)
         env = worker_env(self.base_env, {**job.env, **staged}, job_id=job.id,
                          checkpoint_dir=str(job_dir / "checkpoints"), api_url=self.api_url, token=token,
-                         restart_count=job.restart_count, params=job.params, **where)
+                         restart_count=job.restart_count, params=job.params,
+                         grace_seconds=job.grace_seconds, **where)
         if self.ca_cert:
             env[ENV_CA_CERT] = self.ca_cert
         env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})

@@ -30,6 +30,7 @@ _EXPORTS = {
     "should_stop": "deeppod.runtime.stop",
     "request_stop": "deeppod.runtime.stop",
     "exit_for_resume": "deeppod.runtime.stop",
+    "StopGuard": "deeppod.runtime.stop",
     "Reporter": "deeppod.runtime.metrics",
     "report": "deeppod.runtime.metrics",
     "report_histograms": "deeppod.runtime.metrics",

@@ -5,12 +5,16 @@ with :data:`EXIT_RESUME`, which tells DeepPod "preempted, resume me" rather than
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
+import traceback
 from contextlib import contextmanager
+from pathlib import Path
 
-from deeppod.contract import EXIT_RESUME
+from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, EXIT_RESUME
 
 _requested = threading.Event()
 _reason: list[str] = []
@@ -75,6 +79,101 @@ def exit_for_resume() -> None:
         except Exception:  # noqa: BLE001 - a peer may already be gone; we are exiting anyway
             pass
     sys.exit(EXIT_RESUME)
+
+
+def grace_seconds() -> float:
+    """The time between a stop's SIGTERM and its SIGKILL (DEEPPOD_GRACE_SECONDS; 30 s outside DeepPod)."""
+    try:
+        return max(0.0, float(os.environ.get(ENV_GRACE, "30")))
+    except ValueError:
+        return 30.0
+
+
+class StopGuard:
+    """Saves the last completed step when a stop finds the training loop busy for longer than
+    it can wait: a step slower than the grace, an evaluation, a loader starting up.
+
+    The loop changes its state (optimizer step, step counter, sampler) only inside ``with
+    guard:``, so outside it the state is that of the last completed step. When a stop comes,
+    the guard gives the loop ``budget`` seconds (40% of the grace) to reach its own stop path
+    (which calls :meth:`handled` and saves); if it has not, the guard waits for the update in
+    progress, if any, calls ``save`` itself (rank 0 writes; other ranks wait for that file)
+    and the process exits with :data:`EXIT_RESUME`, well inside the grace.
+    """
+
+    def __init__(self, save, *, rank: int | None = None, grace: float | None = None,
+                 checkpoint_dir: str | os.PathLike | None = None, before_exit=None):
+        self._save, self._before_exit = save, before_exit
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.grace = grace_seconds() if grace is None else grace
+        self.budget = max(0.2, 0.4 * self.grace)
+        folder = checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR)
+        self._folder = Path(folder) if folder else None
+        self._lock = threading.RLock()
+        self._handled = threading.Event()
+        self._saving = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="deeppod-stop-guard", daemon=True)
+        self._thread.start()
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def handled(self) -> None:
+        """The loop reached its own stop path: the guard stands down (call it inside ``with guard``)."""
+        self._handled.set()
+
+    def close(self) -> None:
+        """The loop is done (or the guard is no longer wanted): a later stop is not its business."""
+        self._handled.set()
+
+    def settle(self) -> None:
+        """Wait for a save the guard has begun (call on the way out, e.g. in ``finally``), so the
+        loop's own failure (a peer gone) cannot end the process mid-write."""
+        if self._saving.is_set():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        _requested.wait()
+        stopped_at = time.time()
+        if self._handled.wait(self.budget):
+            return
+        with self._lock:  # waits for an update in progress: the state is a completed step's
+            if self._handled.is_set():
+                return
+            self._handled.set()
+            self._saving.set()
+            print(f"the stop found the loop busy for {self.budget:.1f} s: saving the last completed step "
+                  f"instead of waiting for it", file=sys.stderr, flush=True)
+            code = EXIT_RESUME
+            try:
+                if self.rank == 0:
+                    self._save()
+                else:
+                    self._wait_for_save(stopped_at)
+                if self._before_exit is not None:
+                    self._before_exit()
+            except BaseException:  # noqa: BLE001 - say why, and end as a failure to save
+                traceback.print_exc()
+                code = 1
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(code)  # the main thread is inside a step: it cannot be asked to return
+
+    def _wait_for_save(self, since: float) -> None:
+        """Another rank: until rank 0's checkpoint after the stop is on disk (or the grace ends)."""
+        deadline = since + self.grace
+        while self._folder is not None and time.time() < deadline:
+            try:
+                if any(e.stat().st_mtime >= since - 1.0 for e in os.scandir(self._folder)
+                       if not e.name.startswith(".") and not e.name.endswith(".tmp")):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
 
 
 def loader_worker_init(worker_id: int = 0) -> None:

@@ -8,6 +8,7 @@ import io
 import sys
 
 from deeppod.errors import InvalidRequest
+from deeppod.runtime.trainers.models import NAMES
 
 MODULE = "deeppod.runtime.trainers.image_classifier"
 
@@ -29,12 +30,8 @@ def check_args(args: list[str], model: str) -> None:
         why = said.getvalue().strip().splitlines()[-1:] or ["invalid options"]
         raise InvalidRequest(f"the trainer refuses these options: {why[0].removeprefix('image_classifier.py: ')}"
                              ) from None
-    try:
-        names = trainer.model_names()
-    except ImportError:  # a client without torchvision: the trainer checks it on the cluster
-        return
-    if model not in names:
-        close = [n for n in names if n.startswith(model[:4])][:8]
-        raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use small-cnn or a torchvision "
-                             f"classification model ({', '.join(close or names[:12])}, ...; "
-                             f"{len(names)} in all)")
+    if model not in NAMES:  # from a list: importing torchvision to ask it takes seconds
+        close = [n for n in NAMES if n.startswith(model[:4])][:8]
+        raise InvalidRequest(f"--model {model!r} is not a model the trainer knows: use auto (resnet18 on a GPU, "
+                             f"small-cnn on CPU), small-cnn or a torchvision classification model "
+                             f"({', '.join(close or NAMES[2:14])}, ...; {len(NAMES)} in all)")

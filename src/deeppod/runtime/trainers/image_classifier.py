@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from deeppod.contract import ENV_JOB_ID, ENV_JOINING
+from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_JOB_ID, ENV_JOINING
+from deeppod.runtime.trainers.models import AUTO, SMALL_CNN, TORCHVISION
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
@@ -37,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="datasets: RandomResizedCrop's smallest area fraction (ImageNet recipes use 0.08)")
     p.add_argument("--no-hflip", dest="hflip", action="store_false",
                    help="datasets: no random horizontal flips (digits, text: mirrored is another class)")
-    p.add_argument("--model", default="resnet18", help="a torchvision classification model, or 'small-cnn'")
+    p.add_argument("--model", default=AUTO, help="a torchvision classification model, 'small-cnn', or 'auto': "
+                                             "resnet18 where the worker has a GPU, small-cnn on CPU")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128, help="global batch at --base-workers workers")
     p.add_argument("--base-workers", type=int, default=None, help="world size the batch and LR are set for "
@@ -49,7 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--lr-schedule", choices=SCHEDULES, default="cosine")
     p.add_argument("--warmup-epochs", type=float, default=0.0)
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--image-size", type=int, default=0,
+                   help="input size in pixels (default: the images' own, from 16 up to 224)")
     p.add_argument("--val-fraction", type=float, default=0.2)
     p.add_argument("--finetune-from", default=None, help="a model artifact folder of an earlier job")
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto")
@@ -155,17 +158,68 @@ def transforms(size: int, train: bool):
 
 # -- model -----------------------------------------------------------------------------
 
-def model_names() -> list[str]:
-    """What --model takes: torchvision's classification models and 'small-cnn'."""
-    import torchvision
+MIN_SIZE, MAX_SIZE = 16, 224
+CHOICES_FILE = ".trainer-choices.json"  # in the checkpoint folder: what 'auto' chose, kept across restarts
 
-    return ["small-cnn", *torchvision.models.list_models(module=torchvision.models)]
+
+def native_size(sizes) -> int:
+    """The input size that follows the images: the median of their longer sides, between
+    MIN_SIZE and MAX_SIZE (32-px images train at 32, not upsampled to 224; photos at 224)."""
+    sides = sorted(max(w, h) for w, h in sizes)
+    if not sides:
+        return MAX_SIZE
+    return max(MIN_SIZE, min(MAX_SIZE, sides[len(sides) // 2]))
+
+
+def _sample(n: int, k: int = 64) -> list[int]:
+    return list(range(n)) if n <= k else [i * n // k for i in range(k)]
+
+
+def folder_sizes(items) -> list[tuple[int, int]]:
+    from PIL import Image
+
+    out = []
+    for i in _sample(len(items)):
+        with contextlib.suppress(OSError), Image.open(items[i][0]) as im:  # the header only
+            out.append(im.size)
+    return out
+
+
+def resolve_auto(args, sizes, cuda: bool) -> None:
+    """Fill in what was left to the trainer (--model auto, --image-size 0), the same way on
+    every worker and every restart: the first run's choice is kept in the checkpoint folder,
+    so a job resumed on other hardware still loads its checkpoint into the same model."""
+    folder = os.environ.get(ENV_CHECKPOINT_DIR)
+    chosen_file = Path(folder) / CHOICES_FILE if folder else None
+    chosen = {}
+    if chosen_file is not None and chosen_file.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            chosen = json.loads(chosen_file.read_text())
+    said = []
+    if args.model == AUTO:
+        args.model = chosen.get("model") or ("resnet18" if cuda else SMALL_CNN)
+        said.append(f"model {args.model} ({'a GPU' if cuda else 'CPU only'}; --model to choose)")
+    if not args.image_size:
+        args.image_size = int(chosen.get("image_size") or native_size(sizes()))
+        said.append(f"image size {args.image_size} px (the images'; --image-size to choose)")
+    if said and int(os.environ.get("RANK", 0)) == 0:
+        print("auto: " + ", ".join(said), flush=True)
+        if chosen_file is not None and not chosen:
+            with contextlib.suppress(OSError):
+                tmp = chosen_file.with_name(f".{chosen_file.name}.tmp")
+                tmp.write_text(json.dumps({"model": args.model, "image_size": args.image_size}))
+                os.replace(tmp, chosen_file)
+
+
+def model_names() -> list[str]:
+    """What --model takes: 'small-cnn' and torchvision's classification models."""
+    return [SMALL_CNN, *TORCHVISION]
 
 
 def build_model(name: str, num_classes: int):
     import torch
 
-    if name == "small-cnn":
+    if name == SMALL_CNN:
         return torch.nn.Sequential(
             torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -215,7 +269,7 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     version_dir = dataset_dir(args)
-    if args.model != "small-cnn" or version_dir is None:
+    if args.model != SMALL_CNN or version_dir is None:
         import torchvision  # noqa: F401 - models, a folder's transforms: a second a warm spare spends before it parks
     if args.loader_workers:
         from PIL import Image  # noqa: F401 - what the loader workers decode with
@@ -226,14 +280,20 @@ def main(argv=None) -> int:
     # init until a grow needs it) has them ready, and a grow does not wait for them.
     torch.manual_seed(args.seed)
     if version_dir is not None:
-        from deeppod.runtime.data import ImageDataset
+        from deeppod.runtime.data import ImageDataset, ShardReader
 
+        def sizes():
+            reader = ShardReader(version_dir, "train")
+            return [wh for wh in (reader.size(i) for i in _sample(len(reader))) if wh[0]]  # 0: not indexed
+
+        resolve_auto(args, sizes, torch.cuda.is_available())
         train_set = ImageDataset(version_dir, "train", size=args.image_size, train=True, seed=args.seed,
                                  scale=(args.min_crop, 1.0), flip=args.hflip)
         val_set = ImageDataset(version_dir, "val", size=args.image_size, train=False)
         classes, train_items, val_items = train_set.classes, range(len(train_set)), val_set
     else:
         classes, items = scan(Path(args.data))
+        resolve_auto(args, lambda: folder_sizes(items), torch.cuda.is_available())
         train_items, val_items = split(items, args.val_fraction)
         train_set = ImageList(train_items, transforms(args.image_size, True))
     model = build_model(args.model, len(classes))
@@ -292,114 +352,130 @@ def main(argv=None) -> int:
     loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
     activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
 
-    def save():
-        ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
-                  extra={"base_world": base_world, "classes": classes})
+    def save(blocking=None):
+        with guard:  # the state of a completed step, never one half-updated
+            ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
+                      extra={"base_world": base_world, "classes": classes}, blocking=blocking)
 
-    acc = None  # validation accuracy of the final model
-    while epoch < args.epochs:
-        sampler.set_epoch(epoch)
-        order = list(sampler)
-        # steps every worker takes in this pass: only on those may they all meet in a collective
-        even = (sampler.n - sampler.position) // (batch * ctx.world_size)
-        event = None
-        if version_dir is not None:
-            from deeppod.runtime.data import loader as shard_loader
+    # A stop while a step, an evaluation or a loader's start-up takes longer than the grace
+    # allows: the guard saves the last completed step and exits, instead of a SIGKILL losing it.
+    guard = runtime.StopGuard(lambda: save(blocking=True), rank=ctx.rank,
+                              before_exit=lambda: rt_metrics.reporter().close())
 
-            loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
-                                  pin_memory=cuda, decode_on=decode_device(args, ctx))
-        else:
-            loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
-        record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
-            if args.record_samples else None
-        k = 0
-        loss = None  # stays None when a stop came after the epoch's last step: resumed, nothing left to train
-        ddp.train()
-        began, seen = time.perf_counter(), 0
-        join = ddp.join() if isinstance(ddp, DDP) else contextlib.nullcontext()
-        with join:
-            for x, y in loader:
-                x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
-                if x.dtype == torch.uint8:  # dataset batches: normalised here, on the device
-                    x = normalize(x, MEAN, STD)
-                if channels_last:
-                    x = x.to(memory_format=torch.channels_last)
-                for g in opt.param_groups:
-                    g["lr"] = lr * lr_factor(args, epoch + sampler.position / max(1, sampler.n))
-                with torch.autocast(ctx.device.type, enabled=amp):
-                    out = ddp(x)
-                    loss = loss_fn(out, y)
-                opt.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-                sampler.advance(batch)
-                step += 1
-                resizer.stepped()  # after the first step at a new size: tell the control plane
-                seen += len(y)
-                if record is not None:
-                    record.write(f"{epoch} {step} {' '.join(map(str, order[k * batch:(k + 1) * batch]))}\n")
-                    record.flush()
-                k += 1
-                if args.step_delay:
-                    time.sleep(args.step_delay)
-                runtime.report(step, loss=loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
-                               lr=opt.param_groups[0]["lr"], epoch=epoch + sampler.position / max(1, sampler.n),
-                               images_per_second=seen * ctx.world_size / max(1e-9, time.perf_counter() - began))
-                if activations is not None and step % args.histograms_every == 0:
-                    runtime.report_histograms(step, {**runtime.model_histograms(model), **activations.tensors()})
-                if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
-                    save()
-                if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
-                    break
-                if k <= even and k % check_every == 0:
-                    event = resizer.check()  # agrees on a stop, or on a new size, on every worker
-                    if event is not None:
+    try:
+        acc = None  # validation accuracy of the final model
+        while epoch < args.epochs:
+            sampler.set_epoch(epoch)
+            order = list(sampler)
+            # steps every worker takes in this pass: only on those may they all meet in a collective
+            even = (sampler.n - sampler.position) // (batch * ctx.world_size)
+            event = None
+            if version_dir is not None:
+                from deeppod.runtime.data import loader as shard_loader
+
+                loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
+                                      pin_memory=cuda, decode_on=decode_device(args, ctx))
+            else:
+                loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
+            record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
+                if args.record_samples else None
+            k = 0
+            loss = None  # stays None when a stop came after the epoch's last step: resumed, nothing left to train
+            ddp.train()
+            began, seen = time.perf_counter(), 0
+            join = ddp.join() if isinstance(ddp, DDP) else contextlib.nullcontext()
+            with join:
+                for x, y in loader:
+                    x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+                    if x.dtype == torch.uint8:  # dataset batches: normalised here, on the device
+                        x = normalize(x, MEAN, STD)
+                    if channels_last:
+                        x = x.to(memory_format=torch.channels_last)
+                    for g in opt.param_groups:
+                        g["lr"] = lr * lr_factor(args, epoch + sampler.position / max(1, sampler.n))
+                    with torch.autocast(ctx.device.type, enabled=amp):
+                        out = ddp(x)
+                        loss = loss_fn(out, y)
+                    opt.zero_grad(set_to_none=True)
+                    scaler.scale(loss).backward()
+                    if args.step_delay:  # tests: a slow step (its forward and backward)
+                        time.sleep(args.step_delay)
+                    with guard:  # the step's update: a stop's save waits for it, or comes before it
+                        scaler.step(opt)
+                        scaler.update()
+                        sampler.advance(batch)
+                        step += 1
+                    resizer.stepped()  # after the first step at a new size: tell the control plane
+                    seen += len(y)
+                    if record is not None:
+                        record.write(f"{epoch} {step} {' '.join(map(str, order[k * batch:(k + 1) * batch]))}\n")
+                        record.flush()
+                    k += 1
+                    runtime.report(step, loss=loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
+                                   lr=opt.param_groups[0]["lr"], epoch=epoch + sampler.position / max(1, sampler.n),
+                                   images_per_second=seen * ctx.world_size / max(1e-9, time.perf_counter() - began))
+                    if activations is not None and step % args.histograms_every == 0:
+                        runtime.report_histograms(step, {**runtime.model_histograms(model), **activations.tensors()})
+                    if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
+                        save()
+                    if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
                         break
-        if event == "resize":  # everyone left the join together, with the old group still up
-            shared.update(step=step, epoch=epoch, scaler=scaler.state_dict())
-            event = resizer.resize()  # a worker past the new size exits here
-            if event == "resized":
-                ctx = resizer.ctx
-                ddp = wrap(ctx, synced=True)
-                batch, lr = rescale(ctx.world_size)
+                    if k <= even and k % check_every == 0:
+                        event = resizer.check()  # agrees on a stop, or on a new size, on every worker
+                        if event is not None:
+                            break
+            if event == "resize":  # everyone left the join together, with the old group still up
+                shared.update(step=step, epoch=epoch, scaler=scaler.state_dict())
+                event = resizer.resize()  # a worker past the new size exits here
+                if event == "resized":
+                    ctx = resizer.ctx
+                    ddp = wrap(ctx, synced=True)
+                    batch, lr = rescale(ctx.world_size)
+                    if ctx.is_chief:
+                        print(f"resized in place to {ctx.world_size} workers in {resizer.last_switch_seconds:.2f} s: "
+                              f"per-worker batch {batch}, lr {lr:g}, {sampler.position}/{sampler.n} samples in",
+                              flush=True)
+                    continue  # the rest of the epoch, dealt to the new world
+            # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
+            stopping = runtime.should_stop()
+            if stopping or (args.max_steps and step >= args.max_steps):
+                with guard:
+                    if stopping:
+                        guard.handled()  # this path saves: the guard stands down
+                    save()
+                    ckpt.wait()
                 if ctx.is_chief:
-                    print(f"resized in place to {ctx.world_size} workers in {resizer.last_switch_seconds:.2f} s: "
-                          f"per-worker batch {batch}, lr {lr:g}, {sampler.position}/{sampler.n} samples in",
-                          flush=True)
-                continue  # the rest of the epoch, dealt to the new world
-        # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
-        if runtime.should_stop() or (args.max_steps and step >= args.max_steps):
-            save()
-            ckpt.wait()
+                    print(f"stopping at epoch {epoch} step {step} ({sampler.position}/{sampler.n} samples); "
+                          "checkpoint saved", flush=True)
+                if args.max_steps and step >= args.max_steps and not runtime.should_stop(sync=False):
+                    acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)  # done: the model is final
+                    runtime.report(step, val_accuracy=acc)
+                    break
+                rt_metrics.reporter().close()
+                runtime.exit_for_resume()
+            acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
             if ctx.is_chief:
-                print(f"stopping at epoch {epoch} step {step} ({sampler.position}/{sampler.n} samples); "
-                      "checkpoint saved", flush=True)
-            if args.max_steps and step >= args.max_steps and not runtime.should_stop(sync=False):
-                acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)  # done: the model is final
-                runtime.report(step, val_accuracy=acc)
-                break
-            rt_metrics.reporter().close()
-            runtime.exit_for_resume()
-        acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
+                print(f"epoch {epoch}: loss {'-' if loss is None else f'{loss.item():.4f}'} val_accuracy {acc:.4f} "
+                      f"({seen * ctx.world_size / max(1e-9, time.perf_counter() - began):.1f} images/s)", flush=True)
+            runtime.report(step, val_accuracy=acc)
+            with guard:
+                epoch += 1
+                sampler.set_epoch(epoch)
+            save()
+        ckpt.wait()
+        if acc is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
+            acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
+            runtime.report(step, val_accuracy=acc)
         if ctx.is_chief:
-            print(f"epoch {epoch}: loss {'-' if loss is None else f'{loss.item():.4f}'} val_accuracy {acc:.4f} "
-                  f"({seen * ctx.world_size / max(1e-9, time.perf_counter() - began):.1f} images/s)", flush=True)
-        runtime.report(step, val_accuracy=acc)
-        epoch += 1
-        sampler.set_epoch(epoch)
-        save()
-    ckpt.wait()
-    if acc is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
-        acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
-        runtime.report(step, val_accuracy=acc)
-    if ctx.is_chief:
-        out = Path(args.output) if args.output else (ctx.job_dir / "model" if ctx.job_dir else Path("model"))
-        write_artifact(model, classes, args, acc, out, crop="center" if version_dir is not None else "squash")
-        if args.register:
-            register(args.register, out)
-    _finish(ctx)
-    return 0
+            out = Path(args.output) if args.output else (ctx.job_dir / "model" if ctx.job_dir else Path("model"))
+            write_artifact(model, classes, args, acc, out, crop="center" if version_dir is not None else "squash")
+            if args.register:
+                register(args.register, out)
+        guard.close()
+        _finish(ctx)
+        return 0
+    finally:
+        guard.settle()  # a save the guard began ends before the process does
 
 
 def _finish(ctx) -> None:

@@ -26,7 +26,7 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 PAGE_SIZE = 50
 STATES = [s.value for s in JobState]
-MODELS = ("small-cnn", "resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "efficientnet_b0")
+MODELS = ("auto", "small-cnn", "resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "efficientnet_b0")
 OPTIMIZERS = ("momentum", "sgd", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "max_workers": "workers",
                  "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
@@ -107,8 +107,8 @@ def trainer_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Re
                 datasets=_dataset_choices(session, viewer))
 
 
-TRAINER_DEFAULTS = {"model": "resnet18", "epochs": "10", "batch_size": "128", "lr": "0.1", "optimizer": "momentum",
-                    "image_size": "224", "workers": "1", "max_restarts": "3", "histograms_every": "20"}
+TRAINER_DEFAULTS = {"model": "auto", "epochs": "10", "batch_size": "128", "lr": "0.1", "optimizer": "momentum",
+                    "workers": "1", "max_restarts": "3", "histograms_every": "20"}
 TRAINER_FIELDS = {"dataset": "dataset", "model": "model", "epochs": "epochs", "batch": "batch_size",
                   "lr": "lr", "optimizer": "optimizer", "image": "image_size", "worker": "workers",
                   "gpu": "gpus_per_worker", "register": "register", "histogram": "histograms_every"}
@@ -144,7 +144,7 @@ async def train(request: Request, session: SessionDep, viewer: ViewerDep) -> Res
                 trainer.check_args(args, model)
             except InvalidRequest as exc:
                 raise forms.service_error(exc, TRAINER_FIELDS) from None
-        body = {"command": trainer.image_classifier(args), "name": forms.blank_none(form.get("name")) or f"train-{model}",
+        body = {"command": trainer.image_classifier(args), "name": forms.blank_none(form.get("name")) or ("train-classifier" if model == "auto" else f"train-{model}"),
                 "workers": low, "max_workers": high, "gpus_per_worker": gpus,
                 "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
                 "datasets": [dataset] if dataset else [], "stop_rules": [{"kind": "nan", "metric": "loss"}]}

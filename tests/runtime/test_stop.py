@@ -1,0 +1,84 @@
+"""runtime.StopGuard: a stop that finds the loop in a step longer than the grace still ends
+with the last completed step saved, well inside the grace, and exit code 75."""
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from deeppod.contract import EXIT_RESUME
+
+LOOP = textwrap.dedent("""
+    import json, os, sys, time
+    from deeppod.runtime import stop
+
+    stop.install()
+    state = {"step": 0}
+    out = sys.argv[1]
+
+    def save():
+        with open(out, "w") as f:
+            json.dump(dict(state), f)
+
+    guard = stop.StopGuard(save, rank=0, grace=float(sys.argv[2]))
+    while True:
+        print(f"step {state['step']}", flush=True)
+        time.sleep(float(sys.argv[3]))  # the step's forward and backward
+        with guard:                      # its update
+            state["step"] += 1
+        if stop.should_stop():
+            with guard:
+                guard.handled()
+                state["by"] = "loop"
+                save()
+            stop.exit_for_resume()
+""")
+
+
+def run(tmp_path, grace, step_seconds, stop_after_steps):
+    out = tmp_path / "saved.json"
+    p = subprocess.Popen([sys.executable, "-c", LOOP, str(out), str(grace), str(step_seconds)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    while len(seen) <= stop_after_steps:
+        seen.append(p.stdout.readline())
+    began = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    code = p.wait(timeout=60)
+    return code, time.monotonic() - began, out.read_text(), p.stderr.read()
+
+
+def test_a_step_longer_than_the_grace_saves_the_last_completed_step(tmp_path):
+    code, took, saved, err = run(tmp_path, grace=4.0, step_seconds=60, stop_after_steps=0)
+    assert code == EXIT_RESUME, err
+    assert saved == '{"step": 0}'  # the step in progress never completed: not half of it
+    assert took < 4.0, took  # 40% of the grace, then the save: before the SIGKILL would come
+    assert "saving the last completed step" in err
+
+
+def test_a_loop_that_reaches_its_stop_path_in_time_saves_by_itself(tmp_path):
+    code, took, saved, err = run(tmp_path, grace=20.0, step_seconds=0.05, stop_after_steps=3)
+    assert code == EXIT_RESUME, err
+    assert '"by": "loop"' in saved and "saving the last completed step" not in err
+
+
+def test_another_rank_exits_once_rank_0_has_saved(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    script = textwrap.dedent("""
+        import sys, time
+        from deeppod.runtime import stop
+        stop.install()
+        guard = stop.StopGuard(lambda: None, rank=1, grace=20.0, checkpoint_dir=sys.argv[1])
+        print("ready", flush=True)
+        time.sleep(120)  # a step that will not end in time
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script, str(folder)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGTERM)
+    assert "saving the last completed step" in p.stderr.readline()  # the guard took over...
+    assert p.poll() is None  # ...and waits for rank 0's checkpoint, which is not there yet
+    (folder / "ckpt-000000000007.pt").write_bytes(b"x")
+    assert p.wait(timeout=30) == EXIT_RESUME
