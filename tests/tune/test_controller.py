@@ -28,6 +28,7 @@ class Harness:
         self.fake = FakeExecutor()
         self.restart()
         self.progress: dict[int, int] = {}
+        self.metric = "score"  # what the trials report
 
     def restart(self):
         """A new server process: new controllers and study caches, the same database and files
@@ -59,7 +60,7 @@ class Harness:
                     continue
                 k = self.progress.get(job.id, 0)
                 metrics.ingest(s, self.world.alice if job.user_id == self.world.alice.user_id else self.world.bob,
-                               job.id, [{"step": k, "metrics": {"score": curve(job.params, k)}}])
+                               job.id, [{"step": k, "metrics": {self.metric: curve(job.params, k)}}])
                 self.progress[job.id] = k + 1
                 if k + 1 >= steps:
                     artifact(self.tmp / "jobs" / str(job.id) / "model")
@@ -252,6 +253,26 @@ def test_register_puts_the_experiment_in_the_best_models_lineage(h):
         top = s.scalar(select(Trial).where(Trial.experiment_id == exp_id, Trial.number == exp.best_trial))
     assert v.lineage["experiment"] == "search" and v.lineage["trial"] == exp.best_trial
     assert v.lineage["hyperparameters"] == top.params and v.lineage["job_id"] == top.job_id
+
+
+def at_chance(params, step):
+    return 0.5  # the artifact's signature has two classes: a coin toss
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_best_model_no_better_than_chance_is_registered_only_when_forced(h, forced):
+    h.metric = "val_accuracy"
+    exp_id = h.create(trials=2, parallel=2, register="guess", metric="val_accuracy", register_at_chance=forced)
+    exp = h.run(exp_id, at_chance)
+    assert exp.state == "completed"
+    with h.sessions() as s:
+        versions = s.scalar(select(func.count()).select_from(ModelVersion))
+    if forced:
+        assert exp.registered == "guess@1" and versions == 1, exp.reason
+    else:
+        assert exp.registered is None and versions == 0
+        assert "not registered as guess: val_accuracy 0.5 is no better than chance (0.5, 1 of 2 classes)" in exp.reason
+        assert "--register-at-chance" in exp.reason
 
 
 @pytest.mark.parametrize("change, words", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
@@ -32,12 +32,13 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
     job = get_job(session, principal, job_id)
     stored = 0
     touched: set[str] = set()
+    rows: list[JobMetric] = []
     for p in points:
         step = p.get("step")
         if not isinstance(step, int) or step < 0:
             raise InvalidRequest(f"every point needs a whole-number step >= 0 (got {step!r})")
         for name, value in (p.get("metrics") or {}).items():
-            session.add(JobMetric(job_id=job.id, name=str(name)[:128], step=step, value=_number(value)))
+            rows.append(JobMetric(job_id=job.id, name=str(name)[:128], step=step, value=_number(value)))
             touched.add(str(name)[:128])
             stored += 1
         for name, h in (p.get("histograms") or {}).items():
@@ -47,6 +48,8 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
             session.add(JobHistogram(job_id=job.id, name=str(name)[:256], step=step, min=float(h.get("min", 0.0)),
                                      max=float(h.get("max", 0.0)), counts=counts))
             stored += 1
+    _supersede(session, job.id, rows)
+    session.add_all(rows)
     session.flush()
     if job.stop_reason is None and job.state in (JobState.RUNNING, JobState.QUEUED):
         reason = triggered(session, job, touched)
@@ -54,6 +57,24 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
             job.stop_reason = reason
             add_event(session, job, "stop-requested", f"{reason}; workers get SIGTERM and keep their checkpoint")
     return stored
+
+
+def _supersede(session: Session, job_id: int, rows: list[JobMetric]) -> None:
+    """A run that resumed from a checkpoint reports its steps again: from the first step it
+    reports, its values replace the earlier run's (whose work since then was lost), so a series
+    is one timeline, never a line going back in steps or two runs' values at one step."""
+    first: dict[str, int] = {}
+    for r in rows:
+        first[r.name] = min(r.step, first.get(r.name, r.step))
+    if not first:
+        return
+    stored = session.execute(select(JobMetric.name, func.max(JobMetric.step))
+                             .where(JobMetric.job_id == job_id, JobMetric.name.in_(first))
+                             .group_by(JobMetric.name)).all()
+    for name, top in stored:
+        if top >= first[name]:  # only after a restart (or a step reported twice): rare
+            session.execute(delete(JobMetric).where(JobMetric.job_id == job_id, JobMetric.name == name,
+                                                    JobMetric.step >= first[name]))
 
 
 def series(session: Session, principal: Principal, job_id: int, names: list[str] | None = None,

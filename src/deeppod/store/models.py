@@ -397,6 +397,7 @@ class Experiment(Base):
     job: Mapped[dict] = mapped_column(SealedJSON(), default=dict)  # the trial job template (its --env sealed)
     register: Mapped[str | None] = mapped_column(String(64), nullable=True)  # model name for the best trial
     registered: Mapped[str | None] = mapped_column(String(160), nullable=True)  # NAME@VERSION once registered
+    register_at_chance: Mapped[bool] = mapped_column(default=False)  # register a best model no better than chance
     best_trial: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its trial number
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -21,6 +21,7 @@ from deeppod.cluster.leader import IDLE, run_rounds
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, NotLeader
 from deeppod.jobs.service import add_event
+from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
 from deeppod.tune import service
@@ -145,7 +146,12 @@ class TuneController:
             return
         exp.best_trial = top.number
         reason = f"best: trial {top.number}, {exp.metric} {top.value:g}"
-        if exp.register and not exp.registered:
+        chance = self._chance(exp, top)
+        if exp.register and not exp.registered and chance is not None and not exp.register_at_chance:
+            reason += (f"; not registered as {exp.register}: {exp.metric} {top.value:g} is no better than chance "
+                       f"({chance:g}, 1 of {round(1 / chance)} classes): widen the search or train longer "
+                       f"(--register-at-chance registers it anyway)")
+        elif exp.register and not exp.registered:
             try:
                 with s.begin_nested():
                     exp.registered = self._register(s, exp, top)
@@ -155,6 +161,20 @@ class TuneController:
                 log.warning("experiment %s: could not register the best model: %s", exp.name, exc)
         service.finish(exp, "completed", reason)
         log.info("experiment %s completed: %s", exp.name, reason)
+
+    def _chance(self, exp: Experiment, top: Trial) -> float | None:
+        """1 / classes when the best trial's accuracy is no better than that (a model that guesses),
+        else None. Known for a classifier whose artifact names its classes and an accuracy metric."""
+        if "acc" not in exp.metric.lower() or exp.mode != "max" or top.value is None:
+            return None
+        try:
+            classes = artifacts.inspect(self.launcher.jobs_dir / str(top.job_id) / "model").signature.get("classes")
+        except (DeepPodError, OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(classes, list) or len(classes) < 2:
+            return None
+        chance = 1.0 / len(classes)
+        return chance if top.value <= chance + 1e-9 else None
 
     def _register(self, s: Session, exp: Experiment, top: Trial) -> str:
         owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))

@@ -45,6 +45,7 @@ class ExperimentRequest:
     pruner: str = "asha"
     seed: int | None = None
     register: str | None = None  # model name: the best trial's model becomes a version of it
+    register_at_chance: bool = False  # even when it is no better than guessing
 
 
 @dataclass
@@ -115,7 +116,8 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state="running",
                      metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
                      sampler=req.sampler, pruner=req.pruner, seed=req.seed,
-                     space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register)
+                     space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register,
+                     register_at_chance=req.register_at_chance)
     session.add(exp)
     session.flush()
     folder = launcher.folder(exp.id)

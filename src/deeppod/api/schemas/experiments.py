@@ -20,6 +20,8 @@ class ExperimentCreate(Strict):
     seed: int | None = None
     register_as: str | None = Field(default=None, max_length=64, alias="register",
                                     description="register the best trial's model as a new version of this model")
+    register_at_chance: bool = Field(default=False, description="register it even when its accuracy is no better "
+                                                                "than chance (1 / classes)")
     job: JobCreate = Field(description="every trial's job; {param} in the command is the trial's value")
 
 
