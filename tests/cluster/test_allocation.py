@@ -3,6 +3,8 @@ PostgreSQL: a member sees other tenants' GPUs as taken, never by which job."""
 
 from datetime import timedelta
 
+import pytest
+
 from sqlalchemy import select
 
 from deeppod.cluster.allocation import OTHERS, gpu_slots, gpus_over_time
@@ -58,5 +60,18 @@ def test_gpus_over_time_per_tenant_with_the_others_as_one_line(sessions, tmp_pat
         everyone = gpus_over_time(s, w.admin, hours=24, buckets=24)
     assert len(mine["t"]) == 24 and set(mine["tenants"]) == {"a", OTHERS}
     assert mine["tenants"]["a"][-2:] == [2, 2] and mine["tenants"]["a"][:20] == [0] * 20
-    assert sum(mine["tenants"][OTHERS]) == 1  # the 2-minute job is in exactly one hour's bucket
+    assert sum(mine["tenants"][OTHERS]) == pytest.approx(2 / 60, rel=0.01)  # 1 GPU for 2 minutes of an hour
     assert set(everyone["tenants"]) == {"a", "b"}
+
+
+def test_gpus_held_over_time_is_time_weighted_and_never_above_the_cluster(sessions, tmp_path):
+    """40 one-minute jobs one after another on one GPU in the last hour: 40 jobs touched the
+    bucket, but a mean of 40/60 GPUs was held (the sum of jobs read 40 on a 4-GPU cluster)."""
+    w = populate(sessions)
+    for i in range(40):
+        job = submit_job(sessions, w.alice, tmp_path, gpus_per_worker=1)
+        _run(sessions, job, [0], started_ago=timedelta(minutes=50 - i), ended_ago=timedelta(minutes=49 - i))
+    with sessions() as s:
+        held = gpus_over_time(s, w.admin, hours=1, buckets=1)["tenants"]["a"]
+    assert held == [pytest.approx(40 / 60, rel=0.01)]
+    assert held[0] <= 4

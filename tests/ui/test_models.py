@@ -16,14 +16,14 @@ SIG = {"classes": ["cat", "dog"], "model": "small-cnn", "dataset": "pets@2", "hy
 
 @pytest.fixture
 def pets(api, tmp_path):
-    """Model pets, v1 (lr 0.1, 0.90) and v2 (lr 0.05, 0.95), registered from artifact folders."""
-    for n, (lr, acc) in enumerate(((0.1, 0.90), (0.05, 0.95)), 1):
+    """Model pets, v1 (lr 0.1, 0.90, loss 0.3) and v2 (lr 0.05, 0.95, loss 0.2), registered from artifact folders."""
+    for n, (lr, acc, loss) in enumerate(((0.1, 0.90, 0.3), (0.05, 0.95, 0.2)), 1):
         folder = tmp_path / f"art{n}"
         folder.mkdir()
         (folder / "model.pt2").write_bytes(b"program")
         (folder / "weights.pt").write_bytes(b"weights")
         (folder / "signature.json").write_text(json.dumps({**SIG, "hyperparameters": {"lr": lr},
-                                                           "metrics": {"val_accuracy": acc}}))
+                                                           "metrics": {"val_accuracy": acc, "val_loss": loss}}))
         r = api.http.post("/v1/models/pets/versions", json={"path": str(folder)}, headers=api.as_(api.admin))
         assert r.status_code == 201, r.text
     return "pets"
@@ -37,6 +37,8 @@ def test_versions_with_metrics_lineage_and_side_by_side(api, pets):
     side = b.get("/models/pets/compare?a=1&b=2").text
     assert re.search(r'data-metric="val_accuracy"><td>val_accuracy</td><td >0.9</td><td class="better">0.95', side)
     assert re.search(r'data-param="lr"><td>lr</td><td class="differs">0.1</td><td class="differs">0.05', side)
+    # each metric is better in its own direction: the lower loss wins, not the higher
+    assert re.search(r'data-metric="val_loss"><td>val_loss</td><td >0.3</td><td class="better">0.2', side)
     assert b.get("/models/pets/compare?a=1&b=7").status_code == 404
     assert b.get("/models/pets/compare?a=1").status_code == 422
 

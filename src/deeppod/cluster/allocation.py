@@ -60,9 +60,9 @@ def gpu_slots(session: Session, principal: Principal) -> list[tuple[Node, list[G
 
 
 def gpus_over_time(session: Session, principal: Principal, hours: float = 24.0, buckets: int = 96) -> dict:
-    """GPUs held per tenant in ``buckets`` equal steps over the last ``hours`` (from each job's
-    start to its end: a job that ran, was preempted and ran again counts its whole span). A
-    member sees its own tenant and the rest as one line."""
+    """GPUs held per tenant in ``buckets`` equal steps over the last ``hours``: each bucket's
+    time-weighted mean, from each job's (last) start to its end. A member sees its own tenant
+    and the rest as one line."""
     now = utcnow()
     since = now - timedelta(hours=hours)
     step = (now - since) / buckets
@@ -77,6 +77,9 @@ def gpus_over_time(session: Session, principal: Principal, hours: float = 24.0, 
         gpus = sum(len(w["gpus"]) for w in job.placed_workers) or job.workers * job.gpus_per_worker
         end: datetime = job.ended_at or now
         for i, t in enumerate(times):
-            if job.started_at <= t and end > t - step:  # it held them during this bucket
-                series[name][i] += gpus
+            # time-weighted: the share of the bucket it held them (not 1 for any overlap, which
+            # summed many short jobs in one bucket past the cluster's size)
+            held = (min(end, t) - max(job.started_at, t - step)) / step
+            if held > 0:
+                series[name][i] += gpus * held
     return {"t": [t.timestamp() for t in times], "tenants": dict(sorted(series.items()))}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# metrics where less is better: losses, errors, distances, perplexity, time
+_LOWER = re.compile(r"loss|err|mse|mae|rmse|perplexity|latency|seconds|time|wer|cer", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -25,3 +29,16 @@ def verdict(challenger: Figures, champion: Figures) -> tuple[bool, str]:
     if a == b:
         return False, f"v{challenger.version} ties champion v{champion.version} at {a:.2%} {where}"
     return False, f"v{challenger.version} {a:.2%} is below champion v{champion.version} {b:.2%} {where}"
+
+
+def lower_is_better(metric: str) -> bool:
+    return bool(_LOWER.search(metric))
+
+
+def better_side(metric: str, a, b) -> str | None:
+    """Which of two values of ``metric`` is better, "a" or "b" (each in its own direction:
+    accuracy up, loss down); None for a tie or a value that is not a number."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if not numbers or a == b:
+        return None
+    return "a" if (a < b) == lower_is_better(metric) else "b"

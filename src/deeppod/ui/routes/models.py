@@ -15,6 +15,7 @@ from deeppod.auth.roles import check_predict
 from deeppod.deployments import service as deployments
 from deeppod.errors import InvalidRequest, NotFound, Rerender
 from deeppod.models import service as models
+from deeppod.models.compare import better_side
 from deeppod.ui import forms
 from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, fragment, page
@@ -62,8 +63,9 @@ def compare_page(request: Request, name: str, session: SessionDep, viewer: Viewe
     keys = sorted({*(va.metrics or {}), *(vb.metrics or {})})
     params = sorted({*((va.lineage or {}).get("hyperparameters") or {}), *((vb.lineage or {}).get("hyperparameters") or {})})
     evals = [e for e in models.evaluations(session, model) if e.version_id in (va.id, vb.id)]
+    better = {k: better_side(k, (va.metrics or {}).get(k), (vb.metrics or {}).get(k)) for k in keys}
     return page(request, "compare.html", model=model, a=va, b=vb, keys=keys, params=params, evaluations=evals,
-                by_id={va.id: va.version, vb.id: vb.version}, errors={})
+                better=better, by_id={va.id: va.version, vb.id: vb.version}, errors={})
 
 
 @router.post("/models/{name}/compare")
