@@ -97,3 +97,22 @@ def test_bad_dataset_addresses_get_a_page_that_says_what_to_fix(api, digits_zip,
     assert _upload(b, "digits", digits_zip).status_code == 200
     r = b.get(path)
     assert 400 <= r.status_code < 500 and "text/html" in r.headers["content-type"], (path, r.status_code)
+
+
+def test_the_search_hint_shows_only_syntax_the_search_takes(api):
+    """Every example in the catalog's hint parses (shared:yes did not: 'takes true or false'),
+    and the command it names is a real one."""
+    from typer.main import get_command
+
+    from deeppod.cli.main import app
+    from deeppod.datasets.catalog import parse
+
+    html = Browser(api, api.admin).get("/datasets").text
+    hint = re.search(r'<p class="hint">Words match.*?</p>', html).group(0)
+    codes = [c.replace("&gt;", ">").replace("&lt;", "<") for c in re.findall(r"<code>(.*?)</code>", hint)]
+    command = [c for c in codes if c.startswith("deeppod ")]
+    assert command == ["deeppod data search QUERY"]
+    assert "search" in get_command(app).commands["data"].commands
+    for example in codes:
+        if not example.startswith("deeppod "):
+            parse(example.replace("KEY=VALUE", "kind=xray").replace("TENANT", "a").replace(">N", ">2"))
