@@ -19,3 +19,40 @@ def test_the_quick_run_starts_no_servers_or_processes():
     slow = collected("-m", "slow", "tests/e2e", "tests/cli", "tests/executor", "tests/datasets/test_tiers.py")
     assert any("test_training.py" in t for t in slow) and any("test_cli.py" in t for t in slow)
     assert any("killed_midway" in t for t in slow)
+
+
+def _timeouts(node) -> list[int]:
+    """Literal ``timeout=N`` arguments in a function's body (subprocess.run, Client.wait, ...)."""
+    import ast
+
+    found = [k.value.value for call in ast.walk(node) if isinstance(call, ast.Call) for k in call.keywords
+             if k.arg == "timeout" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, (int, float))]
+    return [int(v / 1000 if v >= 10_000 else v) for v in found]  # Playwright counts milliseconds
+
+
+def _mark_timeout(node) -> int | None:
+    import ast
+
+    for d in node.decorator_list:
+        if (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "timeout"
+                and d.args and isinstance(d.args[0], ast.Constant)):
+            return int(d.args[0].value)
+    return None
+
+
+def test_no_test_waits_longer_than_pytest_lets_it_run():
+    """A test whose own wait (a subprocess's timeout, a job's) is longer than its pytest timeout
+    is killed by pytest first, with a less useful message: its mark must allow the wait."""
+    import ast
+    import tomllib
+
+    default = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
+    short = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                limit = _mark_timeout(node) or default
+                waits = _timeouts(node)
+                if waits and max(waits) > limit:
+                    short.append(f"{path.relative_to(ROOT)}::{node.name} waits {max(waits)} s, pytest allows {limit} s")
+    assert not short, "\n".join(short)

@@ -14,6 +14,7 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # its own longest wait, and a minute to report
 def test_the_api_conforms_to_its_schema(tmp_path):
     server = LiveServer(tmp_path / "home").start()
     try:

@@ -14,6 +14,7 @@ from deeppod.runtime.trainers.digits import write_digits
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(960)  # its own longest wait, and a minute to report
 def test_train_from_a_dataset_name(fresh_server, tmp_path):
     server = fresh_server.start()
     digits = write_digits(tmp_path / "digits")

@@ -65,6 +65,7 @@ def flow(tmp_path_factory, request):
         server.cleanup_jobs()
 
 
+@pytest.mark.timeout(960)  # its own longest wait, and a minute to report
 def test_register_compare_promote_deploy_predict(flow):
     env, c, server = flow["env"], flow["client"], flow["server"]
     m = c.model(MODEL)

@@ -44,6 +44,7 @@ def last_step(c, job_id) -> int:
     return loss["last"][0] if loss else 0
 
 
+@pytest.mark.timeout(660)  # its own longest wait, and a minute to report
 def test_a_stopped_training_job_resumes_at_the_step_it_stopped_at(fresh_server, tmp_path):
     server = fresh_server.start()
     env = cli_env(server, server.admin_token, tmp_path)

@@ -228,6 +228,7 @@ def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_serve
     assert set(epoch0.values()) == {1} and len(epoch0) == max(epoch0) + 1
 
 
+@pytest.mark.timeout(960)  # its own longest wait, and a minute to report
 def test_digits_end_to_end_through_the_cli(fresh_server, tmp_path, digits):
     server = fresh_server.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
