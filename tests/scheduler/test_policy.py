@@ -85,6 +85,12 @@ def test_idle_gpus_are_lent_to_a_tenant_with_demand():
     assert len(s.placement) == 8 and "borrowing 4" in s.reason
 
 
+def test_without_a_plan_a_start_borrows_from_nobody():
+    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=2)]))
+    [s] = d.starts
+    assert "borrowing" not in s.reason and "no plan guarantees them" in s.reason, s.reason
+
+
 def test_max_caps_borrowing():
     p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=2, max=4))
     d = schedule(snap([node(gpus=8)], [job(1, "b", workers=2), job(2, "b", workers=2, t=1), job(3, "b", workers=2, t=2)],

@@ -510,8 +510,11 @@ class _Round:
         self.held_for[t] = max(0.0, self.held_for[t] - gpus)
         T.add(t, gpus)
         borrowed = max(0.0, T.usage[t] - T.g[t])
+        mine = set(T.chain(t))
+        lender = any(g > 0 for name, g in T.g.items() if name not in mine)  # someone it could borrow from
         self.out.starts.append(Start(job.id, placement, "within guarantee" if borrowed == 0 else
-                                     f"borrowing {borrowed:g} idle GPUs"))
+                                     f"borrowing {borrowed:g} idle GPUs" if lender else
+                                     "on free GPUs (no plan guarantees them to another tenant)"))
         return True
 
     def _wait(self, t: str, job: PendingJob, why: str) -> None:
