@@ -41,7 +41,7 @@ def test_the_jobs_table_keeps_every_id_whole_at_80_columns(monkeypatch):
     lines = console.export_text().splitlines()
     assert lines[0].split()[:3] == ["ID", "NAME", "STATE"]
     assert [line.split()[0] for line in lines[1:] if line[:8].strip()] == ["7", "123456"]
-    assert all("preempted" in line for line in lines if line[:8].strip() and not line.startswith(" ID"))
+    assert all("preempted" in line for line in lines if line[:8].strip() and not line.startswith("ID"))
 
 
 def test_the_upload_bar_of_an_archive_counts_bytes_not_files():
@@ -68,3 +68,64 @@ def test_an_elastic_job_shows_its_warm_spares_while_it_runs():
     assert output.workers(job) == "2 (1:4) +2 warm"
     assert output.workers({**job, "allocation": {**job["allocation"], "spares": 0}}) == "2 (1:4)"
     assert output.workers({**job, "state": "succeeded"}) == "1 (1:4)"
+
+
+def _render(table, width=80):
+    console = Console(width=width, record=True)
+    console.print(table)
+    return console.export_text().splitlines()
+
+
+def test_at_80_columns_each_job_is_one_line_and_its_reason_ends_with_an_ellipsis(monkeypatch):
+    job = {"id": 123456, "name": "train", "tenant": "vision", "user": "ana", "state": "queued", "workers": 2,
+           "max_workers": None, "gpus_per_worker": 1, "allocation": None, "submitted_at": "2026-11-22T10:11:12",
+           "started_at": None, "ended_at": None, "reason": "waiting for 2 GPUs: 4 in use by other tenants " * 2}
+    lines = _render(output.jobs_table([job, {**job, "id": 7}], width=80))
+    assert len(lines) == 3 and all(len(line) <= 80 for line in lines)
+    assert lines[1].startswith("123456") and lines[1].rstrip().endswith("…")
+    monkeypatch.setattr(output, "WIDE", True)  # deeppod -o wide: every column, whole reasons
+    wide = _render(output.jobs_table([job], width=200), width=200)
+    assert "TENANT" in wide[0] and "vision" in wide[1] and wide[1].rstrip().endswith("other tenants")
+
+
+NODE = {"name": "node-017", "healthy": True, "up": True, "gpus": [{"index": i, "logical": True}
+        for i in range(8)], "gpus_used": 6, "gpus_free": 2, "cpus_used": 12.5, "cpus": 64,
+        "memory_mb_used": 200_000, "memory_mb": 512_000, "workers": 6, "address": "127.0.0.1:40123"}
+
+
+def test_at_80_columns_no_header_or_cell_is_cut_and_the_rest_is_named(monkeypatch):
+    lines = _render(output.nodes_table([NODE]))
+    text = "\n".join(lines)
+    assert all(len(line) <= 80 for line in lines)
+    assert "MEMORY USED" in text and "195.3G/500.0G" in text and "node-017" in text
+    assert "…" not in text and "127.0.0" not in text  # the address is left out whole, not cut
+    assert "hidden at this width: ADDRESS (deeppod -o wide)" in text
+    monkeypatch.setattr(output, "WIDE", True)
+    assert "127.0.0.1:40123" in "\n".join(_render(output.nodes_table([NODE]), width=200))
+
+
+def test_a_size_never_wraps_and_free_text_is_cut_in_its_cell():
+    rows = [{"name": "pets", "size": "76.0 KB", "message": "x" * 200}]
+    lines = _render(output.rows_table(rows, ["name", "size", "message"], width=40), width=40)
+    assert len(lines) == 2 and "76.0 KB" in lines[1] and lines[1].rstrip().endswith("…") and len(lines[1]) <= 40
+
+
+def test_every_command_is_listed_on_unbroken_lines():
+    """`deeppod --help` showed docstrings' own line breaks: 'server' and 'servers' stopped
+    mid-sentence at 80 columns. A listing is one paragraph with no hard break."""
+    from typer.main import get_command
+
+    from deeppod.cli.main import app
+
+    def walk(group, prefix=""):
+        for name, cmd in group.commands.items():
+            yield prefix + name, cmd
+            if hasattr(cmd, "commands"):
+                yield from walk(cmd, prefix + name + " ")
+
+    listed = dict(walk(get_command(app)))
+    assert {"server", "servers", "submit", "data ingest"} <= set(listed)
+    for name, cmd in listed.items():
+        line = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+        assert "\n" not in line.strip(), (name, line)
+    assert listed["servers"].short_help.endswith("and which one leads.")

@@ -216,6 +216,17 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     page.wait_for_url(server.url + "/deployments/digits-cnn")
     wait_until(lambda: page.inner_text("#dep-state").strip() == "ready", 180, interval=0.5,
                what="the deployment to be ready")
+    # version, replicas and the rolling update sit in the deployment's card; the traffic charts
+    # span the last 10 minutes from 0 up, with one point or none (not 2027-2029 and no y axis)
+    assert page.locator("section.card#deployment-head #update-form #rolling-update").count() == 1
+    wait_until(lambda: int(page.get_attribute("#rate-chart", "data-points") or 0) >= 1, 30, interval=0.5,
+               what="a first traffic point")
+    for chart in ("rate-chart", "latency-chart"):
+        x0, x1, y0, y1 = page.evaluate(f"() => {{ const s = document.getElementById('{chart}').uplot.scales; "
+                                       f"return [s.x.min, s.x.max, s.y.min, s.y.max]; }}")
+        assert x1 - x0 == pytest.approx(600) and y0 == 0 and y1 > 0, (chart, x0, x1, y0, y1)
+    icon = page.request.get(server.url + "/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     image = next((tmp_path / "digits").glob("7/*.png"), None) or next(write_digits(tmp_path / "digits").glob("7/*.png"))
     page.set_input_files("#predict-file", str(image))
     page.click("#predict-form button[type=submit]")
@@ -246,9 +257,14 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     accepted = page.get_attribute("#label-info", "data-label")
     page.keyboard.press("ArrowRight")
     target = "4" if page.get_attribute("#label-info", "data-label") != "4" else "5"
-    page.keyboard.press(str((int(target) + 1) % 10))  # the n-th class's key is n (classes 0..9: keys 1..9, 0)
+    assert page.inner_text(f'button.cls[data-cls="{target}"] kbd') == target  # a digit class's key is its digit
+    page.keyboard.press(target)
     page.keyboard.press("ArrowLeft")
     assert page.get_attribute("#label-info", "data-label") == target
+    # the selected class's key stays readable: not white on white
+    colour, ground = page.eval_on_selector(
+        "button.cls.on kbd", "k => [getComputedStyle(k).color, getComputedStyle(k).backgroundColor]")
+    assert colour != ground, (colour, ground)
     assert "2 changes of 1797 images" in page.inner_text("#label-count")
     page.click("#label-save")
     page.wait_for_url(re.compile(r"/datasets/default/digits@2$"), timeout=120_000)

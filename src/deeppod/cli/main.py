@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Annotated
 
 import typer
 
 from deeppod.cli import admin, audit, bench, datasets, deployments, jobs, models, plans, server, top, train, tune
+from deeppod.cli import output as output_module
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError
 
@@ -22,6 +24,26 @@ app.add_typer(deployments.app, name="deploy")
 app.add_typer(tune.app, name="tune")
 
 
+def _one_line(doc: str) -> str:
+    """A command's line in a listing: its docstring's first sentence, its line breaks undone
+    (the listing kept them, and cut descriptions mid-sentence at 80 columns)."""
+    first = " ".join(doc.split("\n\n")[0].split())
+    end = first.find(". ")
+    return first if end < 0 else first[:end + 1]
+
+
+def _short_helps(t: typer.Typer) -> None:
+    for info in t.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and doc:
+            info.short_help = _one_line(doc)
+    for group in t.registered_groups:
+        _short_helps(group.typer_instance)
+
+
+_short_helps(app)
+
+
 def _print_version(value: bool) -> None:
     if value:
         from deeppod import __version__
@@ -32,8 +54,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                                help="print the version and exit")] = False) -> None:
+                                                help="print the version and exit")] = False,
+          output: Annotated[str, typer.Option("--output", "-o", help="wide: tables show every column and "
+                                              "whole reasons, whatever the terminal's width")] = "") -> None:
     """DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: deeppod --install-completion"""
+    if output not in ("", "wide"):
+        raise typer.BadParameter(f"-o takes 'wide' (got {output!r}); JSON is --json on each command")
+    output_module.WIDE = output == "wide"
 
 
 def main() -> None:

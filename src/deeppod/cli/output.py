@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from deeppod.contract import HOLDING_STATES, JobState
 
@@ -71,14 +72,21 @@ def state(value: str) -> str:
 def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
     """ID, STATE, WORKERS and GPUS are never cut; under 100 columns TENANT, USER and
     SUBMITTED make room for the reason (see them with 'deeppod job show ID')."""
-    wide = (width or console.width) >= 100
-    t = Table(box=None, header_style="bold")
+    width = width or console.width
+    wide = WIDE or width >= 100
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    used = 0
 
     def col(name: str, values: list[str], cut: bool = False) -> None:
+        nonlocal used
+        natural = max([len(name), *(len(v) for v in values)])
         if cut:
-            t.add_column(name, no_wrap=True, overflow="ellipsis", max_width=24 if wide else 14)
+            top = 24 if wide else 14
+            t.add_column(name, no_wrap=True, overflow="ellipsis", max_width=top)
+            used += min(natural, top) + 2
         else:  # never shrunk: as wide as its widest cell
-            t.add_column(name, no_wrap=True, min_width=max([len(name), *(len(v) for v in values)]))
+            t.add_column(name, no_wrap=True, min_width=natural)
+            used += natural + 2
 
     cells = [{
         "ID": str(j["id"]), "NAME": j["name"], "TENANT": j["tenant"], "USER": j["user"], "STATE": j["state"],
@@ -89,36 +97,78 @@ def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
              *(("SUBMITTED",) if wide else ()), "DURATION"]
     for name in names:
         col(name, [c[name] for c in cells], cut=name in ("NAME", "TENANT", "USER"))
-    t.add_column("REASON", overflow="fold", ratio=1)
+    if WIDE:
+        t.add_column("REASON", overflow="fold", ratio=1)
+    else:  # one line per job: the whole reason is in 'deeppod job show ID' (or -o wide)
+        t.add_column("REASON", no_wrap=True, overflow="ellipsis", max_width=max(_MIN_FREE, width - used))
     for c in cells:
         t.add_row(*(state(c[n]) if n == "STATE" else c[n] for n in names), c["REASON"])
     return t
 
 
-def rows_table(rows: list[dict], columns: list[str]) -> Table:
-    t = Table(box=None, header_style="bold")
-    for col in columns:
-        t.add_column(col.upper())
-    for r in rows:
-        t.add_row(*(str(r.get(c, "")) for c in columns))
+WIDE = False  # 'deeppod -o wide ...': every column, free text in full, whatever the terminal's width
+FREE_TEXT = frozenset({"message", "reason"})  # a column that takes what room is left, cut with '…'
+_MIN_FREE = 12
+
+
+def _cell_len(value: str) -> int:
+    return Text.from_markup(value).cell_len
+
+
+def fit_columns(columns: list[str], cells: list[list[str]], width: int, keep: int = 1) -> list[int]:
+    """Which columns fit in ``width`` at their natural width (header or widest cell, never cut):
+    the last columns are left out first, so callers list them most important first, as kubectl
+    does. The first ``keep`` always stay; a free-text column counts at its smallest width."""
+    natural = [max([len(c), *(_cell_len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    need = [min(n, _MIN_FREE) if c.lower() in FREE_TEXT else n for c, n in zip(columns, natural)]
+    shown = list(range(len(columns)))
+    while len(shown) > keep and sum(need[i] + 2 for i in shown) - 2 > width:
+        shown.pop(max(i for i in shown if i >= keep and columns[i].lower() not in FREE_TEXT)
+                  if any(i >= keep and columns[i].lower() not in FREE_TEXT for i in shown) else -1)
+    return shown
+
+
+def rows_table(rows: list[dict], columns: list[str], *, width: int | None = None, keep: int = 1) -> Table:
+    """A table that fits the terminal: no header or cell is cut or wrapped; columns that do not
+    fit are left out from the end (``-o wide`` shows them) and a free-text column ends in '…'."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    width = width or console.width
+    shown = list(range(len(columns))) if WIDE else fit_columns(columns, cells, width, keep)
+    natural = {i: max([len(columns[i]), *(_cell_len(row[i]) for row in cells)]) for i in shown}
+    fixed = sum(natural[i] + 2 for i in shown if columns[i].lower() not in FREE_TEXT)
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for i in shown:
+        free = columns[i].lower() in FREE_TEXT
+        if free and WIDE:
+            t.add_column(columns[i].upper(), overflow="fold")
+        elif free:  # what the other columns leave, so the cell (not the line) is cut, with '…'
+            t.add_column(columns[i].upper(), no_wrap=True, overflow="ellipsis",
+                         max_width=max(_MIN_FREE, width - fixed))
+        else:
+            t.add_column(columns[i].upper(), no_wrap=True, min_width=natural[i])
+    for row in cells:
+        t.add_row(*(row[i] for i in shown))
+    hidden = [columns[i].upper() for i in range(len(columns)) if i not in shown]
+    if hidden:
+        t.caption, t.caption_justify = f"hidden at this width: {', '.join(hidden)} (deeppod -o wide)", "left"
     return t
 
 
 def nodes_table(nodes: list[dict]) -> Table:
     """Per node: GPUs, CPUs and memory, each as used/total, and what is free."""
-    t = Table(box=None, header_style="bold")
-    for col in ("NODE", "HEALTH", "GPUS USED", "GPUS FREE", "CPUS USED", "MEMORY USED", "WORKERS", "ADDRESS"):
-        t.add_column(col, no_wrap=True)
+    rows = []
     for n in nodes:
         kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
         sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
         health = ("ok" if n["healthy"] else "[red]cordoned[/]") + (f" (sick GPUs: {','.join(sick)})" if sick else "")
         if not n.get("up", True):
             health = "[red]down[/]" + ("" if n["healthy"] else ", cordoned")
-        t.add_row(n["name"], health, f"{n['gpus_used']}/{len(n['gpus'])}{kind}", str(n["gpus_free"]),
-                  f"{n['cpus_used']:g}/{n['cpus']}", f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
-                  str(n["workers"]), n["address"])
-    return t
+        rows.append({"node": n["name"], "health": health, "gpus used": f"{n['gpus_used']}/{len(n['gpus'])}{kind}",
+                     "gpus free": str(n["gpus_free"]), "cpus used": f"{n['cpus_used']:g}/{n['cpus']}",
+                     "memory used": f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
+                     "workers": str(n["workers"]), "address": n["address"]})
+    return rows_table(rows, ["node", "health", "gpus used", "gpus free", "cpus used", "memory used", "workers",
+                             "address"], keep=2)
 
 
 def _gib(mb: int) -> str:

@@ -4,6 +4,7 @@ it calls the same service functions as the API, so every permission rule exists 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
@@ -15,6 +16,11 @@ ASSETS = "/static/console"
 
 def install(app: FastAPI) -> None:
     app.mount(ASSETS, StaticFiles(directory=str(STATIC)), name="console")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:  # what browsers ask for before any page names an icon
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml",
+                            headers={"Cache-Control": "public, max-age=86400"})
     # labeling before datasets: /datasets/REF/label is not a version called 'REF/label'
     for r in (auth, cluster, jobs, labeling, datasets, models, admin):
         app.include_router(r.router)

@@ -74,14 +74,24 @@
     document.addEventListener("visibilitychange", () => { /* next tick runs on its own */ });
   }
 
-  function lineChart(el, title, xLabel, names, time) {
+  // window (seconds, time charts): the x axis always spans the last `window` seconds and the y
+  // axis starts at 0, so a chart with one point or none still has sensible axes (uPlot's own
+  // range around a single time spans years)
+  function lineChart(el, title, xLabel, names, time, window) {
     const width = time ? Math.max(320, el.clientWidth - 8) : Math.max(280, Math.min(el.clientWidth || 520, 560));
+    const scales = {x: {time: !!time}};
+    if (window) {
+      scales.x.range = (u, lo, hi) => { const end = hi || Date.now() / 1000; return [end - window, end]; };
+      scales.y = {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]};
+    }
     const opts = {
-      title: title, width: width, height: 220, scales: {x: {time: !!time}},
+      title: title, width: width, height: 220, scales: scales,
       series: [{label: xLabel}].concat(names.map((n, i) => ({label: n, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true}))),
       axes: [{label: time ? "" : xLabel}, {}],
     };
-    return new uPlot(opts, [[]].concat(names.map(() => [])), el);
+    const chart = new uPlot(opts, [[]].concat(names.map(() => [])), el);
+    el.uplot = chart;  // for the browser tests: the scales the chart drew
+    return chart;
   }
 
   // one chart per metric, x = step; the server downsamples long series
@@ -230,8 +240,8 @@
 
   // a deployment's request rate and latency from the router's running totals, since the page opened
   function traffic(name) {
-    const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors"], true);
-    const lat = lineChart(document.getElementById("latency-chart"), "latency (ms)", "time", ["mean", "p95"], true);
+    const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors"], true, 600);
+    const lat = lineChart(document.getElementById("latency-chart"), "latency (ms)", "time", ["mean", "p95"], true, 600);
     const rows = [[], [], [], [], [], []];  // t, ok/s, errors/s, mean, p95
     let last = null;
     function p95(buckets, counts) {
@@ -301,9 +311,17 @@
       this.items = body.items.map(([key, path, label]) => ({key, path, label, now: label, proposed: null, conf: null}));
       this.byKey = new Map(this.items.map(it => [it.key, it]));
       const keys = document.getElementById("label-classes");
+      // digit keys: a class named by one digit gets that digit ("3" is key 3); otherwise the
+      // first ten classes get 1-9 and 0 in order
+      const digits = this.classes.length <= 10 && this.classes.every(c => /^[0-9]$/.test(c));
+      this.keyOf = new Map(); this.byDigit = new Map();
+      this.classes.forEach((c, i) => {
+        const d = digits ? c : (i < 10 ? String((i + 1) % 10) : null);
+        if (d !== null) { this.keyOf.set(c, d); this.byDigit.set(d, c); }
+      });
       this.classes.forEach((c, i) => {
         const b = document.createElement("button"); b.type = "button"; b.className = "cls"; b.dataset.cls = c;
-        if (i < 10) { const k = document.createElement("kbd"); k.textContent = String((i + 1) % 10); b.appendChild(k); }
+        if (this.keyOf.has(c)) { const k = document.createElement("kbd"); k.textContent = this.keyOf.get(c); b.appendChild(k); }
         b.appendChild(document.createTextNode(" " + c)); b.onclick = () => this.set(c); keys.appendChild(b);
       });
       document.addEventListener("keydown", e => this.key(e));
@@ -365,7 +383,7 @@
     key(e) {
       if (e.target.closest("input, select, textarea")) return;
       const it = this.current(); if (!it) return;
-      if (/^[0-9]$/.test(e.key)) { const i = (Number(e.key) + 9) % 10; if (i < this.classes.length) { this.set(this.classes[i]); e.preventDefault(); } }
+      if (/^[0-9]$/.test(e.key)) { if (this.byDigit.has(e.key)) { this.set(this.byDigit.get(e.key)); e.preventDefault(); } }
       else if (e.key === "ArrowRight") { this.go(this.at + 1); e.preventDefault(); }
       else if (e.key === "ArrowLeft") { this.go(this.at - 1); e.preventDefault(); }
       else if (e.key === "a" && it.proposed !== null) { this.set(it.proposed); }
