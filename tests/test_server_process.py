@@ -22,7 +22,13 @@ def test_the_server_announces_itself_and_forgets_on_sigterm(fresh_server):
     code = fresh_server.proc.wait(20)
     assert code in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
     assert not (fresh_server.home / "server.json").exists()
-    assert not (fresh_server.home / "local-server.json").exists()
+    # no longer announced as running, but its URL is kept: the CLI names the port it last used
+    assert json.loads((fresh_server.home / "local-server.json").read_text())["pid"] is None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"DEEPPOD_CONFIG": str(fresh_server.home / "client.json"), "HOME": str(fresh_server.home)})
+    p = subprocess.run([sys.executable, "-m", "deeppod.cli", "jobs"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and f"cannot reach the DeepPod server at {fresh_server.url}" in p.stderr, p.stderr
 
 
 @pytest.mark.slow

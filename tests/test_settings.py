@@ -78,6 +78,13 @@ def test_a_local_server_is_found_whatever_its_port(tmp_path):
     # a file left by a server that died is ignored
     (home / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9123", "pid": _dead_pid()}))
     assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"
+    # but the port the last server of this home used is named, not the default, once it stopped
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "local-server.json").write_text(json.dumps(
+        {"url": "http://127.0.0.1:9123", "pid": None, "home": str(home)}))
+    assert ClientSettings.resolve(env=env).url == "http://127.0.0.1:9123"
+    assert ClientSettings.resolve(env={**env, "DEEPPOD_PORT": "9999"}).url == "http://127.0.0.1:9999"
+    assert ClientSettings.resolve(env={**env, "DEEPPOD_HOME": str(tmp_path)}).url == f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
 def test_a_server_started_with_another_home_is_found_from_the_last_started_file(tmp_path):

@@ -392,9 +392,16 @@ def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path
 
 
 def forget_local(paths: list[Path]) -> None:
+    """This server stops: it is no longer found as running. The last-started file keeps its URL
+    (with no pid), so a CLI that cannot reach it names the port it last used."""
     for path in paths:
         try:
-            if json.loads(path.read_text()).get("pid") == os.getpid():
+            doc = json.loads(path.read_text())
+            if doc.get("pid") != os.getpid():
+                continue
+            if path.name == LAST_LOCAL_SERVER:
+                write_private(path, json.dumps({**doc, "pid": None}))
+            else:
                 path.unlink()
         except (OSError, ValueError):
             pass

@@ -266,7 +266,8 @@ class ClientSettings:
             local = home / "admin.token"
             if local.exists() and (url is None or _is_loopback(url)):
                 token = local.read_text().strip() or None
-        url = ",".join(server_urls(url)) or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}"
+        url = (",".join(server_urls(url)) or ("DEEPPOD_PORT" not in env and _last_url(env))
+               or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}")
         return cls(url=url,
                    token=token, s3_endpoint=env.get("DEEPPOD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None,
                    ca_cert=ca)
@@ -296,6 +297,21 @@ def _local_server(env: dict) -> tuple[Path, str | None, str | None]:
     if last is not None and last.get("home"):
         return Path(last["home"]), last.get("url"), last.get("ca_cert")
     return home, None, None
+
+
+def _last_url(env: dict) -> str | None:
+    """The URL of the last server started on this machine (for DEEPPOD_HOME, when set), running
+    or not: with none running, the CLI names the port it last used, not the default one."""
+    import json
+
+    try:
+        doc = json.loads((client_config_path(env).parent / LAST_LOCAL_SERVER).read_text())
+        mine = env.get("DEEPPOD_HOME")
+        if not mine or Path(doc["home"]).expanduser().resolve() == Path(mine).expanduser().resolve():
+            return str(doc["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 def _is_loopback(url: str) -> bool:

@@ -113,3 +113,45 @@ def test_default_job_names():
     assert default_name(["python", "-c", "print(1)"]) == "python"
     assert default_name(["/usr/bin/env", "bash", "scripts/run.sh"]) == "run.sh"
 
+
+
+def test_a_resumed_jobs_run_time_counts_every_run(sessions, tmp_path):
+    """DURATION of a job stopped after an hour and resumed 10 minutes ago: 70 minutes, not 10;
+    and none of the time it waited in between."""
+    from datetime import timedelta
+
+    from deeppod.api.schemas.jobs import run_seconds
+    from deeppod.executor.fake import FakeExecutor
+    from deeppod.jobs.controller import JobController
+    from deeppod.store.models import utcnow
+    from tests.fixtures import submit_job
+
+    w = populate(sessions)
+    fake = FakeExecutor()
+    jobs = JobController(sessions, fake, jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                         server_env={"PATH": "/usr/bin"})
+    jid = submit_job(sessions, w.alice, tmp_path, gpus_per_worker=1)
+    jobs.tick()
+
+    def shift(**ago):
+        with sessions.begin() as s:
+            s.get(Job, jid).started_at = utcnow() - timedelta(**ago)
+
+    shift(hours=1)
+    with sessions.begin() as s:
+        service.stop(s, w.alice, jid)
+    jobs.tick()
+    fake.finish(jid, {0: 75})
+    jobs.tick()
+    with sessions() as s:
+        job = s.get(Job, jid)
+        assert job.state == "stopped" and run_seconds(job) == pytest.approx(3600, abs=30)
+    with sessions.begin() as s:
+        service.resume(s, w.alice, jid)
+    with sessions() as s:
+        assert run_seconds(s.get(Job, jid)) == pytest.approx(3600, abs=30)  # queued: the clock does not run
+    jobs.tick()
+    shift(minutes=10)
+    with sessions() as s:
+        job = s.get(Job, jid)
+        assert job.state == "running" and run_seconds(job) == pytest.approx(4200, abs=30)

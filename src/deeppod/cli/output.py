@@ -30,15 +30,17 @@ def _ts(value: str | None) -> datetime | None:
 
 
 def duration(job: dict) -> str:
+    """How long it has run, every run added up (the server's run_seconds, as of the answer)."""
     start = _ts(job.get("started_at"))
     if start is None:
         return "-"
-    end = _ts(job.get("ended_at")) or datetime.now(timezone.utc)
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=timezone.utc)
-    secs = int((end - start).total_seconds())
+    if job.get("run_seconds") is not None:
+        secs = int(job["run_seconds"])
+    else:  # an older server: the current run only
+        end = _ts(job.get("ended_at")) or datetime.now(timezone.utc)
+        start = start if start.tzinfo else start.replace(tzinfo=timezone.utc)
+        end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+        secs = int((end - start).total_seconds())
     h, rem = divmod(secs, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -81,6 +81,14 @@ def _run_service(job: Job) -> float:
     return max(0.0, (utcnow() - started).total_seconds()) * gpus
 
 
+def _run_seconds(job: Job) -> float:
+    """Wall seconds since the current run (or size) started."""
+    if job.started_at is None:
+        return 0.0
+    started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=timezone.utc)
+    return max(0.0, (utcnow() - started).total_seconds())
+
+
 def _same_reason(a: str, b: str) -> bool:
     """Waiting reasons differ only in counts from round to round; record real changes."""
     return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
@@ -266,6 +274,7 @@ class JobController:
         job.queued_at = utcnow()
         if ran:
             job.attained_gpu_seconds += _run_service(job)
+            job.ran_seconds += _run_seconds(job)
             job.restart_count += 1
             job.exit_codes = {str(k): v for k, v in sorted(status.exit_codes.items())}
         job.allocation = None
@@ -485,6 +494,7 @@ class JobController:
         if (ack is not None and ack["generation"] >= pending["generation"] and not pending.get("world")
                 and leavers <= set(status.exit_codes)):
             job.attained_gpu_seconds += _run_service(job)  # at the old size, until now
+            job.ran_seconds += _run_seconds(job)
             job.started_at = utcnow()
             alloc["workers"] = [w for w in alloc["workers"] if w["rank"] < pending["to"]]
             alloc.pop("resize")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from datetime import datetime, timezone
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -330,6 +331,10 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
     return job or get_job(session, principal, job_id)
 
 
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC back
+
+
 def resume(session: Session, principal: Principal, job_id: int) -> Job:
     """Put a gracefully stopped job back in the queue: same id, same checkpoint folder."""
     job = manage_job(session, principal, job_id, "resume")
@@ -338,6 +343,8 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
                        "(a cancelled or failed one starts over: submit it again)")
     if job.purged_at is not None:
         raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
+    if job.started_at is not None and job.ended_at is not None:  # the run that stopped counts in its duration
+        job.ran_seconds += max(0.0, (_aware(job.ended_at) - _aware(job.started_at)).total_seconds())
     job.state, job.stop_reason, job.ended_at, job.stop_requested_at = JobState.QUEUED, None, None, None
     job.reason = f"resumed by {principal.user}"
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")

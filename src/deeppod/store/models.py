@@ -178,6 +178,8 @@ class Job(Base):
     idle_since: Mapped[datetime | None] = mapped_column(nullable=True)
     # GPU-seconds of its earlier runs, and when it last entered the queue: its service class
     attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # wall seconds of its earlier runs (started_at is the current run's, or the current size's)
+    ran_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     queued_at: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -40,12 +40,23 @@ def _ago(value: datetime | None) -> str:
     return f"{s // 86400}d"
 
 
+def _span(seconds: float | None) -> str:
+    """'45s', '12m 03s', '2h 05m': a duration."""
+    s = int(seconds or 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
 def _when(value: datetime | None) -> str:
     return f"{value:%Y-%m-%d %H:%M:%S} UTC" if value else ""
 
 
 env.filters["ago"] = _ago
 env.filters["when"] = _when
+env.filters["span"] = _span
 
 
 def page(request: Request, template: str, status: int = 200, **values) -> HTMLResponse:

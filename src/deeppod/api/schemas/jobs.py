@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 from pydantic import Field
 
@@ -65,9 +65,11 @@ class JobOut(Out):
     exit_codes: dict[str, int] | None
     reason: str
     submitted_at: datetime
-    started_at: datetime | None
+    started_at: datetime | None = Field(description="when the current run (or its current size) started")
     ended_at: datetime | None
     purged_at: datetime | None = None
+    run_seconds: float = Field(default=0.0, description="wall seconds it has run, every run added up (a resumed or "
+                                                        "requeued job's earlier runs too)")
 
 
 class JobEventOut(Out):
@@ -77,9 +79,21 @@ class JobEventOut(Out):
     message: str
 
 
+def run_seconds(job, now: datetime | None = None) -> float:
+    """Every run added up: the earlier ones, and the current one until now or its end."""
+    total = job.ran_seconds or 0.0
+    running = job.ended_at is None and JobState(job.state).holds_resources
+    if job.started_at is not None and (running or job.ended_at is not None):  # queued: between runs
+        aware = lambda t: t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # noqa: E731 - SQLite: naive UTC
+        end = aware(job.ended_at) if job.ended_at is not None else (now or datetime.now(timezone.utc))
+        total += max(0.0, (end - aware(job.started_at)).total_seconds())
+    return total
+
+
 def job_out(job, tenant: str, user: str) -> JobOut:
     return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
-                                  "env": {k: HIDDEN for k in job.env}, "tenant": tenant, "user": user})
+                                  "env": {k: HIDDEN for k in job.env}, "tenant": tenant, "user": user,
+                                  "run_seconds": run_seconds(job)})
 
 
 HIDDEN = "***"  # --env values may be secrets: the API never shows them back
