@@ -27,6 +27,7 @@ from pathlib import Path
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, SPARES_FILE, describe_exit
 
 POLL_S = 0.05
+LOG_MARK_S = 0.5  # how often each rank's log size is stamped with the time (logs/rank-N.marks)
 MEMORY_CHECK_S = 0.5
 
 
@@ -127,6 +128,7 @@ class Supervisor:
         self.procs: dict[int, subprocess.Popen] = {}
         self.codes: dict[int, int] = {}
         self.stop_requested = False
+        self._log_marked: dict[int, int] = {}  # rank -> the log size last stamped
         self.stopping_since: float | None = None
         self.reason = ""
         self.grown: set[str] = set()  # grow files already acted on (a launch removes an earlier run's)
@@ -137,6 +139,20 @@ class Supervisor:
         self._said_parked: set[int] = set()
         self._next_spare = 0
         self._handed: dict[int, socket.socket] = {}  # rank -> socket of a spare handed its place before it parked
+
+    def _mark_logs(self) -> None:
+        """Stamp each rank's log size with the time, when it grew: 'deeppod logs' interleaves the
+        ranks' lines by when they were written (to within LOG_MARK_S) from these."""
+        for rank in self.procs:
+            path = self.job_dir / "logs" / f"rank-{rank}.log"
+            try:
+                size = path.stat().st_size
+                if size > self._log_marked.get(rank, 0):
+                    with open(path.with_suffix(".marks"), "a") as f:
+                        f.write(f"{size} {time.time():.3f}\n")
+                    self._log_marked[rank] = size
+            except OSError:
+                continue
 
     def _on_sigterm(self, _sig, _frame) -> None:
         self.stop_requested = True
@@ -299,7 +315,7 @@ class Supervisor:
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
         limit_mb = self.spec.get("memory_mb_per_worker")
-        next_mem_check = next_stop_check = next_grow_check = 0.0
+        next_mem_check = next_stop_check = next_grow_check = next_mark = 0.0
         while len(self.codes) < len(self.spec["workers"]):
             for rank, p in self.procs.items():
                 if rank in self.codes:
@@ -335,11 +351,15 @@ class Supervisor:
                 for n, (p, _) in list(self.spares.items()):
                     if _group_rss_mb(p.pid) > limit_mb:  # it goes; the job is not at fault for it
                         _signal_group(p.pid, signal.SIGKILL)
+            if now >= next_mark:
+                next_mark = now + LOG_MARK_S
+                self._mark_logs()
             if self.stopping_since is not None and now - self.stopping_since > grace:
                 for rank, p in self.procs.items():
                     if rank not in self.codes:
                         _signal_group(p.pid, signal.SIGKILL)
             time.sleep(POLL_S)
+        self._mark_logs()
         self._keep_spares(0)
         self._release_handed(everything=True)
         _write_json(self.job_dir / self.result, {
