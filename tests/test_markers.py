@@ -25,8 +25,12 @@ def _timeouts(node) -> list[int]:
     """Literal ``timeout=N`` arguments in a function's body (subprocess.run, Client.wait, ...)."""
     import ast
 
-    found = [k.value.value for call in ast.walk(node) if isinstance(call, ast.Call) for k in call.keywords
+    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
+    found = [k.value.value for call in calls for k in call.keywords
              if k.arg == "timeout" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, (int, float))]
+    found += [c.args[1].value for c in calls  # wait_until(pred, timeout, ...)
+              if isinstance(c.func, ast.Name) and c.func.id == "wait_until" and len(c.args) > 1
+              and isinstance(c.args[1], ast.Constant) and isinstance(c.args[1].value, (int, float))]
     return [int(v / 1000 if v >= 10_000 else v) for v in found]  # Playwright counts milliseconds
 
 
