@@ -28,7 +28,7 @@ from deeppod.auth.files import write_private
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import NodeInfo, local_node
-from deeppod.cluster.leader import RENEW_S, Leadership, api_urls, leader_url, session_name
+from deeppod.cluster.leader import RENEW_S, Leadership, leader_url, session_name, urls_first
 from deeppod.cluster.service import register_node, sync_nodes
 from deeppod.contract import free_port
 from deeppod.datasets import service as datasets
@@ -270,11 +270,9 @@ def lead_loop(ctx: ServerContext, stop: threading.Event, ready: threading.Event 
         if ctx.leader.heartbeat():
             if term is None:
                 term = _lead(ctx, first)
-            try:  # every beat: a job started a second after a server joined reaches it after a failover
-                with ctx.sessions() as s:  # jobs reach every live server, this one first
-                    ctx.jobs.api_url = api_urls(s, ctx.settings.public_url)
-            except Exception:  # the next heartbeat retries
-                log.exception("could not list the servers")
+            # every beat (read in the heartbeat's own transaction): a job started a second after a
+            # server joined reaches it after a failover; jobs reach every live server, this one first
+            ctx.jobs.api_url = urls_first(ctx.settings.public_url, ctx.leader.live_urls)
         elif term is not None:
             log.warning("stepping down: the reconcile loop and the executor stop here")
             _step_down(term)

@@ -39,6 +39,10 @@ def test_one_leads_the_other_waits(sessions):
         assert leader_url(s) == "http://a:1"
         assert [sv.url for sv in live_servers(s)] == ["http://a:1", "http://b:1"]
         assert api_urls(s, "http://a:1") == "http://a:1,http://b:1"
+    assert a.live_urls == ["http://a:1", "http://b:1"]  # read by the leader's heartbeat, for jobs' URLs
+    c = claim(sessions, "http://c:1")
+    assert a.heartbeat() and a.live_urls == ["http://a:1", "http://b:1", "http://c:1"]  # one beat later
+    assert not c.heartbeat()
     a.check()
     with pytest.raises(NotLeader):
         b.check()

@@ -95,6 +95,7 @@ class Leadership:
         self.lease_s = lease_s
         self.id = server_id or uuid.uuid4().hex
         self.epoch: int | None = None  # while leading: the epoch this server took the lease at
+        self.live_urls: list[str] = [url]  # while leading: every live server's URL, as of the last heartbeat
         self._on_postgresql = sessions.kw["bind"].dialect.name == "postgresql"
 
     @property
@@ -142,6 +143,8 @@ class Leadership:
                     if not renewed:
                         log.warning("lost the lead (epoch %s): another server leads now", self.epoch)
                         self.epoch = None
+                    else:  # and reads who else is alive, for jobs' API URLs, in the same transaction
+                        self.live_urls = [sv.url for sv in live_servers(s)]
                     return self.epoch is not None
             with self.sessions.begin() as s:
                 if self.epoch is not None:
@@ -158,6 +161,7 @@ class Leadership:
                          expires_at=_clock(s) + self.lease_s)).rowcount
                 if taken:
                     self.epoch = int(s.scalar(select(LeaderLease.epoch).where(LeaderLease.id == LEASE_ROW)))
+                    self.live_urls = [sv.url for sv in live_servers(s)]
                     log.info("this server leads now (epoch %s)", self.epoch)
                 return self.epoch is not None
         except Exception:  # a database that does not answer: this server cannot prove it leads
@@ -262,8 +266,11 @@ def leader_url(session: Session) -> str | None:
 def api_urls(session: Session, first: str) -> str:
     """DEEPPOD_API_URL for a job: every live server, ``first`` (the leader's) first, so a job
     still reaches the control plane after a failover."""
-    urls = [first] + [s.url for s in live_servers(session) if s.url != first]
-    return ",".join(urls)
+    return urls_first(first, [s.url for s in live_servers(session)])
+
+
+def urls_first(first: str, urls: list[str]) -> str:
+    return ",".join([first] + [u for u in urls if u != first])
 
 
 
