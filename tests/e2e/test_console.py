@@ -128,10 +128,35 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     page.goto(server.url + "/cluster")
     assert page.locator("#nodes tbody tr").count() == 1
     page.wait_for_selector("#gpu-chart .uplot", timeout=30_000)
+    # GPUs held over time: a time-weighted mean per bucket, never above the cluster's GPUs
+    held = page.evaluate("() => document.getElementById('gpu-chart').uplot.data.slice(1).flat()")
+    gpus = sum(len(n["gpus"]) for n in Client(server.url, server.admin_token).nodes())
+    assert held and max(held) <= gpus, (max(held), gpus)
     shot(page, "cluster")
     page.goto(server.url + "/admin")
     assert page.locator("#tokens tr[data-token]").count() >= 1 and page.locator("#plan-form").count() == 1
     shot(page, "admin")
+    page.context.close()
+
+
+def test_a_restarted_runs_metrics_draw_one_line_forward(server, browser):
+    """A run that resumed from an earlier checkpoint reports steps 3-4 again: the chart shows
+    each step once, the last run's value, and never goes back in steps."""
+    import httpx
+
+    admin = Client(server.url, server.admin_token)
+    job = admin.submit(["sleep", "30"], name="restarted", gpus_per_worker=0, own_folder=True)
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
+    for steps, base in (((1, 2, 3, 4, 5), 10.0), ((3, 4), 100.0)):
+        r = httpx.post(f"{server.url}/v1/jobs/{job['id']}/metrics", headers=auth,
+                       json={"points": [{"step": st, "metrics": {"loss": base + st}} for st in steps]})
+        assert r.status_code == 202, r.text
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(f"{server.url}/jobs/{job['id']}")
+    page.wait_for_selector('.chart[data-metric="loss"][data-points="4"]', timeout=30_000)
+    xs, ys = page.evaluate("() => document.querySelector('.chart[data-metric=\"loss\"]').uplot.data")
+    assert xs == [1, 2, 3, 4] and ys == [11.0, 12.0, 103.0, 104.0]
+    admin.cancel(job["id"])
     page.context.close()
 
 

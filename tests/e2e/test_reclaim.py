@@ -100,7 +100,8 @@ def test_owner_preempts_a_non_elastic_borrower(fresh_server, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("isolation", ["single-user", "sandbox"])
+@pytest.mark.parametrize("isolation", ["sandbox"])  # what a user gets as root; the unsandboxed path is
+# tests/executor's and tests/runtime/test_resize.py's (the same flow single-user took 50 s more here)
 def test_the_built_in_trainer_is_shrunk_and_grown_in_place_by_the_server(fresh_server, tmp_path, isolation):
     """Through the real server: reclaim shrinks a borrowing trainer 4 -> 2 in place (no
     restart: the same processes go on), a's job runs, then the idle GPUs grow it back to 4 in

@@ -109,11 +109,11 @@ def test_a_reclaimed_trainer_checkpoints_and_resumes_at_that_step(fresh_server, 
 def test_a_stop_during_a_step_longer_than_the_grace_keeps_the_last_completed_step(fresh_server, tmp_path):
     """The defaults a new user gets (--model auto, the images' own size, 2 loader workers), a step
     slower than the grace: the stop still ends with a checkpoint, not a SIGKILL."""
-    fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "6"}
+    fresh_server.extra_env = {"DEEPPOD_GRACE_SECONDS": "4"}
     server = fresh_server.start()
     env = cli_env(server, server.admin_token, tmp_path)
     cli(env, "data", "ingest", "digits", str(write_digits(tmp_path / "digits")), "--split", "val=0.2")
-    out = cli(env, "train", "image-classifier", "--dataset", "digits", "--batch-size", "32", "--step-delay", "15",
+    out = cli(env, "train", "image-classifier", "--dataset", "digits", "--batch-size", "32", "--step-delay", "8",
               cwd=tmp_path)
     job_id = int(out.split()[1])
     c = Client(server.url, server.admin_token)
