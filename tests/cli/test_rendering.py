@@ -129,3 +129,16 @@ def test_every_command_is_listed_on_unbroken_lines():
         line = cmd.short_help or (cmd.help or "").split("\n\n")[0]
         assert "\n" not in line.strip(), (name, line)
     assert listed["servers"].short_help.endswith("and which one leads.")
+
+
+def test_the_metrics_table_fits_80_columns_with_a_shorter_sparkline():
+    from deeppod.cli.jobs import metrics_table
+
+    series = [[s, 1.0 / (s + 1)] for s in range(100)]
+    data = {"metrics": {"images_per_second": {"last": [99, 2223.9], "points": 100, "series": series},
+                        "lr": {"last": [99, 5.9206e-06], "points": 100, "series": series}}}
+    lines = _render(metrics_table(data, width=80))
+    assert all(len(line) <= 80 for line in lines) and "…" not in "\n".join(lines)
+    assert lines[0].split() == ["METRIC", "STEP", "LAST", "MIN", "MAX", "POINTS", "TREND"]
+    assert "images_per_second" in lines[1] and "2223.9" in lines[1]
+    assert len(_render(metrics_table(data, width=200), width=200)[1].rstrip().split()[-1]) == 40

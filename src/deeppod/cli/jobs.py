@@ -155,7 +155,11 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
 def job_events(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """What happened to a job and why."""
     rows = client(url, token).events(job_id)
-    print_json(rows) if as_json else console.print(rows_table(rows, ["at", "kind", "message"]))
+    if as_json:
+        print_json(rows)
+        return
+    shown = [{**r, "at": r["at"][:19].replace("T", " ")} for r in rows]  # to the second, in UTC
+    console.print(rows_table(shown, ["at", "kind", "message"]))
 
 
 @app.command()
@@ -196,19 +200,22 @@ def sparkline(values: list, width: int = 40) -> str:
     return "".join(SPARKS[min(len(SPARKS) - 1, int((v - lo) / span * (len(SPARKS) - 1) + 0.5))] for v in vals)
 
 
-def metrics_table(data: dict):
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
-    for col in ("METRIC", "STEP", "LAST", "MIN", "MAX", "POINTS", "TREND"):
-        t.add_column(col, no_wrap=True)
+def metrics_table(data: dict, width: int | None = None):
+    """One line per metric; the sparkline takes the width the numbers leave (8 to 40 columns)."""
+    rows = []
     for name, m in sorted(data["metrics"].items()):
         vals = [v for _, v in m["series"] if v is not None]
         last = m["last"][1]
-        t.add_row(name, str(m["last"][0]), "NaN/inf" if last is None else f"{last:.5g}",
-                  f"{min(vals):.4g}" if vals else "-", f"{max(vals):.4g}" if vals else "-", str(m["points"]),
-                  sparkline([v for _, v in m["series"]]))
-    return t
+        rows.append({"metric": name, "step": str(m["last"][0]), "last": "NaN/inf" if last is None else f"{last:.5g}",
+                     "min": f"{min(vals):.4g}" if vals else "-", "max": f"{max(vals):.4g}" if vals else "-",
+                     "points": str(m["points"]), "series": [v for _, v in m["series"]]})
+    columns = ["metric", "step", "last", "min", "max", "points"]
+    width = width or console.width
+    used = sum(max([len(c), *(len(r[c]) for r in rows)]) + 2 for c in columns)
+    room = max(8, min(40, width - used))
+    for r in rows:
+        r["trend"] = sparkline(r.pop("series"), width=room)
+    return rows_table(rows, [*columns, "trend"], width=width)
 
 
 @app.command()
