@@ -335,6 +335,17 @@ def _aware(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC back
 
 
+def run_seconds(job: Job, now: datetime | None = None) -> float:
+    """How long a job has run, every run added up: the earlier ones (ran_seconds) and the
+    current one until now or its end; a queued job's clock does not run."""
+    total = job.ran_seconds or 0.0
+    running = job.ended_at is None and JobState(job.state).holds_resources
+    if job.started_at is not None and (running or job.ended_at is not None):
+        end = _aware(job.ended_at) if job.ended_at is not None else (now or datetime.now(timezone.utc))
+        total += max(0.0, (end - _aware(job.started_at)).total_seconds())
+    return total
+
+
 def resume(session: Session, principal: Principal, job_id: int) -> Job:
     """Put a gracefully stopped job back in the queue: same id, same checkpoint folder."""
     job = manage_job(session, principal, job_id, "resume")

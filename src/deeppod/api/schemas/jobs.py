@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from pydantic import Field
 
 from deeppod.api.schemas.base import Out, Strict
 from deeppod.contract import JobState
+from deeppod.jobs import service
 
 
 class JobCreate(Strict):
@@ -79,21 +80,10 @@ class JobEventOut(Out):
     message: str
 
 
-def run_seconds(job, now: datetime | None = None) -> float:
-    """Every run added up: the earlier ones, and the current one until now or its end."""
-    total = job.ran_seconds or 0.0
-    running = job.ended_at is None and JobState(job.state).holds_resources
-    if job.started_at is not None and (running or job.ended_at is not None):  # queued: between runs
-        aware = lambda t: t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # noqa: E731 - SQLite: naive UTC
-        end = aware(job.ended_at) if job.ended_at is not None else (now or datetime.now(timezone.utc))
-        total += max(0.0, (end - aware(job.started_at)).total_seconds())
-    return total
-
-
 def job_out(job, tenant: str, user: str) -> JobOut:
     return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
                                   "env": {k: HIDDEN for k in job.env}, "tenant": tenant, "user": user,
-                                  "run_seconds": run_seconds(job)})
+                                  "run_seconds": service.run_seconds(job)})
 
 
 HIDDEN = "***"  # --env values may be secrets: the API never shows them back
