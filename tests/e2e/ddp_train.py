@@ -40,6 +40,7 @@ def main() -> None:
                                                           "DEEPPOD_JOB_ID", "DEEPPOD_CHECKPOINT_DIR",
                                                           "DEEPPOD_API_URL", "DEEPPOD_TOKEN", "OMP_NUM_THREADS")},
                    "cwd": os.getcwd()}, f)
+    dist.barrier()  # as torch's docs advise: no rank tears the group down while a peer still uses it
     dist.destroy_process_group()
 
 
