@@ -132,7 +132,7 @@ def test_a_new_leader_adopts_what_the_old_one_started_and_starts_nothing_twice(s
     ra.tick()
     rb.tick()  # nothing to decide (a fixed-size job runs, none waits): the standby writes nothing
     assert load_job(sessions, first).state == "running" and list(cluster.launched) == [first]
-    wait_until(b.heartbeat, 5, interval=0.05, what="the standby to take over")
+    wait_until(b.heartbeat, 30, interval=0.05, what="the standby to take over")  # loaded: slower
     second = submit_job(sessions, world.alice, tmp_path, workers=1)
     with pytest.raises(NotLeader):
         ra.tick()  # the old leader came back: refused before it decides anything
