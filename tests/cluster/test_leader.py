@@ -129,6 +129,7 @@ def test_a_new_leader_adopts_what_the_old_one_started_and_starts_nothing_twice(s
     ra, rb = controller(a), controller(b)
     assert a.heartbeat() and not b.heartbeat()
     first = submit_job(sessions, world.alice, tmp_path, workers=1)
+    assert a.heartbeat()  # renewed: its short lease may lapse while a loaded machine submits
     ra.tick()
     rb.tick()  # nothing to decide (a fixed-size job runs, none waits): the standby writes nothing
     assert load_job(sessions, first).state == "running" and list(cluster.launched) == [first]
