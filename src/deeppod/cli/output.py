@@ -125,8 +125,8 @@ def fit_columns(columns: list[str], cells: list[list[str]], width: int, keep: in
     need = [min(n, _MIN_FREE) if c.lower() in FREE_TEXT else n for c, n in zip(columns, natural)]
     shown = list(range(len(columns)))
     while len(shown) > keep and sum(need[i] + 2 for i in shown) - 2 > width:
-        shown.pop(max(i for i in shown if i >= keep and columns[i].lower() not in FREE_TEXT)
-                  if any(i >= keep and columns[i].lower() not in FREE_TEXT for i in shown) else -1)
+        droppable = [i for i in shown[keep:] if columns[i].lower() not in FREE_TEXT]
+        shown.remove(droppable[-1] if droppable else shown[-1])  # free text goes last of all
     return shown
 
 
