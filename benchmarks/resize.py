@@ -44,7 +44,7 @@ from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION,
                               SPARE_PARKED, WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
 from deeppod.executor.local import LocalExecutor  # noqa: E402
-from deeppod.jobs.resize import reset_world, world_file, write_world  # noqa: E402
+from deeppod.job_folder import JobFolder  # noqa: E402
 from deeppod.settings import Settings  # noqa: E402
 
 TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
@@ -72,7 +72,7 @@ def spec(job_dir: Path, rank: int, world: int, port: int, restart: int, generati
     env = worker_env(env, {}, job_id=0, rank=rank, world_size=world, local_rank=rank, local_world_size=world,
                      node_rank=0, master_addr="127.0.0.1", master_port=port, gpus=(), cpus=cpus,
                      checkpoint_dir=str(job_dir / "checkpoints"), api_url="", token="", restart_count=restart)
-    env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})
+    env.update({ENV_WORLD_FILE: str(JobFolder(job_dir).world_file), ENV_WORLD_GENERATION: str(generation)})
     if joining:
         env[ENV_JOINING] = "1"
     return WorkerSpec(rank, "n", env)
@@ -105,7 +105,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
     job_dir, records = work / name, work / f"{name}-records"
     (job_dir / "checkpoints").mkdir(parents=True)
     records.mkdir()
-    reset_world(job_dir, job_dir / "checkpoints")
+    JobFolder(job_dir).reset_world()
     command = TRAINER + ["--data", str(data), "--model", model, "--image-size", str(args.image_size),
                          "--epochs", "3", "--batch-size", str(args.batch_size), "--lr", "0.01",
                          "--record-samples", str(records)]
@@ -129,7 +129,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
                                for r in range(old, new)], 1)
             wait(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists()
                              for r in range(old, new)), 600, "the joiners to be ready")
-        write_world(job_dir, world)
+        JobFolder(job_dir).write_world(world)
 
         def acked():
             try:

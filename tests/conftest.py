@@ -7,10 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from deeppod.store.db import make_engine, make_sessionmaker
-from deeppod.api.app import create_app
 from deeppod.cluster.gpus import LogicalProbe
 from deeppod.executor.fake import FakeExecutor
-from deeppod.server import bootstrap_admin, build
+from deeppod.server import bootstrap_admin, build, http_app
 from deeppod.settings import Settings
 from deeppod.store.migrate import upgrade
 from tests.helpers import LiveServer
@@ -114,6 +113,6 @@ def api(tmp_path):
                         isolation="single-user")
     ctx = build(settings, executor=FakeExecutor(), probe=LogicalProbe(4))
     admin = bootstrap_admin(ctx)
-    with TestClient(create_app(ctx)) as http:
+    with TestClient(http_app(ctx)) as http:
         yield Api(ctx, http, admin)
     ctx.engine.dispose()

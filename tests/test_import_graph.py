@@ -94,3 +94,10 @@ def test_the_job_contract_imports_only_the_standard_library():
     assert new == {"deeppod", "deeppod.contract"}
     # and the check can fail: the SDK needs httpx, which is not standard library
     assert "httpx" in {m.split(".")[0] for m in loaded_after("import deeppod.sdk.client")} - sys.stdlib_module_names
+
+
+def test_the_api_does_not_import_the_console():
+    """The server composes the API and the console (server.http_app); the console builds on the
+    API's dependencies, never the other way round."""
+    assert offenders(loaded_after("import deeppod.api.app"), ("deeppod.ui",)) == []
+    assert offenders(loaded_after("import deeppod.ui"), ("deeppod.ui",)) != []  # the check can fail

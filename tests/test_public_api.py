@@ -33,8 +33,12 @@ def test_runtime_exports_resolve_to_their_modules():
 
 
 def test_every_error_shares_one_root():
-    for name in ("InvalidRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict"):
-        assert issubclass(getattr(deeppod, name), deeppod.DeepPodError)
+    """Every exception class defined in deeppod.errors (not only the exported ones) is a DeepPodError."""
+    import inspect
+
+    defined = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(c, BaseException) and c.__module__ == errors.__name__]
+    assert len(defined) > 8 and [c.__name__ for c in defined if not issubclass(c, deeppod.DeepPodError)] == []
 
 
 ALL_ERRORS = [errors.InvalidRequest, errors.Unauthenticated, errors.Forbidden, errors.NotFound, errors.Conflict,

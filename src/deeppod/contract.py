@@ -81,7 +81,6 @@ JOINER_READY = ".joiner-ready-{rank}"  # a joiner built its model and waits: now
 # worker's log file
 ENV_SPARE = "DEEPPOD_SPARE"
 SPARE_PARKED = ".spare-parked-{n}"  # in the checkpoint folder while spare N waits
-SPARES_FILE = "spares.json"  # in the job folder: {"count": N}, how many spares the supervisor keeps
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

@@ -24,7 +24,7 @@ from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.identities import Identities, SystemIdentities
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth import tls
-from deeppod.auth.files import write_private
+from deeppod.atomic import atomic_write
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import NodeInfo, local_node
@@ -39,11 +39,13 @@ from deeppod.executor.base import Executor
 from deeppod.executor.fenced import FencedExecutor
 from deeppod.executor.local import LocalExecutor
 from deeppod.deployments.controller import DeploymentController
-from deeppod.deployments.router import Router
+from deeppod.deployments.balancer import Balancer
 from deeppod.jobs import retention
 from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs import service as jobs_service
-from deeppod.jobs.controller import Isolation, JobController
+from deeppod.jobs.controller import JobController
+from deeppod.jobs.launch import Isolation
+from deeppod.loops import run_rounds
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.scheduler import Config
@@ -69,7 +71,7 @@ class ServerContext:
     executor: Executor
     jobs: JobController
     data: datasets.DataPlane
-    router: Router
+    balancer: Balancer
     deployments: DeploymentController
     principals: PrincipalCache
     audit: AuditLog
@@ -175,13 +177,13 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          on_finished=on_finished, isolation=isolation,
                          ca_cert=str(served.trust) if served and served.trust else None,
                          fence=leader.fence if fenced else None, spares=settings.spare_workers)
-    router = Router()
-    deployments = DeploymentController(sessions, router, models_root=settings.models_dir,
+    balancer = Balancer()
+    deployments = DeploymentController(sessions, balancer, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
                                        max_body_bytes=settings.predict_max_bytes,
                                        **({"leading": lambda: leader.leading, "fence": leader.fence} if fenced else {}))
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
-    ctx = ServerContext(settings, engine, sessions, executor, jobs, data, router, deployments,
+    ctx = ServerContext(settings, engine, sessions, executor, jobs, data, balancer, deployments,
                         PrincipalCache(sessions), AuditLog(sessions), roots, served,
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
@@ -189,7 +191,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                         roots, ctx.code)
     ctx.tune = TuneController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
-              if node is not None else getattr(executor, "samplers", lambda: None)())
+              if node is not None else executor.samplers())
     if source is not None:
         policy = monitoring.Policy(idle_util=settings.monitor_idle_percent, idle_after_s=settings.monitor_idle_seconds,
                                    raw_keep_s=settings.monitor_raw_seconds,
@@ -237,27 +239,29 @@ def executor_for(settings: Settings) -> Executor:
 
 def cluster_nodes(executor: Executor):
     """A cluster executor's ``nodes()`` (its nodes come and go), or None: this machine is the node."""
-    return getattr(executor, "nodes", None)
+    return executor.nodes if executor.cluster else None
 
 
 SLOW_CLUSTER_S = 10.0  # a cluster that takes longer to list its nodes is reported
 
 
 def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 2.0) -> None:
-    """A cluster executor's nodes into the store: one that joins appears, one that leaves is down."""
-    while not stop.wait(interval):
-        try:
-            began = time.monotonic()
-            infos = ctx.executor.nodes()
-            if (late := time.monotonic() - began) > SLOW_CLUSTER_S:
-                # jobs keep running on the nodes meanwhile; only DeepPod's view of them waited
-                log.warning("the cluster did not answer for %.0f s (its head, or the network to it): jobs on its "
-                            "nodes kept running, DeepPod's actions on them waited; it answers again", late)
-            with ctx.sessions.begin() as s:
-                for name in sync_nodes(s, infos):
-                    log.warning("node %s left the cluster: marked down", name)
-        except Exception:  # the next round retries; a cluster that does not answer keeps its last view
-            log.exception("node inventory round failed")
+    """A cluster executor's nodes into the store: one that joins appears, one that leaves is
+    down. A round that fails is retried; a cluster that does not answer keeps its last view."""
+    if not stop.wait(interval):
+        run_rounds(lambda: inventory_round(ctx), stop, interval, "node inventory")
+
+
+def inventory_round(ctx: ServerContext) -> None:
+    began = time.monotonic()
+    infos = ctx.executor.nodes()
+    if (late := time.monotonic() - began) > SLOW_CLUSTER_S:
+        # jobs keep running on the nodes meanwhile; only DeepPod's view of them waited
+        log.warning("the cluster did not answer for %.0f s (its head, or the network to it): jobs on its "
+                    "nodes kept running, DeepPod's actions on them waited; it answers again", late)
+    with ctx.sessions.begin() as s:
+        for name in sync_nodes(s, infos):
+            log.warning("node %s left the cluster: marked down", name)
 
 
 def lead_loop(ctx: ServerContext, stop: threading.Event, ready: threading.Event | None = None) -> None:
@@ -320,38 +324,43 @@ def _step_down(term: tuple[threading.Event, list[threading.Thread]]) -> None:
 def _secret_key(path: Path) -> bytes:
     """The key that seals jobs' --env values: kept in the server's home, made on first start."""
     if not path.exists():
-        write_private(path, sealed.new_key())
+        atomic_write(path, sealed.new_key())
     return path.read_bytes().strip()
 
 
 def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float) -> None:
     """Every ``interval`` seconds (DEEPPOD_HOUSEKEEPING_INTERVAL): move idle dataset versions
     to the cold tier, remove the folders of jobs past the retention, drop old audit events."""
-    while not stop.wait(interval):
-        try:
-            moved = datasets.demote_idle(ctx.sessions, ctx.data)
-            if moved:
-                log.info("moved to cold: %s", ", ".join(moved))
-        except Exception:  # the next round retries
-            log.exception("tiering round failed")
-        try:
-            purged = retention.apply_retention(ctx.sessions, ctx.settings.jobs_dir, ctx.settings.job_retention_days)
-            if purged:
-                log.info("removed the folders of %d finished jobs (retention)", len(purged))
-        except Exception:  # the next round retries
-            log.exception("retention round failed")
-        try:  # a server of a failover control plane that died mid-ingest: undo its ingests
-            datasets.recover(ctx.sessions, ctx.data, ctx.leader.live_ids())
-            ctx.leader.forget_dead()
-        except Exception:  # the next round retries
-            log.exception("recovering dead servers' work failed")
-        if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
-            log.info("dropped %d code archives unused for a week", dropped)
-        try:
-            with ctx.sessions.begin() as s:
-                audit.apply_retention(s, ctx.settings.audit_retention_days)
-        except Exception:  # the next round retries
-            log.exception("audit retention round failed")
+    if not stop.wait(interval):
+        run_rounds(lambda: housekeeping_round(ctx), stop, interval, "housekeeping")
+
+
+def housekeeping_round(ctx: ServerContext) -> None:
+    """Each chore on its own: one that fails does not keep the others from their turn."""
+    try:
+        moved = datasets.demote_idle(ctx.sessions, ctx.data)
+        if moved:
+            log.info("moved to cold: %s", ", ".join(moved))
+    except Exception:  # the next round retries
+        log.exception("tiering round failed")
+    try:
+        purged = retention.apply_retention(ctx.sessions, ctx.settings.jobs_dir, ctx.settings.job_retention_days)
+        if purged:
+            log.info("removed the folders of %d finished jobs (retention)", len(purged))
+    except Exception:  # the next round retries
+        log.exception("retention round failed")
+    try:  # a server of a failover control plane that died mid-ingest: undo its ingests
+        datasets.recover(ctx.sessions, ctx.data, ctx.leader.live_ids())
+        ctx.leader.forget_dead()
+    except Exception:  # the next round retries
+        log.exception("recovering dead servers' work failed")
+    if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
+        log.info("dropped %d code archives unused for a week", dropped)
+    try:
+        with ctx.sessions.begin() as s:
+            audit.apply_retention(s, ctx.settings.audit_retention_days)
+    except Exception:  # the next round retries
+        log.exception("audit retention round failed")
 
 
 def bootstrap_admin(ctx: ServerContext) -> str | None:
@@ -359,7 +368,7 @@ def bootstrap_admin(ctx: ServerContext) -> str | None:
     with ctx.sessions.begin() as s:
         secret = bootstrap(s)
     if secret:
-        write_private(ctx.settings.home / "admin.token", secret + "\n")
+        atomic_write(ctx.settings.home / "admin.token", secret + "\n")
     return secret
 
 
@@ -383,7 +392,7 @@ def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path
     paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
     for path in paths:
         try:
-            write_private(path, json.dumps(doc))
+            atomic_write(path, json.dumps(doc))
         except OSError as exc:  # a read-only config folder only costs the discovery
             log.warning("could not write %s (%s); the CLI needs --url for this server", path, exc)
     return paths
@@ -398,7 +407,7 @@ def forget_local(paths: list[Path]) -> None:
             if doc.get("pid") != os.getpid():
                 continue
             if path.name == LAST_LOCAL_SERVER:
-                write_private(path, json.dumps({**doc, "pid": None}))
+                atomic_write(path, json.dumps({**doc, "pid": None}))
             else:
                 path.unlink()
         except (OSError, ValueError):
@@ -419,10 +428,16 @@ def _check_port_free(host: str, port: int) -> None:
                                  "Stop it or pass --port") from None
 
 
+def http_app(ctx: ServerContext):
+    """What the server serves: the API and, at /, the web console (it calls the same services)."""
+    from deeppod import ui
+    from deeppod.api.app import create_app
+
+    return create_app(ctx, parts=(ui,))
+
+
 def serve(settings: Settings, *, echo=print) -> None:
     import uvicorn
-
-    from deeppod.api.app import create_app
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
@@ -432,7 +447,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     settings = ctx.settings  # its isolation resolved
     ctx.leader.join()
     secret = bootstrap_admin(ctx)
-    app = create_app(ctx)
+    app = http_app(ctx)
     stop = threading.Event()
     ready = threading.Event()
     lead = threading.Thread(target=lead_loop, args=(ctx, stop, ready), name="leadership", daemon=True)

@@ -96,16 +96,15 @@ def test_the_api_docs_page_needs_no_internet(api):
 def test_a_server_that_does_not_isolate_holds_one_tenant(tmp_path):
     from fastapi.testclient import TestClient
 
-    from deeppod.api.app import create_app
     from deeppod.cluster.gpus import LogicalProbe
     from deeppod.executor.fake import FakeExecutor
-    from deeppod.server import bootstrap_admin, build
+    from deeppod.server import bootstrap_admin, build, http_app
     from deeppod.settings import Settings
 
     # what "auto", the default, is where the server is not root
     ctx = build(Settings(home=tmp_path / "home", isolation="one-tenant"), executor=FakeExecutor(), probe=LogicalProbe(1))
     admin = {"Authorization": f"Bearer {bootstrap_admin(ctx)}"}
-    with TestClient(create_app(ctx)) as http:
+    with TestClient(http_app(ctx)) as http:
         r = http.post("/v1/tenants", json={"name": "second"}, headers=admin)
         assert r.status_code == 409 and "--isolation sandbox" in r.json()["error"]["message"]
         assert [t["name"] for t in http.get("/v1/tenants", headers=admin).json()] == ["default"]

@@ -128,17 +128,16 @@ def small_gpu_box(tmp_path):
     """The new user's machine: 2 cores, 4 GPU slots."""
     from fastapi.testclient import TestClient
 
-    from deeppod.api.app import create_app
     from deeppod.cluster.gpus import LogicalProbe
     from deeppod.executor.fake import FakeExecutor
-    from deeppod.server import bootstrap_admin, build
+    from deeppod.server import bootstrap_admin, build, http_app
     from deeppod.settings import Settings
     from tests.conftest import Api
 
     ctx = build(Settings(home=tmp_path / "home", cpus=2, memory_mb=8192, isolation="single-user"),
                 executor=FakeExecutor(), probe=LogicalProbe(4))
     admin = bootstrap_admin(ctx)
-    with TestClient(create_app(ctx)) as http:
+    with TestClient(http_app(ctx)) as http:
         yield Api(ctx, http, admin)
     ctx.engine.dispose()
 

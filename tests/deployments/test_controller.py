@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from deeppod.contract import JobState
 from deeppod.deployments.controller import DeploymentController, HttpHealth
-from deeppod.deployments.router import Router
+from deeppod.deployments.balancer import Balancer
 from tests.deployments.test_service import deployed, replica_jobs  # noqa: F401 (a fixture)
 from deeppod.store.models import Job
 
@@ -46,7 +46,7 @@ def test_health_checks_reuse_one_connection():
 def test_a_steady_round_proves_the_lead_only_when_it_changes_something(deployed):
     sessions, models = deployed
     fences = []
-    ctl = DeploymentController(sessions, Router(), models_root=models, health=lambda url: True, default_grace=5.0,
+    ctl = DeploymentController(sessions, Balancer(), models_root=models, health=lambda url: True, default_grace=5.0,
                                max_body_bytes=1 << 20, fence=lambda s: fences.append(1))
     ctl.tick()  # starts two replicas: a write, so it fences
     assert len(fences) == 1 and len(replica_jobs(sessions)) == 2
@@ -58,4 +58,4 @@ def test_a_steady_round_proves_the_lead_only_when_it_changes_something(deployed)
     for _ in range(3):
         ctl.tick()
     assert len(fences) == 2  # nothing changed: no write, no fence
-    assert len(ctl.router.routes) == 1 and len(next(iter(ctl.router.routes.values())).targets) == 2
+    assert len(ctl.balancer.routes) == 1 and len(next(iter(ctl.balancer.routes.values())).targets) == 2

@@ -6,7 +6,7 @@ from deeppod.models import service as model_service
 from deeppod.deployments import service
 from deeppod.serve import replica
 from deeppod.deployments.controller import DeploymentController
-from deeppod.deployments.router import Router
+from deeppod.deployments.balancer import Balancer
 from deeppod.store.models import Job
 from tests.fixtures import populate
 from tests.models.test_service import artifact
@@ -29,7 +29,7 @@ def replica_jobs(sessions) -> list[Job]:
 
 def test_replicas_take_the_predict_body_limit_and_the_grace_the_server_has(deployed):
     sessions, models = deployed
-    DeploymentController(sessions, Router(), models_root=models, health=lambda url: False,
+    DeploymentController(sessions, Balancer(), models_root=models, health=lambda url: False,
                          default_grace=7.0, max_body_bytes=64 << 20).tick()
     replicas = replica_jobs(sessions)
     assert len(replicas) == 2

@@ -222,7 +222,13 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     page.click('tr[data-model="digits-cnn"] >> text=digits-cnn')
     assert page.locator("#versions tr[data-version]").count() == 2
     page.click("#compare")  # v1 (A) and v2 (B) side by side
-    assert page.locator('#side-by-side tr[data-metric="val_accuracy"] td.better').count() == 1
+    # each metric is better in its own direction: v2's higher accuracy and its lower loss
+    better = page.eval_on_selector_all(
+        "#side-by-side tr[data-metric]", "rows => Object.fromEntries(rows.map(r => [r.dataset.metric, "
+        "[...r.querySelectorAll('td')].slice(1).map(td => [parseFloat(td.innerText), td.classList.contains('better')])]))")
+    (acc1, _), (acc2, acc2_wins) = better["val_accuracy"]
+    (loss1, loss1_wins), (loss2, loss2_wins) = better["val_loss"]
+    assert acc2 > acc1 and acc2_wins and loss2 < loss1 and loss2_wins and not loss1_wins, better
     shot(page, "model-compare")
     page.fill('#evaluate-form input[name="data"]', "digits@1")
     page.click("#evaluate-form button[type=submit]")

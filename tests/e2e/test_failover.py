@@ -41,7 +41,8 @@ def test_kill_9_of_the_leader_then_a_frozen_leader_comes_back(tmp_path, pg_url):
         assert "control plane: standby" in b.output.read_text()
         c = Client(f"{a.url},{b.url}", a.admin_token)
         assert {(s["url"], s["leader"]) for s in c.servers()} == {(a.url, True), (b.url, False)}
-        time.sleep(2)  # the leader's next heartbeat: it tells jobs every server, itself first
+        # the leader's next heartbeat sees b: from then on it tells jobs every server, itself first
+        wait_until(lambda: health(a)["live_servers"] == 2, 15, interval=0.1, what="the leader to see the standby")
         long_job = c.submit([sys.executable, "-c", TRAINER.replace("STEPS", "60")], workers=2, workdir=str(tmp_path))
         wait_until(lambda: b"tick 3 rank 1" in b"".join(c.logs(long_job["id"])), 60, what="the job to run")
 

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION,
                               SPARE_PARKED, WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
-from deeppod.jobs.resize import reset_world, world_file, write_world
+from deeppod.job_folder import JobFolder
 from tests.e2e.datasets import digits_version
 from tests.e2e.test_training import consumed, small_args, steps_done
 from tests.helpers import wait_until
@@ -33,7 +32,7 @@ def spec(job_dir, rank, world, port, generation=0, joining=False):
     env = worker_env(env, {}, job_id=0, rank=rank, world_size=world, local_rank=rank, local_world_size=world,
                      node_rank=0, master_addr="127.0.0.1", master_port=port, gpus=(), cpus=1,
                      checkpoint_dir=str(job_dir / "checkpoints"), api_url="", token="", restart_count=0)
-    env.update({ENV_WORLD_FILE: str(world_file(job_dir)), ENV_WORLD_GENERATION: str(generation)})
+    env.update({ENV_WORLD_FILE: str(JobFolder(job_dir).world_file), ENV_WORLD_GENERATION: str(generation)})
     if joining:
         env[ENV_JOINING] = "1"
     return WorkerSpec(rank, "n", env)
@@ -41,7 +40,7 @@ def spec(job_dir, rank, world, port, generation=0, joining=False):
 
 def resize(job_dir, generation, size):
     port = free_port()
-    write_world(job_dir, {"generation": generation, "world_size": size, "master_addr": "127.0.0.1",
+    JobFolder(job_dir).write_world({"generation": generation, "world_size": size, "master_addr": "127.0.0.1",
                           "master_port": port, "decided_at": time.time()})
     return port
 
@@ -70,7 +69,7 @@ def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_p
     ex, job_dir, records = LocalExecutor(), tmp_path / "job", tmp_path / "records"
     (job_dir / "checkpoints").mkdir(parents=True)
     records.mkdir()
-    reset_world(job_dir, job_dir / "checkpoints")
+    JobFolder(job_dir).reset_world()
     # three epochs: rank 0 alone must still be training while the spare parks and the joiners
     # start (torch imports take tens of seconds on a loaded machine); one epoch ran out first
     command = TRAINER + small_args(version, records, epochs=3, delay=0.15)
@@ -95,7 +94,7 @@ def test_the_trainer_shrinks_and_grows_in_place_and_sees_every_sample_once(tmp_p
     ex.add_workers(h, [spec(job_dir, r, 3, port, generation=2, joining=True) for r in (1, 2)], 2)
     waiting(job_dir, lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists() for r in (1, 2)),
             180, "the joiners to be ready")
-    write_world(job_dir, {"generation": 2, "world_size": 3, "master_addr": "127.0.0.1", "master_port": port,
+    JobFolder(job_dir).write_world({"generation": 2, "world_size": 3, "master_addr": "127.0.0.1", "master_port": port,
                           "decided_at": time.time()})
     waiting(job_dir, lambda: acked(job_dir, 2), 180, "rank 0 to acknowledge 3 workers")
     st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300, what="the job to finish")

@@ -1,11 +1,11 @@
 """Jobs outlive the server: kill -9 it mid-job, restart, and everything is accounted for."""
 
-import json
 import sys
 import time
 
 from deeppod import Client
 from deeppod.executor.local import process_start_time
+from deeppod.job_folder import JobFolder
 from tests.helpers import wait_until
 
 TICKER = ("import time, os\n"
@@ -24,9 +24,11 @@ def test_kill_9_then_restart_readopts_jobs(fresh_server, tmp_path):
     wait_until(lambda: all(c.job(j["id"])["state"] == "running" for j in (long_job, short_job)), 30)
     wait_until(lambda: b"tick 2 rank 1" in b"".join(c.logs(long_job["id"])), 30)
 
-    sup = json.loads((server.home / "jobs" / str(long_job["id"]) / "supervisor.json").read_text())
+    sup = JobFolder.of(server.home / "jobs", long_job["id"]).read_supervisor()
     server.kill9()
-    time.sleep(3)  # the short job ends while nobody is watching
+    short_folder = JobFolder.of(server.home / "jobs", short_job["id"])
+    wait_until(lambda: short_folder.read_result() is not None, 30,
+               what="the short job to end while nobody is watching")
     assert process_start_time(sup["pid"]) == sup["start_time"], "the job died with the server"
 
     server.start()  # same home, same port

@@ -15,10 +15,11 @@ import pytest
 
 from deeppod import Client
 from deeppod.executor import sandbox
+from deeppod.job_folder import JobFolder
 from deeppod.runtime import inference
 from deeppod.runtime.data import ShardReader
 from deeppod.runtime.trainers.digits import write_digits
-from tests.helpers import LiveServer
+from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
 MODEL = "digits-clf"
@@ -144,9 +145,14 @@ def test_register_compare_promote_deploy_predict(flow):
 
     # a deployment key works for predict only
     key = c.create_deployment_key(MODEL, "kiosk")["key"]
-    time.sleep(1.0)  # the router learns keys each round
-    r = httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
-                   headers={"X-DeepPod-Key": key, "content-type": "image/png"})
+
+    def with_key():
+        return httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
+                          headers={"X-DeepPod-Key": key, "content-type": "image/png"}, timeout=30)
+
+    wait_until(lambda: with_key().status_code != 401, 30, interval=0.2,
+               what="the router to learn the key (it does each round)")
+    r = with_key()
     assert r.status_code == 200, r.text
     assert httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401
     assert httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
@@ -155,9 +161,7 @@ def test_register_compare_promote_deploy_predict(flow):
     assert "kiosk" in p.stdout
     key_id = c.deployment_keys(MODEL)[0]["id"]
     run(env, "deploy", "key", "revoke", MODEL, str(key_id))
-    time.sleep(1.0)
-    assert httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", content=images[0],
-                      headers={"X-DeepPod-Key": key, "content-type": "image/png"}).status_code == 401
+    wait_until(lambda: with_key().status_code == 401, 30, interval=0.2, what="the revoked key to be refused")
 
     # the browser page, built from the signature by its script, and the metrics
     page = httpx.get(f"{server.url}/v1/deployments/{MODEL}", headers={"accept": "text/html"})
@@ -239,13 +243,18 @@ def test_rolling_update_and_rollback_under_load_lose_nothing(flow):
     c.wait_deployment(MODEL, timeout=120)
     reader = ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1", "val")
     with Load(f"{server.url}/v1/deployments/{MODEL}/predict", server.admin_token, reader.read(0)[0]) as load:
-        time.sleep(2)
+
+        def more_answers(n=20):  # the load runs against each version for a while
+            seen = load.ok
+            wait_until(lambda: load.ok >= seen + n, 60, interval=0.1, what=f"{n} more answers under load")
+
+        more_answers()
         p = run(env, "deploy", "update", MODEL, "--version", "1", timeout=300)
         assert "ready" in p.stdout
-        time.sleep(2)
+        more_answers()
         p = run(env, "deploy", "rollback", MODEL, timeout=300)
         assert "rolling back to" in p.stdout and "ready" in p.stdout
-        time.sleep(2)
+        more_answers()
     assert load.failures == [], load.failures[:5]
     assert load.ok > 50 and load.versions == {1, 2}
     d = c.deployment(MODEL)
@@ -263,7 +272,7 @@ def test_a_killed_replica_is_restarted(flow):
     server, c = flow["server"], flow["client"]
     d = c.wait_deployment(MODEL, timeout=120)
     victim = d["replica_jobs"][0]["job_id"]
-    pid = json.loads((server.home / "jobs" / str(victim) / "workers.json").read_text())["0"]
+    pid = JobFolder.of(server.home / "jobs", victim).read_pids()["0"]
     os.kill(pid, 9)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -13,7 +13,8 @@ from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
 from deeppod.jobs.controller import JobController
-from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S, world_file
+from deeppod.job_folder import JobFolder
+from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S
 from deeppod.plans.service import apply_plan
 from deeppod.scheduler import Config
 from tests.fixtures import Clock, load_job, populate, submit_job as submit
@@ -73,7 +74,7 @@ def test_a_shrink_in_place_keeps_the_job_running_and_frees_the_leavers_gpus_once
     a_job, b_job = borrow_all_then_reclaim(sessions, world, rec, tmp_path)
     b = load_job(sessions, b_job)
     assert b.state == "running" and b_job not in rec.executor.terminated  # no SIGTERM: the workers stay
-    w = json.loads(world_file(rec.job_dir(b_job)).read_text())
+    w = json.loads(JobFolder(rec.job_dir(b_job)).world_file.read_text())
     assert (w["generation"], w["world_size"], w["master_port"]) == (1, 2, 29500)
     assert ranks(b) == [0, 1, 2, 3] and b.resize_to == 2  # the leavers still hold their GPUs
     rec.tick()
@@ -127,17 +128,18 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     assert env["CUDA_VISIBLE_DEVICES"] != rec.executor.launched[job].workers[0].env["CUDA_VISIBLE_DEVICES"]
     # the running workers are told only once the joiners are ready: they train meanwhile
     rec.tick()
-    assert not world_file(rec.job_dir(job)).exists()
+    assert not JobFolder(rec.job_dir(job)).world_file.exists()
     ckpt = rec.job_dir(job) / "checkpoints"
     (ckpt / JOINER_READY.format(rank=2)).write_text("1")
-    time.sleep(0.1)
+    looked = rec.resizes.looks
+    wait_until(lambda: rec.resizes.looks >= looked + 2, 5, interval=0.01, what="the watch to look again")
     assert not rec.hurry.is_set()  # one joiner of two is ready: nothing to hurry for
     (ckpt / JOINER_READY.format(rank=3)).write_text("1")
     # the loop is hurried as soon as both are: the others are told now, not a round later
     wait_until(rec.hurry.is_set, 5, interval=0.01, what="the controller to be hurried")
-    wait_until(lambda: not rec._watching, 5, interval=0.01, what="the watch to end")
+    wait_until(lambda: not rec.resizes.watching, 5, interval=0.01, what="the watch to end")
     rec.tick()
-    w = json.loads(world_file(rec.job_dir(job)).read_text())
+    w = json.loads(JobFolder(rec.job_dir(job)).world_file.read_text())
     assert (w["generation"], w["world_size"]) == (1, 4)
     ack(rec, job, 1, clock.t + 4.0)
     rec.tick()
@@ -258,8 +260,8 @@ def test_a_grow_whose_joiners_never_get_ready_falls_back_and_stops_watching_them
     mark_resizable(rec, job)
     rec.executor.finish(other, {0: 0, 1: 0})
     rec.tick()  # grows in place: joiners started, watched until they are ready
-    assert job in rec._watching and not rec.hurry.is_set()
+    assert job in rec.resizes.watching and not rec.hurry.is_set()
     clock.t += IN_PLACE_TIMEOUT_S + 1
     rec.tick()
     assert load_job(sessions, job).state == "resizing"  # back to the checkpoint restart
-    assert job not in rec._watching and not rec.hurry.is_set()
+    assert job not in rec.resizes.watching and not rec.hurry.is_set()

@@ -3,7 +3,6 @@
 import json
 import math
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 from deeppod.runtime.metrics import Reporter, histogram
 from deeppod.runtime.tensorboard import read_records
 from deeppod.contract import free_port
+from tests.helpers import wait_until
 
 
 class Sink:
@@ -44,12 +44,9 @@ def test_report_is_cheap_batched_and_survives_an_outage(tmp_path):
     port = free_port()
     rep = Reporter(api_url=f"http://127.0.0.1:{port}", token="tok", job_id=7, tb_dir=str(tmp_path / "tb"),
                    flush_seconds=0.2, enabled=True)
-    t0 = time.perf_counter()
-    for step in range(2000):  # the server is down
+    for step in range(2000):  # the server is down (what a call costs: benchmarks/report_cost.py)
         rep.report(step, loss=torch.tensor(1.0 / (step + 1)), accuracy=0.5)
-    per_call_us = (time.perf_counter() - t0) / 2000 * 1e6
-    assert per_call_us < 200, f"report() took {per_call_us:.0f} us a call"
-    time.sleep(0.8)  # a few failed sends, with backoff
+    wait_until(lambda: rep.failed_sends >= 2, 30, interval=0.05, what="two failed sends, with backoff")
     sink = Sink(port)  # the server comes back
     try:
         rep.report(2000, loss=float("nan"))
@@ -73,9 +70,16 @@ def test_histogram_is_compact_and_ignores_non_finite():
 
 
 def test_disabled_on_other_ranks(tmp_path):
-    rep = Reporter(api_url="http://127.0.0.1:1", token="t", job_id=1, enabled=False)
-    rep.report(1, loss=1.0)
-    assert rep.flush(timeout=0.1)
+    sink = Sink(free_port())
+    rep = Reporter(api_url=f"http://127.0.0.1:{sink.server.server_port}", token="t", job_id=1, enabled=False,
+                   flush_seconds=0.05)
+    try:
+        rep.report(1, loss=1.0)
+        assert rep.flush(timeout=5)
+        rep.close()
+        assert sink.requests == 0 and sink.points == []  # only rank 0 sends
+    finally:
+        sink.close()
 
 
 def test_activation_recorder_keeps_the_latest_outputs():

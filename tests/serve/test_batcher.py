@@ -3,13 +3,13 @@ failing batch fails only its own requests."""
 
 import asyncio
 import threading
-import time
 
 import pytest
 import torch
 
 from deeppod.runtime import inference
 from deeppod.serve.batcher import Batcher
+from tests.helpers import wait_until
 
 
 def test_concurrent_requests_share_forward_passes_and_get_their_own_answers():
@@ -36,27 +36,26 @@ def test_concurrent_requests_share_forward_passes_and_get_their_own_answers():
 
 
 def test_a_lone_request_waits_at_most_max_wait():
-    b = Batcher(lambda items: items, max_batch=32, max_wait=0.02)
-    began = time.perf_counter()
-    assert [f.result(5) for f in b.submit(["x"])] == ["x"]
-    assert time.perf_counter() - began < 0.5
+    sizes = []
+    b = Batcher(lambda items: sizes.append(len(items)) or items, max_batch=32, max_wait=0.02)
+    # it runs alone once max_wait is over (no company comes): well before the result's own timeout
+    assert [f.result(30) for f in b.submit(["x"])] == ["x"] and sizes == [1]
     b.close()
 
 
 def test_with_nothing_on_its_way_a_lone_request_runs_at_once():
-    b = Batcher(lambda items: items, max_batch=32, max_wait=2.0, coming=lambda: 0)
-    began = time.perf_counter()
-    assert [f.result(5) for f in b.submit(["x"])] == ["x"]
-    assert time.perf_counter() - began < 0.5, "it waited for company that was not coming"
+    b = Batcher(lambda items: items, max_batch=32, max_wait=600.0, coming=lambda: 0)
+    # had it waited for company that was not coming, the result would take max_wait (600 s)
+    assert [f.result(30) for f in b.submit(["x"])] == ["x"]
     b.close()
 
 
 def test_the_batch_waits_for_a_request_on_its_way_and_takes_it_along():
     sizes, on_its_way = [], [1]
-    b = Batcher(lambda items: sizes.append(len(items)) or items, max_batch=32, max_wait=2.0,
+    b = Batcher(lambda items: sizes.append(len(items)) or items, max_batch=32, max_wait=600.0,
                 coming=lambda: on_its_way[0])
     first = b.submit(["a"])  # one more request is still being decoded
-    time.sleep(0.1)
+    wait_until(lambda: b.depth == 0, 30, interval=0.01, what="the batcher to hold the first request")
     second = b.submit(["b"])
     on_its_way[0] = 0
     assert [first[0].result(5), second[0].result(5)] == ["a", "b"] and sizes == [2]

@@ -12,6 +12,7 @@ from deeppod.errors import Conflict, InvalidRequest
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import metrics
 from deeppod.jobs.controller import JobController
+from deeppod.states import ACTIVE_EXPERIMENTS
 from deeppod.jobs.service import JobRequest, submit
 from deeppod.plans.service import apply_plan
 from deeppod.store.models import Experiment, Job, ModelVersion, Trial
@@ -69,7 +70,7 @@ class Harness:
     def run(self, exp_id, curve, steps=6, rounds=200):
         for _ in range(rounds):
             self.round(curve, steps)
-            if self.experiment(exp_id).state not in service.ACTIVE:
+            if self.experiment(exp_id).state not in ACTIVE_EXPERIMENTS:
                 return self.experiment(exp_id)
         raise AssertionError(f"experiment still {self.experiment(exp_id).state} after {rounds} rounds")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
@@ -14,10 +16,11 @@ from deeppod.api.latency import Latency
 from deeppod.api.routers import (audit, code, datasets, deployments, experiments, jobs, metrics, models, monitor, nodes,
                                  plans, servers, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
-from deeppod import ui
 
 
-def create_app(ctx) -> FastAPI:
+def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
+    """The API. ``parts``: more of the app, each with ``install(app)`` and ``is_upload(method,
+    path)`` (the web console: server.http_app composes them)."""
     app = FastAPI(title="DeepPod", version=__version__, docs_url=None, redoc_url=None,
                   description="DeepPod control plane: jobs, datasets, models, deployments, tenants, users, "
                               "tokens, nodes, servers, experiments.")
@@ -31,17 +34,20 @@ def create_app(ctx) -> FastAPI:
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)
-    ui.install(app)  # the web console at /
+    for part in parts:
+        part.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:
         """Answers on every server; ``leader``: whether this one runs the jobs (a standby of a
-        failover control plane serves the API only)."""
+        failover control plane serves the API only); ``live_servers``: how many servers the
+        leader saw alive at its last heartbeat (every one is in the API URLs it gives jobs)."""
         return {"ok": True, "version": __version__, "scheduler_round_ms": round(ctx.jobs.last_round_ms, 3),
                 "leader": ctx.leader.leading, "epoch": ctx.leader.epoch,
+                "live_servers": len(ctx.leader.live_urls) if ctx.leader.leading else None,
                 "rounds": ctx.jobs.rounds}
 
-    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or ui.is_upload(method, path))
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or any(p.is_upload(method, path) for p in parts))
     errors.document(app)
     app.add_middleware(PredictPath)  # the data path skips the routing every other call pays
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included

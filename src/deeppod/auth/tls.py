@@ -13,7 +13,7 @@ import ssl
 from pathlib import Path
 from typing import NamedTuple
 
-from deeppod.auth.files import write_private
+from deeppod.atomic import atomic_write
 from deeppod.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, 
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .sign(key, hashes.SHA256()))
-    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    atomic_write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                               serialization.NoEncryption()))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     log.info("made a self-signed certificate for %s in %s", ", ".join(wanted), folder)

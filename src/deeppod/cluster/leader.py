@@ -23,10 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-import time
 import uuid
-from collections.abc import Callable
 
 from sqlalchemy import delete, func, literal, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -38,8 +35,6 @@ from deeppod.store.models import LeaderLease, Server
 log = logging.getLogger(__name__)
 
 LEASE_S = 5.0  # a leader that stops renewing is replaced this long after its last renewal
-IDLE = "idle"  # what a loop's round returns when it found nothing to act on
-IDLE_ROUND_S = 5.0  # an idle loop's next round, unless woken first (a standby's submit waits this long)
 RENEW_S = 1.0  # how often the lease and each server's heartbeat are renewed
 GONE_S = 3 * LEASE_S  # a server not heard from this long is dead: its unfinished work is undone
 FORGET_S = 3600.0  # a dead server's row is dropped after this long
@@ -271,41 +266,3 @@ def api_urls(session: Session, first: str) -> str:
 
 def urls_first(first: str, urls: list[str]) -> str:
     return ",".join([first] + [u for u in urls if u != first])
-
-
-
-def run_rounds(tick: Callable[[], object], stop: threading.Event, interval: float, what: str, *,
-               wake: threading.Event | None = None, hurry: threading.Event | None = None,
-               idle_interval: float = IDLE_ROUND_S) -> None:
-    """Call ``tick`` every ``interval`` seconds until ``stop`` (the leader's loops: jobs, tune,
-    deployments, monitor). A round refused because this server lost the lead, or one that
-    fails, is logged; the loop outlives it and the next round retries.
-
-    With ``wake``: a round that returns ``IDLE`` (it found nothing to act on) is followed by
-    one ``idle_interval`` later, or as soon as ``wake`` is set (a commit in this process added
-    what the loop acts on, store.db.on_commit_of), so an idle server idles. With ``hurry``:
-    a busy loop's next round comes as soon as ``hurry`` is set (something waits on it, such
-    as the new workers of a grow that are ready), not at the end of ``interval``."""
-    while not stop.is_set():
-        began = time.monotonic()
-        idle = False
-        try:
-            idle = tick() is IDLE
-        except NotLeader as exc:  # the leadership thread ends this loop; nothing was decided
-            log.warning("%s round refused: %s", what, exc)
-        except Exception:  # one bad round must not end the loop
-            log.exception("%s round failed", what)
-        if idle and wake is not None:
-            _sleep_until_woken(wake, stop, began + idle_interval)
-            continue
-        if hurry is not None:
-            _sleep_until_woken(hurry, stop, began + interval)
-        else:
-            stop.wait(max(0.0, interval - (time.monotonic() - began)))
-
-
-def _sleep_until_woken(wake: threading.Event, stop: threading.Event, until: float) -> None:
-    while not stop.is_set() and (left := until - time.monotonic()) > 0:
-        if wake.wait(min(left, 0.5)):  # short waits: ``stop`` is seen within half a second
-            break
-    wake.clear()

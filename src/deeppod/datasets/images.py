@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from deeppod.atomic import atomic_write
 from deeppod.contract import SHARD_RECORD_HEADER
 from deeppod.errors import InvalidRequest, NotFound
 
@@ -90,9 +89,5 @@ def thumbnail(cache: Path, sha256: str, read, px: int = THUMB_PX) -> Path:
         im.thumbnail((px, px))
         out = io.BytesIO()
         im.save(out, "JPEG", quality=80)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(out.getvalue())
-    os.replace(tmp, path)
+    atomic_write(path, out.getvalue(), mode=0o644)
     return path

@@ -8,6 +8,7 @@ database or the final folders: the service moves the result into place atomicall
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -122,22 +123,11 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
     widths, heights = [], []
     seen_new: set[str] = set()
 
-    def work(item):
-        rel, label, m = item
-        data = m.read()
-        im, why = _decode(data)
-        if why:
-            return rel, label, data, why, None
-        try:
-            return rel, label, data, None, (im.format, apply(im, data, policy))
-        except Exception as exc:
-            return rel, label, data, f"policy could not be applied: {exc}", None
-
     # Reads happen on this thread (archives are not thread-safe); decoding and the policy in the pool.
     with ThreadPoolExecutor(threads) as pool, open(out / "manifest.jsonl", "w") as manifest:
         for start in range(0, len(candidates), 64):
             chunk = [(rel, label, _Loaded(m.read())) for rel, label, m in candidates[start:start + 64]]
-            for rel, label, data, why, result in pool.map(work, chunk):
+            for rel, label, data, why, result in pool.map(functools.partial(_prepare, policy=policy), chunk):
                 if why:
                     quarantined.append({"path": rel, "reason": why, "_data": data})
                     continue
@@ -163,17 +153,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
                     heights.append(h)
     writer.close(out)
     (out / "classes.json").write_text(json.dumps(classes))
-    report = []
-    for q in quarantined:
-        data = q.pop("_data", None)
-        member = q.pop("_member", None)
-        if data is None and member is not None:
-            data = member.read()
-        if data is not None:
-            dest = out / "quarantine" / q["path"]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-        report.append(q)
+    report = _keep_quarantined(quarantined, out / "quarantine")
     built.classes = classes
     built.report = {"quarantined": report, "ingested": built.samples, "labels_without_file": orphans}
     built.stats = {
@@ -187,6 +167,35 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
     (out / "stats.json").write_text(json.dumps(built.stats, indent=1))
     write_checksums(out)
     return built
+
+
+def _prepare(item, policy: Policy):
+    """One candidate, in the pool: decoded and the policy applied, or why not."""
+    rel, label, m = item
+    data = m.read()
+    im, why = _decode(data)
+    if why:
+        return rel, label, data, why, None
+    try:
+        return rel, label, data, None, (im.format, apply(im, data, policy))
+    except Exception as exc:
+        return rel, label, data, f"policy could not be applied: {exc}", None
+
+
+def _keep_quarantined(quarantined: list[dict], folder: Path) -> list[dict]:
+    """Copy each refused file into the version's quarantine folder; the report's rows."""
+    report = []
+    for q in quarantined:
+        data = q.pop("_data", None)
+        member = q.pop("_member", None)
+        if data is None and member is not None:
+            data = member.read()
+        if data is not None:
+            dest = folder / q["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        report.append(q)
+    return report
 
 
 class _Loaded:

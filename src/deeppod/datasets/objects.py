@@ -3,8 +3,9 @@ dataset or version. New objects wait in the ingest's staging folder until it com
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from deeppod.atomic import move_into_place
 
 
 class ObjectStore:
@@ -31,7 +32,7 @@ class ObjectStore:
             for f in d.iterdir():
                 dest = self.path(f.name)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(f, dest)
+                move_into_place(f, dest)
                 moved.append(f.name)
             d.rmdir()
         return moved

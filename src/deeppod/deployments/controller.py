@@ -14,17 +14,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES
-from deeppod.cluster.leader import IDLE, run_rounds
+from deeppod.loops import IDLE, run_rounds
 from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
 from deeppod.deployments import rollout, service
-from deeppod.deployments.router import Route, Router, Target
+from deeppod.deployments.balancer import Balancer, Route, Target
 from deeppod.store.models import Deployment, Job, Model, ModelVersion
 
 log = logging.getLogger(__name__)
 UNHEALTHY_AFTER = 3  # failed checks in a row before a routed replica leaves the route
 # rounds (and health checks) of a steady deployment; a replica that dies meanwhile costs no
-# request: the router retries another at once (router.py)
+# request: the balancer retries another at once (balancer.py)
 STEADY_ROUND_S = 2.0
 
 
@@ -46,18 +46,18 @@ class HttpHealth:
 
 
 class DeploymentController:
-    def __init__(self, sessions: sessionmaker[Session], router: Router, *, models_root: Path,
+    def __init__(self, sessions: sessionmaker[Session], balancer: Balancer, *, models_root: Path,
                  default_grace: float, max_body_bytes: int, health: Callable[[str], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic, drain_seconds: float = 1.0,
                  leading: Callable[[], bool] = lambda: True, fence: Callable[[Session], None] = lambda s: None):
-        self.sessions, self.router, self.models_root = sessions, router, models_root
+        self.sessions, self.balancer, self.models_root = sessions, balancer, models_root
         # a standby server (cluster/leader.py) routes predictions too, but only the leader
         # starts and stops replicas: ``leading`` says which this is, ``fence`` proves it in the
         # transaction that acts
         self.leading, self.fence = leading, fence
         self.default_grace, self.clock, self.drain_seconds = default_grace, clock, drain_seconds
         self.health = health or HttpHealth()
-        self.max_body_bytes = max_body_bytes  # the router's limit (DEEPPOD_PREDICT_MAX_BYTES): replicas take the same
+        self.max_body_bytes = max_body_bytes  # the balancer's limit (DEEPPOD_PREDICT_MAX_BYTES): replicas take the same
         self.wake = threading.Event()  # set when a deployment or a job is committed in this process
         self.failures: dict[int, int] = {}  # job id -> failed health checks in a row
         self.healthy_once: set[int] = set()
@@ -84,7 +84,7 @@ class DeploymentController:
             self.failures.clear()
             self.unrouted_at.clear()
             self.healthy_once.clear()
-            self.router.set_routes([], {})
+            self.balancer.set_routes([], {})
             return IDLE
         # health checks are HTTP calls: made between the two transactions, never inside one
         health = {job_id: self._healthy(job_id, state, endpoint)
@@ -107,7 +107,7 @@ class DeploymentController:
             for dep in s.scalars(select(Deployment)):
                 routes.append(self._one(s, dep, health, now, act, prove_lead))
             keys = service.active_keys(s)
-        self.router.set_routes(routes, keys)
+        self.balancer.set_routes(routes, keys)
         # steady: nothing written, every replica healthy and routed; the next round (and health
         # check) comes in STEADY_ROUND_S, or at once when a deployment or a job changes here
         steady = not fenced and all(health.values()) and sum(len(r.targets) for r in routes) == len(health)
@@ -121,7 +121,7 @@ class DeploymentController:
             gone = self.unrouted_at.get(j.id)
             views.append(rollout.ReplicaView(
                 job_id=j.id, version_id=j.model_version_id, healthy=health.get(j.id, False),
-                inflight=self.router.load(j.id), unrouted_for=None if gone is None else now - gone))
+                inflight=self.balancer.load(j.id), unrouted_for=None if gone is None else now - gone))
         d = rollout.decide(rollout.DeploymentView(dep.id, dep.version_id, dep.replicas, service.failed_starts(s, dep)),
                            views, drain_seconds=self.drain_seconds)
         changes = act and (d.start or d.stop or (dep.state, dep.reason) != (d.state, d.reason))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deeppod.states import DeploymentState
+
 MAX_FAILED_STARTS = 3  # replicas of one version that ended failed before we stop trying it
 
 
@@ -37,7 +39,7 @@ class Decision:
     start: int = 0  # new replicas of version_id to submit
     stop: list[int] = field(default_factory=list)  # job ids to cancel now
     route: list[int] = field(default_factory=list)  # job ids that take traffic
-    state: str = "deploying"
+    state: DeploymentState = DeploymentState.DEPLOYING
     reason: str = ""
 
 
@@ -61,18 +63,18 @@ def decide(dep: DeploymentView, replicas: list[ReplicaView], *, drain_seconds: f
         if not r.healthy or (r.inflight == 0 and r.unrouted_for is not None and r.unrouted_for >= drain_seconds):
             d.stop.append(r.job_id)
     if giving_up and len(healthy_new) < dep.replicas:
-        d.state = "failed"
+        d.state = DeploymentState.FAILED
         d.reason = (f"{dep.failed_starts} replicas of the requested version failed to start; "
                     + ("the previous version keeps serving" if healthy_old else "nothing is serving")
                     + ": see 'deeppod logs JOB' of a replica, then update or roll back")
     elif old:
-        d.state = "updating"
+        d.state = DeploymentState.UPDATING
         d.reason = (f"{len(healthy_new)} of {dep.replicas} new replicas healthy; "
                     + ("draining the old ones" if switched else "the old version serves until all are"))
     elif len(healthy_new) >= dep.replicas:
-        d.state, d.reason = "ready", f"{dep.replicas} replicas healthy"
+        d.state, d.reason = DeploymentState.READY, f"{dep.replicas} replicas healthy"
     elif healthy_new:
-        d.state, d.reason = "degraded", f"{len(healthy_new)} of {dep.replicas} replicas healthy"
+        d.state, d.reason = DeploymentState.DEGRADED, f"{len(healthy_new)} of {dep.replicas} replicas healthy"
     else:
-        d.state, d.reason = "deploying", f"waiting for {dep.replicas} replicas to start and load the model"
+        d.state, d.reason = DeploymentState.DEPLOYING, f"waiting for {dep.replicas} replicas to start and load the model"
     return d

@@ -17,6 +17,7 @@ from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import service as models
+from deeppod.states import DeploymentState
 from deeppod.store.models import Deployment, DeploymentKey, Job, Model, ModelVersion, Node, Tenant, User, utcnow
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def update(session: Session, principal: Principal, name: str, *, version: str | 
             changed = True
     if changed:
         dep.updated_at = utcnow()
-        dep.state, dep.reason = "updating", "rolling out"
+        dep.state, dep.reason = DeploymentState.UPDATING, "rolling out"
     return dep
 
 
@@ -120,7 +121,7 @@ def rollback(session: Session, principal: Principal, name: str) -> Deployment:
         raise Conflict(f"deployment {name!r} has served only one version: there is nothing to roll back to")
     dep.version_id, dep.previous_version_id = dep.previous_version_id, dep.version_id
     dep.updated_at = utcnow()
-    dep.state, dep.reason = "updating", "rolling back"
+    dep.state, dep.reason = DeploymentState.UPDATING, "rolling back"
     return dep
 
 

@@ -41,8 +41,13 @@ class ExecStatus:
 
 
 class Executor(Protocol):
-    #: whether a running job's workers can be added to (and leave) without a restart
+    """What the control plane runs jobs with. Capabilities are declared, not probed: ``in_place``
+    (a running job's workers can be added to and leave) and ``cluster`` (its nodes come and
+    go: ``nodes()`` lists them and ``samplers()`` reads their monitoring; else this machine is
+    the one node)."""
+
     in_place: bool
+    cluster: bool
 
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""
@@ -66,3 +71,9 @@ class Executor(Protocol):
     def keep_spares(self, handle: dict, count: int) -> None:
         """Keep ``count`` warm spares of a running job (runtime/spare.py): an in-place grow
         hands them the new workers' places. Only where ``in_place`` is true."""
+
+    def nodes(self) -> list:
+        """The cluster's nodes now (``cluster/inventory.NodeInfo``). Only where ``cluster`` is true."""
+
+    def samplers(self):
+        """Every node's monitoring readings (``monitor/readings``). Only where ``cluster`` is true."""

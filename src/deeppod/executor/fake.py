@@ -9,6 +9,7 @@ from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 
 class FakeExecutor:
     in_place = True
+    cluster = False
 
     def __init__(self) -> None:
         self.added: dict[int, list[tuple[int, list[WorkerSpec]]]] = {}  # job -> [(generation, workers)]

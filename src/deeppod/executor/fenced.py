@@ -37,7 +37,11 @@ class FencedExecutor:
 
     @property
     def in_place(self) -> bool:
-        return getattr(self.inner, "in_place", False)
+        return self.inner.in_place
+
+    @property
+    def cluster(self) -> bool:
+        return self.inner.cluster
 
     def find(self, job_id: int, job_dir: Path) -> dict:
         return self.inner.find(job_id, job_dir)

@@ -19,9 +19,7 @@ GPUs a worker gets are the ones DeepPod decided (CUDA_VISIBLE_DEVICES in its con
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import secrets
 import socket
 import time
@@ -32,8 +30,8 @@ from deeppod.cluster.inventory import NodeInfo
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, LaunchSpec
-from deeppod.executor.local import read_exit_codes, write_spec
-from deeppod.executor.supervisor import part_files
+from deeppod.executor.local import write_spec
+from deeppod.job_folder import JobFolder
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +86,12 @@ class _Agent:
 
         from deeppod.executor.supervisor import die_with_parent
 
-        try:
-            seen = (Path(job_dir) / "shared-check").read_text()
-        except OSError:
-            seen = None
-        if seen != nonce:
+        folder = JobFolder(Path(job_dir))
+        if folder.read_shared_check() != nonce:
             return (f"the job folder {job_dir} is not visible on node {socket.gethostname()}: DeepPod's home "
                     "(job folders, checkpoints, datasets) must be on a file system every node shares, at the "
                     "same path (docs/cluster.md)")
-        out = open(Path(job_dir) / f"supervisor-{part}.log", "ab")
+        out = open(folder.supervisor_log(part), "ab")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "deeppod.executor.supervisor", job_dir, ",".join(map(str, ranks)), str(part)],
@@ -161,6 +156,7 @@ class RayNodes:
 
 class RayExecutor:
     in_place = False  # a resize on Ray is a checkpoint restart (workers on other nodes: not yet)
+    cluster = True
 
     def __init__(self, address: str, gpus_per_node: int | None = None):
         try:
@@ -247,13 +243,10 @@ class RayExecutor:
 
     # jobs --------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> dict:
-        job_dir = spec.job_dir
+        job_dir, folder = spec.job_dir, JobFolder(spec.job_dir)
         write_spec(spec)
-        (job_dir / "stop").unlink(missing_ok=True)
-        for f in job_dir.glob("result-*.json"):
-            f.unlink()
         nonce = secrets.token_hex(8)
-        (job_dir / "shared-check").write_text(nonce)
+        folder.write_shared_check(nonce)
         by_node: dict[str, list[int]] = {}
         for w in spec.workers:
             by_node.setdefault(w.node, []).append(w.rank)
@@ -272,9 +265,9 @@ class RayExecutor:
                     raise NodeLost([node], f"node {node} was lost while the job started ({exc})") from None
                 if why:
                     raise ExecutorError(why)
-                nodes[node] = {"agent": name, "ranks": ranks, "result": part_files(part)[0]}
+                nodes[node] = {"agent": name, "ranks": ranks, "part": part}
         except Exception as exc:
-            (job_dir / "stop").write_text("the job could not start on every node")
+            folder.ask_stop("the job could not start on every node")
             for agent in started:
                 self.ray.kill(agent)
             if isinstance(exc, ExecutorError):
@@ -319,7 +312,7 @@ class RayExecutor:
             return False
 
     def poll(self, handle: dict) -> ExecStatus:
-        job_dir = Path(handle["job_dir"])
+        folder = JobFolder(Path(handle["job_dir"]))
         if handle.get("unknown") is not None:
             prefix = _agent_prefix(handle["unknown"])
             for actor in self.ray.util.list_named_actors():
@@ -329,17 +322,16 @@ class RayExecutor:
         nodes = handle["nodes"]
         results = {}
         for node, h in nodes.items():
-            try:
-                results[node] = json.loads((job_dir / h["result"]).read_text())
-            except (OSError, ValueError):
-                continue
-        codes = read_exit_codes(job_dir)
+            result = folder.read_result(_part_of(h))
+            if isinstance(result, dict):
+                results[node] = result
+        codes = folder.exit_codes()
         lost = [node for node in nodes if node not in results and not self._alive(nodes[node]["agent"])]
         if lost:
-            self._stop(job_dir, f"node {', '.join(lost)} was lost")
+            folder.ask_stop(f"node {', '.join(lost)} was lost")
         elif any(c != 0 for c in codes.values()):
             bad = min(r for r, c in codes.items() if c != 0)
-            self._stop(job_dir, f"rank {bad} failed on another node")
+            folder.ask_stop(f"rank {bad} failed on another node")
         if len(results) + len(lost) < len(nodes):
             return ExecStatus(finished=False, exit_codes=codes)
         for h in nodes.values():
@@ -352,15 +344,15 @@ class RayExecutor:
         return ExecStatus(finished=True, exit_codes=codes, reason=_first_cause(reasons),
                           stopped=any(r.get("stopped") for r in results.values()))
 
-    def _stop(self, job_dir: Path, why: str) -> None:
-        stop = job_dir / "stop"
-        if not stop.exists():
-            tmp = job_dir / "stop.tmp"
-            tmp.write_text(why)
-            os.replace(tmp, stop)
-
     def terminate(self, handle: dict) -> None:
-        self._stop(Path(handle["job_dir"]), "stop")
+        JobFolder(Path(handle["job_dir"])).ask_stop("stop")
+
+
+def _part_of(node: dict) -> int:
+    """Which part of the job a node ran (handles recorded before: from the result file's name)."""
+    if "part" in node:
+        return int(node["part"])
+    return int(str(node["result"]).removeprefix("result-").removesuffix(".json"))
 
 
 def _first_cause(reasons: list[str]) -> str:

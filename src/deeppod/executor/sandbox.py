@@ -20,11 +20,12 @@ Standard library only (ctypes for the system calls Python 3.11 lacks).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
 from pathlib import Path
+
+from deeppod.job_folder import JobFolder
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -204,14 +205,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK|spare-N", file=sys.stderr)
         return 2
-    spec = json.loads((Path(argv[1]) / "spec.json").read_text())
+    folder = JobFolder(Path(argv[1]))
+    spec = folder.read_spec()
     if argv[2].startswith("spare-"):  # a warm spare (runtime/spare.py): its env until it is handed a rank's
         name = f"spare-{int(argv[2][6:])}"
         env = spec["spares"][name[6:]]
     else:
         name = str(int(argv[2]))
         env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
-    root = Path(argv[1]) / f".sandbox-{name}"
+    root = folder.sandbox_root(name)
     root.mkdir(mode=0o700, exist_ok=True)
     code = run(spec["sandbox"], spec["command"], env, str(root))
     if code < 0:  # die the way the command died, so the supervisor reports the signal

@@ -24,20 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-from deeppod.contract import ENV_SPARE, ENV_TOKEN, SPARES_FILE, describe_exit
+from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
+from deeppod.job_folder import JobFolder
 
 POLL_S = 0.05
 LOG_MARK_S = 0.5  # how often each rank's log size is stamped with the time (logs/rank-N.marks)
 MEMORY_CHECK_S = 0.5
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _signal_process(pid: int, sig: int) -> None:
@@ -86,11 +78,6 @@ def die_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def part_files(part: int | None) -> tuple[str, str]:
-    """The result and worker-pid files of one node's part of a job (None: the whole job)."""
-    return ("result.json", "workers.json") if part is None else (f"result-{part}.json", f"workers-{part}.json")
-
-
 # a spare has no rank, GPU or token until it is handed a worker's place (runtime/spare.py)
 _RANKED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", ENV_TOKEN)
 
@@ -120,11 +107,11 @@ class Supervisor:
 
     def __init__(self, job_dir: Path, ranks: set[int] | None = None, part: int | None = None):
         self.job_dir = job_dir
-        self.spec = json.loads((job_dir / "spec.json").read_text())
+        self.folder = JobFolder(job_dir)
+        self.spec = self.folder.read_spec()
         if ranks is not None:
             self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) in ranks]
         self.part = part
-        self.result, self.pids = part_files(part)
         self.procs: dict[int, subprocess.Popen] = {}
         self.codes: dict[int, int] = {}
         self.stop_requested = False
@@ -135,7 +122,7 @@ class Supervisor:
         # warm spares (runtime/spare.py): number -> (process, our end of its stdin socket)
         self.spares: dict[int, tuple[subprocess.Popen, socket.socket]] = {}
         self.spares_wanted = 0
-        self._spares_seen: int | None = None  # SPARES_FILE's mtime when last read
+        self._spares_seen: int | None = None  # when the spare count last changed, as last read
         self._said_parked: set[int] = set()
         self._next_spare = 0
         self._handed: dict[int, socket.socket] = {}  # rank -> socket of a spare handed its place before it parked
@@ -144,11 +131,10 @@ class Supervisor:
         """Stamp each rank's log size with the time, when it grew: 'deeppod logs' interleaves the
         ranks' lines by when they were written (to within LOG_MARK_S) from these."""
         for rank in self.procs:
-            path = self.job_dir / "logs" / f"rank-{rank}.log"
             try:
-                size = path.stat().st_size
+                size = self.folder.log(rank).stat().st_size
                 if size > self._log_marked.get(rank, 0):
-                    with open(path.with_suffix(".marks"), "a") as f:
+                    with open(self.folder.marks(rank), "a") as f:
                         f.write(f"{size} {time.time():.3f}\n")
                     self._log_marked[rank] = size
             except OSError:
@@ -158,11 +144,11 @@ class Supervisor:
         self.stop_requested = True
 
     def start_workers(self, workers: list[dict] | None = None) -> None:
-        (self.job_dir / "logs").mkdir(exist_ok=True)
-        (self.job_dir / "exit").mkdir(exist_ok=True)
+        self.folder.logs.mkdir(exist_ok=True)
+        self.folder.exits.mkdir(exist_ok=True)
         for w in self.spec["workers"] if workers is None else workers:
             rank = int(w["rank"])
-            log = open(self.job_dir / "logs" / f"rank-{rank}.log", "ab", buffering=0)
+            log = open(self.folder.log(rank), "ab", buffering=0)
             try:
                 if self._hand_to_spare(rank, w["env"], log):
                     continue
@@ -188,22 +174,15 @@ class Supervisor:
     def _write_pids(self) -> None:
         pids = {str(r): p.pid for r, p in self.procs.items()}
         pids.update({f"spare-{n}": p.pid for n, (p, _) in self.spares.items()})  # a vanished supervisor's strays
-        _write_json(self.job_dir / self.pids, pids)
+        self.folder.write_pids(pids, self.part)
 
     # warm spares ---------------------------------------------------------------------
     def _check_spares(self) -> None:
-        """How many spares the control plane wants (SPARES_FILE); keep that many parked."""
-        path = self.job_dir / SPARES_FILE
-        try:
-            seen = path.stat().st_mtime_ns
-        except OSError:
-            seen = None
+        """How many spares the control plane wants (the job folder says); keep that many parked."""
+        seen = self.folder.spares_changed_at()
         if seen is not None and seen != self._spares_seen:
             self._spares_seen = seen
-            try:
-                self.spares_wanted = max(0, int(json.loads(path.read_text())["count"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                self.spares_wanted = 0
+            self.spares_wanted = self.folder.read_spares()
         self._keep_spares(self.spares_wanted)
 
     def _keep_spares(self, wanted: int) -> None:
@@ -232,7 +211,7 @@ class Supervisor:
                 self.spec.setdefault("spares", {})[str(n)] = env
                 self._save_spec()
             ours, theirs = socket.socketpair()
-            log = open(self.job_dir / "logs" / f"spare-{n}.log", "ab", buffering=0)
+            log = open(self.folder.spare_log(n), "ab", buffering=0)
             try:
                 self.spares[n] = (self._popen(f"spare-{n}", env, log, theirs), ours)
             except OSError as exc:
@@ -289,7 +268,7 @@ class Supervisor:
                 del self._handed[rank]
 
     def _record_exit(self, rank: int, code: int) -> None:
-        (self.job_dir / "exit" / f"rank-{rank}").write_text(str(code))
+        self.folder.record_exit(rank, code)
 
     def _begin_stop(self, reason: str) -> None:
         if self.stopping_since is not None:
@@ -311,7 +290,7 @@ class Supervisor:
         with open("/proc/self/stat") as f:
             start_time = int(f.read().rsplit(")", 1)[1].split()[19])
         if self.part is None:  # on a cluster the node agents find their supervisors
-            _write_json(self.job_dir / "supervisor.json", {"pid": os.getpid(), "start_time": start_time})
+            self.folder.write_supervisor(os.getpid(), start_time)
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
         limit_mb = self.spec.get("memory_mb_per_worker")
@@ -362,23 +341,23 @@ class Supervisor:
         self._mark_logs()
         self._keep_spares(0)
         self._release_handed(everything=True)
-        _write_json(self.job_dir / self.result, {
+        self.folder.write_result({
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,
             "stopped": self.stop_requested,
             "ended_at": time.time(),
-        })
+        }, self.part)
         return 0
 
     def _check_grow(self) -> None:
         """An in-place grow: the control plane left ``grow-N.json`` with the new workers. A rank
         that left in an earlier shrink may come back: its old exit is forgotten."""
-        for path in sorted(self.job_dir.glob("grow-*.json")):
+        for path in self.folder.grows():
             if path.name in self.grown:
                 continue
             self.grown.add(path.name)
             try:
-                workers = json.loads(path.read_text())["workers"]
+                workers = self.folder.read_grow(path)
             except (OSError, ValueError, KeyError) as exc:
                 self.reason = self.reason or f"unreadable {path.name}: {exc}"
                 continue
@@ -391,17 +370,11 @@ class Supervisor:
             self.start_workers(workers)
 
     def _save_spec(self) -> None:
-        spec_path = self.job_dir / "spec.json"
-        tmp = spec_path.with_name(".spec.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the sandbox reads its rank's env here
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.spec, f)
-        os.replace(tmp, spec_path)
+        self.folder.write_spec(self.spec)  # the sandbox reads its rank's env there
 
     def _check_stop_file(self) -> None:
-        try:
-            said = (self.job_dir / "stop").read_text().strip()
-        except OSError:
+        said = self.folder.read_stop()
+        if said is None:
             return
         if said == "stop":
             self.stop_requested = True

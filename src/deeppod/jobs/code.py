@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from deeppod.atomic import atomic_file
 from deeppod.errors import InvalidRequest, NotFound, TooLarge
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -59,14 +60,11 @@ class CodeStore:
             raise InvalidRequest("the code archive's SHA-256 is not the digest in the URL; it was damaged or "
                                  "the URL names other code: send it again")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            members = self._check(tmp)  # read back from the file: no second copy in memory
-            os.replace(tmp, path)  # all or nothing: a half-written or refused archive is never seen
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        # all or nothing: a half-written or refused archive is never seen
+        with atomic_file(path) as f:
+            f.write(data)
+            f.flush()
+            members = self._check(f.name)  # read back from the file: no second copy in memory
         self._evict(tenant_id, keep=path)
         return CodeInfo(digest, len(data), members)
 

@@ -8,29 +8,25 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from deeppod.job_folder import JobFolder
+
 CHUNK = 64 * 1024
 
 
 def log_file(job_dir: Path, rank: int) -> Path:
-    return job_dir / "logs" / f"rank-{rank}.log"
+    return JobFolder(job_dir).log(rank)
 
 
 def logged_ranks(job_dir: Path, current: int) -> list[int]:
     """Every rank that has a log (an elastic job may have run wider before) or runs now."""
-    ranks = set(range(current))
-    for f in (job_dir / "logs").glob("rank-*.log"):
-        try:
-            ranks.add(int(f.stem.split("-", 1)[1]))
-        except ValueError:
-            continue
-    return sorted(ranks)
+    return sorted(set(range(current)) | set(JobFolder(job_dir).rank_logs()))
 
 
 def _marks(job_dir: Path, rank: int) -> list[tuple[int, float]]:
     """(size, time) stamps of a rank's log, as its supervisor wrote them, in order."""
     out = []
     try:
-        with open(log_file(job_dir, rank).with_suffix(".marks")) as f:
+        with open(JobFolder(job_dir).marks(rank)) as f:
             for line in f:
                 size, _, at = line.partition(" ")
                 try:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.service import Principal
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict
+from deeppod.job_folder import JobFolder
 from deeppod.jobs.service import add_event, manage_job
 from deeppod.store.models import Job, utcnow
 
@@ -27,7 +28,7 @@ def folder_bytes(path: Path) -> int:
 
 
 def _remove(session: Session, job: Job, jobs_dir: Path, why: str) -> int:
-    folder = jobs_dir / str(job.id)
+    folder = JobFolder.of(jobs_dir, job.id).root
     size = folder_bytes(folder)
     shutil.rmtree(folder, ignore_errors=True)
     job.purged_at = utcnow()

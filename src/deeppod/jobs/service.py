@@ -13,6 +13,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
+from deeppod.atomic import move_into_place
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
@@ -21,6 +22,7 @@ from deeppod.datasets.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import code as code_store
 from deeppod.jobs.code import CodeStore
+from deeppod.job_folder import JobFolder
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
@@ -169,10 +171,10 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobReques
             job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths)
         except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
             raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
-        final = jobs_dir / str(job.id) / "code"
+        final = JobFolder.of(jobs_dir, job.id).code
         shutil.rmtree(final, ignore_errors=True)  # a folder left by a database that was reset
         final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(own, final)
+        move_into_place(own, final)
     finally:
         code_store.discard(own)
     job.workdir = str(final)
@@ -331,18 +333,14 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
     return job or get_job(session, principal, job_id)
 
 
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC back
-
-
 def run_seconds(job: Job, now: datetime | None = None) -> float:
     """How long a job has run, every run added up: the earlier ones (ran_seconds) and the
     current one until now or its end; a queued job's clock does not run."""
     total = job.ran_seconds or 0.0
     running = job.ended_at is None and JobState(job.state).holds_resources
     if job.started_at is not None and (running or job.ended_at is not None):
-        end = _aware(job.ended_at) if job.ended_at is not None else (now or datetime.now(timezone.utc))
-        total += max(0.0, (end - _aware(job.started_at)).total_seconds())
+        end = job.ended_at if job.ended_at is not None else (now or datetime.now(timezone.utc))
+        total += max(0.0, (end - job.started_at).total_seconds())
     return total
 
 
@@ -355,7 +353,7 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
     if job.purged_at is not None:
         raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
     if job.started_at is not None and job.ended_at is not None:  # the run that stopped counts in its duration
-        job.ran_seconds += max(0.0, (_aware(job.ended_at) - _aware(job.started_at)).total_seconds())
+        job.ran_seconds += max(0.0, (job.ended_at - job.started_at).total_seconds())
     job.state, job.stop_reason, job.ended_at, job.stop_requested_at = JobState.QUEUED, None, None, None
     job.reason = f"resumed by {principal.user}"
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")

@@ -18,6 +18,7 @@ from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.job_folder import JobFolder
 from deeppod.jobs import service as jobs
 from deeppod.models import artifacts
 from deeppod.models.compare import Figures, verdict
@@ -28,7 +29,6 @@ from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelCompar
 log = logging.getLogger(__name__)
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
 CHAMPION, CHALLENGER = "champion", "challenger"
-EVALUATION_FILE = "outputs/evaluation.json"  # in the comparison job's folder: outputs/ is its to write
 
 
 def parse_ref(ref: str) -> Ref:
@@ -122,10 +122,10 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
         raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
     if path and not Path(path).is_absolute():
         raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
-    own_output = job is not None and path and os.path.realpath(path) == os.path.realpath(jobs_dir / str(job.id) / "model")
+    own_output = job is not None and path and os.path.realpath(path) == os.path.realpath(JobFolder.of(jobs_dir, job.id).model)
     if path and roots is not None and not own_output:  # before anything looks at it: say nothing of what exists
         path = roots.check("--path", path, principal.tenant)
-    source = Path(path) if path else jobs_dir / str(job.id) / "model"
+    source = Path(path) if path else JobFolder.of(jobs_dir, job.id).model
     if not path and source.is_symlink():
         raise InvalidRequest(f"job {job.id}'s model folder is a link; register a folder the job wrote")
     art = artifacts.inspect(source)
@@ -255,7 +255,7 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
         gpus_per_worker=0, datasets=[dataset]), default_grace=default_grace,  # held-out scoring is light
         read_paths=[str(root / v.key) for v in (va, vb)])  # what its sandbox may read: these two versions
     job.kind = "evaluate"
-    job.command = command + ["--output", str(jobs_dir / str(job.id) / EVALUATION_FILE)]
+    job.command = command + ["--output", str(JobFolder.of(jobs_dir, job.id).evaluation)]
     session.add(ModelComparison(job_id=job.id, model_id=model.id, version_a_id=va.id, version_b_id=vb.id,
                                 dataset=dataset))
     return job, va, vb
@@ -276,7 +276,7 @@ def comparison(session: Session, principal: Principal, name: str, job_id: int
 
 def absorb_evaluation(session: Session, job: Job, jobs_dir: Path) -> int:
     """Store a finished comparison job's figures (idempotent); returns how many rows it added."""
-    path = jobs_dir / str(job.id) / EVALUATION_FILE
+    path = JobFolder.of(jobs_dir, job.id).evaluation
     if job.state != JobState.SUCCEEDED or not path.is_file():
         return 0
     try:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from deeppod.cluster.leader import run_rounds
+from deeppod.loops import run_rounds
 from deeppod.monitor import service
 from deeppod.monitor.readings import NodeSource
 

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from deeppod.atomic import atomic_file
 from deeppod.contract import ENV_CHECKPOINT_DIR
 
 log = logging.getLogger(__name__)
@@ -121,12 +122,8 @@ class Checkpointer:
     def _write(self, state: dict, path: Path) -> None:
         import torch
 
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
+        with atomic_file(path, mode=0o644, fsync=True) as f:
             torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
         fd = os.open(self.dir, os.O_RDONLY)
         try:
             os.fsync(fd)  # the rename itself is durable

@@ -8,11 +8,11 @@ model would answer. Writes accuracy and per-class samples/accuracy/precision/rec
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from deeppod.atomic import atomic_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,12 +75,9 @@ def main(argv=None) -> int:
               f"({time.perf_counter() - began:.1f} s)" + (f"; the model has no class {missing}" if missing else ""),
               flush=True)
         results.append({"version_id": int(version_id), "version": int(number), **f})
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"dataset": f"{args.dataset.split('@')[0]}@{root.name.lstrip('v')}", "split": split,
-                               "results": results, "torch_threads": torch.get_num_threads()}, indent=1))
-    os.replace(tmp, out)
+    atomic_json(Path(args.output), {"dataset": f"{args.dataset.split('@')[0]}@{root.name.lstrip('v')}",
+                                    "split": split, "results": results, "torch_threads": torch.get_num_threads()},
+                mode=0o644, indent=1)
     return 0
 
 

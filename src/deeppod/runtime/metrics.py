@@ -20,6 +20,7 @@ import time
 import urllib.error
 
 from deeppod.contract import ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, open_first, server_urls
+from deeppod.job_folder import JobFolder
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ class Reporter:
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list[dict] = []
         self._stop = threading.Event()
-        self.sent = self.dropped = 0
+        self.sent = self.dropped = self.failed_sends = 0  # failed_sends: tries the server did not answer
         self._tb = None
         if self.enabled and tb_dir is None and ctx.job_dir is not None:
-            tb_dir = str(ctx.job_dir / "tensorboard")
+            tb_dir = str(JobFolder(ctx.job_dir).tensorboard)
         if self.enabled and tb_dir:
             from deeppod.runtime.tensorboard import EventWriter
 
@@ -153,6 +154,7 @@ class Reporter:
             ok = self._send()
             while ok and len(self._pending) >= 1000:
                 ok = self._send()
+            self.failed_sends += not ok
             backoff = self.flush_seconds if ok else min(30.0, backoff * 2)
 
     def flush(self, timeout: float = 10.0) -> bool:

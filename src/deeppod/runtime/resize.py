@@ -51,6 +51,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+from deeppod.atomic import atomic_json
 from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,
                               RESIZABLE_MARK, WORLD_ACK)
 from deeppod.runtime import stop
@@ -85,12 +86,6 @@ def _leave() -> None:
             pass
     logging.shutdown()
     os._exit(0)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 class Resizer:
@@ -312,6 +307,6 @@ class Resizer:
         if self.ctx.rank != 0 or not self.ctx.checkpoint_dir:
             return
         try:
-            _write_json(Path(self.ctx.checkpoint_dir) / WORLD_ACK, {**ack, "at": time.time()})
+            atomic_json(Path(self.ctx.checkpoint_dir) / WORLD_ACK, {**ack, "at": time.time()}, mode=0o644)
         except OSError as exc:
             log.warning("could not acknowledge the resize: %s", exc)

@@ -318,21 +318,7 @@ class _Round:
         jobs of the head's class together (``las_jobs_per_round``); if not all of them can
         have it, for as many as can, the head at least."""
         T, cfg = self.T, self.cfg
-
-        def need_of(t: str) -> int:
-            """GPUs for the head and the 1-GPU-per-worker jobs right behind it in the same
-            priority and class (up to ``las_jobs_per_round`` jobs)."""
-            head, *rest = self.queues[t][:max(1, cfg.las_jobs_per_round)]
-            need = head.min_workers * head.gpus_per_worker
-            if head.gpus_per_worker == 1:
-                mine = waiting_class(head, self.now, cfg)
-                for j in rest:
-                    if j.gpus_per_worker != 1 or j.priority != head.priority or waiting_class(j, self.now, cfg) != mine:
-                        break
-                    need += j.min_workers
-            return need
-
-        needs = {t: need_of(t) for t in self.queues}
+        needs = {t: self._las_need(t) for t in self.queues}
         blocked = {t: self._start_rank(t) for t in self.queues
                    if 0 < needs[t] and self._avail() + self.held_for[t] < needs[t]}
         for t in sorted(blocked, key=blocked.get):
@@ -391,6 +377,20 @@ class _Round:
                 else:
                     self._shrink(job, new, why + ran)
             self.held_for[t] += now_free
+
+    def _las_need(self, t: str) -> int:
+        """GPUs for tenant ``t``'s head and the 1-GPU-per-worker jobs right behind it in the
+        same priority and class (up to ``las_jobs_per_round`` jobs)."""
+        cfg = self.cfg
+        head, *rest = self.queues[t][:max(1, cfg.las_jobs_per_round)]
+        need = head.min_workers * head.gpus_per_worker
+        if head.gpus_per_worker == 1:
+            mine = waiting_class(head, self.now, cfg)
+            for j in rest:
+                if j.gpus_per_worker != 1 or j.priority != head.priority or waiting_class(j, self.now, cfg) != mine:
+                    break
+                need += j.min_workers
+        return need
 
     def starts(self) -> None:
         """6. Starts, tenant by tenant, neediest first; each tenant's queue in order until

@@ -31,7 +31,7 @@ from deeppod.errors import InvalidRequest
 from deeppod.scheduler.baselines import fifo, static
 from deeppod.scheduler.plan import Plan, PlanNode
 from deeppod.scheduler.policy import schedule
-from deeppod.scheduler.snapshot import Config, Decisions, NodeState, PendingJob, RunningJob, Snapshot
+from deeppod.scheduler.snapshot import Config, Decisions, NodeState, PendingJob, Resize, RunningJob, Snapshot
 
 POLICIES: dict[str, Callable[[Snapshot], Decisions]] = {"deeppod": schedule, "fifo": fifo, "static": static}
 
@@ -247,7 +247,8 @@ class Simulator:
             j = self.running[p.job_id]
             if j.state == "stopping":
                 continue
-            if getattr(p, "in_place", False) and self.cfg.in_place and self._resize_in_place(j, p, now):
+            resize = isinstance(p, Resize)
+            if resize and p.in_place and self.cfg.in_place and self._resize_in_place(j, p, now):
                 continue
             done = self._progress(j, now)
             if self.cfg.checkpoint_interval:
@@ -260,7 +261,7 @@ class Simulator:
             j.started = now  # counted: the stop delay is not service
             j.state = "stopping"
             j.version += 1
-            if hasattr(p, "workers"):
+            if resize:
                 j.resize_to = p.workers
                 self.resizes += 1
             else:

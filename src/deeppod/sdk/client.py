@@ -11,6 +11,7 @@ import httpx
 from deeppod.contract import FINAL_STATES, server_urls, tls_context
 from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.settings import ClientSettings
+from deeppod.states import DeploymentState
 
 
 class Client:
@@ -251,9 +252,9 @@ class Client:
         deadline = time.monotonic() + timeout
         while True:
             d = self.deployment(name)
-            if d["state"] == "ready" and (version is None or d["version"] == version):
+            if d["state"] == DeploymentState.READY and (version is None or d["version"] == version):
                 return d
-            if d["state"] == "failed":
+            if d["state"] == DeploymentState.FAILED:
                 raise DeepPodError(f"deployment {name} failed: {d['reason']}", code="deployment_failed")
             if time.monotonic() > deadline:
                 raise DeepPodError(f"deployment {name} is still {d['state']} after {timeout:g} s: {d['reason']}",

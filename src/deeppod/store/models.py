@@ -344,8 +344,7 @@ class Deployment(Base):
     cpus_per_replica: Mapped[float] = mapped_column(Float, default=1.0)
     max_batch: Mapped[int] = mapped_column(Integer, default=32)
     max_wait_ms: Mapped[float] = mapped_column(Float, default=5.0)
-    # deploying -> ready -> updating -> ready ...; deleting when removed
-    state: Mapped[str] = mapped_column(String(16), default="deploying")
+    state: Mapped[str] = mapped_column(String(16), default="deploying")  # states.DeploymentState
     reason: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -387,7 +386,7 @@ class Experiment(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     name: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16), default="running", index=True)  # tune.service.EXPERIMENT_STATES
+    state: Mapped[str] = mapped_column(String(16), default="running", index=True)  # states.ExperimentState
     metric: Mapped[str] = mapped_column(String(128))
     mode: Mapped[str] = mapped_column(String(8))  # min or max
     trials: Mapped[int] = mapped_column(Integer)  # the budget
@@ -417,7 +416,7 @@ class Trial(Base):
     study_trial_id: Mapped[int] = mapped_column(Integer)  # the study storage's trial id
     job_id: Mapped[int] = mapped_column(Integer, index=True)
     params: Mapped[dict] = mapped_column(default=dict)
-    state: Mapped[str] = mapped_column(String(16), default="running")  # tune.service.TRIAL_STATES
+    state: Mapped[str] = mapped_column(String(16), default="running")  # states.TrialState
     value: Mapped[float | None] = mapped_column(Float, nullable=True)  # the final value told to the study
     best: Mapped[float | None] = mapped_column(Float, nullable=True)  # best reported value so far
     step: Mapped[int] = mapped_column(Integer, default=-1)  # last reported step passed to the pruner

@@ -17,12 +17,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import principal_of
-from deeppod.cluster.leader import IDLE, run_rounds
+from deeppod.loops import IDLE, run_rounds
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, NotLeader
+from deeppod.job_folder import JobFolder
 from deeppod.jobs.service import add_event
 from deeppod.models import artifacts
 from deeppod.models import service as models
+from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
 from deeppod.tune import service
 from deeppod.tune.study import Study
@@ -46,7 +48,7 @@ class TuneController:
 
     def tick(self) -> str | None:
         with self.sessions() as s:
-            ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(service.ACTIVE))))
+            ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(ACTIVE_EXPERIMENTS))))
         if not ids and not self._studies:
             return IDLE
         for exp_id in ids:
@@ -65,23 +67,23 @@ class TuneController:
         study = self.study(s, exp)
         rows = service.trials(s, exp)
         for trial, job in rows:
-            if trial.state in service.LIVE_TRIALS:
+            if trial.state in LIVE_TRIALS:
                 self._follow(s, exp, study, trial, job)
-        live = [(t, j) for t, j in rows if t.state in service.LIVE_TRIALS]
-        if exp.state == "stopping":
+        live = [(t, j) for t, j in rows if t.state in LIVE_TRIALS]
+        if exp.state == ExperimentState.STOPPING:
             if not live:
-                service.finish(exp, "stopped", exp.reason or "stopped")
+                service.finish(exp, ExperimentState.STOPPED, exp.reason or "stopped")
             return
         # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
         # and waits for them, rather than after the trial's exit is seen
-        busy = [(t, j) for t, j in live if t.state != "pruning"]
+        busy = [(t, j) for t, j in live if t.state != TrialState.PRUNING]
         if len(rows) < exp.trials and len(busy) < exp.parallel and not _waiting(live):
             owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
             try:
                 with s.begin_nested():
                     service.add_trial(s, owner, exp, study, self.launcher)
             except DeepPodError as exc:  # the template no longer works (a dataset removed, a quota...)
-                service.finish(exp, "failed", f"could not start trial {len(rows)}: {exc}")
+                service.finish(exp, ExperimentState.FAILED, f"could not start trial {len(rows)}: {exc}")
                 log.warning("experiment %s failed: %s", exp.name, exc)
             return
         if not live and len(rows) >= exp.trials:
@@ -89,7 +91,7 @@ class TuneController:
 
     def _follow(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job | None) -> None:
         if job is None:  # removed behind our back: nothing will ever report
-            trial.state, trial.reason, trial.ended_at = "failed", "its job was removed", utcnow()
+            trial.state, trial.reason, trial.ended_at = TrialState.FAILED, "its job was removed", utcnow()
             study.tell(trial.number, "fail")
             return
         rows = s.execute(select(JobMetric.step, JobMetric.value)
@@ -99,8 +101,8 @@ class TuneController:
         ordered = list({step: value for step, value in rows}.items())  # one per step, in order: its latest report
         if ordered:
             pruned_at = None
-            if trial.state != "pruning":  # what a pruned trial reports on its way out is not the study's
-                prune = (trial.state == "running" and exp.pruner != "none" and job.state == JobState.RUNNING
+            if trial.state != TrialState.PRUNING:  # what a pruned trial reports on its way out is not the study's
+                prune = (trial.state == TrialState.RUNNING and exp.pruner != "none" and job.state == JobState.RUNNING
                          and not job.stopping)
                 pruned_at = study.report(trial.study_trial_id, ordered, prune)
             trial.step = ordered[-1][0]
@@ -114,35 +116,35 @@ class TuneController:
     def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
         why = f"pruned by {exp.pruner} at step {last[0]} ({exp.metric} {last[1]:g})"
         job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
-        trial.state, trial.reason = "pruning", why
+        trial.state, trial.reason = TrialState.PRUNING, why
         add_event(s, job, "pruning", f"{why}; its workers get SIGTERM and its GPUs go back")
         log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
 
     def _ended(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job) -> None:
         trial.ended_at = utcnow()
         if job.state == JobState.PRUNED:
-            trial.state = "pruned"
+            trial.state = TrialState.PRUNED
             study.tell(trial.number, "pruned")
         elif job.state == JobState.SUCCEEDED:
             last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric)
                              .order_by(JobMetric.step.desc(), JobMetric.id.desc()).limit(1)).scalar()
             if last is None:
-                trial.state = "failed"
+                trial.state = TrialState.FAILED
                 trial.reason = f"it succeeded but never reported {exp.metric} (runtime.report(step, {exp.metric}=...))"
                 study.tell(trial.number, "fail")
             else:
-                trial.state, trial.value, trial.reason = "completed", last, ""
+                trial.state, trial.value, trial.reason = TrialState.COMPLETED, last, ""
                 study.tell(trial.number, "complete", last)
-        elif job.state == JobState.STOPPED and exp.state == "stopping":
-            trial.state, trial.reason = "stopped", "the experiment was stopped; resume continues it"
+        elif job.state == JobState.STOPPED and exp.state == ExperimentState.STOPPING:
+            trial.state, trial.reason = TrialState.STOPPED, "the experiment was stopped; resume continues it"
         else:
-            trial.state, trial.reason = "failed", f"its job {job.state}: {job.reason}"
+            trial.state, trial.reason = TrialState.FAILED, f"its job {job.state}: {job.reason}"
             study.tell(trial.number, "fail")
 
     def _complete(self, s: Session, exp: Experiment) -> None:
         top = service.best(s, exp)
         if top is None:
-            service.finish(exp, "failed", f"no trial completed with a {exp.metric} value")
+            service.finish(exp, ExperimentState.FAILED, f"no trial completed with a {exp.metric} value")
             return
         exp.best_trial = top.number
         reason = f"best: trial {top.number}, {exp.metric} {top.value:g}"
@@ -159,7 +161,7 @@ class TuneController:
             except (DeepPodError, OSError) as exc:
                 reason += f"; could not register its model: {exc}"
                 log.warning("experiment %s: could not register the best model: %s", exp.name, exc)
-        service.finish(exp, "completed", reason)
+        service.finish(exp, ExperimentState.COMPLETED, reason)
         log.info("experiment %s completed: %s", exp.name, reason)
 
     def _chance(self, exp: Experiment, top: Trial) -> float | None:
@@ -168,7 +170,7 @@ class TuneController:
         if "acc" not in exp.metric.lower() or exp.mode != "max" or top.value is None:
             return None
         try:
-            classes = artifacts.inspect(self.launcher.jobs_dir / str(top.job_id) / "model").signature.get("classes")
+            classes = artifacts.inspect(JobFolder.of(self.launcher.jobs_dir, top.job_id).model).signature.get("classes")
         except (DeepPodError, OSError, ValueError, AttributeError):
             return None
         if not isinstance(classes, list) or len(classes) < 2:

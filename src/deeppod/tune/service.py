@@ -17,15 +17,12 @@ from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
+from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
 from deeppod.tune.space import check_command, parse_space, render
 from deeppod.tune.study import Study, check_choice
 
 log = logging.getLogger(__name__)
-EXPERIMENT_STATES = ("running", "stopping", "stopped", "completed", "failed")
-ACTIVE = ("running", "stopping")
-TRIAL_STATES = ("running", "pruning", "completed", "pruned", "failed", "stopped")
-LIVE_TRIALS = ("running", "pruning")
 MODES = ("min", "max")
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
@@ -113,7 +110,7 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
                                                   Experiment.name == req.name)) is not None:
         raise Conflict(f"experiment {req.name!r} exists: pick another name, or see it with 'deeppod tune show {req.name}'")
     template = {k: v for k, v in req.job.items() if k in TEMPLATE}
-    exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state="running",
+    exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state=ExperimentState.RUNNING,
                      metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
                      sampler=req.sampler, pruner=req.pruner, seed=req.seed,
                      space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register,
@@ -192,7 +189,7 @@ def trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | None]]:
 def best(session: Session, exp: Experiment) -> Trial | None:
     """The completed trial with the best final value."""
     order = Trial.value.desc() if exp.mode == "max" else Trial.value.asc()
-    return session.scalar(select(Trial).where(Trial.experiment_id == exp.id, Trial.state == "completed",
+    return session.scalar(select(Trial).where(Trial.experiment_id == exp.id, Trial.state == TrialState.COMPLETED,
                                               Trial.value.is_not(None)).order_by(order, Trial.number).limit(1))
 
 
@@ -200,9 +197,9 @@ def stop(session: Session, principal: Principal, name: str) -> Experiment:
     """No new trials; running ones stop gracefully (they keep their checkpoints): resume
     continues them."""
     exp = _manage(session, principal, name, "stop")
-    if exp.state not in ACTIVE:
+    if exp.state not in ACTIVE_EXPERIMENTS:
         raise Conflict(f"experiment {name} is {exp.state}; nothing to stop")
-    exp.state, exp.reason = "stopping", f"stopped by {principal.user}"
+    exp.state, exp.reason = ExperimentState.STOPPING, f"stopped by {principal.user}"
     for trial, job in trials(session, exp):
         if trial.state in LIVE_TRIALS and job is not None and job.state not in FINAL_STATES and not job.stop_reason:
             jobs.stop(session, principal, job.id)
@@ -213,19 +210,19 @@ def resume(session: Session, principal: Principal, name: str) -> Experiment:
     """A stopped experiment goes on: its stopped trials continue from their checkpoints and
     new trials start until the budget is spent."""
     exp = _manage(session, principal, name, "resume")
-    if exp.state != "stopped":
+    if exp.state != ExperimentState.STOPPED:
         raise Conflict(f"experiment {name} is {exp.state}; only a stopped experiment can be resumed")
-    exp.state, exp.reason, exp.ended_at = "running", f"resumed by {principal.user}", None
+    exp.state, exp.reason, exp.ended_at = ExperimentState.RUNNING, f"resumed by {principal.user}", None
     for trial, job in trials(session, exp):
-        if trial.state != "stopped" or job is None or job.state != JobState.STOPPED:
+        if trial.state != TrialState.STOPPED or job is None or job.state != JobState.STOPPED:
             continue
         if job.purged_at is None:  # else its checkpoint went with its folder: the tune loop fails the trial
             jobs.resume(session, principal, job.id)
-        trial.state, trial.ended_at = "running", None
+        trial.state, trial.ended_at = TrialState.RUNNING, None
     return exp
 
 
-def finish(exp: Experiment, state: str, reason: str) -> None:
+def finish(exp: Experiment, state: ExperimentState, reason: str) -> None:
     exp.state, exp.reason, exp.ended_at = state, reason, utcnow()
 
 

@@ -30,7 +30,7 @@ def is_predict(method: str, path: str) -> bool:
 def _out(request: Request, session, dep) -> DeploymentOut:
     ctx = get_ctx(request)
     d = service.describe(session, dep)
-    route = ctx.router.routes.get(dep.id)
+    route = ctx.balancer.routes.get(dep.id)
     routed = {t.job_id for t in route.targets} if route else set()
     base = ctx.settings.url
     return DeploymentOut(
@@ -39,7 +39,7 @@ def _out(request: Request, session, dep) -> DeploymentOut:
         max_batch=dep.max_batch, max_wait_ms=dep.max_wait_ms, state=dep.state, reason=dep.reason,
         predict_url=f"{base}/v1/deployments/{dep.name}/predict", page_url=f"{base}/ui/deployments/{dep.name}",
         signature=d["signature"], created_at=dep.created_at, updated_at=dep.updated_at,
-        replica_jobs=[ReplicaOut(**r, routed=r["job_id"] in routed, inflight=ctx.router.load(r["job_id"]))
+        replica_jobs=[ReplicaOut(**r, routed=r["job_id"] in routed, inflight=ctx.balancer.load(r["job_id"]))
                       for r in d["replica_jobs"]])
 
 
@@ -103,7 +103,7 @@ async def metrics(name: str, request: Request) -> PlainTextResponse:
     """Prometheus text: the router's figures and every routed replica's."""
     ctx = get_ctx(request)
     dep_id = await authorize(request, name)
-    text = ctx.router.render_metrics(dep_id, name) + await ctx.router.replica_metrics(dep_id)
+    text = ctx.balancer.render_metrics(dep_id, name) + await ctx.balancer.replica_metrics(dep_id)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
@@ -113,8 +113,8 @@ async def authorize(request: Request, name: str) -> int:
     key = request.headers.get("x-deeppod-key")
     secret = bearer(request) or ""
     if key or secret.startswith(service.KEY_PREFIX):
-        dep_id = ctx.router.keys.get(hash_secret(key or secret))
-        route = ctx.router.routes.get(dep_id) if dep_id is not None else None
+        dep_id = ctx.balancer.keys.get(hash_secret(key or secret))
+        route = ctx.balancer.routes.get(dep_id) if dep_id is not None else None
         if route is None or route.name != name:
             raise Unauthenticated(f"this key is unknown, revoked, or not a key of deployment {name!r}")
         return dep_id
@@ -130,7 +130,7 @@ async def authorize(request: Request, name: str) -> int:
         asyncio.get_running_loop().run_in_executor(None, ctx.principals.refresh, secret)
     check_predict(principal)
     request.state.principal = principal
-    route = ctx.router.find(principal.tenant_id, name)
+    route = ctx.balancer.find(principal.tenant_id, name)
     if route is None:
         raise NotFound(f"no deployment {name!r} in tenant {principal.tenant}: list them with 'deeppod deploy ls' "
                        "(a new deployment takes a moment to appear)")
@@ -151,7 +151,7 @@ async def forward_predict(request: Request, dep_id: int) -> Response:
     ctx = get_ctx(request)
     body = await inputs.read_body(request, ctx.settings.predict_max_bytes, " (DEEPPOD_PREDICT_MAX_BYTES)")
     query = request.url.query
-    answer = await ctx.router.forward(dep_id, "/predict" + (f"?{query}" if query else ""), body,
+    answer = await ctx.balancer.forward(dep_id, "/predict" + (f"?{query}" if query else ""), body,
                                       request.headers.get("content-type", ""))
     return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
                     headers={"x-deeppod-replica": str(answer.replica.job_id), "x-deeppod-version":

@@ -8,6 +8,7 @@ from fastapi.responses import StreamingResponse
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, PurgeIn, PurgeOut, job_out
 from deeppod.errors import Conflict, InvalidRequest
+from deeppod.job_folder import JobFolder
 from deeppod.jobs import retention, service
 from deeppod.jobs.logs import logged_ranks, stream_logs
 
@@ -86,7 +87,7 @@ def events(job_id: Id, session: SessionDep, principal: PrincipalDep) -> list[Job
 def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = False,
          rank: int | None = Query(None, ge=0)) -> StreamingResponse:
     ctx = get_ctx(request)
-    job_dir = ctx.settings.jobs_dir / str(job_id)
+    job_dir = JobFolder.of(ctx.settings.jobs_dir, job_id).root
     with ctx.sessions() as session:
         job = service.get_job(session, principal, job_id)
         current = len(job.placed_workers) or job.workers

@@ -20,13 +20,17 @@ import sys
 import time
 from pathlib import Path
 
+from deeppod.atomic import atomic_json
 from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_JOB_ID, ENV_JOINING
+from deeppod.job_folder import JobFolder
+from deeppod.runtime.data import IMAGENET_MEAN as MEAN
+from deeppod.runtime.data import IMAGENET_STD as STD
+from deeppod.runtime.data import normalize
 from deeppod.runtime.trainers.models import AUTO, SMALL_CNN, TORCHVISION
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -116,12 +120,6 @@ def _dataset_ref(args) -> str | None:
     return f"{name}@{folder.name.lstrip('v')}"
 
 
-def normalize(x, mean, std):
-    from deeppod.runtime.data import normalize as _normalize
-
-    return _normalize(x, mean, std)
-
-
 def split(items, val_fraction: float):
     """Deterministic by file name: the same image is always on the same side."""
     train, val = [], []
@@ -206,9 +204,7 @@ def resolve_auto(args, sizes, cuda: bool) -> None:
         print("auto: " + ", ".join(said), flush=True)
         if chosen_file is not None and not chosen:
             with contextlib.suppress(OSError):
-                tmp = chosen_file.with_name(f".{chosen_file.name}.tmp")
-                tmp.write_text(json.dumps({"model": args.model, "image_size": args.image_size}))
-                os.replace(tmp, chosen_file)
+                atomic_json(chosen_file, {"model": args.model, "image_size": args.image_size}, mode=0o644)
 
 
 def model_names() -> list[str]:
@@ -258,224 +254,317 @@ def lr_factor(args, epoch_progress: float) -> float:
 
 # -- training --------------------------------------------------------------------------
 
-def main(argv=None) -> int:
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
+class Run:
+    """One run of the trainer, in the parts docs/runtime.md's loop has: the data and the model
+    (before ``runtime.init()``), the rest of the setup, an epoch of steps, what to do on an
+    event (a stop, an in-place resize), evaluation, and the artifact at the end."""
 
-    from deeppod import runtime
-    from deeppod.runtime import metrics as rt_metrics
-    from deeppod.runtime.data import prestart, stop_safe_loader
-    from deeppod.runtime.scaling import scale_for_world
+    def __init__(self, args: argparse.Namespace):
+        import torch
 
-    args = parse_args(argv)
-    version_dir = dataset_dir(args)
-    if args.model != SMALL_CNN or version_dir is None:
-        import torchvision  # noqa: F401 - models, a folder's transforms: a second a warm spare spends before it parks
-    if args.loader_workers:
-        from PIL import Image  # noqa: F401 - what the loader workers decode with
-        # After the imports: the loader workers' fork server is a fork of this process, and
-        # every worker it starts (each epoch, each resize) has them without importing them.
-        prestart()
-    # The data's index and the model come before runtime.init(): a warm spare (parked in
-    # init until a grow needs it) has them ready, and a grow does not wait for them.
-    torch.manual_seed(args.seed)
-    if version_dir is not None:
-        from deeppod.runtime.data import ImageDataset, ShardReader
+        from deeppod.runtime.data import prestart
 
-        def sizes():
-            reader = ShardReader(version_dir, "train")
-            return [wh for wh in (reader.size(i) for i in _sample(len(reader))) if wh[0]]  # 0: not indexed
+        self.args = args
+        self.version_dir = dataset_dir(args)
+        if args.model != SMALL_CNN or self.version_dir is None:
+            import torchvision  # noqa: F401 - models, a folder's transforms: a second a warm spare spends before it parks
+        if args.loader_workers:
+            from PIL import Image  # noqa: F401 - what the loader workers decode with
+            # After the imports: the loader workers' fork server is a fork of this process, and
+            # every worker it starts (each epoch, each resize) has them without importing them.
+            prestart()
+        # The data's index and the model come before runtime.init(): a warm spare (parked in
+        # init until a grow needs it) has them ready, and a grow does not wait for them.
+        torch.manual_seed(args.seed)
+        self._data(torch.cuda.is_available())
+        self.model = build_model(args.model, len(self.classes))
+        self.new_layers = self._finetune() if args.finetune_from else []
+        self._setup()
 
-        resolve_auto(args, sizes, torch.cuda.is_available())
-        train_set = ImageDataset(version_dir, "train", size=args.image_size, train=True, seed=args.seed,
-                                 scale=(args.min_crop, 1.0), flip=args.hflip)
-        val_set = ImageDataset(version_dir, "val", size=args.image_size, train=False)
-        classes, train_items, val_items = train_set.classes, range(len(train_set)), val_set
-    else:
-        classes, items = scan(Path(args.data))
-        resolve_auto(args, lambda: folder_sizes(items), torch.cuda.is_available())
-        train_items, val_items = split(items, args.val_fraction)
-        train_set = ImageList(train_items, transforms(args.image_size, True))
-    model = build_model(args.model, len(classes))
-    if args.finetune_from:
-        state = torch.load(Path(args.finetune_from) / "weights.pt", map_location="cpu", weights_only=True)
-        head = {k for k, v in model.state_dict().items() if k in state and v.shape != state[k].shape}
-        model.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
-    ctx = runtime.init()
-    cuda = ctx.device.type == "cuda"
-    amp = args.amp == "on" or (args.amp == "auto" and cuda)
-    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+    def _data(self, cuda: bool) -> None:
+        args = self.args
+        if self.version_dir is not None:
+            from deeppod.runtime.data import ImageDataset, ShardReader
 
-    if args.finetune_from and ctx.is_chief:
-        print(f"fine-tuning from {args.finetune_from} (new classifier layers: {sorted(head) or 'none'})", flush=True)
-    model.to(ctx.device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    def wrap(ctx, synced=False):
-        # After an in-place resize every worker holds rank 0's weights (the Resizer sent them):
-        # DDP need not broadcast them again (100 MB for a ResNet-50).
-        return DDP(model, device_ids=[ctx.device.index] if cuda else None, init_sync=not synced) \
-            if ctx.world_size > 1 else model
+            def sizes():
+                reader = ShardReader(self.version_dir, "train")
+                return [wh for wh in (reader.size(i) for i in _sample(len(reader))) if wh[0]]  # 0: not indexed
 
-    ckpt = runtime.Checkpointer(keep=2, background=True)
-    sampler = runtime.ElasticSampler(len(train_items), seed=args.seed)
-    opt = make_optimizer(args, model.parameters(), args.lr)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
-    joining = os.environ.get(ENV_JOINING) == "1"  # an in-place grow: rank 0 sends the state, not a checkpoint
-    state = None if joining else ckpt.load_latest(model=model, optimizer=opt, scaler=scaler, sampler=sampler)
-    step, epoch = (state["step"], state["epoch"]) if state else (0, 0)
-    # The base world size belongs to the run: a resumed run keeps the one it started with.
-    base_world = (state or {}).get("extra", {}).get("base_world") or args.base_workers or ctx.world_size
-    shared = {"step": step, "epoch": epoch, "base_world": base_world, "scaler": scaler.state_dict()}
-    loss_fn = torch.nn.CrossEntropyLoss()
-    resizer = runtime.Resizer(model, opt, sampler, shared, ctx=ctx)  # a joiner receives rank 0's here
-    if joining:
-        step, epoch, base_world = shared["step"], shared["epoch"], shared["base_world"]
-        scaler.load_state_dict(shared["scaler"])
-    ddp = wrap(ctx, synced=joining)
-    per_worker = max(1, math.ceil(args.batch_size / base_world))
+            resolve_auto(args, sizes, cuda)
+            self.train_set = ImageDataset(self.version_dir, "train", size=args.image_size, train=True,
+                                          seed=args.seed, scale=(args.min_crop, 1.0), flip=args.hflip)
+            self.val_items = ImageDataset(self.version_dir, "val", size=args.image_size, train=False)
+            self.classes, self.n_train = self.train_set.classes, len(self.train_set)
+        else:
+            self.classes, items = scan(Path(args.data))
+            resolve_auto(args, lambda: folder_sizes(items), cuda)
+            train_items, self.val_items = split(items, args.val_fraction)
+            self.train_set, self.n_train = ImageList(train_items, transforms(args.image_size, True)), len(train_items)
 
-    def rescale(world_size):
-        batch, lr = scale_for_world(world_size, base_world_size=base_world, per_worker_batch=per_worker,
-                                    base_lr=args.lr, rule=args.scale_rule)
-        for g in opt.param_groups:  # a new world size may mean a new LR (linear_lr)
+    def _finetune(self) -> list[str]:
+        """Start from an earlier model's weights; its classifier layers are new where the
+        classes differ. The names of those layers."""
+        import torch
+
+        state = torch.load(Path(self.args.finetune_from) / "weights.pt", map_location="cpu", weights_only=True)
+        head = {k for k, v in self.model.state_dict().items() if k in state and v.shape != state[k].shape}
+        self.model.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
+        return sorted(head)
+
+    def _setup(self) -> None:
+        """runtime.init(), then the model on its device, the optimizer and the run's state: from
+        the latest checkpoint, or from rank 0 on a worker that joins a running job."""
+        import torch
+
+        from deeppod import runtime
+
+        args = self.args
+        self.ctx = ctx = runtime.init()
+        self.cuda = ctx.device.type == "cuda"
+        self.amp = args.amp == "on" or (args.amp == "auto" and self.cuda)
+        self.channels_last = args.channels_last == "on" or (args.channels_last == "auto" and self.cuda)
+        if args.finetune_from and ctx.is_chief:
+            print(f"fine-tuning from {args.finetune_from} (new classifier layers: {self.new_layers or 'none'})",
+                  flush=True)
+        self.model.to(ctx.device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.ckpt = runtime.Checkpointer(keep=2, background=True)
+        self.sampler = runtime.ElasticSampler(self.n_train, seed=args.seed)
+        self.opt = make_optimizer(args, self.model.parameters(), args.lr)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+        joining = os.environ.get(ENV_JOINING) == "1"  # an in-place grow: rank 0 sends the state, not a checkpoint
+        self.state = None if joining else self.ckpt.load_latest(model=self.model, optimizer=self.opt,
+                                                                 scaler=self.scaler, sampler=self.sampler)
+        self.step, self.epoch = (self.state["step"], self.state["epoch"]) if self.state else (0, 0)
+        # The base world size belongs to the run: a resumed run keeps the one it started with.
+        self.base_world = (self.state or {}).get("extra", {}).get("base_world") or args.base_workers \
+            or ctx.world_size
+        self.shared = {"step": self.step, "epoch": self.epoch, "base_world": self.base_world,
+                       "scaler": self.scaler.state_dict()}
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        # a joiner receives rank 0's state here
+        self.resizer = runtime.Resizer(self.model, self.opt, self.sampler, self.shared, ctx=ctx)
+        if joining:
+            self.step, self.epoch, self.base_world = (self.shared["step"], self.shared["epoch"],
+                                                      self.shared["base_world"])
+            self.scaler.load_state_dict(self.shared["scaler"])
+        self.ddp = self.wrap(synced=joining)
+        self.per_worker = max(1, math.ceil(args.batch_size / self.base_world))
+        self.batch, self.lr = self.rescale()
+        self.check_every = args.resize_check_every or (10 if self.cuda else 1)
+        self.activations = runtime.ActivationRecorder(self.model) if args.histograms_every and ctx.is_chief else None
+        # A stop while a step, an evaluation or a loader's start-up takes longer than the grace
+        # allows: the guard saves the last completed step and exits, instead of a SIGKILL losing it.
+        self.guard = runtime.StopGuard(lambda: self.save(blocking=True), rank=ctx.rank,
+                                       before_exit=_close_metrics)
+        if ctx.is_chief:
+            where = (f"resuming at epoch {self.epoch} step {self.step}, {self.sampler.position} samples in"
+                     if self.state else "from scratch")
+            print(f"world {ctx.world_size} (base {self.base_world}), per-worker batch {self.batch}, lr {self.lr:g}, "
+                  f"{where}; {self.n_train} train / {len(self.val_items)} val images, {len(self.classes)} classes",
+                  flush=True)
+
+    def wrap(self, synced: bool = False):
+        """The model in DDP across the world (itself alone). After an in-place resize every
+        worker holds rank 0's weights (the Resizer sent them): DDP need not broadcast them
+        again (100 MB for a ResNet-50)."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ctx = self.ctx
+        return DDP(self.model, device_ids=[ctx.device.index] if self.cuda else None, init_sync=not synced) \
+            if ctx.world_size > 1 else self.model
+
+    def rescale(self) -> tuple[int, float]:
+        """The per-worker batch and the LR at the current world size (a new size may mean a new LR)."""
+        from deeppod.runtime.scaling import scale_for_world
+
+        batch, lr = scale_for_world(self.ctx.world_size, base_world_size=self.base_world,
+                                    per_worker_batch=self.per_worker, base_lr=self.args.lr, rule=self.args.scale_rule)
+        for g in self.opt.param_groups:
             g["lr"] = lr
         return batch, lr
 
-    batch, lr = rescale(ctx.world_size)
-    check_every = args.resize_check_every or (10 if cuda else 1)
-    if ctx.is_chief:
-        print(f"world {ctx.world_size} (base {base_world}), per-worker batch {batch}, lr {lr:g}, "
-              f"{'resuming at epoch %d step %d, %d samples in' % (epoch, step, sampler.position) if state else 'from scratch'}"
-              f"; {len(train_items)} train / {len(val_items)} val images, {len(classes)} classes", flush=True)
+    def save(self, blocking=None) -> None:
+        with self.guard:  # the state of a completed step, never one half-updated
+            self.ckpt.save(self.step, model=self.model, optimizer=self.opt, scaler=self.scaler, epoch=self.epoch,
+                           sampler=self.sampler, extra={"base_world": self.base_world, "classes": self.classes},
+                           blocking=blocking)
 
-    loader_kw = dict(num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
-    activations = runtime.ActivationRecorder(model) if args.histograms_every and ctx.is_chief else None
+    def _loader(self, order: list[int]):
+        args, cuda = self.args, self.cuda
+        if self.version_dir is not None:
+            from deeppod.runtime.data import loader as shard_loader
 
-    def save(blocking=None):
-        with guard:  # the state of a completed step, never one half-updated
-            ckpt.save(step, model=model, optimizer=opt, scaler=scaler, epoch=epoch, sampler=sampler,
-                      extra={"base_world": base_world, "classes": classes}, blocking=blocking)
+            return shard_loader(self.train_set, batch_size=self.batch, sampler=order, workers=args.loader_workers,
+                                pin_memory=cuda, decode_on=decode_device(args, self.ctx))
+        from deeppod.runtime.data import stop_safe_loader
 
-    # A stop while a step, an evaluation or a loader's start-up takes longer than the grace
-    # allows: the guard saves the last completed step and exits, instead of a SIGKILL losing it.
-    guard = runtime.StopGuard(lambda: save(blocking=True), rank=ctx.rank,
-                              before_exit=lambda: rt_metrics.reporter().close())
+        return stop_safe_loader(self.train_set, batch_size=self.batch, sampler=order,
+                                num_workers=args.loader_workers, pin_memory=cuda, persistent_workers=False)
 
-    try:
-        acc = None  # validation accuracy of the final model
-        while epoch < args.epochs:
-            sampler.set_epoch(epoch)
-            order = list(sampler)
-            # steps every worker takes in this pass: only on those may they all meet in a collective
-            even = (sampler.n - sampler.position) // (batch * ctx.world_size)
-            event = None
-            if version_dir is not None:
-                from deeppod.runtime.data import loader as shard_loader
+    def train_epoch(self) -> str | None:
+        """The steps of the epoch from where the sampler is; None at its end (or at a stop or
+        --max-steps), RESIZE when the workers agreed on a new world size, STOP on a stop."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
 
-                loader = shard_loader(train_set, batch_size=batch, sampler=order, workers=args.loader_workers,
-                                      pin_memory=cuda, decode_on=decode_device(args, ctx))
-            else:
-                loader = stop_safe_loader(train_set, batch_size=batch, sampler=order, **loader_kw)
-            record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
-                if args.record_samples else None
-            k = 0
-            loss = None  # stays None when a stop came after the epoch's last step: resumed, nothing left to train
-            ddp.train()
-            began, seen = time.perf_counter(), 0
-            join = ddp.join() if isinstance(ddp, DDP) else contextlib.nullcontext()
-            with join:
-                for x, y in loader:
-                    x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
-                    if x.dtype == torch.uint8:  # dataset batches: normalised here, on the device
-                        x = normalize(x, MEAN, STD)
-                    if channels_last:
-                        x = x.to(memory_format=torch.channels_last)
-                    for g in opt.param_groups:
-                        g["lr"] = lr * lr_factor(args, epoch + sampler.position / max(1, sampler.n))
-                    with torch.autocast(ctx.device.type, enabled=amp):
-                        out = ddp(x)
-                        loss = loss_fn(out, y)
-                    opt.zero_grad(set_to_none=True)
-                    scaler.scale(loss).backward()
-                    if args.step_delay:  # tests: a slow step (its forward and backward)
-                        time.sleep(args.step_delay)
-                    with guard:  # the step's update: a stop's save waits for it, or comes before it
-                        scaler.step(opt)
-                        scaler.update()
-                        sampler.advance(batch)
-                        step += 1
-                    resizer.stepped()  # after the first step at a new size: tell the control plane
-                    seen += len(y)
-                    if record is not None:
-                        record.write(f"{epoch} {step} {' '.join(map(str, order[k * batch:(k + 1) * batch]))}\n")
-                        record.flush()
-                    k += 1
-                    runtime.report(step, loss=loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
-                                   lr=opt.param_groups[0]["lr"], epoch=epoch + sampler.position / max(1, sampler.n),
-                                   images_per_second=seen * ctx.world_size / max(1e-9, time.perf_counter() - began))
-                    if activations is not None and step % args.histograms_every == 0:
-                        runtime.report_histograms(step, {**runtime.model_histograms(model), **activations.tensors()})
-                    if args.checkpoint_every and step % args.checkpoint_every == 0 and not sampler.epoch_done:
-                        save()
-                    if runtime.should_stop(sync=False) or (args.max_steps and step >= args.max_steps):
-                        break
-                    if k <= even and k % check_every == 0:
-                        event = resizer.check()  # agrees on a stop, or on a new size, on every worker
-                        if event is not None:
-                            break
-            if event == "resize":  # everyone left the join together, with the old group still up
-                shared.update(step=step, epoch=epoch, scaler=scaler.state_dict())
-                event = resizer.resize()  # a worker past the new size exits here
-                if event == "resized":
-                    ctx = resizer.ctx
-                    ddp = wrap(ctx, synced=True)
-                    batch, lr = rescale(ctx.world_size)
-                    if ctx.is_chief:
-                        print(f"resized in place to {ctx.world_size} workers in {resizer.last_switch_seconds:.2f} s: "
-                              f"per-worker batch {batch}, lr {lr:g}, {sampler.position}/{sampler.n} samples in",
-                              flush=True)
+        from deeppod import runtime
+
+        args, ctx, sampler = self.args, self.ctx, self.sampler
+        sampler.set_epoch(self.epoch)
+        order = list(sampler)
+        # steps every worker takes in this pass: only on those may they all meet in a collective
+        even = (sampler.n - sampler.position) // (self.batch * ctx.world_size)
+        record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
+            if args.record_samples else None
+        self.loss = None  # stays None when a stop came after the epoch's last step: nothing left to train
+        self.ddp.train()
+        self.began, self.seen, k = time.perf_counter(), 0, 0
+        with self.ddp.join() if isinstance(self.ddp, DDP) else contextlib.nullcontext():
+            for x, y in self._loader(order):
+                self._step(x, y)
+                if record is not None:
+                    record.write(f"{self.epoch} {self.step} "
+                                 f"{' '.join(map(str, order[k * self.batch:(k + 1) * self.batch]))}\n")
+                    record.flush()
+                k += 1
+                if args.checkpoint_every and self.step % args.checkpoint_every == 0 and not sampler.epoch_done:
+                    self.save()
+                if runtime.should_stop(sync=False) or (args.max_steps and self.step >= args.max_steps):
+                    return None
+                if k <= even and k % self.check_every == 0:
+                    event = self.resizer.check()  # agrees on a stop, or on a new size, on every worker
+                    if event is not None:
+                        return event
+        return None
+
+    def _step(self, x, y) -> None:
+        import torch
+
+        from deeppod import runtime
+
+        args, ctx, opt, sampler = self.args, self.ctx, self.opt, self.sampler
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        if x.dtype == torch.uint8:  # dataset batches: normalised here, on the device
+            x = normalize(x, MEAN, STD)
+        if self.channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        for g in opt.param_groups:
+            g["lr"] = self.lr * lr_factor(args, self.epoch + sampler.position / max(1, sampler.n))
+        with torch.autocast(ctx.device.type, enabled=self.amp):
+            out = self.ddp(x)
+            self.loss = self.loss_fn(out, y)
+        opt.zero_grad(set_to_none=True)
+        self.scaler.scale(self.loss).backward()
+        if args.step_delay:  # tests: a slow step (its forward and backward)
+            time.sleep(args.step_delay)
+        with self.guard:  # the step's update: a stop's save waits for it, or comes before it
+            self.scaler.step(opt)
+            self.scaler.update()
+            sampler.advance(self.batch)
+            self.step += 1
+        self.resizer.stepped()  # after the first step at a new size: tell the control plane
+        self.seen += len(y)
+        runtime.report(self.step, loss=self.loss.detach(), accuracy=(out.argmax(1) == y).float().mean(),
+                       lr=opt.param_groups[0]["lr"], epoch=self.epoch + sampler.position / max(1, sampler.n),
+                       images_per_second=self.seen * ctx.world_size / max(1e-9, time.perf_counter() - self.began))
+        if self.activations is not None and self.step % args.histograms_every == 0:
+            runtime.report_histograms(self.step, {**runtime.model_histograms(self.model), **self.activations.tensors()})
+
+    def on_resize(self) -> bool:
+        """Every worker left the epoch's join together, with the old group still up: switch to
+        the new world (a worker past the new size exits here). Whether it did."""
+        from deeppod.runtime.resize import RESIZED
+
+        self.shared.update(step=self.step, epoch=self.epoch, scaler=self.scaler.state_dict())
+        if self.resizer.resize() != RESIZED:
+            return False
+        self.ctx = self.resizer.ctx
+        self.ddp = self.wrap(synced=True)
+        self.batch, self.lr = self.rescale()
+        if self.ctx.is_chief:
+            print(f"resized in place to {self.ctx.world_size} workers in {self.resizer.last_switch_seconds:.2f} s: "
+                  f"per-worker batch {self.batch}, lr {self.lr:g}, "
+                  f"{self.sampler.position}/{self.sampler.n} samples in", flush=True)
+        return True
+
+    def on_stop(self, stopping: bool) -> None:
+        """A stop (or --max-steps): save the completed step; a stop exits for a resume."""
+        from deeppod import runtime
+
+        with self.guard:
+            if stopping:
+                self.guard.handled()  # this path saves: the guard stands down
+            self.save()
+            self.ckpt.wait()
+        if self.ctx.is_chief:
+            print(f"stopping at epoch {self.epoch} step {self.step} ({self.sampler.position}/{self.sampler.n} "
+                  "samples); checkpoint saved", flush=True)
+        if not (self.args.max_steps and self.step >= self.args.max_steps and not runtime.should_stop(sync=False)):
+            _close_metrics()
+            runtime.exit_for_resume()
+
+    def evaluate(self) -> dict[str, float]:
+        from deeppod import runtime
+
+        scores = evaluate(self.ddp, self.val_items, self.args, self.ctx, self.channels_last, self.amp, self.loss_fn)
+        runtime.report(self.step, **scores)
+        return scores
+
+    def run(self) -> int:
+        from deeppod import runtime
+        from deeppod.runtime.resize import RESIZE
+
+        args = self.args
+        try:
+            scores = None  # validation figures of the final model
+            while self.epoch < args.epochs:
+                if self.train_epoch() == RESIZE and self.on_resize():
                     continue  # the rest of the epoch, dealt to the new world
-            # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
-            stopping = runtime.should_stop()
-            if stopping or (args.max_steps and step >= args.max_steps):
-                with guard:
-                    if stopping:
-                        guard.handled()  # this path saves: the guard stands down
-                    save()
-                    ckpt.wait()
-                if ctx.is_chief:
-                    print(f"stopping at epoch {epoch} step {step} ({sampler.position}/{sampler.n} samples); "
-                          "checkpoint saved", flush=True)
-                if args.max_steps and step >= args.max_steps and not runtime.should_stop(sync=False):
-                    acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)  # done: the model is final
-                    runtime.report(step, val_accuracy=acc)
+                # Everyone agrees here (all ranks left the join), so a stop cannot deadlock a collective.
+                stopping = runtime.should_stop()
+                if stopping or (args.max_steps and self.step >= args.max_steps):
+                    self.on_stop(stopping)  # a stop exits here
+                    scores = self.evaluate()  # --max-steps: the model is final
                     break
-                rt_metrics.reporter().close()
-                runtime.exit_for_resume()
-            acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
-            if ctx.is_chief:
-                print(f"epoch {epoch}: loss {'-' if loss is None else f'{loss.item():.4f}'} val_accuracy {acc:.4f} "
-                      f"({seen * ctx.world_size / max(1e-9, time.perf_counter() - began):.1f} images/s)", flush=True)
-            runtime.report(step, val_accuracy=acc)
-            with guard:
-                epoch += 1
-                sampler.set_epoch(epoch)
-            save()
-        ckpt.wait()
-        if acc is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
-            acc = evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn)
-            runtime.report(step, val_accuracy=acc)
-        if ctx.is_chief:
-            out = Path(args.output) if args.output else (ctx.job_dir / "model" if ctx.job_dir else Path("model"))
-            write_artifact(model, classes, args, acc, out, crop="center" if version_dir is not None else "squash")
-            if args.register:
-                register(args.register, out)
-        guard.close()
-        _finish(ctx)
-        return 0
-    finally:
-        guard.settle()  # a save the guard began ends before the process does
+                scores = self.evaluate()
+                if self.ctx.is_chief:
+                    rate = self.seen * self.ctx.world_size / max(1e-9, time.perf_counter() - self.began)
+                    print(f"epoch {self.epoch}: loss {'-' if self.loss is None else f'{self.loss.item():.4f}'} "
+                          f"val_accuracy {scores['val_accuracy']:.4f} val_loss {scores['val_loss']:.4f} "
+                          f"({rate:.1f} images/s)", flush=True)
+                with self.guard:
+                    self.epoch += 1
+                    self.sampler.set_epoch(self.epoch)
+                self.save()
+            self.ckpt.wait()
+            if scores is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
+                scores = self.evaluate()
+            if self.ctx.is_chief:
+                self.write_model(scores)
+            self.guard.close()
+            _finish(self.ctx)
+            return 0
+        finally:
+            self.guard.settle()  # a save the guard began ends before the process does
+
+    def write_model(self, scores: dict[str, float]) -> None:
+        args, ctx = self.args, self.ctx
+        out = Path(args.output) if args.output else (JobFolder(ctx.job_dir).model if ctx.job_dir else Path("model"))
+        write_artifact(self.model, self.classes, args, scores, out,
+                       crop="center" if self.version_dir is not None else "squash")
+        if args.register:
+            register(args.register, out)
+
+
+def main(argv=None) -> int:
+    return Run(parse_args(argv)).run()
+
+
+def _close_metrics() -> None:
+    from deeppod.runtime import metrics
+
+    metrics.reporter().close()
 
 
 def _finish(ctx) -> None:
@@ -489,15 +578,16 @@ def _finish(ctx) -> None:
         dist.destroy_process_group()
 
 
-def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
-    """Validation accuracy over the whole validation set (each rank a slice, summed)."""
+def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> dict[str, float]:
+    """Validation accuracy and mean loss over the whole validation set (each rank a slice,
+    summed): ``{"val_accuracy": ..., "val_loss": ...}``."""
     import torch
     import torch.distributed as dist
 
     from deeppod.runtime.data import stop_safe_loader
 
     if not val_items:
-        return float("nan")
+        return {"val_accuracy": float("nan"), "val_loss": float("nan")}
     if hasattr(val_items, "reader"):  # a dataset split
         from deeppod.runtime.data import loader as shard_loader
 
@@ -509,7 +599,7 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
                                   num_workers=args.loader_workers)
     model = getattr(ddp, "module", ddp)
     model.eval()
-    correct = torch.zeros(2, device=ctx.device)
+    correct = torch.zeros(3, device=ctx.device)  # right, seen, summed loss
     with torch.no_grad():
         for x, y in loader:
             x, y = x.to(ctx.device), y.to(ctx.device)
@@ -518,12 +608,14 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> float:
             if channels_last:
                 x = x.to(memory_format=torch.channels_last)
             with torch.autocast(ctx.device.type, enabled=amp):
-                pred = model(x).argmax(1)
-            correct[0] += (pred == y).sum()
+                logits = model(x)
+            correct[0] += (logits.argmax(1) == y).sum()
             correct[1] += len(y)
+            correct[2] += loss_fn(logits.float(), y) * len(y)
     if dist.is_initialized():
         dist.all_reduce(correct)
-    return (correct[0] / correct[1].clamp(min=1)).item()
+    right, seen, loss = (correct / correct[1].clamp(min=1)).tolist()
+    return {"val_accuracy": right, "val_loss": loss}
 
 
 def register(name: str, out: Path) -> None:
@@ -538,7 +630,7 @@ def register(name: str, out: Path) -> None:
     print(f"registered as {name}@{v['version']}", flush=True)
 
 
-def write_artifact(model, classes, args, val_accuracy: float, out: Path, crop: str = "squash") -> None:
+def write_artifact(model, classes, args, scores: dict[str, float], out: Path, crop: str = "squash") -> None:
     """weights.pt (state dict), model.pt2 (torch.export program with a dynamic batch: the
     self-contained serving form) and signature.json (classes, input shape, preprocessing):
     what the registry and serving need."""
@@ -557,13 +649,13 @@ def write_artifact(model, classes, args, val_accuracy: float, out: Path, crop: s
                   "resize": [args.image_size, args.image_size], "color": "RGB", "mean": MEAN, "std": STD,
                   # center: Resize(S*256/224) + CenterCrop(S), as the dataset loader evaluates; squash: Resize((S, S))
                   "crop": crop},
-        "metrics": {"val_accuracy": val_accuracy},
+        "metrics": dict(scores),
         "hyperparameters": {k: v for k, v in vars(args).items() if k not in ("step_delay",)},
         "job_id": os.environ.get(ENV_JOB_ID),
         "command": sys.argv,
         "dataset": _dataset_ref(args),
     }, indent=1))
-    print(f"model artifact written to {out} (val_accuracy {val_accuracy:.4f})", flush=True)
+    print(f"model artifact written to {out} (val_accuracy {scores['val_accuracy']:.4f})", flush=True)
 
 
 if __name__ == "__main__":

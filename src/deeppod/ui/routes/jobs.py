@@ -15,6 +15,7 @@ from deeppod.api.schemas.jobs import JobCreate, job_out
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.datasets import service as datasets
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
+from deeppod.job_folder import JobFolder
 from deeppod.jobs import metrics, service
 from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.runtime.trainers import command as trainer
@@ -171,7 +172,7 @@ def _job_values(session, viewer, job_id: int) -> dict:
 def job_page(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
     values = _job_values(session, viewer, job_id)
     ctx = get_ctx(request)
-    ranks = logged_ranks(ctx.settings.jobs_dir / str(job_id), values["job"].workers)
+    ranks = logged_ranks(JobFolder.of(ctx.settings.jobs_dir, job_id).root, values["job"].workers)
     return page(request, "job.html", ranks=ranks, **values)
 
 
@@ -212,7 +213,7 @@ def job_log(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep
         return HTMLResponse("(this job's files, its logs with them, were removed)")
     if rank < 0:
         raise InvalidRequest("rank must be 0 or more")
-    text = tail(get_ctx(request).settings.jobs_dir / str(job_id), rank)
+    text = tail(JobFolder.of(get_ctx(request).settings.jobs_dir, job_id).root, rank)
     return fragment("log.html", text=text)
 
 

@@ -75,12 +75,12 @@ async def propose(request: Request, ref: str, session: SessionDep, viewer: Viewe
         raise InvalidRequest(f"send a deployment's name and 1-{PROPOSE_BATCH} image keys")
     _, _, _, ws = _workspace(request, session, viewer, ref)
     ctx = get_ctx(request)
-    route = ctx.router.find(viewer.principal.tenant_id, name)
+    route = ctx.balancer.find(viewer.principal.tenant_id, name)
     if route is None:
         raise NotFound(f"deployment {name!r} is not serving in tenant {viewer.principal.tenant}: deploy a model "
                        "(its page has a Deploy form) and wait until it is ready")
     images = await run_in_threadpool(lambda: [base64.b64encode(ws.read(str(k))).decode() for k in keys])
-    answer = await ctx.router.forward(route.deployment_id, "/predict?top_k=1",
+    answer = await ctx.balancer.forward(route.deployment_id, "/predict?top_k=1",
                                       json.dumps({"images": images}).encode(), "application/json")
     try:
         doc = json.loads(answer.body)

@@ -127,7 +127,7 @@ def deployment_list(request: Request, session: SessionDep, viewer: ViewerDep) ->
 def _deployment_values(request, session, viewer, name: str) -> dict:
     dep = deployments.get(session, viewer.principal, name)
     d = deployments.describe(session, dep)
-    route = get_ctx(request).router.routes.get(dep.id)
+    route = get_ctx(request).balancer.routes.get(dep.id)
     routed = {t.job_id for t in route.targets} if route else set()
     model = models.get_model(session, viewer.principal, d["model"])
     return dict(dep=dep, d=d, routed=routed, versions=models.versions(session, model)[::-1],
@@ -147,7 +147,7 @@ def deployment_replicas(request: Request, name: str, session: SessionDep, viewer
 @router.get("/deployments/{name}/traffic.json")
 def traffic(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
     dep = deployments.get(session, viewer.principal, name)
-    return JSONResponse(get_ctx(request).router.traffic(dep.id))
+    return JSONResponse(get_ctx(request).balancer.traffic(dep.id))
 
 
 @router.post("/deployments/{name}/update")
@@ -186,7 +186,7 @@ def delete_deployment(request: Request, name: str, session: SessionDep, viewer: 
 async def predict(request: Request, name: str, viewer: ViewerDep) -> Response:
     """The test form: the signed-in user's predict, as through the API."""
     check_predict(viewer.principal)
-    route = get_ctx(request).router.find(viewer.principal.tenant_id, name)
+    route = get_ctx(request).balancer.find(viewer.principal.tenant_id, name)
     if route is None:
         raise NotFound(f"no deployment {name!r} is serving in tenant {viewer.principal.tenant} yet")
     return await forward_predict(request, route.deployment_id)

@@ -1,6 +1,6 @@
 """The control plane's side of predict: who may call, which replica answers.
 
-Routes (deployment -> replicas that take traffic) are set by the controller; the router
+Routes (deployment -> replicas that take traffic) are set by the controller; the balancer
 picks the replica with the fewest requests in flight and forwards the body as is. A
 replica that refuses the connection or drops it (it was stopped, it crashed) is skipped
 for a moment and the request goes to another: predict is a pure function, so a retry is
@@ -20,6 +20,7 @@ import httpx
 from deeppod.deployments.upstream import Upstream
 from deeppod.errors import NoReplica, UpstreamError
 from deeppod.serve.metrics import LATENCY_BUCKETS, Counter, Histogram, merge
+from deeppod.states import DeploymentState
 
 log = logging.getLogger(__name__)
 SUSPECT_SECONDS = 2.0
@@ -40,7 +41,7 @@ class Route:
     name: str
     model: str
     targets: tuple[Target, ...] = ()
-    state: str = "deploying"
+    state: str = DeploymentState.DEPLOYING
 
 
 @dataclass
@@ -61,7 +62,7 @@ class _Stats:
                                                              "Requests sent again to another replica."))
 
 
-class Router:
+class Balancer:
     def __init__(self, timeout: float = 60.0):
         self.routes: dict[int, Route] = {}
         self.by_name: dict[tuple[int, str], int] = {}

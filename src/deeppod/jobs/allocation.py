@@ -1,0 +1,87 @@
+"""What a job holds while it runs: its placed workers, the datasets staged for it, its warm
+spares and an in-place resize under way. The typed form of the ``jobs.allocation`` JSON
+column, with its one (de)serializer (the API shows the JSON as it is)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deeppod.scheduler import WorkerPlacement
+from deeppod.store.models import Job
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One worker of the current run: where it runs and what it holds."""
+
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+    cpus: float
+    memory_mb: int = 0
+
+    @classmethod
+    def of(cls, w: WorkerPlacement) -> Placed:
+        return cls(w.rank, w.node, tuple(w.gpus), w.cpus, w.memory_mb)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Placed:
+        return cls(int(d["rank"]), d["node"], tuple(d["gpus"]), d["cpus"], d.get("memory_mb") or 0)
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "node": self.node, "gpus": list(self.gpus), "cpus": self.cpus,
+                "memory_mb": self.memory_mb}
+
+
+@dataclass(frozen=True)
+class PendingResize:
+    """An in-place resize decided and not yet done (jobs/resize.py). ``world``: on a grow, the
+    world the running workers are told once the joiners are ready (None once told)."""
+
+    generation: int
+    before: int  # workers before the resize
+    to: int
+    decided_at: float
+    world: dict | None = None
+    joiners: tuple[int, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict) -> PendingResize:
+        return cls(int(d["generation"]), int(d["from"]), int(d["to"]), float(d["decided_at"]), d.get("world"),
+                   tuple(d.get("joiners") or ()))
+
+    def to_json(self) -> dict:
+        out = {"generation": self.generation, "from": self.before, "to": self.to, "decided_at": self.decided_at}
+        if self.world is not None:
+            out["world"] = self.world
+        if self.joiners:
+            out["joiners"] = list(self.joiners)
+        return out
+
+
+@dataclass
+class Allocation:
+    workers: list[Placed] = field(default_factory=list)
+    staged: dict[str, str] = field(default_factory=dict)  # dataset env var -> its staged folder
+    generation: int = 0  # of the job's world: one more per in-place resize
+    resize: PendingResize | None = None
+    spares: int | None = 0  # warm spares kept; None: to be worked out again (the executor is told)
+
+    @classmethod
+    def of(cls, job: Job) -> Allocation:
+        d = job.allocation or {}
+        return cls(workers=[Placed.from_json(w) for w in d.get("workers", [])], staged=dict(d.get("staged") or {}),
+                   generation=int(d.get("generation", 0)),
+                   resize=PendingResize.from_json(d["resize"]) if d.get("resize") else None,
+                   spares=d.get("spares", 0))
+
+    def to_json(self) -> dict:
+        out: dict = {"workers": [w.to_json() for w in self.workers], "staged": self.staged, "spares": self.spares}
+        if self.generation:
+            out["generation"] = self.generation
+        if self.resize is not None:
+            out["resize"] = self.resize.to_json()
+        return out
+
+    def save(self, job: Job) -> None:
+        job.allocation = self.to_json()

@@ -1,0 +1,153 @@
+"""Starting a job's run: its datasets staged, its workers' environments (the job contract),
+its sandbox (folders, identity, shared memory) and the launch spec the executor starts."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.identities import Identities, tenant_identity
+from deeppod.auth.roles import ALL, REPLICA
+from deeppod.auth.service import issue_job_token
+from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, worker_env
+from deeppod.errors import ExecutorError
+from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
+from deeppod.job_folder import WRITABLE, JobFolder
+from deeppod.jobs.allocation import Placed
+from deeppod.store.models import Job, Node
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Sandbox every worker as its tenant's OS identity (docs/security.md)."""
+
+    identities: Identities
+    python: tuple[str, ...]  # the Python environment, read-only in every sandbox
+    writable: tuple[str, ...] = WRITABLE  # of its folder: the job's to write
+    shm_root: str = "/dev/shm"  # where each job's shared memory folder is made
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a run's workers meet: rank 0's address and a port free there."""
+
+    master_addr: str
+    master_port: int
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    if root.stat().st_uid == uid:  # done at an earlier start of the job (the root goes last)
+        return
+    for folder, dirs, files in os.walk(root, topdown=False):  # each folder once, after what it holds
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]  # not walked into
+        for name in [*(os.path.join(folder, n) for n in files + links), folder]:
+            os.lchown(name, uid, gid)
+
+
+class Launcher:
+    """What the controller needs to start workers: shared by a run's start and an in-place grow."""
+
+    def __init__(self, executor: Executor, *, jobs_dir: Path, api_url: str, base_env: dict[str, str],
+                 stage: Callable[[int], str] | None = None, isolation: Isolation | None = None,
+                 ca_cert: str | None = None):
+        self.executor = executor
+        self.jobs_dir = jobs_dir
+        self.api_url = api_url
+        self.base_env = base_env
+        self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
+        self.isolation = isolation
+        self.ca_cert = ca_cert  # the file jobs verify the server's TLS certificate with (None: system trust)
+
+    def folder(self, job_id: int) -> JobFolder:
+        return JobFolder.of(self.jobs_dir, job_id)
+
+    def stage_datasets(self, wanted: list[dict]) -> dict[str, str]:
+        """Bring a job's datasets (``Job.datasets``) to the hot tier before it starts: env var -> folder."""
+        if wanted and self.stage is None:
+            raise ExecutorError("this server has no dataset store to stage from")
+        return {d["env"]: self.stage(d["version_id"]) for d in wanted}
+
+    def rendezvous(self, s: Session, node: str) -> Rendezvous:
+        """Rank 0's node's address and a port free on it now."""
+        address = s.scalar(select(Node.address).where(Node.name == node)) or "127.0.0.1"
+        return Rendezvous(address, self.executor.port_on(node, address))
+
+    def token(self, s: Session, job: Job) -> str:
+        return issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
+
+    def workers(self, job: Job, everyone: list[Placed], which: list[Placed], *, staged: dict[str, str],
+                token: str, meet: Rendezvous, generation: int) -> list[WorkerSpec]:
+        """The specs of ``which`` of a world of ``everyone``: each worker's environment."""
+        node_order = list(dict.fromkeys(w.node for w in everyone))
+        specs = []
+        for w in which:
+            peers = [x for x in everyone if x.node == w.node]
+            env = self._env(job, staged, token, rank=w.rank, world_size=len(everyone), local_rank=peers.index(w),
+                            local_world_size=len(peers), node_rank=node_order.index(w.node),
+                            master_addr=meet.master_addr, master_port=meet.master_port, gpus=w.gpus, cpus=w.cpus,
+                            generation=generation)
+            if self.isolation:
+                env["HOME"] = "/tmp"  # the sandbox's own
+            specs.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
+        return specs
+
+    def launch_spec(self, s: Session, job: Job, placed: list[Placed], staged: dict[str, str]) -> LaunchSpec:
+        folder = self.folder(job.id)
+        folder.checkpoints.mkdir(parents=True, exist_ok=True)
+        folder.reset_world()
+        workers = self.workers(job, placed, placed, staged=staged, token=self.token(s, job),
+                               meet=self.rendezvous(s, placed[0].node), generation=0)
+        sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
+        return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
+                          workers=workers, grace_seconds=job.grace_seconds,
+                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox)
+
+    def _env(self, job: Job, staged: dict[str, str], token: str, *, generation: int, **where) -> dict[str, str]:
+        """One worker's environment: the job contract (``where``: its rank, world, rendezvous,
+        GPUs), the server's CA, and the world file of an in-place resize."""
+        folder = self.folder(job.id)
+        env = worker_env(self.base_env, {**job.env, **staged}, job_id=job.id,
+                         checkpoint_dir=str(folder.checkpoints), api_url=self.api_url, token=token,
+                         restart_count=job.restart_count, params=job.params,
+                         grace_seconds=job.grace_seconds, **where)
+        if self.ca_cert:
+            env[ENV_CA_CERT] = self.ca_cert
+        env.update({ENV_WORLD_FILE: str(folder.world_file), ENV_WORLD_GENERATION: str(generation)})
+        return env
+
+    def shm(self, job_id: int) -> Path:
+        """The job's shared memory folder on the host's tmpfs (sandboxed jobs only)."""
+        return Path(self.isolation.shm_root) / f"deeppod-job-{job_id}"
+
+    def _sandbox(self, s: Session, job: Job, folder: JobFolder, staged: dict[str, str]) -> dict:
+        """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
+        nobody else's to read), its datasets and platform inputs read-only, nothing more."""
+        who = tenant_identity(s, self.isolation.identities, job.tenant_id)
+        os.chmod(folder.root, 0o711)  # its logs and the supervisor's files stay the server's
+        binds = [] if job.workdir == "/" else [[job.workdir, job.workdir, True]]
+        if Path(job.workdir).parent == folder.root:  # its own folder (code sent with it): the tenant's to write
+            _chown_tree(Path(job.workdir), who.uid, who.gid)
+        for name in self.isolation.writable:
+            sub = folder.root / name
+            sub.mkdir(exist_ok=True)
+            os.chown(sub, who.uid, who.gid)
+            os.chmod(sub, 0o700)
+            binds.append([str(sub), str(sub), True])
+        binds += [[path, path, False] for path in [*staged.values(), *(job.read_paths or [])]]
+        binds.append([str(folder.world_dir), str(folder.world_dir), False])  # the control plane's word on its size
+        if self.ca_cert:
+            trust = os.path.dirname(self.ca_cert)
+            binds.append([trust, trust, False])
+        shm = self.shm(job.id)  # on the host's tmpfs, the job's alone
+        shm.mkdir(mode=0o700, exist_ok=True)
+        os.chown(shm, who.uid, who.gid)
+        return {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
+                "binds": binds, "shm": str(shm)}
