@@ -23,7 +23,7 @@ def test_every_package_and_top_level_module_is_in_the_table_and_nothing_else():
 
 def test_each_api_resource_has_its_schemas_and_cli_module_of_the_same_name():
     routers = {p.stem for p in (SRC / "api" / "routers").glob("*.py") if p.stem != "__init__"}
-    for resource in ("jobs", "datasets", "models", "deployments"):
+    for resource in ("jobs", "datasets", "models", "deployments", "experiments"):
         assert resource in routers
         assert (SRC / "api" / "schemas" / f"{resource}.py").exists()
         assert (SRC / "cli" / f"{resource}.py").exists()
@@ -57,3 +57,27 @@ def test_no_function_is_longer_than_80_lines():
 
 def test_the_job_controller_stays_small():
     assert len((SRC / "jobs" / "controller.py").read_text().splitlines()) <= 250
+
+
+def test_each_resource_has_one_noun_for_its_route_cli_group_and_console_pages():
+    """``/v1/NOUN``, ``deeppod NOUN`` (the short names stay: data, deploy, tune) and the console's
+    ``ui/routes/NOUN.py`` for the resources the console shows."""
+    import typer
+
+    from deeppod.cli.main import app
+
+    cli = set(typer.main.get_command(app).commands)
+    for noun in ("jobs", "datasets", "models", "deployments", "experiments", "nodes"):
+        prefixes = {getattr(r, "path", "").split("/")[2] for r in _router(noun).routes if getattr(r, "path", "")
+                    .startswith("/v1/")}
+        assert prefixes == {noun}, (noun, prefixes)
+        assert noun in cli, noun
+    for noun in ("jobs", "datasets", "models", "deployments"):
+        assert (SRC / "ui" / "routes" / f"{noun}.py").exists(), noun
+    assert {"data", "deploy", "tune"} <= cli
+
+
+def _router(noun: str):
+    import importlib
+
+    return importlib.import_module(f"deeppod.api.routers.{noun}").router

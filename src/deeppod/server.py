@@ -57,8 +57,8 @@ from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Nod
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.monitor.readings import OneNode, PsutilHostSampler, default_gpu_sampler
-from deeppod.tune.controller import TuneController
-from deeppod.tune.service import Launcher
+from deeppod.experiments.controller import ExperimentController
+from deeppod.experiments.service import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class ServerContext:
     code: CodeStore | None = None  # jobs' code sent with them (PUT /v1/code)
     leader: Leadership = None  # this server's claim to lead a failover control plane (always set by build)
     node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
-    tune: TuneController | None = None  # runs hyperparameter searches (always set by build)
+    experiments: ExperimentController | None = None  # runs hyperparameter searches (always set by build)
     monitor: Monitor | None = None  # samples GPUs and hosts: this machine, or every Ray node
 
 
@@ -189,7 +189,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                         leader, node)
     launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code)
-    ctx.tune = TuneController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
+    ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
               if node is not None else executor.samplers())
     if source is not None:
@@ -200,7 +200,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     # an idle loop sleeps until what it acts on is committed here (a standby's: next idle round)
     on_commit_of(sessions, (Job,), jobs.wake.set)
     on_commit_of(sessions, (Deployment, DeploymentKey, Job), deployments.wake.set)  # a replica is a job
-    on_commit_of(sessions, (Experiment,), ctx.tune.wake.set)
+    on_commit_of(sessions, (Experiment,), ctx.experiments.wake.set)
     if not fenced:
         leader.epoch = 0  # it leads alone, without a lease
         take_over(ctx, first=True)
@@ -300,7 +300,7 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
     settings = ctx.settings
     threads = [threading.Thread(target=ctx.jobs.run, args=(end, settings.reconcile_interval), name="reconcile",
                                 daemon=True),
-               threading.Thread(target=ctx.tune.run, args=(end, max(0.5, settings.reconcile_interval)), name="tune",
+               threading.Thread(target=ctx.experiments.run, args=(end, max(0.5, settings.reconcile_interval)), name="experiments",
                                 daemon=True),
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]

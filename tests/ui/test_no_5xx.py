@@ -18,9 +18,9 @@ FORMS = [{}, {"version": "x", "replicas": "-1", "data": "@@", "plan": "{", "gpu"
 
 def _console_routes():
     from deeppod.ui import auth
-    from deeppod.ui.routes import admin, cluster, datasets, jobs, models
+    from deeppod.ui.routes import admin, cluster, datasets, deployments, jobs, models
 
-    for module in (auth, admin, cluster, datasets, jobs, models):
+    for module in (auth, admin, cluster, datasets, jobs, models, deployments):
         for r in module.router.routes:
             if isinstance(r, APIRoute):
                 for method in r.methods - {"HEAD"}:

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli import admin, audit, bench, datasets, deployments, jobs, models, plans, server, top, train, tune
+from deeppod.cli import (admin, audit, bench, datasets, deployments, experiments, jobs, models, plans, server, top,
+                         train)
 from deeppod.cli import output as output_module
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError
@@ -21,7 +22,12 @@ for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.ap
 app.add_typer(datasets.app, name="data")
 app.add_typer(models.app, name="models")
 app.add_typer(deployments.app, name="deploy")
-app.add_typer(tune.app, name="tune")
+app.add_typer(experiments.app, name="tune")
+# The resource's own noun, as the API, the packages and the console name it; the short names stay.
+NOUNS = {"datasets": ("data", datasets.app), "deployments": ("deploy", deployments.app),
+         "experiments": ("tune", experiments.app)}
+for noun, (short, group) in NOUNS.items():
+    app.add_typer(group, name=noun, help=f"The same commands as 'deeppod {short}'.")
 
 
 def _one_line(doc: str) -> str:

@@ -11,6 +11,7 @@ import httpx
 from deeppod.contract import FINAL_STATES, server_urls, tls_context
 from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.settings import ClientSettings
+from deeppod.sdk.resources import Resource, resources
 from deeppod.states import DeploymentState
 
 
@@ -19,7 +20,22 @@ class Client:
 
     ``Client()`` finds the server and token from ``DEEPPOD_API_URL`` / ``DEEPPOD_TOKEN``,
     the config file ``deeppod login`` writes, or a local server's admin token.
+
+    Each resource is an attribute named as the API names it (sdk/resources.py): calling it
+    lists, its methods act on it: ``client.jobs()``, ``client.jobs.stop(7)``,
+    ``client.experiments.stop("lr-search")``. The flat methods below stay as aliases.
     """
+
+    jobs: Resource
+    datasets: Resource
+    experiments: Resource
+    models: Resource
+    deployments: Resource
+    nodes: Resource
+    servers: Resource
+    tenants: Resource
+    users: Resource
+    tokens: Resource
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  ca_cert: str | None = None):
@@ -34,6 +50,8 @@ class Client:
         self.ca_cert = cfg.ca_cert
         self._timeout = timeout
         self._http = self._connect(self.url)
+        for name, resource in _RESOURCES.items():  # client.jobs, client.experiments, ... (sdk/resources.py)
+            setattr(self, name, resource(self))
 
     def _connect(self, url: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -106,7 +124,7 @@ class Client:
         return self._request("POST", f"/v1/datasets/{name}/versions", params=params, content=src.chunks(progress),
                              headers={"content-type": src.content_type}, timeout=None)
 
-    def datasets(self, query: str = "") -> list[dict]:
+    def _list_datasets(self, query: str = "") -> list[dict]:
         return self._request("GET", "/v1/datasets", params={"q": query} if query else None)
 
     def dataset(self, ref: str) -> dict:
@@ -157,7 +175,7 @@ class Client:
             "sampler": sampler, "pruner": pruner, "seed": seed, "register": register,
             "register_at_chance": register_at_chance, "job": self.job_body(command, **job)})
 
-    def experiments(self) -> list[dict]:
+    def _list_experiments(self) -> list[dict]:
         return self._request("GET", "/v1/experiments")
 
     def experiment(self, name: str, tenant: str | None = None) -> dict:
@@ -176,7 +194,7 @@ class Client:
         return self._request("POST", f"/v1/models/{name}/versions", json={
             "job_id": job_id, "path": path, "description": description, "aliases": aliases or []})
 
-    def models(self) -> list[dict]:
+    def _list_models(self) -> list[dict]:
         return self._request("GET", "/v1/models")
 
     def model(self, name: str) -> dict:
@@ -217,7 +235,7 @@ class Client:
             "model": model, "name": name, "replicas": replicas, "gpus_per_replica": gpus_per_replica,
             "cpus_per_replica": cpus_per_replica, "max_batch": max_batch, "max_wait_ms": max_wait_ms})
 
-    def deployments(self) -> list[dict]:
+    def _list_deployments(self) -> list[dict]:
         return self._request("GET", "/v1/deployments")
 
     def deployment(self, name: str) -> dict:
@@ -346,7 +364,7 @@ class Client:
                       headers={"content-type": "application/octet-stream"}, timeout=None)
         return packed.digest
 
-    def jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,
+    def _list_jobs(self, state: str | None = None, limit: int = 200, *, kind: str | None = None,
              exclude_kind: str | None = None, tenant: str | None = None, user: str | None = None,
              name: str | None = None) -> list[dict]:
         """Newest first. ``kind``/``exclude_kind``: comma-separated batch, serve, evaluate, trial;
@@ -420,7 +438,7 @@ class Client:
     def create_tenant(self, name: str) -> dict:
         return self._request("POST", "/v1/tenants", json={"name": name})
 
-    def tenants(self) -> list[dict]:
+    def _list_tenants(self) -> list[dict]:
         return self._request("GET", "/v1/tenants")
 
     def create_user(self, name: str, tenant: str, admin: bool = False, role: str = "member") -> dict:
@@ -431,7 +449,7 @@ class Client:
         """Change a user's role: admin, tenant-admin, member or viewer."""
         return self._request("PATCH", f"/v1/users/{name}", json={"role": role})
 
-    def users(self) -> list[dict]:
+    def _list_users(self) -> list[dict]:
         return self._request("GET", "/v1/users")
 
     def create_token(self, name: str = "", user: str | None = None, scope: str = "all",
@@ -440,7 +458,7 @@ class Client:
         return self._request("POST", "/v1/tokens", json={"name": name, "user": user, "scope": scope,
                                                          "expires_in": expires_in})
 
-    def tokens(self) -> list[dict]:
+    def _list_tokens(self) -> list[dict]:
         return self._request("GET", "/v1/tokens")
 
     def revoke_token(self, token_id: int) -> None:
@@ -460,13 +478,16 @@ class Client:
     def apply_plan(self, plan: dict) -> dict:
         return self._request("PUT", "/v1/plan", json=plan)
 
-    def nodes(self) -> list[dict]:
+    def _list_nodes(self) -> list[dict]:
         return self._request("GET", "/v1/nodes")
 
-    def servers(self) -> list[dict]:
+    def _list_servers(self) -> list[dict]:
         """The servers sharing the control plane's database, and which one leads."""
         return self._request("GET", "/v1/servers")
 
     def set_node_health(self, name: str, healthy: bool, gpu: int | None = None) -> dict:
         """Cordon (False) or uncordon a node or one GPU (admins)."""
         return self._request("PATCH", f"/v1/nodes/{name}", json={"healthy": healthy, "gpu": gpu})
+
+
+_RESOURCES = resources(Client)

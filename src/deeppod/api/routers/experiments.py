@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.experiments import ExperimentCreate, ExperimentOut, experiment_out
-from deeppod.tune import service
+from deeppod.experiments import service
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 
@@ -23,7 +23,7 @@ def create(body: ExperimentCreate, request: Request, session: SessionDep, princi
     """A hyperparameter search: its first trial is submitted now, the rest as room allows."""
     req = service.ExperimentRequest(**body.model_dump(exclude={"job", "register_as"}), register=body.register_as,
                                     job=body.job.model_dump())
-    exp = service.create(session, principal, req, get_ctx(request).tune.launcher)
+    exp = service.create(session, principal, req, get_ctx(request).experiments.launcher)
     return _show(session, principal, exp.name)
 
 

@@ -1,8 +1,8 @@
 """The study as the tune loop drives it: reports that reach it in one batch are pruned at the
 step a trial in one process would have been pruned at."""
 
-from deeppod.tune.space import parse_space
-from deeppod.tune.study import Study
+from deeppod.experiments.space import parse_space
+from deeppod.experiments.study import Study
 
 
 def test_a_batch_of_reports_is_pruned_at_its_rung_not_at_its_last_step(tmp_path):

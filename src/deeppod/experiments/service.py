@@ -19,8 +19,8 @@ from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
-from deeppod.tune.space import check_command, parse_space, render
-from deeppod.tune.study import Study, check_choice
+from deeppod.experiments.space import check_command, parse_space, render
+from deeppod.experiments.study import Study, check_choice
 
 log = logging.getLogger(__name__)
 MODES = ("min", "max")

@@ -16,8 +16,8 @@ from deeppod.states import ACTIVE_EXPERIMENTS
 from deeppod.jobs.service import JobRequest, submit
 from deeppod.plans.service import apply_plan
 from deeppod.store.models import Experiment, Job, ModelVersion, Trial
-from deeppod.tune import service
-from deeppod.tune.controller import TuneController
+from deeppod.experiments import service
+from deeppod.experiments.controller import ExperimentController
 from tests.fixtures import populate
 from tests.models.test_service import artifact
 
@@ -38,7 +38,7 @@ class Harness:
                                   server_env={"PATH": "/usr/bin"})
         self.launcher = service.Launcher(experiments_dir=self.tmp / "experiments", jobs_dir=self.tmp / "jobs",
                                          models_dir=self.tmp / "models")
-        self.tune = TuneController(self.sessions, self.launcher)
+        self.tune = ExperimentController(self.sessions, self.launcher)
 
     def create(self, who=None, **kw):
         req = dict(name="search", metric="score", mode="max", trials=6, parallel=2, sampler="random", pruner="none",

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from deeppod.errors import InvalidRequest
-from deeppod.tune.space import Param, grid_size
+from deeppod.experiments.space import Param, grid_size
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "grid", "cmaes")

@@ -3,7 +3,7 @@
 import pytest
 
 from deeppod.errors import InvalidRequest
-from deeppod.tune.space import check_command, grid_size, parse_space, placeholders, render
+from deeppod.experiments.space import check_command, grid_size, parse_space, placeholders, render
 
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": True},
          "batch_size": {"type": "int", "low": 16, "high": 64, "step": 16},

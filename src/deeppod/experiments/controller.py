@@ -26,13 +26,13 @@ from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
-from deeppod.tune import service
-from deeppod.tune.study import Study
+from deeppod.experiments import service
+from deeppod.experiments.study import Study
 
 log = logging.getLogger(__name__)
 
 
-class TuneController:
+class ExperimentController:
     def __init__(self, sessions: sessionmaker[Session], launcher: service.Launcher,
                  fence: Callable[[Session], None] = lambda s: None):
         self.sessions = sessions
@@ -187,7 +187,7 @@ class TuneController:
         return f"{model.name}@{version.version}"
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        run_rounds(self.tick, stop, interval, "tune", wake=self.wake)
+        run_rounds(self.tick, stop, interval, "experiments", wake=self.wake)
 
 
 def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:
