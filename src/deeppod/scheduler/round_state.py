@@ -1,0 +1,187 @@
+"""What one scheduling round knows and builds up as its phases run (policy.py) and as they
+make room for waiting jobs (preempt.py): one explicit value, ``RoundState``, with the
+bookkeeping every phase shares written once (evict, stop, shrink, what is free)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from deeppod.scheduler.plan import entitlements
+from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
+
+
+class TenantUsage:
+    """Per-tenant accounting along the plan tree (usage counts against every ancestor)."""
+
+    def __init__(self, snap: Snapshot, tenants: set[str]):
+        self.parent: dict[str, str | None] = {}
+        self.guaranteed: dict[str, float] = {}
+        self.max: dict[str, float] = {}
+        self.lend: dict[str, float | None] = {}
+        for node, parent, _ in snap.plan.walk():
+            self.parent[node.name] = parent
+            self.guaranteed[node.name] = node.guaranteed
+            self.max[node.name] = math.inf if node.max is None else node.max
+            self.lend[node.name] = node.lend_limit
+        for t in tenants:
+            if t not in self.parent:
+                self.parent[t], self.guaranteed[t], self.max[t], self.lend[t] = None, 0, math.inf, None
+        self.usage: dict[str, float] = defaultdict(float)
+
+    def chain(self, t: str):
+        while t is not None:
+            yield t
+            t = self.parent[t]
+
+    def add(self, t: str, gpus: float) -> None:
+        for a in self.chain(t):
+            self.usage[a] += gpus
+
+    def cap_room(self, t: str) -> float:
+        return min(self.max[a] - self.usage[a] for a in self.chain(t))
+
+    def above_guarantee(self, t: str) -> float:
+        """GPUs ``t`` could give up without it (or an ancestor) dropping below a guarantee."""
+        return min(self.usage[a] - self.guaranteed[a] for a in self.chain(t))
+
+    def nonlendable_idle(self) -> float:
+        total = 0.0
+        for t, limit in self.lend.items():
+            if limit is not None:
+                idle = self.guaranteed[t] - self.usage[t]
+                total += max(0.0, idle - limit)
+        return total
+
+
+def slots(gpus: float, per: int) -> int:
+    """Whole workers of ``per`` GPUs that fit in ``gpus`` (which may be infinite)."""
+    return 1 << 30 if math.isinf(gpus) else int(gpus // per)
+
+
+def loss_key(job: RunningJob, now: float):
+    """Victim order: search trials and idle jobs first, then least work lost, lowest priority,
+    most recently started."""
+    since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
+    return (not job.reclaim_first, max(0.0, now - since), job.priority, -job.started_at, job.id)
+
+
+def borrowing_jobs(running: list[RunningJob], guaranteed: dict[str, float]) -> set[int]:
+    """Jobs that run only by borrowing: in start order, a tenant's jobs up to its guarantee
+    are its own; the one that crosses it, and those after, borrow (Kueue's semantics)."""
+    used: dict[str, float] = defaultdict(float)
+    out = set()
+    for job in sorted(running, key=lambda j: (j.started_at, j.id)):
+        used[job.tenant] += job.gpus
+        if used[job.tenant] > guaranteed.get(job.tenant, 0):
+            out.add(job.id)
+    return out
+
+
+@dataclass
+class RoundState:
+    """Read-only for the round: ``snap``, ``cfg``, ``now``, ``healthy``, ``capacity``,
+    ``entitled``. The rest changes as the phases decide, through the methods below."""
+
+    snap: Snapshot
+    cfg: Config
+    now: float
+    out: Decisions  # what the round decided so far
+    pool: FreePool  # free GPUs, CPUs and memory per node, as the decisions so far leave them
+    healthy: set[str]  # names of healthy nodes
+    tenants: TenantUsage  # GPUs each tenant (and plan ancestor) uses, as the decisions so far leave it
+    running: list[RunningJob]
+    queues: dict[str, list[PendingJob]]  # per tenant, in queue order (queue_key)
+    capacity: float  # healthy GPUs, free or held
+    entitled: dict[str, float] = field(default_factory=dict)  # each tenant's weighted fair share of the capacity
+    stopping_gpus: float = 0.0  # GPUs on their way back: their jobs are stopping
+    gone: set[int] = field(default_factory=set)  # on sick nodes or GPUs: preempted by the health phase
+    victims: dict[str, list[RunningJob]] = field(default_factory=lambda: defaultdict(list))  # preemptible, by tenant
+    borrowers: set[int] = field(default_factory=set)  # jobs that run only by borrowing
+    planned: dict[int, int] = field(default_factory=dict)  # job id -> size a shrink in this round asked for
+    reclaim_for: dict[str, set[int]] = field(default_factory=dict)  # tenant -> the jobs its earmarked GPUs are for
+    leaving: set[int] = field(default_factory=set)  # jobs evicted in this round
+    lost_own: set[str] = field(default_factory=set)  # tenants that lost a job running within their guarantee
+    claimed_incoming: float = 0.0  # GPUs already on their way back, spoken for by an earlier reclaim
+    held_for: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # free GPUs earmarked per tenant
+    node_hold: dict[str, tuple[int, tuple]] = field(default_factory=dict)  # tenant -> (job, GPUs taken for it)
+    # the starts phase's
+    nonlendable: float = 0.0  # idle guaranteed GPUs their tenants do not lend
+    reserved: bool = False  # a big job got a reservation of whole nodes this round
+    failed_need: dict[int, int] = field(default_factory=dict)  # GPUs per worker -> smallest gang that did not fit
+    reported: set[str] = field(default_factory=set)  # tenants whose first waiting job was told why
+
+    @classmethod
+    def of(cls, snap: Snapshot, queue_key) -> RoundState:
+        pool = FreePool(snap.nodes)
+        healthy = {n.name for n in snap.nodes if n.healthy}
+        tenants = TenantUsage(snap, {j.tenant for j in snap.queued} | {j.tenant for j in snap.running})
+        running = list(snap.running)
+        stopping = 0.0
+        for job in running:
+            tenants.add(job.tenant, job.gpus)
+            if job.stopping:
+                stopping += sum(len(w.gpus) for w in job.placement if w.node in healthy)
+        capacity = pool.total_free + sum(len(w.gpus) for j in running for w in j.placement if w.node in healthy)
+        queues: dict[str, list[PendingJob]] = defaultdict(list)
+        for job in snap.queued:
+            queues[job.tenant].append(job)
+        for q in queues.values():
+            top = max(j.priority for j in q)
+            q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
+        st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
+                 tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=stopping)
+        st.entitled = entitlements(snap.plan, st.demand(), capacity)
+        return st
+
+    def demand(self) -> dict[str, float]:
+        """GPUs each tenant could use: what it runs, what its elastic jobs could grow to, its queue."""
+        demand: dict[str, float] = defaultdict(float)
+        for job in self.running:
+            demand[job.tenant] += job.gpus
+            if not job.stopping and job.max_workers > job.workers:
+                demand[job.tenant] += (job.max_workers - job.workers) * job.gpus_per_worker
+        for t, q in self.queues.items():
+            demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+        return demand
+
+    # the bookkeeping every phase shares -------------------------------------------------
+    def evict(self, job: RunningJob, why: str) -> None:
+        """Preempt ``job``: its GPUs leave its tenant's usage (a shrink planned for it is dropped)."""
+        self.stop(job, why)
+        if job.id not in self.borrowers:
+            self.lost_own.add(job.tenant)
+        self.tenants.add(job.tenant, -self.planned.pop(job.id, job.workers) * job.gpus_per_worker)
+
+    def stop(self, job: RunningJob, why: str) -> None:
+        """Preempt ``job``, its GPUs left in its tenant's usage: alone, that is a move (they
+        come back to it on other nodes); ``evict`` also takes them off."""
+        self.out.preempts.append(Preempt(job.id, why))
+        self.drop_resize(job.id)
+        self.leaving.add(job.id)
+        self.victims[job.tenant].remove(job)
+
+    def shrink(self, job: RunningJob, new: int, why: str) -> None:
+        size = self.planned.get(job.id, job.workers)
+        self.drop_resize(job.id)
+        self.out.resizes.append(Resize(job.id, new, f"shrink from {job.workers} to {new} workers: {why}",
+                                       job.in_place))
+        self.planned[job.id] = new  # it stays a candidate: a later reclaim may shrink or evict it
+        self.tenants.add(job.tenant, -(size - new) * job.gpus_per_worker)
+
+    def drop_resize(self, job_id: int) -> None:
+        self.out.resizes[:] = [r for r in self.out.resizes if r.job_id != job_id]
+
+    def share_used(self, t: str) -> float:
+        """How much of its entitlement tenant ``t`` uses."""
+        return self.tenants.usage[t] / max(self.entitled.get(t, 0), 1e-9)
+
+    def free_for(self, t: str) -> float:
+        """Free GPUs tenant ``t`` may use: all but those earmarked for other tenants."""
+        return self.pool.total_free - sum(v for k, v in self.held_for.items() if k != t)
+
+    def avail(self) -> float:
+        """Free GPUs nobody has earmarked."""
+        return max(0.0, self.pool.total_free - sum(self.held_for.values()))
