@@ -276,7 +276,7 @@ def lead_loop(ctx: ServerContext, stop: threading.Event, ready: threading.Event 
                 term = _lead(ctx, first)
             # every beat (read in the heartbeat's own transaction): a job started a second after a
             # server joined reaches it after a failover; jobs reach every live server, this one first
-            ctx.jobs.api_url = urls_first(ctx.settings.public_url, ctx.leader.live_urls)
+            ctx.jobs.launcher.api_url = urls_first(ctx.settings.public_url, ctx.leader.live_urls)
         elif term is not None:
             log.warning("stepping down: the reconcile loop and the executor stop here")
             _step_down(term)
