@@ -101,3 +101,11 @@ def test_the_api_does_not_import_the_console():
     API's dependencies, never the other way round."""
     assert offenders(loaded_after("import deeppod.api.app"), ("deeppod.ui",)) == []
     assert offenders(loaded_after("import deeppod.ui"), ("deeppod.ui",)) != []  # the check can fail
+
+
+def test_the_node_side_imports_nothing_above_it():
+    """A node reads its GPUs and host (cluster/readings.py) without the monitor that stores the
+    readings or the jobs they are attributed to: the Ray executor's samplers run on nodes."""
+    loaded = loaded_after("import deeppod.cluster.readings, deeppod.cluster.gpus, deeppod.executor.ray")
+    assert offenders(loaded, ("deeppod.monitor", "deeppod.jobs", "deeppod.api")) == []
+    assert offenders(loaded_after("import deeppod.monitor.service"), ("deeppod.jobs",)) != []  # it can fail

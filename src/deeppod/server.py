@@ -56,7 +56,7 @@ from deeppod.store.migrate import upgrade
 from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
-from deeppod.monitor.readings import OneNode, PsutilHostSampler, default_gpu_sampler
+from deeppod.cluster.readings import OneNode, PsutilHostSampler, default_gpu_sampler
 from deeppod.experiments.controller import ExperimentController
 from deeppod.experiments.service import Launcher
 

@@ -6,7 +6,7 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 from deeppod.monitor.loop import Monitor
-from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler, OneNode
+from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
 
 
 def test_metrics_and_gpu_samples(api, tmp_path):

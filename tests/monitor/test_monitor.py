@@ -10,7 +10,7 @@ from deeppod.jobs.controller import JobController
 from deeppod.jobs.service import list_events
 from deeppod.monitor import service
 from deeppod.monitor.loop import Monitor
-from deeppod.monitor.readings import FakeGpuSampler, FakeHostSampler, OneNode
+from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
 from deeppod.store.models import GpuSample, HostSample, Job, Node
 from tests.fixtures import populate, submit_job
 

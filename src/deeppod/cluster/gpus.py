@@ -1,10 +1,13 @@
-"""GPU probes. NVML when a driver is present; logical slots so CPU machines schedule too."""
+"""GPU probes: the inventory of a node's GPUs. NVML when a driver is present (nvml.py); logical
+slots so CPU machines schedule too."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from typing import Protocol
+
+from deeppod.cluster.nvml import Nvml
 
 log = logging.getLogger(__name__)
 
@@ -47,33 +50,18 @@ class FakeProbe:
 
 
 class NvmlProbe:
-    """Real GPUs through NVML (nvidia-ml-py). Returns [] when no driver is loaded."""
+    """Real GPUs through NVML (nvml.py). Returns [] when no driver is loaded."""
 
     def probe(self) -> list[GpuInfo]:
         try:
-            import pynvml
+            nvml = Nvml()
         except ImportError:
             return []
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
+        except Exception as exc:  # pynvml.NVMLError: no driver, no device
             log.debug("NVML not available: %s", exc)
             return []
-        try:
-            out = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                name = pynvml.nvmlDeviceGetName(h)
-                uuid = pynvml.nvmlDeviceGetUUID(h)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1 << 20)
-                out.append(GpuInfo(i, _s(uuid), _s(name), int(mem), False))
-            return out
-        finally:
-            pynvml.nvmlShutdown()
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
+        with nvml:
+            return [GpuInfo(i, *nvml.identity(i), False) for i in range(len(nvml.handles))]
 
 
 def default_probe(logical_gpus: int | None) -> GpuProbe:

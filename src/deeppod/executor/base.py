@@ -76,4 +76,4 @@ class Executor(Protocol):
         """The cluster's nodes now (``cluster/inventory.NodeInfo``). Only where ``cluster`` is true."""
 
     def samplers(self):
-        """Every node's monitoring readings (``monitor/readings``). Only where ``cluster`` is true."""
+        """Every node's monitoring readings (``cluster/readings``). Only where ``cluster`` is true."""

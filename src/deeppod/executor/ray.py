@@ -115,7 +115,7 @@ class _Sampler:
     NVML on the node's own GPUs where Ray sees real ones; the node's host through psutil."""
 
     def __init__(self, real_gpus: bool) -> None:
-        from deeppod.monitor.readings import NoGpus, OneNode, PsutilHostSampler, default_gpu_sampler
+        from deeppod.cluster.readings import NoGpus, OneNode, PsutilHostSampler, default_gpu_sampler
 
         self.node = OneNode(socket.gethostname(), default_gpu_sampler(None) if real_gpus else NoGpus(),
                             PsutilHostSampler())

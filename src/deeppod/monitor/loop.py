@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.loops import run_rounds
 from deeppod.monitor import service
-from deeppod.monitor.readings import NodeSource
+from deeppod.cluster.readings import NodeSource
 
 log = logging.getLogger(__name__)
 COMPACT_EVERY_S = 60.0

@@ -16,7 +16,7 @@ from deeppod.auth.service import Principal
 from deeppod.cluster.service import set_gpu_health
 from deeppod.contract import HOLDING_STATES
 from deeppod.jobs.service import add_event, get_job
-from deeppod.monitor.readings import GpuReading, HostReading
+from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.store.models import GpuSample, HostSample, Job, Node, utcnow
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from deeppod.cluster.nvml import Nvml
+
 log = logging.getLogger(__name__)
 # Xid errors that mean the GPU (not the program) is broken: NVIDIA's "GPU has fallen off the bus",
 # double-bit ECC, page retirement failures, row remapping failures, ...
@@ -90,20 +92,18 @@ class NoGpus:
 
 
 class NvmlSampler:
-    """NVIDIA's management library (nvidia-ml-py): the numbers nvidia-smi shows."""
+    """The numbers nvidia-smi shows, through NVML (nvml.py)."""
 
     def __init__(self):
-        import pynvml
-
-        self.nv = pynvml
-        pynvml.nvmlInit()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        self.nvml = Nvml()
+        nv = self.nv = self.nvml.nv
+        self.handles = self.nvml.handles
         self.events = None
         try:  # Xid errors arrive as events; not every driver or container lets us listen
-            self.events = pynvml.nvmlEventSetCreate()
+            self.events = nv.nvmlEventSetCreate()
             for h in self.handles:
-                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, self.events)
-        except pynvml.NVMLError as exc:
+                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, self.events)
+        except nv.NVMLError as exc:
             log.info("Xid events are not available (%s): ECC counters only", exc)
             self.events = None
 
@@ -122,26 +122,21 @@ class NvmlSampler:
                 continue
 
     def read(self) -> list[GpuReading]:
-        nv = self.nv
+        nv, get = self.nv, self.nvml.get
         xids = self._xids()
         out = []
-        for i, h in enumerate(self.handles):
-            def get(fn, *args, default=0.0):
-                try:
-                    return fn(h, *args)
-                except nv.NVMLError:
-                    return default
-            util = get(nv.nvmlDeviceGetUtilizationRates, default=None)
-            mem = get(nv.nvmlDeviceGetMemoryInfo, default=None)
-            ecc = get(nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC,
+        for i in range(len(self.handles)):
+            util = get(i, nv.nvmlDeviceGetUtilizationRates, default=None)
+            mem = get(i, nv.nvmlDeviceGetMemoryInfo, default=None)
+            ecc = get(i, nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC,
                       default=0)
             xid = xids.get(i, 0)
             out.append(GpuReading(
                 index=i, util=float(util.gpu) if util is not None else 0.0,
                 memory_used_mb=mem.used / 2**20 if mem is not None else 0.0,
                 memory_total_mb=mem.total / 2**20 if mem is not None else 0.0,
-                power_w=get(nv.nvmlDeviceGetPowerUsage) / 1000.0,
-                temperature_c=float(get(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)),
+                power_w=get(i, nv.nvmlDeviceGetPowerUsage) / 1000.0,
+                temperature_c=float(get(i, nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)),
                 ecc_uncorrected=int(ecc), xid=xid if xid in CRITICAL_XIDS else 0))
         return out
 
