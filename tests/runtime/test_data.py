@@ -118,9 +118,9 @@ def test_region_decoding_gives_the_pixels_a_whole_decode_gives(subsampling):
     import numpy as np
     from PIL import Image
 
-    from deeppod.runtime import data
+    from deeppod.runtime import decode
 
-    if data._jpeg is None:
+    if decode._jpeg is None:
         pytest.skip("region decoding was not built here (no libjpeg-turbo headers)")
     jpeg = _photo(0, subsampling=subsampling)
     full = np.array(Image.open(io.BytesIO(jpeg)).convert("RGB"))
@@ -128,40 +128,40 @@ def test_region_decoding_gives_the_pixels_a_whole_decode_gives(subsampling):
     for _ in range(100):
         w, h = rng.randint(1, 517), rng.randint(1, 389)
         left, top = rng.randint(0, 517 - w), rng.randint(0, 389 - h)
-        rgb, rw, rh, num = data._jpeg.region(jpeg, left, top, w, h, 10_000)  # too few pixels for any scaling
+        rgb, rw, rh, num = decode._jpeg.region(jpeg, left, top, w, h, 10_000)  # too few pixels for any scaling
         assert num == 8 and (rw, rh) == (w, h)
         assert np.array_equal(np.frombuffer(rgb, np.uint8).reshape(h, w, 3), full[top:top + h, left:left + w])
 
 
 def test_region_decoding_scales_down_only_as_far_as_the_crop_allows():
-    from deeppod.runtime import data
+    from deeppod.runtime import decode
 
-    if data._jpeg is None:
+    if decode._jpeg is None:
         pytest.skip("region decoding was not built here (no libjpeg-turbo headers)")
     jpeg = _photo(2)
-    assert data._jpeg.size(jpeg) == (517, 389)
-    _, w, h, num = data._jpeg.region(jpeg, 0, 0, 512, 384, 224)
+    assert decode._jpeg.size(jpeg) == (517, 389)
+    _, w, h, num = decode._jpeg.region(jpeg, 0, 0, 512, 384, 224)
     assert num == 5 and (w, h) == (320, 240)  # 4/8 would leave 192 rows: fewer than 224
-    _, w, h, num = data._jpeg.region(jpeg, 10, 10, 100, 100, 224)
+    _, w, h, num = decode._jpeg.region(jpeg, 10, 10, 100, 100, 224)
     assert num == 8 and (w, h) == (100, 100)  # a small crop: full scale
     with pytest.raises(ValueError, match="outside"):
-        data._jpeg.region(jpeg, 500, 0, 100, 100, 224)
+        decode._jpeg.region(jpeg, 500, 0, 100, 100, 224)
     with pytest.raises(ValueError):
-        data._jpeg.region(b"\xff\xd8 not a jpeg", 0, 0, 1, 1, 1)
+        decode._jpeg.region(b"\xff\xd8 not a jpeg", 0, 0, 1, 1, 1)
     with pytest.raises(ValueError):  # truncated: libjpeg would fill in grey; refused, Pillow decides
-        data._jpeg.region(jpeg[: len(jpeg) // 2], 0, 0, 512, 384, 224)
+        decode._jpeg.region(jpeg[: len(jpeg) // 2], 0, 0, 512, 384, 224)
     with pytest.raises(OSError):  # and Pillow refuses it, as before the region decoder
         decode_crop(jpeg[: len(jpeg) // 2], lambda w, h: (0, 0, w, h), 64)
 
 
 def test_decode_crop_is_the_same_picture_with_or_without_the_region_decoder(monkeypatch):
-    from deeppod.runtime import data
+    from deeppod.runtime import decode
 
     jpeg = _photo(3)
     for box in [(0, 0, 517, 389), (37, 11, 230, 301), (100, 80, 60, 90)]:
         fast = decode_crop(jpeg, lambda w, h: box, 64)
         with monkeypatch.context() as m:
-            m.setattr(data, "_jpeg", None)
+            m.setattr(decode, "_jpeg", None)
             pillow = decode_crop(jpeg, lambda w, h: box, 64)
         assert fast.shape == pillow.shape == (3, 64, 64)
         assert (fast.float() - pillow.float()).abs().mean() < 4  # identical pixels; DCT scales may differ
@@ -225,7 +225,7 @@ def test_decoding_on_the_device_gives_the_worker_decodes_crops(version, train):
 
 
 def test_device_decoding_with_worker_processes_and_a_jpeg_it_cannot_read(version):
-    from deeppod.runtime.data import _decode_jpegs
+    from deeppod.runtime.decode import _decode_jpegs
 
     batches = list(loader(ImageDataset(version, None, size=24), batch_size=5, workers=2, decode_on="cpu"))
     assert sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(ShardReader(version).labels)

@@ -1,220 +1,26 @@
-"""``deeppod.runtime.data``: read a DeepPod dataset version and feed it to training.
+"""``deeppod.runtime.data``: feed a DeepPod dataset version to training.
 
-On-disk format of one version (written by the platform at ingest; documented in
-docs/datasets.md)::
-
-    manifest.jsonl        one JSON object per sample: path, label, bytes, sha256, width, height, split
-    classes.json          ["cat", "dog", ...]: label i is classes[i]
-    index.npy             int64 [N, 6]: shard, offset, length, label, split (0 train, 1 val), width*65536+height
-    shards/shard-00000.dps  b"DPSHARD1" then records: <u32 length><i32 label><length bytes of image>
-
-A record's offset in index.npy points at its image bytes, so random access is one slice of
-a memory map; reading the index in order reads every shard front to back (sequential).
-
-The loader decodes in worker processes, asks Pillow for a reduced-size JPEG decode when the
-random crop allows it (``draft``: the DCT does the downscaling), crops and resizes in one
-step, and hands over one uint8 NCHW tensor per batch: normalisation (and channels_last)
-belong on the device (:func:`normalize`). Sharding across workers uses :class:`ElasticSampler`.
+The loader decodes in worker processes, asks for a reduced-size JPEG decode when the random
+crop allows it, crops and resizes in one step, and hands over one uint8 NCHW tensor per
+batch: normalisation (and channels_last) belong on the device (:func:`normalize`).
+Sharding across workers uses :class:`ElasticSampler`. The version's on-disk format is
+``runtime/shards.py``; decoding and crops are ``runtime/decode.py``; this module holds the
+dataset, the loader and its worker processes (started from a fork server, stop-safe).
 """
 
 from __future__ import annotations
 
 import io
 import itertools
-import json
-import math
-import mmap
-import os
 import random
-from pathlib import Path
 
-try:  # region decoding, compiled at install against libjpeg-turbo; Pillow when it was not built
-    from deeppod.runtime import _jpeg
-except ImportError:  # pragma: no cover - depends on the machine's build
-    _jpeg = None
+from deeppod.runtime.decode import (IMAGENET_MEAN, IMAGENET_STD, DeviceDecoded, center_box, decode_crop,
+                                    decode_on_device, normalize, random_resized_crop_box)
+from deeppod.runtime.shards import SPLITS, TRAIN, VAL, ShardReader, dataset_path, iter_shard
 
-from deeppod.contract import SHARD_MAGIC, SHARD_RECORD_HEADER, dataset_env_key
-TRAIN, VAL = 0, 1
-SPLITS = {"train": TRAIN, "val": VAL}
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-# index.npy columns
-SHARD, OFFSET, LENGTH, LABEL, SPLIT, SIZE = range(6)
-
-
-def dataset_path(name: str) -> Path:
-    """The folder of a dataset the platform staged for this job (``DEEPPOD_DATA_<NAME>``)."""
-    key = dataset_env_key(name)
-    value = os.environ.get(key)
-    if not value:
-        raise FileNotFoundError(f"dataset {name!r} is not staged for this job: submit it with --dataset {name} "
-                                f"(the platform sets {key})")
-    return Path(value)
-
-
-class ShardReader:
-    """Random and sequential access to the samples of one version folder."""
-
-    def __init__(self, root: str | os.PathLike, split: str | None = None):
-        import numpy as np
-
-        self.root = Path(root)
-        if not (self.root / "index.npy").is_file():
-            raise FileNotFoundError(f"{self.root} is not a DeepPod dataset version (no index.npy)")
-        index = np.load(self.root / "index.npy")
-        if split is not None:
-            if split not in SPLITS:
-                raise ValueError(f"split {split!r}: use one of {', '.join(SPLITS)}")
-            index = index[index[:, SPLIT] == SPLITS[split]]
-        self.index = index
-        self.classes: list[str] = json.loads((self.root / "classes.json").read_text())
-        self._maps: dict[int, mmap.mmap] = {}
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    @property
-    def labels(self) -> list[int]:
-        return self.index[:, LABEL].tolist()
-
-    def _map(self, shard: int) -> mmap.mmap:
-        m = self._maps.get(shard)
-        if m is None:
-            with open(self.root / "shards" / f"shard-{shard:05d}.dps", "rb") as f:
-                m = self._maps[shard] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return m
-
-    def read(self, i: int) -> tuple[bytes, int]:
-        shard, offset, length, label = (int(v) for v in self.index[i, :4])
-        return self._map(shard)[offset:offset + length], label
-
-    def size(self, i: int) -> tuple[int, int]:
-        v = int(self.index[i, SIZE])
-        return v >> 16, v & 0xFFFF
-
-    def __getstate__(self):  # worker processes open their own maps
-        return {**self.__dict__, "_maps": {}}
-
-    def close(self) -> None:
-        for m in self._maps.values():
-            m.close()
-        self._maps.clear()
-
-
-def iter_shard(path: str | os.PathLike):
-    """Sequential read of one shard file without its index: yields (label, image bytes)."""
-    with open(path, "rb") as f:
-        if f.read(len(SHARD_MAGIC)) != SHARD_MAGIC:
-            raise ValueError(f"{path} is not a DeepPod shard (bad magic)")
-        while head := f.read(SHARD_RECORD_HEADER.size):
-            length, label = SHARD_RECORD_HEADER.unpack(head)
-            yield label, f.read(length)
-
-
-# -- transforms ------------------------------------------------------------------------
-
-def random_resized_crop_box(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
-                            ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop box sampling: (left, top, w, h)."""
-    area = width * height
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w = int(round(math.sqrt(target * aspect)))
-        h = int(round(math.sqrt(target / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
-    in_ratio = width / height
-    if in_ratio < ratio[0]:
-        w, h = width, int(round(width / ratio[0]))
-    elif in_ratio > ratio[1]:
-        h, w = height, int(round(height * ratio[1]))
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
-
-
-def center_box(width: int, height: int, size: int, resize: float = 256 / 224) -> tuple[int, int, int, int]:
-    """The evaluation crop: the central square that Resize(size*1.14) + CenterCrop(size) sees."""
-    side = min(width, height) / resize
-    return int((width - side) / 2), int((height - side) / 2), max(1, int(side)), max(1, int(side))
-
-
-def decode_crop(data: bytes, box_fn, size: int, flip: bool = False):
-    """Decode an image, crop ``box_fn(w, h)`` and resize it to size x size: uint8 [3, S, S].
-
-    For JPEG, Pillow's draft mode decodes at 1/2, 1/4 or 1/8 scale whenever the crop still
-    has at least ``size`` pixels per side at that scale (the DCT does the downscaling). The
-    remaining resize is torch's antialiased bilinear on uint8 (vectorised; about twice as
-    fast as Pillow's), the same filter torchvision's RandomResizedCrop uses.
-    """
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    if _jpeg is not None and data[:2] == b"\xff\xd8":
-        x, box = _decode_region(data, box_fn, size)
-        if x is not None:
-            return _finish(x, size, flip)
-        if box is not None:  # drawn already: Pillow takes the same box
-            box_fn = lambda _w, _h: box  # noqa: E731
-    im = Image.open(io.BytesIO(data))
-    width, height = im.size
-    left, top, w, h = box_fn(width, height)
-    if im.format == "JPEG":
-        im.draft("RGB", (max(1, math.ceil(width * size / w)), max(1, math.ceil(height * size / h))))
-        sx, sy = im.size[0] / width, im.size[1] / height
-        left, top, w, h = left * sx, top * sy, w * sx, h * sy
-    if im.mode != "RGB":
-        im = im.convert("RGB")
-    box = (int(left), int(top), max(int(left) + 1, int(round(left + w))), max(int(top) + 1, int(round(top + h))))
-    crop = np.array(im.crop(box))  # writable: torch shares it
-    return _finish(torch.from_numpy(crop), size, flip)
-
-
-def _decode_region(data: bytes, box_fn, size: int):
-    """The crop's region only, at the smallest k/8 DCT scale that keeps ``size`` pixels a side
-    (libjpeg-turbo, runtime/_jpeg.c): (HWC uint8, the box), or no pixels for a JPEG it cannot
-    read (CMYK, corrupt), which Pillow then decodes as before."""
-    import torch
-
-    try:
-        width, height = _jpeg.size(data)
-    except ValueError:
-        return None, None
-    box = left, top, w, h = box_fn(width, height)
-    try:
-        rgb, rw, rh, num = _jpeg.region(data, left, top, w, h, size)
-    except ValueError:
-        return None, box
-    s = num / 8  # the same sub-box the Pillow path takes after a draft decode
-    x0, y0 = int(left * s), int(top * s)
-    x1, y1 = max(x0 + 1, int(round((left + w) * s))), max(y0 + 1, int(round((top + h) * s)))
-    return torch.frombuffer(rgb, dtype=torch.uint8).view(rh, rw, 3)[: y1 - y0, : x1 - x0], box
-
-
-def _finish(crop, size: int, flip: bool):
-    """HWC uint8 crop -> [3, size, size]: torch's antialiased bilinear on a channels_last view."""
-    import torch
-
-    x = crop.permute(2, 0, 1).unsqueeze(0)  # channels_last view: the fast uint8 path
-    if x.shape[2] != size or x.shape[3] != size:
-        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
-                                            align_corners=False)
-    if flip:
-        x = x.flip(-1)
-    return x[0]
-
-
-def normalize(batch, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype=None):
-    """uint8 NCHW on the device -> normalised float, keeping channels_last."""
-    import torch
-
-    dtype = dtype or torch.float32
-    m = torch.tensor(mean, device=batch.device, dtype=dtype).view(1, -1, 1, 1) * 255
-    s = torch.tensor(std, device=batch.device, dtype=dtype).view(1, -1, 1, 1) * 255
-    return (batch.to(dtype) - m) / s
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "SPLITS", "TRAIN", "VAL", "DeviceDecoded", "ImageDataset", "ShardReader",
+           "StopSafeLoader", "center_box", "dataset_path", "decode_crop", "decode_on_device", "iter_shard", "loader",
+           "normalize", "prestart", "random_resized_crop_box", "stop_safe_loader", "worker_context"]
 
 
 class ImageDataset:
@@ -344,71 +150,10 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
     return out if decode_on is None else DeviceDecoded(out, dataset.size, torch.device(decode_on))
 
 
-class DeviceDecoded:
-    """Wraps a loader of encoded batches: yields each decoded on ``device`` (see :func:`loader`)."""
-
-    def __init__(self, loader, size: int, device):
-        self.loader, self.size, self.device = loader, size, device
-
-    def __iter__(self):
-        for batch in self.loader:
-            yield decode_on_device(batch, self.size, self.device)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-
-def decode_on_device(batch, size: int, device):
-    """An encoded batch -> (uint8 [B, 3, size, size], labels), both on ``device``."""
-    import torch
-
-    data, offsets, pixels, boxes, flips, labels = batch
-    bounds, boxes, flips = offsets.tolist(), boxes.tolist(), flips.tolist()
-    jpegs = [k for k in range(len(boxes)) if bounds[k + 1] > bounds[k]]
-    out = torch.empty((len(boxes), 3, size, size), dtype=torch.float32, device=device)
-    for k, img in zip(jpegs, _decode_jpegs([data[bounds[k]:bounds[k + 1]] for k in jpegs], device)):
-        left, top, w, h = boxes[k]
-        if img is None:  # nvJPEG cannot read it (CMYK, say): the CPU path, same box
-            raw = data[bounds[k]:bounds[k + 1]].numpy().tobytes()
-            out[k] = decode_crop(raw, lambda _w, _h, b=tuple(boxes[k]): b, size).to(device)
-            continue
-        x = img[:, top:top + h, left:left + w].unsqueeze(0).float()
-        if (h, w) != (size, size):
-            x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
-                                                align_corners=False)
-        out[k] = x[0]
-    flipped = [k for k in jpegs if flips[k]]
-    if flipped:
-        out[flipped] = out[flipped].flip(-1)
-    out = out.round_().clamp_(0, 255).to(torch.uint8)
-    others = [k for k in range(len(boxes)) if bounds[k + 1] == bounds[k]]
-    if others:  # decoded (and flipped) in the worker
-        out[others] = pixels.to(device, non_blocking=True)
-    return out, labels.to(device, non_blocking=True)
-
-
-def _decode_jpegs(datas: list, device) -> list:
-    """Decode a batch of JPEGs on ``device`` in one call; one by one (None where it fails)
-    when the batch call fails."""
-    from torchvision.io import ImageReadMode, decode_jpeg
-
-    if not datas:
-        return []
-    try:
-        return decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
-    except RuntimeError:
-        out = []
-        for d in datas:
-            try:
-                out.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=device))
-            except RuntimeError:
-                out.append(None)
-        return out
-
-
 # What a loader worker imports before it can unpickle its dataset: the fork server imports it
 # once, and each worker forked from it starts with it loaded.
-_PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deeppod.runtime.data", "torchvision")
+_PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deeppod.runtime.data", "deeppod.runtime.shards",
+            "deeppod.runtime.decode", "torchvision")
 
 
 def worker_context():
