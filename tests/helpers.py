@@ -96,7 +96,9 @@ class LiveServer:
                 self.proc.wait()
 
     def cleanup_jobs(self) -> None:
-        """Stop supervisors this server's jobs left behind (only ours: found by job folder)."""
+        """Stop supervisors this server's jobs left behind (only ours: found by job folder), and
+        remove the OS users a sandboxing server made for its tenants (only its installation's)."""
+        self._remove_tenant_users()
         for sup in (self.home / "jobs").glob("*/supervisor.json"):
             try:
                 pid = json.loads(sup.read_text())["pid"]
@@ -109,3 +111,13 @@ class LiveServer:
                     os.killpg(int(wpid), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
+
+    def _remove_tenant_users(self) -> None:
+        import pwd
+
+        from deeppod.settings import Settings
+
+        prefix = f"deeppod-{Settings(home=self.home).instance}-t"
+        for user in pwd.getpwall():
+            if user.pw_name.startswith(prefix) and os.geteuid() == 0:
+                subprocess.run(["userdel", user.pw_name], capture_output=True)

@@ -117,7 +117,7 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
         if home == fixed or home.startswith(fixed.rstrip("/") + "/"):
             raise InvalidRequest(f"the work root {template} holds the server's home {home}: a tenant's jobs would "
                                  "work beside the database and other jobs' folders; pick roots outside it")
-    return Isolation(identities, python_environment(home))
+    return Isolation(identities, python_environment(home), instance=settings.instance)
 
 
 def python_environment(home: str) -> tuple[str, ...]:
@@ -233,7 +233,7 @@ def executor_for(settings: Settings) -> Executor:
                                  "printed)")
         from deeppod.executor.ray import RayExecutor
 
-        return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node)
+        return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node, instance=settings.instance)
     raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
 
 

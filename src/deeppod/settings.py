@@ -157,6 +157,15 @@ class Settings:
         return tuple(h * 3600.0 for h in hours)
 
     @property
+    def instance(self) -> str:
+        """What this installation's names on a shared host begin with (OS users of tenants, shared
+        memory folders, the Ray namespace): from the home's path, so servers of one control
+        plane (one home) agree and two installations on one machine never collide."""
+        import hashlib
+
+        return hashlib.sha256(str(Path(self.home).resolve()).encode()).hexdigest()[:8]
+
+    @property
     def hot_root(self) -> Path:
         return self.hot_dir or self.home / "data" / "hot"
 

@@ -4,6 +4,7 @@ isolate (not root); CI runs as root."""
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 
 from deeppod import Client
 from deeppod.executor import sandbox
+from deeppod.jobs.launch import shm_name
+from deeppod.settings import Settings
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
@@ -190,7 +193,10 @@ def test_the_defaults_sandbox_as_root_and_submit_sends_the_code(tmp_path):
         assert (workdir / "out.txt").read_text() == "hello from the sent code"
         assert (workdir / "out.txt").stat().st_uid == uid  # written as the tenant, in its own copy
         assert not (project / "out.txt").exists()
-        assert not list(Path("/dev/shm").glob(f"deeppod-job-{job['id']}"))  # gone with the job
+        instance = Settings(home=server.home).instance
+        assert not (Path("/dev/shm") / shm_name(instance, job["id"])).exists()  # gone with the job
+        user = pwd.getpwuid(uid).pw_name
+        assert user.startswith(f"deeppod-{instance}-t")  # this installation's: another one on the host has its own
     finally:
         server.stop()
         server.cleanup_jobs()

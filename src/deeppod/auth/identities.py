@@ -22,6 +22,7 @@ from deeppod.store.models import Tenant
 
 log = logging.getLogger(__name__)
 PREFIX = "deeppod-t"  # + the tenant's id: short (Linux names end at 32) and never reused for another tenant
+# (a server passes its installation's own prefix: two installations on one host never share a user)
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,10 @@ class FakeIdentities:
         return self.made[name]
 
 
-def tenant_identity(session: Session, identities: Identities, tenant_id: int) -> Identity:
-    """The tenant's recorded identity, made and recorded on first use."""
+def tenant_identity(session: Session, identities: Identities, tenant_id: int, prefix: str = PREFIX) -> Identity:
+    """The tenant's recorded identity, made and recorded on first use (as ``prefix`` + its id)."""
     tenant = session.get(Tenant, tenant_id)
-    made = identities.ensure(tenant.os_user or f"{PREFIX}{tenant.id}")  # still there, or made again
+    made = identities.ensure(tenant.os_user or f"{prefix}{tenant.id}")  # still there, or made again
     if (tenant.os_user, tenant.os_uid, tenant.os_gid) != (made.user, made.uid, made.gid):
         tenant.os_user, tenant.os_uid, tenant.os_gid = made.user, made.uid, made.gid
     return made

@@ -158,7 +158,9 @@ class RayExecutor:
     in_place = False  # a resize on Ray is a checkpoint restart (workers on other nodes: not yet)
     cluster = True
 
-    def __init__(self, address: str, gpus_per_node: int | None = None):
+    def __init__(self, address: str, gpus_per_node: int | None = None, instance: str = ""):
+        """``instance``: Settings.instance; its named actors live in a namespace of its own, so
+        two DeepPod installations on one Ray cluster never find each other's."""
         try:
             import ray
         except ImportError:
@@ -174,8 +176,8 @@ class RayExecutor:
         self.gpus_per_node = gpus_per_node
         # a Ray driver talks to the raylet of its own node: the one at the address this machine
         # reaches the head from (127.0.0.1 for a cluster on one machine)
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
-                 _node_ip_address=_local_ip_towards(address))
+        ray.init(address=address, namespace=f"{NAMESPACE}-{instance}" if instance else NAMESPACE, log_to_driver=False,
+                 logging_level=logging.WARNING, _node_ip_address=_local_ip_towards(address))
         self._agent = ray.remote(num_cpus=0, max_restarts=0)(_Agent)
         self._sampler = ray.remote(num_cpus=0, max_restarts=0)(_Sampler)
         self._ids: dict[str, str] = {}  # DeepPod node name -> Ray node id

@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from deeppod.auth.identities import Identities, tenant_identity
+from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, worker_env
@@ -31,8 +31,14 @@ class Isolation:
 
     identities: Identities
     python: tuple[str, ...]  # the Python environment, read-only in every sandbox
+    instance: str = ""  # Settings.instance: in every name on the host, so two installations never share one
     writable: tuple[str, ...] = WRITABLE  # of its folder: the job's to write
     shm_root: str = "/dev/shm"  # where each job's shared memory folder is made
+
+    @property
+    def user_prefix(self) -> str:
+        """A new tenant's OS user is this and its id (Linux names end at 32 characters)."""
+        return f"deeppod-{self.instance}-t" if self.instance else PREFIX
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,11 @@ class Rendezvous:
 
     master_addr: str
     master_port: int
+
+
+def shm_name(instance: str, job_id: int) -> str:
+    """A sandboxed job's shared memory folder under /dev/shm, its installation's and its own."""
+    return f"deeppod-{instance}-job-{job_id}" if instance else f"deeppod-job-{job_id}"
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -125,12 +136,12 @@ class Launcher:
 
     def shm(self, job_id: int) -> Path:
         """The job's shared memory folder on the host's tmpfs (sandboxed jobs only)."""
-        return Path(self.isolation.shm_root) / f"deeppod-job-{job_id}"
+        return Path(self.isolation.shm_root) / shm_name(self.isolation.instance, job_id)
 
     def _sandbox(self, s: Session, job: Job, folder: JobFolder, staged: dict[str, str]) -> dict:
         """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
         nobody else's to read), its datasets and platform inputs read-only, nothing more."""
-        who = tenant_identity(s, self.isolation.identities, job.tenant_id)
+        who = tenant_identity(s, self.isolation.identities, job.tenant_id, self.isolation.user_prefix)
         os.chmod(folder.root, 0o711)  # its logs and the supervisor's files stay the server's
         binds = [] if job.workdir == "/" else [[job.workdir, job.workdir, True]]
         if Path(job.workdir).parent == folder.root:  # its own folder (code sent with it): the tenant's to write
