@@ -28,6 +28,10 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.1, what: str = "
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+class PortTaken(Exception):
+    """The free port picked for a server was taken before it listened."""
+
+
 class LiveServer:
     """A real ``deeppod server`` process on a free loopback port."""
 
@@ -38,6 +42,7 @@ class LiveServer:
         self.isolation = isolation
         self.gpus = gpus
         self.cpus = cpus
+        self.auto_port = port is None
         self.port = port or free_port()
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.extra_env = {**({"DEEPPOD_TLS_CERT": "self-signed"} if tls else {}), **(extra_env or {})}
@@ -57,6 +62,18 @@ class LiveServer:
         return env
 
     def start(self) -> "LiveServer":
+        """Start it and wait until it answers. A port picked for it that another process took
+        meanwhile (tests run in parallel) is picked again."""
+        for _ in range(3):
+            try:
+                return self._start()
+            except PortTaken:
+                self.port = free_port()
+                self.url = f"{self.url.split('://')[0]}://127.0.0.1:{self.port}"
+                self.output = self.home / f"server-{self.port}.log"
+        return self._start()
+
+    def _start(self) -> "LiveServer":
         self.home.mkdir(parents=True, exist_ok=True)
         out = open(self.output, "ab")
         self.proc = subprocess.Popen(
@@ -66,7 +83,10 @@ class LiveServer:
 
         def up():
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.output.read_text()}")
+                said = self.output.read_text()
+                if self.auto_port and f"cannot listen on 127.0.0.1:{self.port}" in said:
+                    raise PortTaken(said)
+                raise AssertionError(f"server exited: {said}")
             if self.ca_cert is not None and not self.ca_cert.exists():
                 return False
             try:

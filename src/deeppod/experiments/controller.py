@@ -170,7 +170,7 @@ class ExperimentController:
         if "acc" not in exp.metric.lower() or exp.mode != "max" or top.value is None:
             return None
         try:
-            classes = artifacts.inspect(JobFolder.of(self.launcher.jobs_dir, top.job_id).model).signature.get("classes")
+            classes = artifacts.read_signature(JobFolder.of(self.launcher.jobs_dir, top.job_id).model).get("classes")
         except (DeepPodError, OSError, ValueError, AttributeError):
             return None
         if not isinstance(classes, list) or len(classes) < 2:

@@ -55,6 +55,19 @@ def check_signature(sig: object, where: str) -> dict:
 
 
 def inspect(folder: Path) -> Artifact:
+    """An artifact folder checked, its signature read and its serving file hashed."""
+    sig = read_signature(folder)
+    h = hashlib.sha256()
+    with open(folder / SERVING_FILE, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    size = sum((folder / f).stat().st_size for f in ARTIFACT_FILES if (folder / f).is_file())
+    return Artifact(folder, sig, h.hexdigest(), size)
+
+
+def read_signature(folder: Path) -> dict:
+    """An artifact folder checked (files, not links; both there) and its signature, checked;
+    the serving file is not read (a search's chance check needs the classes only)."""
     if not folder.is_dir():
         raise InvalidRequest(f"{folder} is not a folder; a model artifact folder holds {SERVING_FILE} and "
                              f"{SIGNATURE_FILE} (the built-in trainer writes JOB_DIR/model)")
@@ -71,13 +84,7 @@ def inspect(folder: Path) -> Artifact:
         sig = json.loads((folder / SIGNATURE_FILE).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"{folder / SIGNATURE_FILE} is not valid JSON ({exc})") from None
-    check_signature(sig, str(folder / SIGNATURE_FILE))
-    h = hashlib.sha256()
-    with open(folder / SERVING_FILE, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    size = sum((folder / f).stat().st_size for f in ARTIFACT_FILES if (folder / f).is_file())
-    return Artifact(folder, sig, h.hexdigest(), size)
+    return check_signature(sig, str(folder / SIGNATURE_FILE))
 
 
 def copy_in(artifact: Artifact, dest: Path) -> None:
