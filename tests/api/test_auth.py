@@ -40,13 +40,16 @@ def test_tenant_matrix(api, people):
     assert [j["name"] for j in api.http.get("/v1/jobs", headers=A).json()] == ["alice-job"]
     assert [j["name"] for j in api.http.get("/v1/jobs", headers=B).json()] == ["bob-job"]
     assert {j["name"] for j in api.http.get("/v1/jobs", headers=ADMIN).json()} == {"alice-job", "bob-job"}
-    # another tenant's job: 403 on every verb
-    other = jobs["bob"]
-    for method, path in (("GET", f"/v1/jobs/{other}"), ("POST", f"/v1/jobs/{other}/cancel"),
-                         ("GET", f"/v1/jobs/{other}/logs"), ("GET", f"/v1/jobs/{other}/events")):
-        r = api.http.request(method, path, headers=A)
-        assert r.status_code == 403, (method, path, r.text)
-        assert r.json()["error"]["code"] == "forbidden"
+    # another tenant's job answers on every verb exactly as a job that does not exist: ids and
+    # activity cannot be enumerated
+    other, missing = jobs["bob"], 10_000
+    for method, path in (("GET", "/v1/jobs/{}"), ("POST", "/v1/jobs/{}/cancel"), ("GET", "/v1/jobs/{}/logs"),
+                         ("GET", "/v1/jobs/{}/events"), ("GET", "/v1/jobs/{}/metrics")):
+        r = api.http.request(method, path.format(other), headers=A)
+        nothing = api.http.request(method, path.format(missing), headers=A)
+        assert r.status_code == nothing.status_code == 404, (method, path, r.text)
+        assert r.json()["error"] == {**nothing.json()["error"],
+                                     "message": nothing.json()["error"]["message"].replace(str(missing), str(other))}
     assert api.http.get(f"/v1/jobs/{other}", headers=ADMIN).status_code == 200
     assert api.http.get(f"/v1/jobs/{jobs['alice']}", headers=A).status_code == 200
     # bob's job is untouched by alice's attempt to cancel it

@@ -38,7 +38,7 @@ def test_metrics_and_gpu_samples(api, tmp_path):
     assert api.http.get("/metrics", headers=api.as_(alice)).status_code == 403
     mine = api.http.get(f"/v1/jobs/{job['id']}/gpus", headers=api.as_(alice)).json()
     assert len(mine["gpus"]) == 2 and mine["mean_util_5m"] is not None
-    assert api.http.get(f"/v1/jobs/{job['id']}/gpus", headers=api.as_(bob)).status_code == 403
+    assert api.http.get(f"/v1/jobs/{job['id']}/gpus", headers=api.as_(bob)).status_code == 404  # as if missing
     seen = api.http.get("/v1/monitor/gpus", headers=api.as_(bob)).json()
     assert len(seen) == 4 and {g["job_id"] for g in seen} == {None} and sum(g["busy"] for g in seen) == 2
     hosts = api.http.get("/v1/monitor/hosts", headers=api.as_(bob)).json()

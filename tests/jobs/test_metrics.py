@@ -48,8 +48,8 @@ def test_other_tenants_cannot_write_or_read_metrics(api, tmp_path):
     alice = api.user("alice", "a")
     bob = api.user("bob", "b")
     jid = submit(api, tmp_path, alice)
-    assert post(api, bob, jid, [{"step": 1, "metrics": {"x": 1}}]).status_code == 403
-    assert api.http.get(f"/v1/jobs/{jid}/metrics", headers=api.as_(bob)).status_code == 403
+    assert post(api, bob, jid, [{"step": 1, "metrics": {"x": 1}}]).status_code == 404
+    assert api.http.get(f"/v1/jobs/{jid}/metrics", headers=api.as_(bob)).status_code == 404  # as if missing
     assert post(api, alice, jid, [{"step": 1, "metrics": {"x": 1}}]).status_code == 202
 
 

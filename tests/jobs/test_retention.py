@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from deeppod.errors import Conflict, Forbidden
+from deeppod.errors import Conflict, NotFound
 from deeppod.jobs import retention, service
 from deeppod.store.models import Job, utcnow
 from tests.fixtures import populate, submit_job
@@ -36,7 +36,7 @@ def test_rm_removes_a_finished_jobs_folder_and_keeps_its_record(sessions, tmp_pa
         assert retention.purge(s, world.alice, done, jobs_dir) == 0  # again: nothing to do
         with pytest.raises(Conflict, match="cancel it first"):
             retention.purge(s, world.alice, running, jobs_dir)
-        with pytest.raises(Forbidden):
+        with pytest.raises(NotFound):  # another tenant's: as if it did not exist
             retention.purge(s, world.bob, done, jobs_dir)
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 from sqlalchemy import func, select
 
-from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service
 from deeppod.store.models import Job, JobEvent
 from tests.fixtures import populate
@@ -65,9 +65,9 @@ def test_submit_list_show_cancel_and_tenant_scoping(sessions, tmp_path):
         assert [j.name for j, _, _ in service.list_jobs(s, world.alice)] == ["a1"]
         assert {j.name for j, _, _ in service.list_jobs(s, world.admin)} == {"a1", "b1"}
         assert service.get_job(s, world.admin, b.id).name == "b1"
-        with pytest.raises(Forbidden):
+        with pytest.raises(NotFound, match=f"no job with id {b.id}"):  # another tenant's: as if missing
             service.get_job(s, world.alice, b.id)
-        with pytest.raises(Forbidden):
+        with pytest.raises(NotFound):
             service.cancel(s, world.alice, b.id)
         with pytest.raises(NotFound):
             service.get_job(s, world.alice, 9999)

@@ -5,6 +5,7 @@ storage bounded by roll-ups and retention."""
 import pytest
 from sqlalchemy import select
 
+from deeppod.errors import NotFound
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.service import list_events
@@ -65,7 +66,7 @@ def test_samples_are_tied_to_the_job_and_tenant_holding_each_gpu(sessions, world
         seen = service.latest(s, w.alice, 60, clock())
         assert {r["job_id"] for r in seen if r["busy"]} == {a, None}
         assert {r["job_id"] for r in service.latest(s, w.admin, 60, clock()) if r["busy"]} == {a, b}
-        with pytest.raises(Exception, match="another tenant"):
+        with pytest.raises(NotFound, match=f"no job with id {b}"):  # another tenant's: as if missing
             service.job_usage(s, w.alice, b)
 
 

@@ -102,9 +102,9 @@ def test_another_users_job_cannot_be_changed(api, tmp_path):
     r = b.post(f"/jobs/{job}/cancel")
     assert r.status_code == 403 and "another user" in r.text
     other = Browser(api, api.user("carl", "audio"))
-    assert other.get(f"/jobs/{job}").status_code == 403
-    assert other.get(f"/jobs/{job}/log").status_code == 403
-    assert other.get(f"/jobs/{job}/events").status_code == 403
+    assert other.get(f"/jobs/{job}").status_code == 404  # another tenant's: as if it did not exist
+    assert other.get(f"/jobs/{job}/log").status_code == 404
+    assert other.get(f"/jobs/{job}/events").status_code == 404
 
 
 def test_submit_with_the_defaults_a_user_gets(api, tmp_path):

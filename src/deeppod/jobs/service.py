@@ -217,10 +217,8 @@ def seal_legacy_env(session: Session) -> int:
 
 def get_job(session: Session, principal: Principal, job_id: int) -> Job:
     job = session.get(Job, job_id)
-    if job is None:
+    if job is None or not principal.can_see_tenant(job.tenant_id):  # another tenant's: as if missing
         raise NotFound(f"no job with id {job_id}: list yours with 'deeppod jobs'")
-    if not principal.can_see_tenant(job.tenant_id):
-        raise Forbidden(f"job {job_id} belongs to another tenant")
     return job
 
 
