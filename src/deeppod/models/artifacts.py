@@ -1,15 +1,19 @@
-"""A model artifact on disk: check it is servable, copy it into the registry atomically."""
+"""A model artifact on disk: check it is servable, copy it into the registry atomically, never
+following a link a job planted (the folder may be the job's own)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from deeppod.atomic import move_into_place
 from deeppod.errors import InvalidRequest
 
 SERVING_FILE = "model.pt2"  # torch.export program: self-contained, no Python class needed
@@ -54,55 +58,137 @@ def check_signature(sig: object, where: str) -> dict:
     return sig
 
 
-def inspect(folder: Path) -> Artifact:
-    """An artifact folder checked, its signature read and its serving file hashed."""
-    sig = read_signature(folder)
-    h = hashlib.sha256()
-    with open(folder / SERVING_FILE, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    size = sum((folder / f).stat().st_size for f in ARTIFACT_FILES if (folder / f).is_file())
-    return Artifact(folder, sig, h.hexdigest(), size)
-
-
 def read_signature(folder: Path) -> dict:
-    """An artifact folder checked (files, not links; both there) and its signature, checked;
-    the serving file is not read (a search's chance check needs the classes only)."""
-    if not folder.is_dir():
-        raise InvalidRequest(f"{folder} is not a folder; a model artifact folder holds {SERVING_FILE} and "
-                             f"{SIGNATURE_FILE} (the built-in trainer writes JOB_DIR/model)")
-    links = [f for f in ARTIFACT_FILES if (folder / f).is_symlink()]
-    if links:  # the server copies as itself: a link could point at anything it can read
-        raise InvalidRequest(f"{folder}: {', '.join(links)} must be files, not links")
-    missing = [f for f in (SERVING_FILE, SIGNATURE_FILE) if not (folder / f).is_file()]
-    if missing:
-        raise InvalidRequest(f"{folder} has no {' or '.join(missing)}: a model artifact needs {SERVING_FILE} "
-                             f"(torch.export.save) and {SIGNATURE_FILE}; did the job finish writing it?")
-    if (folder / SIGNATURE_FILE).stat().st_size > MAX_SIGNATURE_BYTES:
-        raise InvalidRequest(f"{folder / SIGNATURE_FILE} is over {MAX_SIGNATURE_BYTES} bytes")
+    """An artifact folder checked (regular files, not links; both there) and its signature,
+    checked, read with no link followed; the serving file is not read (a search's chance
+    check needs the classes only; registering checks again what it copies)."""
     try:
-        sig = json.loads((folder / SIGNATURE_FILE).read_text())
+        dir_fd = _open_dir(folder)
+    except FileNotFoundError:
+        raise InvalidRequest(f"{folder} is not a folder; a model artifact folder holds {SERVING_FILE} and "
+                             f"{SIGNATURE_FILE} (the built-in trainer writes JOB_DIR/model)") from None
+    except OSError as exc:
+        raise InvalidRequest(f"{folder} cannot be read as a folder without following a link ({exc.strerror}); "
+                             "register a folder the job wrote") from None
+    try:
+        found = {}
+        for name in ARTIFACT_FILES:
+            try:
+                found[name] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+        links = [f for f, st in found.items() if stat.S_ISLNK(st.st_mode)]
+        if links:  # the server copies as itself: a link could point at anything it can read
+            raise InvalidRequest(f"{folder}: {', '.join(links)} must be files, not links")
+        missing = [f for f in (SERVING_FILE, SIGNATURE_FILE) if f not in found or not stat.S_ISREG(found[f].st_mode)]
+        if missing:
+            raise InvalidRequest(f"{folder} has no {' or '.join(missing)}: a model artifact needs {SERVING_FILE} "
+                                 f"(torch.export.save) and {SIGNATURE_FILE}; did the job finish writing it?")
+        data = _read_regular(dir_fd, SIGNATURE_FILE, folder)
+    finally:
+        os.close(dir_fd)
+    try:
+        sig = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"{folder / SIGNATURE_FILE} is not valid JSON ({exc})") from None
     return check_signature(sig, str(folder / SIGNATURE_FILE))
 
 
-def copy_in(artifact: Artifact, dest: Path) -> None:
-    """Copy to a staging folder beside ``dest``, fsync, then rename: a crash leaves no half version."""
+def _read_regular(dir_fd: int, name: str, folder: Path) -> bytes:
+    """A small file of ``folder`` read through its descriptor: a regular file, no link followed."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        raise InvalidRequest(f"{folder}: {name} cannot be read as a file ({exc.strerror}; files, not links)") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidRequest(f"{folder}: {name} must be a regular file")
+        if st.st_size > MAX_SIGNATURE_BYTES:
+            raise InvalidRequest(f"{folder / name} is over {MAX_SIGNATURE_BYTES} bytes")
+        return f.read(MAX_SIGNATURE_BYTES + 1)
+
+
+def take_in(folder: Path, dest: Path) -> Artifact:
+    """Copy the artifact in ``folder`` (which a job may own and change meanwhile) to ``dest``
+    and return what was kept: its signature, checked, and the hash of exactly the bytes copied.
+    No link is followed, in ``folder``'s path or of its files, and only regular files are read;
+    the copy is made in a staging folder beside ``dest``, fsynced, then renamed into place (a
+    crash or a refusal leaves no half version)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        for name in ARTIFACT_FILES:
-            src = artifact.path / name
-            if src.is_file():
-                shutil.copyfile(src, staging / name)
-                with open(staging / name, "rb") as f:
-                    os.fsync(f.fileno())
-        os.rename(staging, dest)
+        digest, size = _copy_files(folder, staging)
+        sig = _load_signature(staging / SIGNATURE_FILE, str(folder / SIGNATURE_FILE))
+        move_into_place(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return Artifact(dest, sig, digest, size)
+
+
+def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
+    try:
+        dir_fd = _open_dir(folder)
+    except OSError as exc:
+        raise InvalidRequest(f"{folder} cannot be read as a folder without following a link ({exc.strerror}); "
+                             "register a folder the job wrote") from None
+    h, size = hashlib.sha256(), 0
+    try:
+        for name in ARTIFACT_FILES:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            except FileNotFoundError:
+                if name == "weights.pt":
+                    continue
+                raise InvalidRequest(f"{folder} has no {name}: a model artifact needs {SERVING_FILE} "
+                                     f"(torch.export.save) and {SIGNATURE_FILE}; did the job finish writing it?") from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise InvalidRequest(f"{folder}: {name} must be a file, not a link (files, not links)") from None
+                raise
+            with os.fdopen(fd, "rb") as src, open(staging / name, "wb") as out:
+                st = os.fstat(src.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise InvalidRequest(f"{folder}: {name} must be a regular file")
+                if name == SIGNATURE_FILE and st.st_size > MAX_SIGNATURE_BYTES:
+                    raise InvalidRequest(f"{folder / name} is over {MAX_SIGNATURE_BYTES} bytes")
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+                    size += len(chunk)
+                    if name == SERVING_FILE:
+                        h.update(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+    finally:
+        os.close(dir_fd)
+    return h.hexdigest(), size
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of folder ``path`` (absolute), opened component by component with no link
+    followed on the way: a part of it may be a job's to change."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in Path(path).parts[1:]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _load_signature(path: Path, where: str) -> dict:
+    if path.stat().st_size > MAX_SIGNATURE_BYTES:
+        raise InvalidRequest(f"{where} is over {MAX_SIGNATURE_BYTES} bytes")
+    try:
+        sig = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"{where} is not valid JSON ({exc})") from None
+    return check_signature(sig, where)
 
 
 def sweep(root: Path) -> None:

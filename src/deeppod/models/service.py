@@ -128,7 +128,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     source = Path(path) if path else JobFolder.of(jobs_dir, job.id).model
     if not path and source.is_symlink():
         raise InvalidRequest(f"job {job.id}'s model folder is a link; register a folder the job wrote")
-    art = artifacts.inspect(source)
+    artifacts.read_signature(source)  # a bad artifact is refused before anything is recorded
     model = session.scalar(select(Model).where(Model.tenant_id == principal.tenant_id, Model.name == name))
     if model is None:
         model = Model(tenant_id=principal.tenant_id, name=name, created_by=principal.user_id,
@@ -142,7 +142,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     dest = root / key
     if dest.exists():  # left by a crash between the copy and the commit: never registered
         shutil.rmtree(dest)
-    artifacts.copy_in(art, dest)
+    art = artifacts.take_in(source, dest)  # what is kept is what was checked and hashed
     sig = art.signature
     metrics = {k: v for k, v in (sig.get("metrics") or {}).items() if isinstance(v, (int, float))}
     lineage = {"source": str(source), "registered_by": principal.user, "dataset": sig.get("dataset"),
