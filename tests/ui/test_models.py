@@ -103,3 +103,13 @@ def test_another_tenant_sees_no_model_or_deployment(api, pets):
         assert b.get(path).status_code in (403, 404), path
     assert b.post("/models/pets/promote", {"version": "2", "force": "on"}).status_code in (403, 404)
     assert b.post("/deployments/pets/rollback").status_code in (403, 404)
+
+
+def test_another_tenants_model_and_deployment_answer_as_missing_ones_in_the_api(api, pets):
+    Browser(api, api.admin).post("/models/pets/deploy", {"version": "1", "deployment": "pets", "replicas": "1"})
+    bob = api.as_(api.user("bob", "audio"))
+    for path in ("/v1/models/{}", "/v1/deployments/{}", "/v1/models/{}/versions/1"):
+        theirs = api.http.get(path.format("pets"), headers=bob)
+        missing = api.http.get(path.format("nosuch"), headers=bob)
+        assert theirs.status_code == missing.status_code == 404, (path, theirs.text)
+        assert theirs.json()["error"]["message"] == missing.json()["error"]["message"].replace("nosuch", "pets")
