@@ -63,6 +63,9 @@ ENV_API_URL = "DEEPPOD_API_URL"
 ENV_TOKEN = "DEEPPOD_TOKEN"  # reaches only its own job's routes; revoked when the job ends
 ENV_CA_CERT = "DEEPPOD_CA_CERT"  # the file to verify the server's TLS certificate with (when it is not a public CA's)
 ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
+# a serving replica answers only the control plane, which sends this secret (its own per replica)
+ENV_REPLICA_SECRET = "DEEPPOD_REPLICA_SECRET"
+REPLICA_SECRET_HEADER = "X-DeepPod-Replica-Secret"
 # seconds between the SIGTERM of a stop and the SIGKILL: how long the job has to checkpoint
 ENV_GRACE = "DEEPPOD_GRACE_SECONDS"
 # in-place resize (runtime/resize.py): the control plane's word on the job's world (JSON,

@@ -143,6 +143,12 @@ def test_register_compare_promote_deploy_predict(flow):
     r = c.predict(MODEL, tensors=[x.tolist()], top_k=1)
     assert r["predictions"][0]["label"] == direct[0]["label"]
 
+    # the replica itself answers only the control plane: a job that finds its port gets a 401
+    endpoint = c.deployment(MODEL)["replica_jobs"][0]["endpoint"]
+    direct = httpx.post(endpoint + "/predict", content=images[0], headers={"content-type": "image/png"})
+    assert direct.status_code == 401 and "control plane" in direct.text, direct.text
+    assert httpx.get(endpoint + "/signature").status_code == 401
+
     # a deployment key works for predict only
     key = c.create_deployment_key(MODEL, "kiosk")["key"]
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from deeppod.contract import REPLICA_SECRET_HEADER
 from deeppod.deployments.upstream import Upstream
 from deeppod.errors import NoReplica, UpstreamError
 from deeppod.serve.metrics import LATENCY_BUCKETS, Counter, Histogram, merge
@@ -32,6 +33,7 @@ class Target:
     job_id: int
     url: str
     version: int
+    secret: str = field(default="", repr=False)  # what the replica asks of its callers (contract.ENV_REPLICA_SECRET)
 
 
 @dataclass
@@ -138,7 +140,8 @@ class Balancer:
                     continue
                 self.inflight[target.job_id] = self.inflight.get(target.job_id, 0) + 1
                 try:
-                    r = await self._upstream_for_loop().post(target.url, path_query, body, content_type)
+                    r = await self._upstream_for_loop().post(target.url, path_query, body, content_type,
+                                                             secret=target.secret)
                 except UpstreamError as exc:
                     log.info("replica %s (%s) dropped a request (%s); trying another", target.job_id, target.url, exc)
                     self.suspect[target.job_id] = time.monotonic() + SUSPECT_SECONDS
@@ -184,7 +187,7 @@ class Balancer:
 
         async def one(t: Target) -> str:
             try:
-                r = await client.get(t.url + "/metrics", timeout=2.0)
+                r = await client.get(t.url + "/metrics", timeout=2.0, headers={REPLICA_SECRET_HEADER: t.secret})
                 return r.text if r.status_code == 200 else ""
             except httpx.TransportError:
                 return ""

@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from deeppod.contract import ACTIVE_STATES
+from deeppod.contract import ACTIVE_STATES, ENV_REPLICA_SECRET
 from deeppod.loops import IDLE, run_rounds
 from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
@@ -152,7 +152,8 @@ class DeploymentController:
         versions = {v.id: v.version for v in s.scalars(select(ModelVersion).where(
             ModelVersion.id.in_({j.model_version_id for j in reps} or {-1})))}
         model = s.get(Model, dep.model_id)
-        targets = tuple(Target(i, by_id[i].endpoint, versions.get(by_id[i].model_version_id, 0)) for i in d.route)
+        targets = tuple(Target(i, by_id[i].endpoint, versions.get(by_id[i].model_version_id, 0),
+                               (by_id[i].env or {}).get(ENV_REPLICA_SECRET, "")) for i in d.route)
         return Route(dep.id, dep.tenant_id, dep.name, model.name, targets, d.state)
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import Principal, check_name, principal_of
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.cluster.service import capacity
-from deeppod.contract import ACTIVE_STATES, JobState
+from deeppod.contract import ACTIVE_STATES, ENV_REPLICA_SECRET, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import service as models
@@ -165,6 +166,8 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
         max_restarts=MAX_RESTARTS, priority=100), default_grace=default_grace,
         read_paths=[str(models_root / version.key)])  # its sandbox reads this version only
     job.kind, job.deployment_id, job.model_version_id = "serve", dep.id, version.id
+    # its own secret, sealed with the job's env: the replica answers only callers that send it
+    job.env = {**(job.env or {}), ENV_REPLICA_SECRET: secrets.token_urlsafe(32)}
     return job
 
 

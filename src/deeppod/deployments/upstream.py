@@ -15,6 +15,7 @@ import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 
+from deeppod.contract import REPLICA_SECRET_HEADER
 from deeppod.errors import UpstreamError
 
 MAX_HEAD = 64 * 1024
@@ -45,12 +46,13 @@ class Upstream:
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self._idle: dict[tuple[str, int], deque[_Conn]] = {}
 
-    async def post(self, url: str, path_query: str, body: bytes, content_type: str) -> Reply:
+    async def post(self, url: str, path_query: str, body: bytes, content_type: str, *, secret: str = "") -> Reply:
         u = urllib.parse.urlsplit(url)
         if u.scheme != "http" or not u.hostname or not u.port:
             raise UpstreamError(f"a replica's address must be http://host:port, not {url!r}")
         key = (u.hostname, u.port)
-        head = (f"POST {u.path.rstrip('/')}{path_query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+        auth = f"{REPLICA_SECRET_HEADER}: {secret}\r\n" if secret else ""
+        head = (f"POST {u.path.rstrip('/')}{path_query} HTTP/1.1\r\nHost: {u.netloc}\r\n{auth}"
                 f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode("latin-1")
         pooled = self._take(key)
         if pooled is not None:

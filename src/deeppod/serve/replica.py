@@ -3,12 +3,18 @@
 Runs as a DeepPod job (kind "serve"): loads the model's serving form, warms it up, listens
 on loopback, tells the control plane where it listens, and answers predict requests with
 dynamic batching. Bad input gets a 4xx and never stops the replica. Imports no server code.
+
+It answers only the control plane: every route but a bare ``/healthz`` needs the secret the
+platform gave this replica (``DEEPPOD_REPLICA_SECRET``, sent by the balancer in
+``X-DeepPod-Replica-Secret``), so another tenant's job that finds its port gets a 401 and
+goes through the platform's predict route, with a token, like everyone else.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import logging
 import os
 import signal
@@ -24,7 +30,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from deeppod import settings
-from deeppod.contract import ENV_API_URL, ENV_JOB_ID
+from deeppod.contract import ENV_API_URL, ENV_JOB_ID, ENV_REPLICA_SECRET, REPLICA_SECRET_HEADER
 from deeppod.errors import BadInput, DeepPodError
 from deeppod.runtime import inference
 from deeppod.serve import inputs
@@ -41,8 +47,9 @@ def error(status: int, code: str, message: str) -> JSONResponse:
 class Replica:
     def __init__(self, model: inference.Loaded, *, max_batch: int, max_wait_ms: float, max_body_bytes: int,
                  version: int | None = None, name: str = "", replica_id: str = "", decode_threads: int = 2,
-                 batch_thread: bool = True):
+                 batch_thread: bool = True, secret: str = ""):
         self.model, self.version, self.name, self.replica_id = model, version, name, replica_id
+        self.secret = secret.encode()  # empty: started by hand, outside the platform: anyone may call
         self.max_body_bytes = max_body_bytes
         self.metrics = ReplicaMetrics(deployment=name or "-", replica=replica_id or "-")
         self.batcher = Batcher(self._forward, max_batch=max_batch, max_wait=max_wait_ms / 1000.0,
@@ -111,7 +118,13 @@ class Replica:
             self.metrics.requests.inc(code=str(status))
             self.metrics.latency.observe(time.perf_counter() - began)
 
+    def _caller_ok(self, request: Request) -> bool:
+        return not self.secret or hmac.compare_digest(request.headers.get(REPLICA_SECRET_HEADER, "").encode(),
+                                                      self.secret)
+
     async def healthz(self, request: Request) -> JSONResponse:
+        if not self._caller_ok(request):  # alive, and nothing more to whoever asks
+            return JSONResponse({"ok": True})
         return JSONResponse({"ok": True, "model": self.name, "version": self.version, "replica": self.replica_id,
                              "inflight": self.inflight, "queue": self.batcher.depth,
                              "uptime_s": round(time.time() - self.started, 1)})
@@ -124,9 +137,19 @@ class Replica:
         return JSONResponse(self.model.signature)
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/predict", self.predict, methods=["POST"]),
-                                 Route("/healthz", self.healthz), Route("/metrics", self.prometheus),
-                                 Route("/signature", self.signature)])
+        routes = [Route("/predict", self._only_the_platform(self.predict), methods=["POST"]),
+                  Route("/healthz", self.healthz), Route("/metrics", self._only_the_platform(self.prometheus)),
+                  Route("/signature", self._only_the_platform(self.signature))]
+        return Starlette(routes=routes)
+
+    def _only_the_platform(self, endpoint):
+        async def guarded(request: Request):
+            if not self._caller_ok(request):
+                return error(401, "unauthenticated", "this replica answers only DeepPod's control plane: call "
+                                                     "POST /v1/deployments/NAME/predict on the server with a token")
+            return await endpoint(request)
+
+        return guarded
 
 
 def warm_up(model: inference.Loaded, max_batch: int) -> None:
@@ -184,7 +207,7 @@ def main(argv=None) -> int:
     replica = Replica(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                       max_body_bytes=args.max_body_bytes, version=args.version, name=args.name,
                       replica_id=os.environ.get(ENV_JOB_ID, ""), decode_threads=args.decode_threads,
-                      batch_thread=False)
+                      batch_thread=False, secret=os.environ.pop(ENV_REPLICA_SECRET, ""))
     # proto=IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so;
     # without it every response waits ~40 ms for a delayed ACK (measured).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
