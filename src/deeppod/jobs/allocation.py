@@ -10,27 +10,13 @@ from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job
 
 
-@dataclass(frozen=True)
-class Placed:
-    """One worker of the current run: where it runs and what it holds."""
+def worker_from_json(d: dict) -> WorkerPlacement:
+    """One worker of the current run as stored: where it runs and what it holds."""
+    return WorkerPlacement(int(d["rank"]), d["node"], tuple(d["gpus"]), d["cpus"], d.get("memory_mb") or 0)
 
-    rank: int
-    node: str
-    gpus: tuple[int, ...]
-    cpus: float
-    memory_mb: int = 0
 
-    @classmethod
-    def of(cls, w: WorkerPlacement) -> Placed:
-        return cls(w.rank, w.node, tuple(w.gpus), w.cpus, w.memory_mb)
-
-    @classmethod
-    def from_json(cls, d: dict) -> Placed:
-        return cls(int(d["rank"]), d["node"], tuple(d["gpus"]), d["cpus"], d.get("memory_mb") or 0)
-
-    def to_json(self) -> dict:
-        return {"rank": self.rank, "node": self.node, "gpus": list(self.gpus), "cpus": self.cpus,
-                "memory_mb": self.memory_mb}
+def worker_to_json(w: WorkerPlacement) -> dict:
+    return {"rank": w.rank, "node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_mb": w.memory_mb}
 
 
 @dataclass(frozen=True)
@@ -61,7 +47,7 @@ class PendingResize:
 
 @dataclass
 class Allocation:
-    workers: list[Placed] = field(default_factory=list)
+    workers: list[WorkerPlacement] = field(default_factory=list)
     staged: dict[str, str] = field(default_factory=dict)  # dataset env var -> its staged folder
     generation: int = 0  # of the job's world: one more per in-place resize
     resize: PendingResize | None = None
@@ -70,13 +56,13 @@ class Allocation:
     @classmethod
     def of(cls, job: Job) -> Allocation:
         d = job.allocation or {}
-        return cls(workers=[Placed.from_json(w) for w in d.get("workers", [])], staged=dict(d.get("staged") or {}),
+        return cls(workers=[worker_from_json(w) for w in d.get("workers", [])], staged=dict(d.get("staged") or {}),
                    generation=int(d.get("generation", 0)),
                    resize=PendingResize.from_json(d["resize"]) if d.get("resize") else None,
                    spares=d.get("spares", 0))
 
     def to_json(self) -> dict:
-        out: dict = {"workers": [w.to_json() for w in self.workers], "staged": self.staged, "spares": self.spares}
+        out: dict = {"workers": [worker_to_json(w) for w in self.workers], "staged": self.staged, "spares": self.spares}
         if self.generation:
             out["generation"] = self.generation
         if self.resize is not None:

@@ -27,7 +27,7 @@ from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import ACTIVE_STATES, HOLDING_STATES, JobState, base_environment
 from deeppod.errors import DeepPodError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor
-from deeppod.jobs.allocation import Allocation, Placed
+from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.launch import Isolation, Launcher
 from deeppod.jobs.progress import stop_outcome
 from deeppod.jobs.resize import Resizes
@@ -198,7 +198,7 @@ class JobController:
             job = s.get(Job, start.job_id)
             job.state, job.started_at, job.handle, job.resize_to, job.stop_requested_at, job.reason = (
                 JobState.RUNNING, utcnow(), None, None, None, "")
-            Allocation(workers=[Placed.of(w) for w in start.placement]).save(job)
+            Allocation(workers=list(start.placement)).save(job)
             gpus = sum(len(w.gpus) for w in start.placement)
             nodes = sorted({w.node for w in start.placement})
             again = f" (restart {job.restart_count})" if job.restart_count else ""

@@ -19,7 +19,7 @@ from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, 
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.job_folder import WRITABLE, JobFolder
-from deeppod.jobs.allocation import Placed
+from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class Launcher:
     def token(self, s: Session, job: Job) -> str:
         return issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
 
-    def workers(self, job: Job, everyone: list[Placed], which: list[Placed], *, staged: dict[str, str],
-                token: str, meet: Rendezvous, generation: int) -> list[WorkerSpec]:
+    def workers(self, job: Job, everyone: list[WorkerPlacement], which: list[WorkerPlacement], *,
+                staged: dict[str, str], token: str, meet: Rendezvous, generation: int) -> list[WorkerSpec]:
         """The specs of ``which`` of a world of ``everyone``: each worker's environment."""
         node_order = list(dict.fromkeys(w.node for w in everyone))
         specs = []
@@ -110,7 +110,8 @@ class Launcher:
             specs.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
         return specs
 
-    def launch_spec(self, s: Session, job: Job, placed: list[Placed], staged: dict[str, str]) -> LaunchSpec:
+    def launch_spec(self, s: Session, job: Job, placed: list[WorkerPlacement],
+                    staged: dict[str, str]) -> LaunchSpec:
         folder = self.folder(job.id)
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         folder.reset_world()

@@ -26,7 +26,7 @@ from deeppod.cluster.service import NodeUsage
 from deeppod.contract import ENV_JOINING, JobState
 from deeppod.errors import DeepPodError
 from deeppod.executor.base import ExecStatus, WorkerSpec
-from deeppod.jobs.allocation import Allocation, PendingResize, Placed
+from deeppod.jobs.allocation import Allocation, PendingResize
 from deeppod.jobs.launch import Launcher
 from deeppod.jobs.runs import close_run
 from deeppod.jobs.service import add_event
@@ -80,7 +80,7 @@ class Resizes:
         pending = PendingResize(generation, old, r.workers, decided)
         if r.workers > old:
             # the new workers start first; the world is told once they are ready (follow)
-            added = [Placed.of(w) for w in r.added]
+            added = list(r.added)
             alloc.workers += added
             folder.clear_ready([w.rank for w in added])
             specs = self.launcher.workers(job, alloc.workers, added, staged=alloc.staged,

@@ -15,7 +15,7 @@ from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.progress import checkpoint_time
 from deeppod.jobs.runs import current_run_service
 from deeppod.plans.service import current_plan
-from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot, WorkerPlacement
+from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot
 from deeppod.store.models import Job, Node, Tenant
 
 
@@ -43,7 +43,7 @@ def _running(job: Job, tenant: str, folder: JobFolder, in_place: bool, reclaim_i
         started = alloc.resize.decided_at
     return RunningJob(
         id=job.id, tenant=tenant,
-        placement=tuple(WorkerPlacement(w.rank, w.node, w.gpus, w.cpus, w.memory_mb) for w in workers),
+        placement=tuple(workers),
         gpus_per_worker=job.gpus_per_worker, min_workers=job.workers,
         max_workers=max(job.workers, job.max_workers or job.workers), priority=job.priority,
         preemptible=job.preemptible, started_at=started, last_checkpoint_at=checkpoint_time(folder.checkpoints),
