@@ -9,6 +9,7 @@ supervisor and the sandbox exchange about one job, and how each is read and writ
     workers[-N].json     the workers' pids (a vanished supervisor's strays are killed by them)
     result[-N].json      how the run ended: exit codes, reason, whether a stop was asked
     exit/rank-R          worker R's exit code, as it happens
+    exit/oom-R           the memory limit (MiB) worker R went over, when the kernel killed it
     logs/rank-R.log      worker R's output; logs/rank-R.marks: its size stamped with the time
     logs/spare-N.log     warm spare N's output until it becomes a worker
     grow-G.json          in-place grow G: the workers the supervisor starts
@@ -131,8 +132,9 @@ class JobFolder:
             for f in self.root.glob(pattern):
                 f.unlink()
         if self.exits.is_dir():
-            for f in self.exits.glob("rank-*"):
-                f.unlink()
+            for pattern in ("rank-*", "oom-*"):
+                for f in self.exits.glob(pattern):
+                    f.unlink()
 
     def write_spec(self, spec: dict) -> None:
         atomic_json(self.root / "spec.json", spec)  # private: it holds the job's token
@@ -156,6 +158,18 @@ class JobFolder:
     def record_exit(self, rank: int, code: int) -> None:
         self.exits.mkdir(exist_ok=True)
         (self.exits / f"rank-{rank}").write_text(str(code))
+
+    def record_oom(self, name: str, limit_mb: int | None) -> None:
+        """The kernel killed worker ``name`` (a rank, or spare-N) for going over its memory limit."""
+        self.exits.mkdir(exist_ok=True)
+        (self.exits / f"oom-{name}").write_text(str(limit_mb or 0))
+
+    def oom_limit(self, rank: int) -> int | None:
+        """The memory limit (MiB) rank ``rank`` ran out of; None if it did not (0: no limit known)."""
+        try:
+            return int((self.exits / f"oom-{rank}").read_text())
+        except (OSError, ValueError):
+            return None
 
     def exit_codes(self) -> dict[int, int]:
         codes = {}

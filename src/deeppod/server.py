@@ -117,7 +117,13 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
         if home == fixed or home.startswith(fixed.rstrip("/") + "/"):
             raise InvalidRequest(f"the work root {template} holds the server's home {home}: a tenant's jobs would "
                                  "work beside the database and other jobs' folders; pick roots outside it")
-    return Isolation(identities, python_environment(home), instance=settings.instance)
+    from deeppod.executor import cgroups
+
+    why = cgroups.check()
+    if why is not None:  # the supervisor's memory poll stands in (docs/security.md says what that misses)
+        log.warning("sandboxed jobs' memory and process limits are not enforced by the kernel here (%s): "
+                    "a worker's memory is polled instead", why)
+    return Isolation(identities, python_environment(home), instance=settings.instance, cgroups=why is None)
 
 
 def python_environment(home: str) -> tuple[str, ...]:

@@ -200,3 +200,24 @@ def test_the_defaults_sandbox_as_root_and_submit_sends_the_code(tmp_path):
     finally:
         server.stop()
         server.cleanup_jobs()
+
+
+def test_a_job_over_its_memory_is_stopped_by_the_kernel_and_says_so(tmp_path):
+    """--memory is a hard limit the kernel holds, whatever the job does to slip out of a
+    poll (a child in its own session here); the job ends failed, saying why."""
+    server = LiveServer(tmp_path / "home", isolation=None).start()
+    try:
+        c = Client(server.url, server.admin_token)
+        if c.whoami()["isolation"] != "sandbox" or "not enforced by the kernel" in server.output.read_text():
+            pytest.skip("needs a root server with usable cgroups")
+        hog = ("import os, subprocess, sys\n"
+               "c = subprocess.Popen([sys.executable, '-c', 'import os; os.setsid(); "
+               "x = bytearray(768 << 20); x[::4096] = b\"1\" * len(x[::4096])'])\n"
+               "sys.exit(c.wait() and 1)\n")
+        job = c.submit([sys.executable, "-c", hog], memory_mb_per_worker=256, gpus_per_worker=0, own_folder=True)
+        done = c.wait(job["id"], timeout=120)
+        assert done["state"] == "failed", done
+        assert "out of memory (limit 256 MiB)" in done["reason"], done["reason"]
+    finally:
+        server.stop()
+        server.cleanup_jobs()

@@ -9,16 +9,19 @@ import time
 
 import pytest
 
-from deeppod.executor import sandbox
+from deeppod.executor import cgroups, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
 NOBODY = 65534
 PYTHON = sorted({sys.prefix, sys.base_prefix, *[p for p in sys.path if p and os.path.isdir(p)]})
 
 
-def spec(work, uid=NOBODY, binds=()):
-    return {"uid": uid, "gid": uid, "workdir": str(work), "python": PYTHON,
-            "binds": [[str(work), str(work), True], *binds]}
+def spec(work, uid=NOBODY, binds=(), limits=None):
+    out = {"uid": uid, "gid": uid, "workdir": str(work), "python": PYTHON,
+           "binds": [[str(work), str(work), True], *binds]}
+    if limits is not None:
+        out["limits"] = limits
+    return out
 
 
 def workdir(tmp_path, name="work"):
@@ -111,3 +114,45 @@ def test_a_missing_workdir_says_so(tmp_path):
     os.rmdir(tmp_path / "work")
     out, _ = p.communicate(timeout=30)
     assert p.returncode in (126, 127) and "deeppod sandbox: cannot" in out
+
+
+needs_cgroups = pytest.mark.skipif(cgroups.check() is not None, reason=f"no usable cgroups: {cgroups.check()}")
+
+
+@needs_cgroups
+@pytest.mark.parametrize("how", ["itself", "a setsid child", "its /dev/shm", "its /tmp"])
+def test_the_kernel_holds_a_worker_to_its_memory_limit(tmp_path, how):
+    """128 MiB, and a worker that takes 512 MiB: in its own memory, in a child that left its
+    session, or as files in its tmpfs folders. It is killed (or refused) at the limit."""
+    take = {
+        "itself": "x = bytearray(512 << 20)\nx[::4096] = b'1' * len(x[::4096])",
+        "a setsid child": "import subprocess, sys\n"
+                          "c = subprocess.Popen([sys.executable, '-c', 'import os; os.setsid(); "
+                          "x = bytearray(512 << 20); x[::4096] = b\"1\" * len(x[::4096])'])\n"
+                          "sys.exit(0 if c.wait() == 0 else 3)",
+        "its /dev/shm": "open('/dev/shm/fill', 'wb').write(b'1' * (512 << 20))",
+        "its /tmp": "open('/tmp/fill', 'wb').write(b'1' * (512 << 20))",
+    }[how]
+    p = in_sandbox(tmp_path, take + "\nprint('took 512 MiB')", limits={"memory_mb": 128, "pids": 256})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "took 512 MiB" not in out, (how, p.returncode, out)
+    assert (tmp_path / "job" / "exit" / "oom-0").read_text() == "128"  # what the supervisor reports
+    assert not list(cgroups.ROOT.rglob(f"deeppod-{p.pid}-0")), "its control group was left behind"
+
+
+@needs_cgroups
+def test_a_fork_bomb_stops_at_the_workers_process_limit(tmp_path):
+    p = in_sandbox(tmp_path, """
+import subprocess
+started = []
+try:
+    for _ in range(300):
+        started.append(subprocess.Popen(['sleep', '30']))
+except OSError as exc:
+    print('refused after', len(started), type(exc).__name__)
+for c in started:
+    c.kill()
+""", limits={"memory_mb": None, "pids": 64})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0 and "refused after" in out, out
+    assert int(out.split("refused after")[1].split()[0]) < 64

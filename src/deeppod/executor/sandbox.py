@@ -25,6 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
+from deeppod.executor import cgroups
 from deeppod.job_folder import JobFolder
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
@@ -177,19 +178,34 @@ def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: 
     os._exit(0)  # the kernel now kills whatever the command left in the namespace
 
 
-def run(sb: dict, command: list[str], env: dict[str, str], root: str) -> int:
+def run(sb: dict, command: list[str], env: dict[str, str], root: str, group: cgroups.Group | None = None) -> int:
     """Run ``command`` in a sandbox described by ``sb`` (uid, gid, workdir, python, binds);
     return its exit code, or -N if signal N killed it. ``root``: an empty folder of the
     server's that the sandbox's root is mounted on (only inside its own mount namespace, so
-    nothing is left on the host, whatever kills it)."""
+    nothing is left on the host, whatever kills it). ``group``: the control group the
+    sandbox's first process is moved into before it does anything (its limits)."""
     r, w = os.pipe()
+    go_r, go_w = os.pipe()
     try:
         _unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
         init = os.fork()
         if init == 0:
             os.close(r)
+            os.close(go_w)
+            os.read(go_r, 1)  # in its control group first: everything it starts is limited
+            os.close(go_r)
             _init(sb, command, env, root, w)
         os.close(w)
+        os.close(go_r)
+        try:
+            if group is not None:
+                group.add(init)
+        except OSError:
+            os.kill(init, signal.SIGKILL)
+            os.waitpid(init, 0)
+            raise
+        finally:
+            os.close(go_w)  # go (or, killed, nothing more to do)
         for sig in FORWARDED:
             signal.signal(sig, lambda s, _f: os.kill(init, s))
         os.waitpid(init, 0)
@@ -215,7 +231,22 @@ def main(argv: list[str]) -> int:
         env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
     root = folder.sandbox_root(name)
     root.mkdir(mode=0o700, exist_ok=True)
-    code = run(spec["sandbox"], spec["command"], env, str(root))
+    limits = spec["sandbox"].get("limits")  # set when the server enforces them (the host's cgroups)
+    group = None
+    if limits is not None:
+        try:
+            group = cgroups.create(f"deeppod-{os.getpid()}-{name}", memory_mb=limits.get("memory_mb"),
+                                   pids=limits.get("pids"))
+        except cgroups.Unavailable as exc:
+            print(f"deeppod sandbox: cannot enforce the job's memory and process limits: {exc}", file=sys.stderr)
+            return 126
+    try:
+        code = run(spec["sandbox"], spec["command"], env, str(root), group)
+    finally:
+        if group is not None:
+            if group.out_of_memory():
+                folder.record_oom(name, limits.get("memory_mb"))
+            group.remove()
     if code < 0:  # die the way the command died, so the supervisor reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught anyway
             signal.signal(-code, signal.SIG_DFL)

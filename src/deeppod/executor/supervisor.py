@@ -293,7 +293,9 @@ class Supervisor:
             self.folder.write_supervisor(os.getpid(), start_time)
         self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
-        limit_mb = self.spec.get("memory_mb_per_worker")
+        # the kernel enforces a sandboxed worker's memory (executor/cgroups.py); else this poll
+        enforced = (self.spec.get("sandbox") or {}).get("limits") is not None
+        limit_mb = None if enforced else self.spec.get("memory_mb_per_worker")
         next_mem_check = next_stop_check = next_grow_check = next_mark = 0.0
         while len(self.codes) < len(self.spec["workers"]):
             for rank, p in self.procs.items():
@@ -307,7 +309,9 @@ class Supervisor:
                 # The worker is gone; anything it left in its group goes too.
                 _signal_group(p.pid, signal.SIGKILL)
                 if code != 0:
-                    self._begin_stop(f"rank {rank} {describe_exit(code)}")
+                    oom = self.folder.oom_limit(rank)
+                    self._begin_stop(f"rank {rank} ran out of memory (limit {oom} MiB)" if oom else
+                                     f"rank {rank} {describe_exit(code)}")
             now = time.monotonic()
             if self.part is not None and now >= next_stop_check and self.stopping_since is None:
                 next_stop_check = now + STOP_FILE_CHECK_S

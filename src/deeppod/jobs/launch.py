@@ -18,6 +18,7 @@ from deeppod.auth.service import issue_job_token
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
+from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.job_folder import WRITABLE, JobFolder
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node
@@ -32,6 +33,7 @@ class Isolation:
     identities: Identities
     python: tuple[str, ...]  # the Python environment, read-only in every sandbox
     instance: str = ""  # Settings.instance: in every name on the host, so two installations never share one
+    cgroups: bool = False  # the kernel enforces each worker's memory and processes (executor/cgroups.py)
     writable: tuple[str, ...] = WRITABLE  # of its folder: the job's to write
     shm_root: str = "/dev/shm"  # where each job's shared memory folder is made
 
@@ -161,5 +163,8 @@ class Launcher:
         shm = self.shm(job.id)  # on the host's tmpfs, the job's alone
         shm.mkdir(mode=0o700, exist_ok=True)
         os.chown(shm, who.uid, who.gid)
-        return {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
-                "binds": binds, "shm": str(shm)}
+        sandbox = {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
+                   "binds": binds, "shm": str(shm)}
+        if self.isolation.cgroups:
+            sandbox["limits"] = {"memory_mb": job.memory_mb_per_worker or None, "pids": DEFAULT_PIDS}
+        return sandbox
