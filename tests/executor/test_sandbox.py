@@ -156,3 +156,21 @@ for c in started:
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 0 and "refused after" in out, out
     assert int(out.split("refused after")[1].split()[0]) < 64
+
+
+def test_a_worker_sees_only_its_own_gpus_device_nodes():
+    """Checked on a fake /dev listing (no GPU here): the control devices and its GPUs' nodes."""
+    host = ["null", "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
+            "nvidia-modeset", "nvidia-caps", "nvme0n1"]
+    assert sandbox.gpu_devices(host, "1,3") == ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia1",
+                                                "nvidia3", "nvidiactl"]
+    assert sandbox.gpu_devices(host, "") == []  # a CPU worker: no GPU device at all
+    assert sandbox.gpu_devices(host, "2") == ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia2",
+                                              "nvidiactl"]
+    assert "nvidia0" in sandbox.gpu_devices(host, "all")  # a parked warm spare (docs/security.md)
+
+
+def test_the_sandbox_binds_only_the_gpu_nodes_it_is_given(tmp_path):
+    p = in_sandbox(tmp_path, "import os; print(sorted(d for d in os.listdir('/dev') if d.startswith('nvidia')))")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and out.strip().splitlines()[-1] == "[]", out  # its env names no GPU

@@ -25,6 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
+from deeppod.contract import ENV_SPARE
 from deeppod.executor import cgroups
 from deeppod.job_folder import JobFolder
 
@@ -92,7 +93,23 @@ def _bind(src: str, dst: str, writable: bool, device: bool = False) -> None:
     _mount(None, dst, None, flags)
 
 
-def _build_root(root: str, sb: dict) -> None:
+NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+def gpu_devices(listing: list[str], visible: str) -> list[str]:
+    """Of the host's /dev entries, the NVIDIA ones a worker given GPUs ``visible`` (its
+    CUDA_VISIBLE_DEVICES: NVML indices, PCI bus order) may open: the driver's control devices
+    and its own GPUs' nodes. None at all for a worker without GPUs; never another job's GPU.
+    ``"all"``: a warm spare's, which learns its GPUs only when it becomes a worker."""
+    if visible == "all":
+        return sorted(d for d in listing if d.startswith("nvidia"))
+    mine = {f"nvidia{i.strip()}" for i in visible.split(",") if i.strip().isdigit()}
+    if not mine:
+        return []
+    return sorted(d for d in listing if d in mine or d in NVIDIA_CONTROL)
+
+
+def _build_root(root: str, sb: dict, visible: str = "") -> None:
     """The sandbox's file system under ``root`` (in this process's own mount namespace)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -105,7 +122,7 @@ def _build_root(root: str, sb: dict) -> None:
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
     os.makedirs(root + "/dev", exist_ok=True)
     _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755")
-    devices = list(DEVICES) + [d for d in os.listdir("/dev") if d.startswith("nvidia")]  # the node's GPUs
+    devices = list(DEVICES) + gpu_devices(os.listdir("/dev"), visible)  # its own GPUs only
     for dev in devices:
         if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
             _bind("/dev/" + dev, f"{root}/dev/{dev}", True, device=True)
@@ -149,7 +166,7 @@ def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: 
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outside process died: so do we, and the namespace
         _unshare(CLONE_NEWNS | CLONE_NEWIPC)
-        _build_root(root, sb)
+        _build_root(root, sb, "all" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", ""))
         os.chroot(root)
         os.chdir("/")
     except OSError as exc:
