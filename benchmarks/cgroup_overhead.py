@@ -1,0 +1,80 @@
+"""What the kernel's limits cost a sandboxed job: the built-in trainer on digits in DeepPod's
+sandbox with its control group (a memory limit and a process limit: executor/cgroups.py)
+against the same sandbox without one, runs alternated, the median throughput of each.
+
+    sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096]
+
+Needs root (the sandbox switches to another identity); prints both medians and the ratio
+(limited / unlimited; the aim is >= 0.98).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from deeppod.executor import cgroups, sandbox
+from deeppod.runtime.trainers.digits import write_digits
+
+NOBODY = 65534
+
+
+def run_once(tmp: Path, data: Path, args, limited: bool, n: int) -> float:
+    work = tmp / f"work-{n}"
+    work.mkdir()
+    os.chown(work, NOBODY, NOBODY)
+    job = tmp / f"job-{n}"
+    job.mkdir()
+    python = sorted({sys.prefix, sys.base_prefix, *[p for p in sys.path if p and os.path.isdir(p)]})
+    sb = {"uid": NOBODY, "gid": NOBODY, "workdir": str(work), "python": python,
+          "binds": [[str(work), str(work), True], [str(data), str(data), False]]}
+    if limited:
+        sb["limits"] = {"memory_mb": args.memory_mb, "pids": cgroups.DEFAULT_PIDS}
+    command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(data),
+               "--model", "small-cnn", "--epochs", str(args.epochs), "--batch-size", "64", "--lr", "0.05",
+               "--output", str(work / "model")]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+           "DEEPPOD_CHECKPOINT_DIR": str(work / "checkpoints")}
+    (job / "spec.json").write_text(json.dumps({"command": command, "sandbox": sb,
+                                               "workers": [{"rank": 0, "env": env}]}))
+    out = subprocess.run([sys.executable, "-m", "deeppod.executor.sandbox", str(job), "0"], capture_output=True,
+                         text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"the trainer failed ({out.returncode}): {out.stdout[-2000:]}{out.stderr[-2000:]}")
+    rates = [float(x) for x in re.findall(r"\(([\d.]+) images/s\)", out.stdout)]
+    return rates[-1]  # the last epoch: the loader and the model warmed up
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--memory-mb", type=int, default=4096)
+    args = p.parse_args()
+    if (why := sandbox.supported()) is not None or (why := cgroups.check()) is not None:
+        raise SystemExit(f"cannot measure here: {why}")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        os.chmod(tmp, 0o755)
+        data = write_digits(tmp / "digits")
+        results: dict[bool, list[float]] = {True: [], False: []}
+        n = 0
+        for i in range(args.runs):
+            for limited in (i % 2 == 0, i % 2 != 0):  # alternated, so drift hits both alike
+                n += 1
+                results[limited].append(run_once(tmp, data, args, limited, n))
+    on, off = statistics.median(results[True]), statistics.median(results[False])
+    print(json.dumps({"limited_images_per_second": results[True], "unlimited_images_per_second": results[False]}))
+    print(f"built-in trainer in the sandbox: with cgroups {on:.1f} images/s, without {off:.1f} images/s; "
+          f"ratio {on / off:.3f} (median of {args.runs})")
+
+
+if __name__ == "__main__":
+    main()
