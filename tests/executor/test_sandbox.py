@@ -174,3 +174,11 @@ def test_the_sandbox_binds_only_the_gpu_nodes_it_is_given(tmp_path):
     p = in_sandbox(tmp_path, "import os; print(sorted(d for d in os.listdir('/dev') if d.startswith('nvidia')))")
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and out.strip().splitlines()[-1] == "[]", out  # its env names no GPU
+
+
+@needs_cgroups
+def test_a_workers_private_tmpfs_folders_are_no_larger_than_its_memory(tmp_path):
+    p = in_sandbox(tmp_path, "import os\nfor d in ('/tmp', '/dev/shm'):\n    s = os.statvfs(d)\n"
+                             "    print(d, s.f_blocks * s.f_frsize >> 20)", limits={"memory_mb": 96, "pids": 64})
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and "/tmp 96" in out and "/dev/shm 96" in out, out

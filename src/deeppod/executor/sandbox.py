@@ -129,9 +129,11 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")
+    memory_mb = (sb.get("limits") or {}).get("memory_mb")
+    size = f",size={memory_mb}m" if memory_mb else ""  # and their pages are charged to its memory limit
     for tmp in ("/tmp", "/dev/shm"):  # private: PyTorch's DataLoader shares tensors through /dev/shm
         os.makedirs(root + tmp, exist_ok=True)
-        _mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + size)
     if sb.get("shm"):  # the job's workers on this node share one (NCCL's intra-node transport needs it)
         _bind(sb["shm"], root + "/dev/shm", True)
     # last, so that a bind under /tmp (a workdir there) lands on top of the private /tmp
