@@ -190,10 +190,10 @@ def test_a_tenant_sees_nothing_of_another_tenants_work(server, browser):
     assert "secret-plan" not in page.content()
     assert page.locator("#jobs tbody tr[data-job]").count() == 0
     page.goto(f"{server.url}/jobs/{theirs['id']}")
-    assert page.inner_text("h1") == "Not allowed"  # as the API answers: 403, another tenant's
+    assert page.inner_text("h1") == "Not found"  # as the API answers: another tenant's job is as a missing one
     assert "secret-plan" not in page.content()
     r = page.request.get(f"{server.url}/jobs/{theirs['id']}/metrics.json")
-    assert r.status == 403 and "secret-plan" not in r.text()
+    assert r.status == 404 and "secret-plan" not in r.text()
     page.goto(server.url + "/cluster")
     html = page.content()
     assert "secret-plan" not in html and f"/jobs/{theirs['id']}" not in html
