@@ -74,3 +74,17 @@ def test_sandbox_isolation_refuses_work_roots_that_hold_the_servers_home(tmp_pat
     with pytest.raises(InvalidRequest, match="use auto, sandbox, single-user or one-tenant"):
         isolation_for(Settings(isolation="jail"), FakeIdentities())
     assert isolation_for(Settings(home=tmp_path / "h", isolation="sandbox"), FakeIdentities()) is not None  # default
+
+
+def test_jobs_find_the_servers_own_python_first(monkeypatch):
+    import os
+    import sys
+
+    from deeppod.server import prefer_own_python
+
+    own = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", f"/root/.pyenv/shims:/usr/bin:{own}")
+    prefer_own_python()
+    assert os.environ["PATH"].split(os.pathsep) == [own, "/root/.pyenv/shims", "/usr/bin"]
+    prefer_own_python()  # once is enough: nothing doubles
+    assert os.environ["PATH"].split(os.pathsep) == [own, "/root/.pyenv/shims", "/usr/bin"]

@@ -442,10 +442,22 @@ def http_app(ctx: ServerContext):
     return create_app(ctx, parts=(ui,))
 
 
+def prefer_own_python() -> None:
+    """Jobs' PATH (inherited from the server's) starts with the folder of the server's own
+    interpreter, so `deeppod submit -- python train.py` runs the Python DeepPod and torch are
+    installed in (bound read-only into every sandbox), not whatever `python` comes first on
+    the shell's PATH (a pyenv shim, or none on Debian). The submit check looks there too."""
+    own = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    if own and path[0] != own:
+        os.environ["PATH"] = os.pathsep.join([own, *[p for p in path if p != own]])
+
+
 def serve(settings: Settings, *, echo=print) -> None:
     import uvicorn
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
+    prefer_own_python()
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
     _check_port_free(settings.host, settings.port)

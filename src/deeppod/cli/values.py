@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from deeppod.errors import InvalidRequest
 
@@ -18,9 +19,13 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def exported_env() -> dict[str, str]:
-    """Like Slurm's default export: the job finds the same programs as your shell
-    (e.g. your virtual environment's python)."""
-    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    """Like Slurm's default export: the job finds the same programs as your shell (e.g. your
+    virtual environment's python), the folder of the Python that runs this command first, so
+    `python` is the one DeepPod (and torch) is installed in even when a version manager's
+    shim comes first in the shell (a shim is not there in a sandbox)."""
+    own = os.path.dirname(sys.executable)
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p != own]
+    env = {"PATH": os.pathsep.join([own, *path] if own else path)}
     if os.environ.get("VIRTUAL_ENV"):
         env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
     return env
