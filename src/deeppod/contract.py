@@ -175,6 +175,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def own_python_first(path: str) -> str:
+    """``path`` (a PATH value) with the folder of the running Python first: a job's ``python`` is
+    the one DeepPod (and torch) is installed in, even when a version manager's shim comes first
+    in the shell (a shim is not there in a sandbox). Used by the CLI and the server alike."""
+    import os
+    import sys
+
+    own = os.path.dirname(sys.executable)
+    rest = [p for p in path.split(os.pathsep) if p and p != own]
+    return os.pathsep.join([own, *rest] if own else rest)
+
+
 def base_environment(server_env: dict[str, str]) -> dict[str, str]:
     """What a worker inherits from the host before the job's own variables."""
     return {k: v for k, v in server_env.items() if _INHERITED.match(k)}

@@ -30,7 +30,7 @@ from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import NodeInfo, local_node
 from deeppod.cluster.leader import RENEW_S, Leadership, leader_url, session_name, urls_first
 from deeppod.cluster.service import register_node, sync_nodes
-from deeppod.contract import free_port
+from deeppod.contract import free_port, own_python_first
 from deeppod.datasets import service as datasets
 from deeppod.datasets.ingest import Limits
 from deeppod.datasets.tiers import Tiers
@@ -447,10 +447,7 @@ def prefer_own_python() -> None:
     interpreter, so `deeppod submit -- python train.py` runs the Python DeepPod and torch are
     installed in (bound read-only into every sandbox), not whatever `python` comes first on
     the shell's PATH (a pyenv shim, or none on Debian). The submit check looks there too."""
-    own = os.path.dirname(sys.executable)
-    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    if own and path[0] != own:
-        os.environ["PATH"] = os.pathsep.join([own, *[p for p in path if p != own]])
+    os.environ["PATH"] = own_python_first(os.environ.get("PATH", os.defpath))
 
 
 def serve(settings: Settings, *, echo=print) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 
+from deeppod.contract import own_python_first
 from deeppod.errors import InvalidRequest
 
 
@@ -20,12 +20,8 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 def exported_env() -> dict[str, str]:
     """Like Slurm's default export: the job finds the same programs as your shell (e.g. your
-    virtual environment's python), the folder of the Python that runs this command first, so
-    `python` is the one DeepPod (and torch) is installed in even when a version manager's
-    shim comes first in the shell (a shim is not there in a sandbox)."""
-    own = os.path.dirname(sys.executable)
-    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p != own]
-    env = {"PATH": os.pathsep.join([own, *path] if own else path)}
+    virtual environment's python), the Python that runs this command first."""
+    env = {"PATH": own_python_first(os.environ.get("PATH", os.defpath))}
     if os.environ.get("VIRTUAL_ENV"):
         env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
     return env
