@@ -116,6 +116,25 @@ def test_a_missing_workdir_says_so(tmp_path):
     assert p.returncode in (126, 127) and "deeppod sandbox: cannot" in out
 
 
+def test_a_writable_folder_reached_through_a_link_is_not_bound(tmp_path):
+    """A tenant's earlier job made a part of a later job's folder a link to another's folder:
+    the sandbox refuses to start rather than bind what the link points at."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "theirs").write_text("another tenant's")
+    os.symlink(victim, tmp_path / "mine")
+    (tmp_path / "again").mkdir()
+    p = in_sandbox(tmp_path, "import os; print(os.listdir('/x'))", binds=[[str(tmp_path / "mine"), "/x", True]])
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 126 and "without following a link" in out and "theirs" not in out
+    os.unlink(tmp_path / "mine")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "own").write_text("")
+    p = in_sandbox(tmp_path / "again", "import os; print(os.listdir('/x'))", binds=[[str(tmp_path / "mine"), "/x", True]])
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0 and "['own']" in out, out
+
+
 needs_cgroups = pytest.mark.skipif(cgroups.check() is not None, reason=f"no usable cgroups: {cgroups.check()}")
 
 

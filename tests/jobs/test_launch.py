@@ -1,5 +1,10 @@
 """Starting workers (jobs/launch.py): what an installation names on the shared host is its own,
-so two DeepPod servers on one machine never share a tenant's OS user or a job's shared memory."""
+so two DeepPod servers on one machine never share a tenant's OS user or a job's shared memory;
+and no link planted in a job's folders or its shared memory is followed by the server."""
+
+import os
+
+import pytest
 
 from deeppod.auth.identities import FakeIdentities, tenant_identity
 from deeppod.jobs.launch import Isolation, shm_name
@@ -26,3 +31,64 @@ def test_a_tenant_keeps_the_os_user_it_was_given(sessions):
     with sessions.begin() as s:  # recorded: another prefix later (an older server's) does not rename it
         again = tenant_identity(s, ids, tenant_id, "deeppod-t")
         assert again == first and s.get(Tenant, tenant_id).os_user == first.user
+
+
+def _launcher(tmp_path):
+    from deeppod.executor.fake import FakeExecutor
+    from deeppod.jobs.launch import Launcher
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    os.chmod(shm, 0o1777)  # like /dev/shm: anyone on the host may make names there
+    return Launcher(FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1", base_env={},
+                    isolation=Isolation(FakeIdentities(), (), instance="0123abcd", shm_root=str(shm)))
+
+
+def _start(sessions, launcher, job_id):
+    from sqlalchemy import select
+
+    from deeppod.scheduler import WorkerPlacement
+    from deeppod.store.models import Job, Node
+
+    with sessions.begin() as s:
+        node = s.scalars(select(Node)).first()
+        return launcher.launch_spec(s, s.get(Job, job_id), [WorkerPlacement(0, node.name, (), 1.0, 0)], {})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_working_directory_made_a_link_after_submit_is_not_started(sessions, tmp_path):
+    from deeppod.errors import ExecutorError
+    from tests.fixtures import submit_job
+
+    world = populate(sessions)
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    job_id = submit_job(sessions, world.alice, work)
+    launcher = _launcher(tmp_path)
+    spec = _start(sessions, launcher, job_id)
+    assert [str(work), str(work), True] in spec.sandbox["binds"]
+    work.rmdir()
+    os.symlink(elsewhere, work)  # an earlier job of the tenant, with the parent folder bound, did this
+    with pytest.raises(ExecutorError, match="no longer the folder"):
+        _start(sessions, launcher, job_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_link_planted_where_a_jobs_shared_memory_goes_is_not_followed(sessions, tmp_path):
+    from deeppod.errors import ExecutorError
+    from tests.fixtures import submit_job
+
+    world = populate(sessions)
+    (tmp_path / "work").mkdir()
+    job_id = submit_job(sessions, world.alice, tmp_path / "work")
+    launcher = _launcher(tmp_path)
+    target = tmp_path / "etc"
+    target.mkdir()
+    os.symlink(target, launcher.shm(job_id))  # another user of the host, before the job starts
+    with pytest.raises(ExecutorError, match="not a folder"):
+        _start(sessions, launcher, job_id)
+    assert target.stat().st_uid == 0
+    os.unlink(launcher.shm(job_id))
+    spec = _start(sessions, launcher, job_id)
+    assert os.lstat(spec.sandbox["shm"]).st_uid != 0 and oct(os.lstat(spec.sandbox["shm"]).st_mode)[-3:] == "700"

@@ -2,6 +2,7 @@
 promote, tenant scoping, bad artifacts."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,45 @@ def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env
         s.flush()
         with pytest.raises(NotFound, match="not a comparison"):
             service.comparison(s, ana, "pets", other.id)
+
+
+def test_a_comparison_keeps_only_figures_for_its_two_versions_read_without_following_a_link(env, tmp_path):
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.cluster.inventory import local_node
+    from deeppod.cluster.service import register_node
+    from deeppod.job_folder import JobFolder
+    from deeppod.store.models import Dataset, DatasetVersion, ModelVersion
+
+    sessions, _, ana, root, jobs_dir = env
+    folder = artifact(jobs_dir / "a")
+    with sessions.begin() as s:
+        register_node(s, local_node(LogicalProbe(1), cpus=4, memory_mb=4096))
+        ds = Dataset(tenant_id=ana.tenant_id, name="pets", created_by=ana.user_id)
+        s.add(ds)
+        s.flush()
+        s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
+        three_versions(s, ana, root, jobs_dir, folder)
+        job, va, vb = service.compare(s, ana, "pets", "1", "2", "pets@2", root=root, jobs_dir=jobs_dir,
+                                      default_grace=5)
+        job.state = "succeeded"
+        ids = {v.version: v.id for v in s.scalars(select(ModelVersion))}
+    out = JobFolder.of(jobs_dir, job.id).evaluation
+    out.parent.mkdir(parents=True)
+    figures = {"dataset": "pets@2", "results": [
+        {"version_id": ids[v], "samples": 10, "accuracy": 0.5 + v / 10, "per_class": {}} for v in (1, 2, 3)]}
+    planted = tmp_path / "elsewhere.json"  # what a link would have the server read
+    planted.write_text(json.dumps(figures))
+    os.symlink(planted, out)
+    with sessions.begin() as s:
+        assert service.absorb_evaluation(s, s.get(Job, job.id), jobs_dir) == 0
+    out.unlink()
+    out.write_text(json.dumps(figures))  # v3 is not what it was asked to compare
+    with sessions.begin() as s:
+        assert service.absorb_evaluation(s, s.get(Job, job.id), jobs_dir) == 2
+        assert sorted(e.version_id for e in s.scalars(select(ModelEvaluation))) == [ids[1], ids[2]]
+    out.write_text('{"results": [{"version_id": "x"}]}')
+    with sessions.begin() as s:
+        assert service.absorb_evaluation(s, s.get(Job, job.id), jobs_dir) == 0
 
 
 def test_remove_a_version_or_a_model_but_not_what_a_deployment_serves(env):

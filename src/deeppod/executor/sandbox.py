@@ -28,6 +28,7 @@ from pathlib import Path
 from deeppod.contract import ENV_SPARE
 from deeppod.executor import cgroups
 from deeppod.job_folder import JobFolder
+from deeppod.nofollow import open_dir
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -83,12 +84,27 @@ def supported() -> str | None:
 
 
 def _bind(src: str, dst: str, writable: bool, device: bool = False) -> None:
-    if os.path.isdir(src):
+    """Mount ``src`` on ``dst`` in the sandbox. A writable folder is the job's (its tenant's
+    files, which its earlier jobs could change): opened with no link followed in its path and
+    mounted through that descriptor, so a link planted there cannot make it another folder."""
+    fd = None
+    if writable and not device:
+        try:
+            fd = open_dir(src, flags=os.O_PATH)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{src} cannot be opened as a folder without following a link "
+                                     f"({exc.strerror})") from None
+        os.makedirs(dst, exist_ok=True)
+    elif os.path.isdir(src):
         os.makedirs(dst, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         open(dst, "a").close()
-    _mount(src, dst, None, MS_BIND | MS_REC)
+    try:
+        _mount(src if fd is None else f"/proc/self/fd/{fd}", dst, None, MS_BIND | MS_REC)
+    finally:
+        if fd is not None:
+            os.close(fd)
     flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if device else MS_NODEV) | (0 if writable else MS_RDONLY)
     _mount(None, dst, None, flags)
 

@@ -20,6 +20,7 @@ from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.job_folder import WRITABLE, JobFolder
+from deeppod.nofollow import chown_tree
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node
 
@@ -59,10 +60,36 @@ def shm_name(instance: str, job_id: int) -> str:
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
     if root.stat().st_uid == uid:  # done at an earlier start of the job (the root goes last)
         return
-    for folder, dirs, files in os.walk(root, topdown=False):  # each folder once, after what it holds
-        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]  # not walked into
-        for name in [*(os.path.join(folder, n) for n in files + links), folder]:
-            os.lchown(name, uid, gid)
+    chown_tree(root, uid, gid)
+
+
+def _private_folder(path: Path, uid: int, gid: int) -> None:
+    """``path`` a real folder (not a link someone planted in a shared place such as /dev/shm),
+    owned by ``uid`` and private to it: changed through a descriptor opened without following."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ExecutorError(f"{path} exists and is not a folder ({exc.strerror}: a link?); remove it and start "
+                            "the job again") from None
+    try:
+        if os.fstat(fd).st_uid not in (0, uid):
+            raise ExecutorError(f"{path} belongs to another user; remove it and start the job again")
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _same_folder(workdir: str) -> None:
+    """A working directory under the tenant's roots was checked, resolved, at submit; by now a
+    job of the tenant may have made a part of it a link to somewhere else."""
+    if os.path.realpath(workdir) != workdir:
+        raise ExecutorError(f"the working directory {workdir} is no longer the folder it was when the job was "
+                            "submitted (a part of it is now a link); submit the job again with a real folder")
 
 
 class Launcher:
@@ -149,6 +176,8 @@ class Launcher:
         binds = [] if job.workdir == "/" else [[job.workdir, job.workdir, True]]
         if Path(job.workdir).parent == folder.root:  # its own folder (code sent with it): the tenant's to write
             _chown_tree(Path(job.workdir), who.uid, who.gid)
+        elif job.workdir != "/":
+            _same_folder(job.workdir)
         for name in self.isolation.writable:
             sub = folder.root / name
             sub.mkdir(exist_ok=True)
@@ -161,8 +190,7 @@ class Launcher:
             trust = os.path.dirname(self.ca_cert)
             binds.append([trust, trust, False])
         shm = self.shm(job.id)  # on the host's tmpfs, the job's alone
-        shm.mkdir(mode=0o700, exist_ok=True)
-        os.chown(shm, who.uid, who.gid)
+        _private_folder(shm, who.uid, who.gid)
         sandbox = {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
                    "binds": binds, "shm": str(shm)}
         if self.isolation.cgroups:

@@ -16,21 +16,17 @@ from deeppod.auth.service import Principal
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict
 from deeppod.job_folder import JobFolder
+from deeppod.nofollow import tree_bytes
 from deeppod.jobs.service import add_event, manage_job
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
 
 
-def folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) \
-        if path.is_dir() else 0
-
-
 def _remove(session: Session, job: Job, jobs_dir: Path, why: str) -> int:
     folder = JobFolder.of(jobs_dir, job.id).root
-    size = folder_bytes(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+    size = tree_bytes(folder)
+    shutil.rmtree(folder, ignore_errors=True)  # through descriptors: a link in it is removed, not followed
     job.purged_at = utcnow()
     add_event(session, job, "purged", f"{why}; {size / 1e6:.1f} MB freed")
     return size

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from deeppod.atomic import move_into_place
 from deeppod.errors import InvalidRequest
+from deeppod.nofollow import open_dir, open_regular
 
 SERVING_FILE = "model.pt2"  # torch.export program: self-contained, no Python class needed
 SIGNATURE_FILE = "signature.json"
@@ -63,7 +64,7 @@ def read_signature(folder: Path) -> dict:
     checked, read with no link followed; the serving file is not read (a search's chance
     check needs the classes only; registering checks again what it copies)."""
     try:
-        dir_fd = _open_dir(folder)
+        dir_fd = open_dir(folder)
     except FileNotFoundError:
         raise InvalidRequest(f"{folder} is not a folder; a model artifact folder holds {SERVING_FILE} and "
                              f"{SIGNATURE_FILE} (the built-in trainer writes JOB_DIR/model)") from None
@@ -97,13 +98,11 @@ def read_signature(folder: Path) -> dict:
 def _read_regular(dir_fd: int, name: str, folder: Path) -> bytes:
     """A small file of ``folder`` read through its descriptor: a regular file, no link followed."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        fd, st = open_regular(dir_fd, name)
     except OSError as exc:
-        raise InvalidRequest(f"{folder}: {name} cannot be read as a file ({exc.strerror}; files, not links)") from None
+        raise InvalidRequest(f"{folder}: {name} cannot be read as a regular file ({exc.strerror}; files, "
+                             "not links)") from None
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidRequest(f"{folder}: {name} must be a regular file")
         if st.st_size > MAX_SIGNATURE_BYTES:
             raise InvalidRequest(f"{folder / name} is over {MAX_SIGNATURE_BYTES} bytes")
         return f.read(MAX_SIGNATURE_BYTES + 1)
@@ -130,7 +129,7 @@ def take_in(folder: Path, dest: Path) -> Artifact:
 
 def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
     try:
-        dir_fd = _open_dir(folder)
+        dir_fd = open_dir(folder)
     except OSError as exc:
         raise InvalidRequest(f"{folder} cannot be read as a folder without following a link ({exc.strerror}); "
                              "register a folder the job wrote") from None
@@ -138,7 +137,7 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
     try:
         for name in ARTIFACT_FILES:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+                fd, st = open_regular(dir_fd, name)
             except FileNotFoundError:
                 if name == "weights.pt":
                     continue
@@ -147,11 +146,8 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise InvalidRequest(f"{folder}: {name} must be a file, not a link (files, not links)") from None
-                raise
+                raise InvalidRequest(f"{folder}: {name} must be a regular file ({exc.strerror})") from None
             with os.fdopen(fd, "rb") as src, open(staging / name, "wb") as out:
-                st = os.fstat(src.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise InvalidRequest(f"{folder}: {name} must be a regular file")
                 if name == SIGNATURE_FILE and st.st_size > MAX_SIGNATURE_BYTES:
                     raise InvalidRequest(f"{folder / name} is over {MAX_SIGNATURE_BYTES} bytes")
                 while chunk := src.read(1 << 20):
@@ -164,21 +160,6 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
     finally:
         os.close(dir_fd)
     return h.hexdigest(), size
-
-
-def _open_dir(path: Path) -> int:
-    """A descriptor of folder ``path`` (absolute), opened component by component with no link
-    followed on the way: a part of it may be a job's to change."""
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in Path(path).parts[1:]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _load_signature(path: Path, where: str) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from deeppod import refs
+from deeppod import nofollow, refs
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
@@ -27,6 +27,7 @@ from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelCompar
                                   Tenant, User)
 
 log = logging.getLogger(__name__)
+MAX_EVALUATION_BYTES = 16 << 20  # a comparison's figures: per class, for two versions
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -275,26 +276,32 @@ def comparison(session: Session, principal: Principal, name: str, job_id: int
 
 
 def absorb_evaluation(session: Session, job: Job, jobs_dir: Path) -> int:
-    """Store a finished comparison job's figures (idempotent); returns how many rows it added."""
+    """Store a finished comparison job's figures (idempotent); returns how many rows it added.
+    The file is the job's (its tenant's identity wrote it): read with no link followed, and
+    only figures for the two versions it compares are kept."""
     path = JobFolder.of(jobs_dir, job.id).evaluation
-    if job.state != JobState.SUCCEEDED or not path.is_file():
+    row = session.get(ModelComparison, job.id)
+    data = nofollow.read_small(path, MAX_EVALUATION_BYTES) if job.state == JobState.SUCCEEDED else None
+    if row is None or data is None:
         return 0
     try:
-        doc = json.loads(path.read_text())
-    except ValueError:
+        doc = json.loads(data)
+        results = [(int(r["version_id"]), int(r["samples"]), float(r["accuracy"]), dict(r.get("per_class") or {}))
+                   for r in doc.get("results", [])]
+        dataset = str(doc["dataset"])
+    except (ValueError, TypeError, KeyError, AttributeError):
         log.warning("job %s wrote an unreadable %s", job.id, path)
         return 0
     added = 0
-    for r in doc.get("results", []):
-        version = session.get(ModelVersion, int(r["version_id"]))
-        if version is None:
+    for version_id, samples, accuracy, per_class in results:
+        if version_id not in (row.version_a_id, row.version_b_id):  # not what it was asked to compare
             continue
+        version = session.get(ModelVersion, version_id)
         seen = session.scalar(select(ModelEvaluation.id).where(ModelEvaluation.job_id == job.id,
                                                                ModelEvaluation.version_id == version.id))
         if seen is None:
             session.add(ModelEvaluation(model_id=version.model_id, version_id=version.id, job_id=job.id,
-                                        dataset=doc["dataset"], samples=int(r["samples"]),
-                                        accuracy=float(r["accuracy"]), per_class=r.get("per_class") or {}))
+                                        dataset=dataset, samples=samples, accuracy=accuracy, per_class=per_class))
             added += 1
     return added
 
