@@ -76,6 +76,28 @@ def test_sandbox_isolation_refuses_work_roots_that_hold_the_servers_home(tmp_pat
     assert isolation_for(Settings(home=tmp_path / "h", isolation="sandbox"), FakeIdentities()) is not None  # default
 
 
+def test_sandbox_isolation_refuses_to_start_without_the_kernels_limits_unless_told(tmp_path, monkeypatch):
+    from deeppod.errors import InvalidRequest
+    from deeppod.executor import cgroups, sandbox
+    from deeppod.server import isolation_for
+    from deeppod.settings import Settings
+
+    monkeypatch.setattr(sandbox, "supported", lambda: None)  # namespaces and root: as on a server
+    monkeypatch.setattr(cgroups, "check", lambda: "cannot make control group x: Read-only file system")
+    settings = Settings(home=tmp_path / "h", isolation="sandbox")
+    with pytest.raises(InvalidRequest, match="--unenforced-limits") as refused:
+        isolation_for(settings)
+    assert "Read-only file system" in str(refused.value)
+    went_on = isolation_for(Settings(home=tmp_path / "h", isolation="sandbox", unenforced_limits=True))
+    assert went_on is not None and went_on.cgroups is False  # the memory poll stands in: docs/security.md
+    monkeypatch.setattr(cgroups, "check", lambda: None)
+    held = isolation_for(Settings(home=tmp_path / "h", isolation="sandbox", cpu_limit="quota", pids_per_worker=999))
+    assert held.cgroups and held.cpu_quota and held.pids == 999
+    for bad, words in (({"cpu_limit": "hard"}, "use share"), ({"pids_per_worker": 3}, "at least 16")):
+        with pytest.raises(InvalidRequest, match=words):
+            isolation_for(Settings(home=tmp_path / "h", isolation="sandbox", **bad))
+
+
 def test_jobs_find_the_servers_own_python_first(monkeypatch):
     import os
     import sys

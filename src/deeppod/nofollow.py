@@ -59,9 +59,10 @@ def read_small(path: Path, limit: int) -> bytes | None:
     return None if len(data) > limit else data
 
 
-def tree_bytes(path: Path | str) -> int:
-    """The disk a folder's files take (allocated blocks: a sparse file counts what it holds),
-    walked through descriptors, links neither followed nor counted; 0 if it is not a folder."""
+def tree_bytes(path: Path | str, *, allocated: bool = True) -> int:
+    """The disk a folder's files take (``allocated``: their blocks, so a sparse file counts what
+    it holds; else their sizes), walked through descriptors, links neither followed nor
+    counted; 0 if it is not a folder."""
     total = 0
     try:
         for _, _, files, dir_fd in os.fwalk(path, follow_symlinks=False):
@@ -71,7 +72,7 @@ def tree_bytes(path: Path | str) -> int:
                 except OSError:  # gone meanwhile
                     continue
                 if stat.S_ISREG(st.st_mode):
-                    total += st.st_blocks * 512
+                    total += st.st_blocks * 512 if allocated else st.st_size
     except OSError:
         return total
     return total

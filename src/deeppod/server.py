@@ -45,10 +45,12 @@ from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs import service as jobs_service
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.launch import Isolation
+from deeppod.jobs.storage import StorageMeter
 from deeppod.loops import run_rounds
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.scheduler import Config
+from deeppod.scheduler.plan import MIN_PIDS
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of
@@ -103,6 +105,7 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
         return None
     if settings.isolation != "sandbox":
         raise InvalidRequest(f"DEEPPOD_ISOLATION={settings.isolation!r}: use auto, sandbox, single-user or one-tenant")
+    real = identities is None  # else a test's fake identities: nothing is sandboxed for real
     if identities is None:
         from deeppod.executor import sandbox
 
@@ -117,13 +120,24 @@ def isolation_for(settings: Settings, identities: Identities | None = None) -> I
         if home == fixed or home.startswith(fixed.rstrip("/") + "/"):
             raise InvalidRequest(f"the work root {template} holds the server's home {home}: a tenant's jobs would "
                                  "work beside the database and other jobs' folders; pick roots outside it")
+    if settings.cpu_limit not in ("share", "quota"):
+        raise InvalidRequest(f"DEEPPOD_CPU_LIMIT={settings.cpu_limit!r}: use share (CPU time by weight of "
+                             "--cpus-per-worker) or quota (also a hard cap at that many CPUs)")
+    if settings.pids_per_worker < MIN_PIDS:
+        raise InvalidRequest(f"DEEPPOD_PIDS_PER_WORKER={settings.pids_per_worker}: give at least {MIN_PIDS}")
     from deeppod.executor import cgroups
 
-    why = cgroups.check()
-    if why is not None:  # the supervisor's memory poll stands in (docs/security.md says what that misses)
-        log.warning("sandboxed jobs' memory and process limits are not enforced by the kernel here (%s): "
-                    "a worker's memory is polled instead", why)
-    return Isolation(identities, python_environment(home), instance=settings.instance, cgroups=why is None)
+    why = cgroups.check() if real else "no real sandbox"
+    if real and why is not None and not settings.unenforced_limits:
+        raise InvalidRequest(f"sandbox isolation needs the kernel's control groups to hold each job to its memory, "
+                             f"processes and CPUs, and they cannot be used here ({why}); give the server a writable "
+                             "cgroup (v2, or the v1 memory, pids and cpu controllers), or start it with "
+                             "--unenforced-limits to go on without them (docs/security.md says what that leaves)")
+    if real and why is not None:  # the supervisor's memory poll stands in (docs/security.md says what that misses)
+        log.warning("sandboxed jobs' memory, process and CPU limits are not enforced by the kernel here (%s): "
+                    "a worker's memory is polled instead, its processes and CPU are not limited", why)
+    return Isolation(identities, python_environment(home), instance=settings.instance, cgroups=why is None,
+                     pids=settings.pids_per_worker, cpu_quota=settings.cpu_limit == "quota")
 
 
 def python_environment(home: str) -> tuple[str, ...]:
@@ -310,6 +324,10 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
                                 daemon=True),
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]
+    if settings.storage_interval > 0:
+        meter = StorageMeter(ctx.sessions, settings.jobs_dir)
+        threads.append(threading.Thread(target=run_rounds, args=(meter.round, end, settings.storage_interval,
+                                                                 "storage quotas"), name="storage", daemon=True))
     if ctx.monitor is not None and settings.monitor_period > 0:
         threads.append(threading.Thread(target=ctx.monitor.run, args=(end, settings.monitor_period), name="monitor",
                                         daemon=True))

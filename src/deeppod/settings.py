@@ -131,6 +131,16 @@ class Settings:
     # tenant is refused: nothing pretends to be isolated), or "auto": sandbox where possible,
     # else one-tenant
     isolation: str = "auto"
+    # the kernel's limits on each sandboxed worker (executor/cgroups.py): processes and threads
+    # (a plan's pids_per_worker or a job's own may lower it); "share": CPU time shared by weight
+    # of --cpus-per-worker under contention, "quota": also a hard cap at that many CPUs
+    pids_per_worker: int = 4096
+    cpu_limit: str = "share"
+    # start sandbox isolation even where the host's control groups cannot be used (memory is then
+    # polled, processes and CPU not limited): the server refuses otherwise
+    unenforced_limits: bool = False
+    # seconds between measurements of tenants' job folders against the plan's storage quotas
+    storage_interval: float = 30.0
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
     # tenant's name; empty: HOME/work/{tenant}
     work_roots: str = ""

@@ -70,6 +70,21 @@ api_attempt("api: register the victim's folder as a model", "POST", "/v1/models/
             {"path": victim_dir})
 api_attempt("api: read the victim's job", "GET", f"/v1/jobs/{victim_id}")
 api_attempt("api: cancel the victim", "POST", f"/v1/jobs/{victim_id}/cancel")
+# devices: a GPU the scheduler gave another job (no node in its /dev, and it cannot make one)
+import stat, threading
+attempt("open a GPU device it was not given", lambda: open("/dev/nvidia0", "rb"))
+attempt("make a GPU device node", lambda: os.mknod("/tmp/nvidia9", stat.S_IFCHR | 0o666, os.makedev(195, 9)))
+# a thread bomb: the kernel's pids limit (the default a user gets) stops it, not the host
+gate, threads = threading.Event(), []
+try:
+    while len(threads) < 20000:
+        t = threading.Thread(target=gate.wait)
+        t.start()
+        threads.append(t)
+except RuntimeError:
+    pass
+gate.set()
+tried["threads started"] = len(threads)
 others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) > 2]
 tried["other processes visible"] = others
 tried["server secret in env"] = "CLOUD_SECRET" in os.environ
@@ -114,13 +129,14 @@ def test_a_hostile_tenant_job_reaches_neither_the_server_nor_another_tenant(tmp_
         assert done["state"] == "succeeded", out
         tried = json.loads(out.strip().splitlines()[-1])
         for name, result in tried.items():
-            if name.startswith(("read", "list", "overwrite", "kill")):
+            if name.startswith(("read", "list", "overwrite", "kill", "open", "make")):
                 assert result != "succeeded", f"{name}: {result}"
             if name.startswith("api:"):
                 assert isinstance(result, int) and 400 <= result < 500, f"{name}: {result}"
         assert sum(name.startswith("api:") for name in tried) == 6
         assert tried["other processes visible"] == [] and tried["server secret in env"] is False
         assert tried["uid"] not in (0, os.getuid())  # never the server's identity
+        assert tried["threads started"] < 4096  # DEEPPOD_PIDS_PER_WORKER's default, the kernel's pids limit
 
         final = alice.wait(victim["id"], timeout=90)
         assert final["state"] == "succeeded", _log(victim_dir).decode()

@@ -92,3 +92,24 @@ def test_a_link_planted_where_a_jobs_shared_memory_goes_is_not_followed(sessions
     os.unlink(launcher.shm(job_id))
     spec = _start(sessions, launcher, job_id)
     assert os.lstat(spec.sandbox["shm"]).st_uid != 0 and oct(os.lstat(spec.sandbox["shm"]).st_mode)[-3:] == "700"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_workers_limits_carry_its_memory_cpus_and_processes(sessions, tmp_path):
+    from dataclasses import replace
+
+    from deeppod.plans.service import apply_plan
+    from tests.fixtures import submit_job
+
+    world = populate(sessions)
+    (tmp_path / "work").mkdir()
+    job_id = submit_job(sessions, world.alice, tmp_path / "work", gpus_per_worker=0, cpus_per_worker=1.5,
+                        memory_mb_per_worker=700)
+    launcher = _launcher(tmp_path)
+    assert "limits" not in _start(sessions, launcher, job_id).sandbox  # the host's groups unusable: polled
+    launcher.isolation = replace(launcher.isolation, cgroups=True, cpu_quota=True, pids=2048)
+    assert _start(sessions, launcher, job_id).sandbox["limits"] == {"memory_mb": 700, "cpus": 1.5, "cpu_quota": True,
+                                                                   "pids": 2048}
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, "pids_per_worker": 256}]})
+    assert _start(sessions, launcher, job_id).sandbox["limits"]["pids"] == 256

@@ -48,6 +48,9 @@ def submit(
         help="CPUs per worker (default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
              "idle; 1 for a CPU-only worker)", show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
+    pids_per_worker: Annotated[Optional[int], typer.Option(
+        help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
+        show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(
         help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
@@ -72,7 +75,8 @@ def submit(
     c = client(url, token)
     job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
-                   cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory), env=job_env,
+                   cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
+                   pids_per_worker=pids_per_worker, env=job_env,
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")

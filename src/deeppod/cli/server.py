@@ -36,6 +36,13 @@ def server(
     single_user: Annotated[bool, typer.Option(
         "--single-user", help="allow several tenants without isolating them (the same as --isolation single-user): "
                               "every start says what is not protected")] = False,
+    cpu_limit: Annotated[Optional[str], typer.Option(
+        help="share: a sandboxed worker's CPU time is shared by the weight of its CPUs under contention (the "
+             "default); quota: also a hard cap at its CPUs (DEEPPOD_CPU_LIMIT)", show_default=False)] = None,
+    unenforced_limits: Annotated[bool, typer.Option(
+        "--unenforced-limits", help="start sandbox isolation even where the kernel's control groups cannot be "
+                                    "used: jobs' memory is then polled, processes and CPU not limited "
+                                    "(DEEPPOD_UNENFORCED_LIMITS)")] = False,
     executor: Annotated[Optional[str], typer.Option(
         help="where jobs run: local (this machine, the default) or ray (a Ray cluster; docs/cluster.md) "
              "(DEEPPOD_EXECUTOR)", show_default=False)] = None,
@@ -67,6 +74,7 @@ def server(
         memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
         cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
+        cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,
         executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)

@@ -1,6 +1,7 @@
 """The kernel's limits for one sandboxed worker: a control group with a hard memory limit (the
-pages of its private /tmp and /dev/shm are charged to it, swap is not an escape) and a limit
-on its processes, on cgroup v2 or, where the host mounts only those, the v1 controllers.
+pages of its private /tmp and /dev/shm are charged to it, swap is not an escape), a limit on
+its processes, a CPU weight from its CPUs (and optionally a hard CPU quota), and on v1 the
+devices it may open; on cgroup v2 or, where the host mounts only those, the v1 controllers.
 
 The group is made inside the one this process is in (so a server in a container or a systemd
 slice stays inside its own), the worker's first process is moved into it before it runs
@@ -36,17 +37,36 @@ def unified() -> bool:
     return (ROOT / "cgroup.controllers").is_file()
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one worker is held to (the sandbox spec's "limits")."""
+
+    memory_mb: int | None = None  # hard: the kernel's OOM killer past it (tmpfs pages counted)
+    pids: int | None = DEFAULT_PIDS  # processes and threads
+    cpus: float | None = None  # its share of CPU time under contention (a weight)
+    cpu_quota: bool = False  # and a hard cap at ``cpus`` CPUs' worth of time, contended or not
+    devices: tuple[tuple[str, int, int], ...] | None = None  # ("c", major, minor) it may open; None: any
+
+    @classmethod
+    def from_spec(cls, raw: dict) -> "Limits":
+        return cls(memory_mb=raw.get("memory_mb"), pids=raw.get("pids"), cpus=raw.get("cpus"),
+                   cpu_quota=bool(raw.get("cpu_quota")), devices=None)
+
+
+PERIOD_US = 100_000  # the CPU quota's period
+
+
 @dataclass
 class Group:
     """One worker's group: its folder per controller (one folder on v2)."""
 
+    folders: tuple[Path, ...]
     memory: Path
-    pids: Path
     v2: bool
     memory_mb: int | None
 
     def add(self, pid: int) -> None:
-        for folder in {self.memory, self.pids}:
+        for folder in self.folders:
             (folder / "cgroup.procs").write_text(str(pid))
 
     def out_of_memory(self) -> bool:
@@ -69,7 +89,7 @@ class Group:
 
     def remove(self) -> None:
         """Once its processes are gone (the sandbox's PID namespace ended): the folders go."""
-        for folder in {self.memory, self.pids}:
+        for folder in self.folders:
             for _ in range(50):
                 try:
                     folder.rmdir()
@@ -80,38 +100,63 @@ class Group:
                     time.sleep(0.02)
 
 
-def create(name: str, *, memory_mb: int | None, pids: int | None = DEFAULT_PIDS) -> Group:
-    """A new group ``name`` with the limits set; Unavailable if the host's groups cannot be used."""
+def create(name: str, limits: Limits) -> Group:
+    """A new group ``name`` with ``limits`` set; Unavailable if the host's groups cannot be used
+    for them (memory and pids always; cpu when asked; devices on v1, where it is a controller)."""
+    made: list[Path] = []
     try:
         if unified():
             folder = ROOT / _own("").lstrip("/") / name
             folder.mkdir()
-            group = Group(folder, folder, True, memory_mb)
-            if memory_mb:
-                (folder / "memory.max").write_text(str(memory_mb << 20))
-                _write_if_there(folder / "memory.swap.max", "0")
-            if pids:
-                (folder / "pids.max").write_text(str(pids))
-            return group
-        memory = ROOT / "memory" / _own("memory").lstrip("/") / name
-        pids_dir = ROOT / "pids" / _own("pids").lstrip("/") / name
-        memory.mkdir()
-        try:
-            pids_dir.mkdir()
-        except OSError:
-            memory.rmdir()
+            made.append(folder)
+            _limit_v2(folder, limits)
+            return Group((folder,), folder, True, limits.memory_mb)
+        wanted = ["memory", "pids"] + (["cpu"] if limits.cpus else []) + (["devices"] if limits.devices is not None else [])
+        folders = {}
+        for controller in wanted:
+            folders[controller] = ROOT / controller / _own(controller).lstrip("/") / name
+            folders[controller].mkdir()
+            made.append(folders[controller])
+        _limit_v1(folders, limits)
+        return Group(tuple(made), folders["memory"], False, limits.memory_mb)
+    except (Unavailable, OSError) as exc:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        if isinstance(exc, Unavailable):
             raise
-        group = Group(memory, pids_dir, False, memory_mb)
-        if memory_mb:
-            (memory / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
-            _write_if_there(memory / "memory.memsw.limit_in_bytes", str(memory_mb << 20))  # no swap beyond it
-        if pids:
-            (pids_dir / "pids.max").write_text(str(pids))
-        return group
-    except Unavailable:
-        raise
-    except OSError as exc:
         raise Unavailable(f"cannot make control group {name}: {exc.strerror or exc}") from exc
+
+
+def _limit_v2(folder: Path, limits: Limits) -> None:
+    if limits.memory_mb:
+        (folder / "memory.max").write_text(str(limits.memory_mb << 20))
+        _write_if_there(folder / "memory.swap.max", "0")
+    if limits.pids:
+        (folder / "pids.max").write_text(str(limits.pids))
+    if limits.cpus:  # v2 has no device controller: the sandbox's /dev holds only its devices (docs/security.md)
+        (folder / "cpu.weight").write_text(str(min(10000, max(1, round(100 * limits.cpus)))))
+        if limits.cpu_quota:
+            (folder / "cpu.max").write_text(f"{max(1000, int(limits.cpus * PERIOD_US))} {PERIOD_US}")
+
+
+def _limit_v1(folders: dict[str, Path], limits: Limits) -> None:
+    if limits.memory_mb:
+        (folders["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_mb << 20))
+        _write_if_there(folders["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20))  # no swap
+    if limits.pids:
+        (folders["pids"] / "pids.max").write_text(str(limits.pids))
+    if limits.cpus:
+        (folders["cpu"] / "cpu.shares").write_text(str(max(2, round(1024 * limits.cpus))))
+        if limits.cpu_quota:
+            (folders["cpu"] / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (folders["cpu"] / "cpu.cfs_quota_us").write_text(str(max(1000, int(limits.cpus * PERIOD_US))))
+    if limits.devices is not None:
+        (folders["devices"] / "devices.deny").write_text("a")
+        for kind, major, minor in limits.devices:
+            (folders["devices"] / "devices.allow").write_text(f"{kind} {major}:{minor} rwm")
 
 
 def _write_if_there(path: Path, value: str) -> None:
@@ -125,7 +170,7 @@ def _write_if_there(path: Path, value: str) -> None:
 def check() -> str | None:
     """None when this process can make limited groups; else why not (said at server start)."""
     try:
-        g = create(f"deeppod-check-{os.getpid()}", memory_mb=64, pids=16)
+        g = create(f"deeppod-check-{os.getpid()}", Limits(memory_mb=64, pids=16, cpus=1.0, devices=()))
     except Unavailable as exc:
         return str(exc)
     g.remove()

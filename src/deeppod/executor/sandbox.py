@@ -22,7 +22,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from deeppod.contract import ENV_SPARE
@@ -125,6 +127,27 @@ def gpu_devices(listing: list[str], visible: str) -> list[str]:
     return sorted(d for d in listing if d in mine or d in NVIDIA_CONTROL)
 
 
+def allowed_devices(visible: str) -> list[str]:
+    """The /dev entries a worker's sandbox holds (and, on cgroup v1, the only ones it may open)."""
+    return list(DEVICES) + gpu_devices(os.listdir("/dev"), visible)
+
+
+def _device_numbers(names: list[str]) -> tuple[tuple[str, int, int], ...]:
+    found = []
+    for name in names:
+        try:
+            st = os.stat("/dev/" + name)
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            found.append(("c" if stat.S_ISCHR(st.st_mode) else "b", os.major(st.st_rdev), os.minor(st.st_rdev)))
+    return tuple(found)
+
+
+def _visible(env: dict[str, str]) -> str:
+    return "all" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", "")
+
+
 def _build_root(root: str, sb: dict, visible: str = "") -> None:
     """The sandbox's file system under ``root`` (in this process's own mount namespace)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
@@ -138,8 +161,7 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
     os.makedirs(root + "/dev", exist_ok=True)
     _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755")
-    devices = list(DEVICES) + gpu_devices(os.listdir("/dev"), visible)  # its own GPUs only
-    for dev in devices:
+    for dev in allowed_devices(visible):  # its own GPUs only
         if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
             _bind("/dev/" + dev, f"{root}/dev/{dev}", True, device=True)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
@@ -184,7 +206,7 @@ def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: 
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outside process died: so do we, and the namespace
         _unshare(CLONE_NEWNS | CLONE_NEWIPC)
-        _build_root(root, sb, "all" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", ""))
+        _build_root(root, sb, _visible(env))
         os.chroot(root)
         os.chdir("/")
     except OSError as exc:
@@ -269,11 +291,11 @@ def main(argv: list[str]) -> int:
     limits = spec["sandbox"].get("limits")  # set when the server enforces them (the host's cgroups)
     group = None
     if limits is not None:
+        held = replace(cgroups.Limits.from_spec(limits), devices=_device_numbers(allowed_devices(_visible(env))))
         try:
-            group = cgroups.create(f"deeppod-{os.getpid()}-{name}", memory_mb=limits.get("memory_mb"),
-                                   pids=limits.get("pids"))
+            group = cgroups.create(f"deeppod-{os.getpid()}-{name}", held)
         except cgroups.Unavailable as exc:
-            print(f"deeppod sandbox: cannot enforce the job's memory and process limits: {exc}", file=sys.stderr)
+            print(f"deeppod sandbox: cannot enforce the job's memory, process and CPU limits: {exc}", file=sys.stderr)
             return 126
     try:
         code = run(spec["sandbox"], spec["command"], env, str(root), group)

@@ -20,9 +20,10 @@ from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.job_folder import WRITABLE, JobFolder
+from deeppod.jobs.storage import pids_for
 from deeppod.nofollow import chown_tree
 from deeppod.scheduler import WorkerPlacement
-from deeppod.store.models import Job, Node
+from deeppod.store.models import Job, Node, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,9 @@ class Isolation:
     identities: Identities
     python: tuple[str, ...]  # the Python environment, read-only in every sandbox
     instance: str = ""  # Settings.instance: in every name on the host, so two installations never share one
-    cgroups: bool = False  # the kernel enforces each worker's memory and processes (executor/cgroups.py)
+    cgroups: bool = False  # the kernel enforces each worker's memory, processes and CPU (executor/cgroups.py)
+    pids: int = DEFAULT_PIDS  # a worker's processes and threads, unless its job or plan says otherwise
+    cpu_quota: bool = False  # a hard cap at its CPUs (DEEPPOD_CPU_LIMIT=quota), not only a weight
     writable: tuple[str, ...] = WRITABLE  # of its folder: the job's to write
     shm_root: str = "/dev/shm"  # where each job's shared memory folder is made
 
@@ -194,5 +197,7 @@ class Launcher:
         sandbox = {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
                    "binds": binds, "shm": str(shm)}
         if self.isolation.cgroups:
-            sandbox["limits"] = {"memory_mb": job.memory_mb_per_worker or None, "pids": DEFAULT_PIDS}
+            sandbox["limits"] = {"memory_mb": job.memory_mb_per_worker or None, "cpus": job.cpus_per_worker,
+                                 "cpu_quota": self.isolation.cpu_quota,
+                                 "pids": pids_for(s, job, s.get(Tenant, job.tenant_id).name, self.isolation.pids)}
         return sandbox

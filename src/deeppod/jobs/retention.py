@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def _remove(session: Session, job: Job, jobs_dir: Path, why: str) -> int:
     folder = JobFolder.of(jobs_dir, job.id).root
-    size = tree_bytes(folder)
+    size = tree_bytes(folder, allocated=False)
     shutil.rmtree(folder, ignore_errors=True)  # through descriptors: a link in it is removed, not followed
     job.purged_at = utcnow()
     add_event(session, job, "purged", f"{why}; {size / 1e6:.1f} MB freed")

@@ -20,7 +20,7 @@ from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from deeppod.jobs import code as code_store
+from deeppod.jobs import code as code_store, storage
 from deeppod.jobs.code import CodeStore
 from deeppod.job_folder import JobFolder
 from deeppod.jobs.stop_rules import check_rules
@@ -39,6 +39,7 @@ class JobRequest:
     gpus_per_worker: int | None = None  # None: 1 when the cluster has GPUs, else 0
     cpus_per_worker: float | None = None  # None: default_cpus()
     memory_mb_per_worker: int | None = None
+    pids_per_worker: int | None = None  # processes and threads; None: the plan's, or the server's default
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     grace_seconds: float | None = None
@@ -186,6 +187,8 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)
+    storage.check_pids(session, principal.tenant, req.pids_per_worker)
+    storage.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
     job = Job(
@@ -194,7 +197,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         max_workers=req.max_workers if req.max_workers != req.workers else None,
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
-        memory_mb_per_worker=req.memory_mb_per_worker, priority=req.priority,
+        memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         read_paths=list(read_paths or []),
     )
@@ -350,6 +353,7 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
                        "(a cancelled or failed one starts over: submit it again)")
     if job.purged_at is not None:
         raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
+    storage.check_submit(session, session.get(Tenant, job.tenant_id).name)
     if job.started_at is not None and job.ended_at is not None:  # the run that stopped counts in its duration
         job.ran_seconds += max(0.0, (job.ended_at - job.started_at).total_seconds())
     job.state, job.stop_reason, job.ended_at, job.stop_requested_at = JobState.QUEUED, None, None, None

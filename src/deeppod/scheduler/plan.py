@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from deeppod.errors import InvalidRequest
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children"}
+_FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb"}
+MIN_PIDS = 16  # a worker's Python, its threads and a shell
 SURPLUS_ORDERS = ("service", "share")
 
 
@@ -39,10 +40,19 @@ class PlanNode:
     lend_limit: int | None = None
     weight: float = 1.0
     children: tuple["PlanNode", ...] = field(default_factory=tuple)
+    # the kernel's limits on its jobs (sandbox isolation, docs/security.md): processes and threads
+    # per worker (a job may ask for fewer, not more), and the disk its job folders may take, its
+    # sub-tenants' included (GB; measured, docs/security.md)
+    pids_per_worker: int | None = None
+    storage_gb: float | None = None
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
                    "lend_limit": self.lend_limit, "weight": self.weight}
+        if self.pids_per_worker is not None:
+            d["pids_per_worker"] = self.pids_per_worker
+        if self.storage_gb is not None:
+            d["storage_gb"] = self.storage_gb
         if self.children:
             d["children"] = [c.to_dict() for c in self.children]
         return d
@@ -75,6 +85,31 @@ class Plan:
 
     def guaranteed_total(self) -> int:
         return sum(t.guaranteed for t in self.tenants)
+
+    def path_to(self, tenant: str) -> list[PlanNode]:
+        """The nodes from the top of the plan down to ``tenant``'s ([] if the plan does not name it)."""
+        def down(nodes, above):
+            for n in nodes:
+                if n.name == tenant:
+                    return [*above, n]
+                if found := down(n.children, [*above, n]):
+                    return found
+            return []
+        return down(self.tenants, [])
+
+    def pids_cap(self, tenant: str) -> int | None:
+        """The most processes per worker ``tenant``'s jobs may have: the tightest on its path."""
+        caps = [n.pids_per_worker for n in self.path_to(tenant) if n.pids_per_worker is not None]
+        return min(caps) if caps else None
+
+    def storage_quotas(self) -> list[tuple[str, float, list[str]]]:
+        """(node, GB, the tenants whose job folders count against it) for every node with a quota."""
+        out = []
+        for node, _, _ in self.walk():
+            if node.storage_gb is not None:
+                below = [n.name for n, _, _ in Plan((node,)).walk()]
+                out.append((node.name, node.storage_gb, below))
+        return out
 
 
 def _num(where: str, key: str, value, *, allow_none: bool, kind=int):
@@ -116,6 +151,11 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
     children_raw = raw.get("children") or []
     if not isinstance(children_raw, list):
         raise InvalidRequest(f"{where}: children must be a list")
+    pids = _num(where, "pids_per_worker", raw.get("pids_per_worker"), allow_none=True)
+    if pids is not None and pids < MIN_PIDS:
+        raise InvalidRequest(f"{where}: pids_per_worker must be at least {MIN_PIDS} (got {pids}): a worker's Python "
+                             "and its threads need that many")
+    storage = _num(where, "storage_gb", raw.get("storage_gb"), allow_none=True, kind=float)
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -124,7 +164,7 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
         for c in children:
             if c.guaranteed > mx:
                 raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max ({mx})")
-    return PlanNode(name, g, mx, lend, weight, children)
+    return PlanNode(name, g, mx, lend, weight, children, pids, storage)
 
 
 def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
@@ -133,7 +173,7 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
         raw = {"tenants": []}
     if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
-                             "lend_limit, weight, children), and optionally 'reclaim_idle_first': true and "
+                             "lend_limit, weight, pids_per_worker, storage_gb, children), and optionally 'reclaim_idle_first': true and "
                              "'surplus': service or share")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]
     if not isinstance(idle_first, bool):

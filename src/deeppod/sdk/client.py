@@ -297,7 +297,7 @@ class Client:
     # jobs
     def submit(self, command: list[str], *, name: str | None = None, workers: int = 1,
                gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
-               memory_mb_per_worker: int | None = None,
+               memory_mb_per_worker: int | None = None, pids_per_worker: int | None = None,
                env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
@@ -314,13 +314,13 @@ class Client:
         place when the server may run your jobs there, else sent as ``code``."""
         return self._request("POST", "/v1/jobs", json=self.job_body(
             command, name=name, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
-            memory_mb_per_worker=memory_mb_per_worker, env=env, workdir=workdir, priority=priority,
-            grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible, max_restarts=max_restarts,
-            stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder))
+            memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
+            priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
+            max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder))
 
     def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
                  gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
-                 memory_mb_per_worker: int | None = None,
+                 memory_mb_per_worker: int | None = None, pids_per_worker: int | None = None,
                  env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
                  grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                  max_restarts: int = 0, stop_rules: list[dict] | None = None,
@@ -338,6 +338,7 @@ class Client:
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
                 "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
+                "pids_per_worker": pids_per_worker,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
                 "priority": priority, "grace_seconds": grace_seconds}

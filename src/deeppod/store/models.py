@@ -59,6 +59,8 @@ class Tenant(Base):
     os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
     os_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     os_gid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the disk its jobs' folders take, as last measured (jobs/storage.py); None: not yet
+    storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class User(Base):
@@ -142,6 +144,7 @@ class Job(Base):
     gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)
     cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
     memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pids_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: its plan's, or the server's
     priority: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)

@@ -25,6 +25,10 @@ class JobCreate(Strict):
                                           description="default: a GPU worker gets its node's CPUs per GPU for each "
                                                       "GPU (so every GPU can be used); a CPU worker 1")
     memory_mb_per_worker: int | None = Field(default=None, ge=1)
+    pids_per_worker: int | None = Field(default=None, ge=16, le=1 << 22,
+                                        description="processes and threads each worker may have (sandbox isolation); "
+                                                    "default: the plan's pids_per_worker for the tenant, else the "
+                                                    "server's DEEPPOD_PIDS_PER_WORKER")
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
@@ -53,6 +57,7 @@ class JobOut(Out):
     gpus_per_worker: int
     cpus_per_worker: float
     memory_mb_per_worker: int | None
+    pids_per_worker: int | None = None
     priority: int
     grace_seconds: float
     restart_count: int

@@ -1,0 +1,129 @@
+"""The disk tenants' job folders take (checkpoints, outputs, models, logs, code), measured
+against the plan's ``storage_gb`` quotas; and the per-worker process limits a plan sets.
+
+Measured, not enforced by the kernel (project quotas are a file system's mount option an
+administrator may not have): every round (DEEPPOD_STORAGE_INTERVAL) each running job's folder
+is walked (finished jobs' sizes are kept, their folders no longer change). A tenant over its
+quota cannot submit, and its running jobs that wrote more since the last round are stopped
+and fail with the reason; docs/security.md says what this leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from deeppod.contract import ACTIVE_STATES, FINAL_STATES, JobState
+from deeppod.errors import Forbidden, InvalidRequest
+from deeppod.job_folder import JobFolder
+from deeppod.nofollow import tree_bytes
+from deeppod.plans.service import current_plan
+from deeppod.scheduler.plan import MIN_PIDS, Plan
+from deeppod.store.models import Job, JobEvent, Tenant, utcnow
+
+log = logging.getLogger(__name__)
+GB = 1_000_000_000
+
+
+def check_pids(session: Session, tenant: str, asked: int | None) -> None:
+    """A job's ``pids_per_worker``: at least MIN_PIDS, at most what the plan gives its tenant."""
+    if asked is None:
+        return
+    if asked < MIN_PIDS:
+        raise InvalidRequest(f"pids_per_worker must be at least {MIN_PIDS} (got {asked}): a worker's Python and "
+                             "its threads need that many")
+    cap = current_plan(session)[0].pids_cap(tenant)
+    if cap is not None and asked > cap:
+        raise InvalidRequest(f"the plan lets tenant {tenant!r}'s workers have at most {cap} processes and threads "
+                             f"each; ask for {cap} or fewer, or ask an administrator to raise pids_per_worker")
+
+
+def pids_for(session: Session, job: Job, tenant: str, default: int) -> int:
+    """The processes and threads each of ``job``'s workers may have: its own ask, else its plan's
+    cap, else the server's default (never above the plan's cap, which may have been lowered since)."""
+    cap = current_plan(session)[0].pids_cap(tenant)
+    want = job.pids_per_worker or (cap if cap is not None else default)
+    return min(want, cap) if cap is not None else want
+
+
+def _over(plan: Plan, used: dict[str, int]) -> dict[str, str]:
+    """Tenant -> why it is over a quota, for every tenant under a node whose folders take more than its quota."""
+    out: dict[str, str] = {}
+    for node, gb, tenants in plan.storage_quotas():
+        total = sum(used.get(t, 0) for t in tenants)
+        if total > gb * GB:
+            why = (f"the job folders of {'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
+                   f"take {total / GB:.2f} GB, over the plan's storage quota of {gb:g} GB: remove finished jobs' "
+                   "folders ('deeppod jobs purge') or ask an administrator to raise storage_gb")
+            for t in tenants:
+                out.setdefault(t, why)
+    return out
+
+
+def check_submit(session: Session, tenant: str) -> None:
+    """A tenant over its storage quota (as last measured) cannot start more jobs."""
+    plan = current_plan(session)[0]
+    if not plan.storage_quotas():
+        return
+    used = {name: b or 0 for name, b in session.execute(select(Tenant.name, Tenant.storage_bytes))}
+    if why := _over(plan, used).get(tenant):
+        raise Forbidden(why, code="over_quota")
+
+
+@dataclass
+class StorageMeter:
+    """Measures every tenant's job folders each round; keeps what no longer changes."""
+
+    sessions: sessionmaker
+    jobs_dir: Path
+    final: dict[int, int] = field(default_factory=dict)  # finished job -> bytes (its folder does not change)
+    last: dict[int, int] = field(default_factory=dict)  # running job -> bytes at the last round
+
+    def round(self) -> dict[str, int]:
+        """Measure, record each tenant's total, stop the writers of tenants over a quota;
+        returns tenant -> bytes."""
+        with self.sessions() as s:
+            rows = s.execute(select(Job.id, Job.tenant_id, Job.state).where(Job.purged_at.is_(None))).all()
+            names = dict(s.execute(select(Tenant.id, Tenant.name)).all())
+        used: dict[str, int] = defaultdict(int)
+        grew: list[int] = []
+        seen = set()
+        for job_id, tenant_id, state in rows:
+            seen.add(job_id)
+            if job_id in self.final:
+                size = self.final[job_id]
+            else:
+                size = tree_bytes(JobFolder.of(self.jobs_dir, job_id).root)
+                if state in FINAL_STATES:
+                    self.final[job_id] = size
+                    self.last.pop(job_id, None)
+                elif state in ACTIVE_STATES:
+                    if size > self.last.get(job_id, size):
+                        grew.append(job_id)
+                    self.last[job_id] = size
+            used[names.get(tenant_id, "")] += size
+        for gone in set(self.final) - seen:  # purged
+            del self.final[gone]
+        self._record(used, grew)
+        return dict(used)
+
+    def _record(self, used: dict[str, int], grew: list[int]) -> None:
+        with self.sessions.begin() as s:
+            for tenant in s.scalars(select(Tenant)):
+                tenant.storage_bytes = used.get(tenant.name, 0)
+            over = _over(current_plan(s)[0], used)
+            if not over:
+                return
+            for job_id in grew:  # the writers: a job of the tenant that wrote nothing since keeps running
+                job = s.get(Job, job_id)
+                why = over.get(s.get(Tenant, job.tenant_id).name)
+                if why and job.state == JobState.RUNNING and not job.stopping:
+                    job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.FAILED.value, utcnow()
+                    s.add(JobEvent(job_id=job.id, kind="stop-requested",
+                                   message=f"{why}; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s"))
+                    log.warning("job %s stopped: %s", job.id, why)

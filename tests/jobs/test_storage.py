@@ -1,0 +1,121 @@
+"""Tenants' job folders against the plan's storage quotas, and the plan's per-worker process
+limits (jobs/storage.py), through the store on SQLite and PostgreSQL."""
+
+import os
+
+import pytest
+from sqlalchemy import select
+
+from deeppod.errors import Forbidden, InvalidRequest
+from deeppod.jobs import storage
+from deeppod.plans.service import apply_plan
+from deeppod.store.models import Job, JobEvent, Tenant, utcnow
+from tests.fixtures import populate, submit_job
+
+KB = 1000
+
+
+def plan(sessions, world, **a):
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, **a}, {"name": "b", "guaranteed": 0}]})
+
+
+def write(folder, name, size):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(os.urandom(size))
+
+
+def test_a_tenant_over_its_quota_cannot_submit_and_its_writing_jobs_fail_with_the_reason(sessions, tmp_path):
+    world, jobs_dir = populate(sessions), tmp_path / "jobs"
+    plan(sessions, world, storage_gb=0.0001)  # 100 kB
+    writer = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    quiet = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    other = submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)
+    with sessions.begin() as s:
+        for job_id in (writer, quiet, other):
+            s.get(Job, job_id).state = "running"
+    meter = storage.StorageMeter(sessions, jobs_dir)
+    write(jobs_dir / str(writer) / "checkpoints", "a", 40 * KB)
+    write(jobs_dir / str(quiet) / "outputs", "b", 40 * KB)
+    write(jobs_dir / str(other) / "outputs", "c", 400 * KB)  # tenant b has no quota
+    used = meter.round()
+    assert 80 * KB <= used["a"] < 100 * KB and used["b"] >= 400 * KB
+    submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)  # under: fine
+    write(jobs_dir / str(writer) / "checkpoints", "d", 60 * KB)  # the writer goes over
+    meter.round()
+    with sessions() as s:
+        assert s.scalar(select(Tenant.storage_bytes).where(Tenant.name == "a")) > 100 * KB
+        job, calm, theirs = s.get(Job, writer), s.get(Job, quiet), s.get(Job, other)
+        assert job.stop_as == "failed" and "over the plan's storage quota of 0.0001 GB" in job.stop_reason
+        assert "deeppod jobs purge" in job.stop_reason
+        assert calm.stop_reason is None and theirs.stop_reason is None  # wrote nothing since / not over
+        assert s.scalar(select(JobEvent.kind).where(JobEvent.job_id == writer)
+                        .order_by(JobEvent.id.desc()).limit(1)) == "stop-requested"
+    with pytest.raises(Forbidden, match="storage quota") as refused:
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    assert refused.value.code == "over_quota"
+    submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)  # another tenant is not held back
+
+
+def test_a_parents_quota_counts_its_sub_tenants_and_links_count_nothing(sessions, tmp_path):
+    world, jobs_dir = populate(sessions), tmp_path / "jobs"
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "lab", "guaranteed": 0, "storage_gb": 0.0001, "children": [
+            {"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 0}]}]})
+    ja = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    jb = submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(500 * KB))
+    write(jobs_dir / str(ja) / "outputs", "x", 60 * KB)
+    os.symlink(big, jobs_dir / str(ja) / "outputs" / "link")  # not its disk
+    meter = storage.StorageMeter(sessions, jobs_dir)
+    meter.round()
+    submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)
+    write(jobs_dir / str(jb) / "outputs", "y", 60 * KB)
+    meter.round()
+    for who in (world.alice, world.bob):
+        with pytest.raises(Forbidden, match="'lab' and its tenants"):
+            submit_job(sessions, who, tmp_path, gpus_per_worker=0)
+
+
+def test_finished_jobs_are_measured_once_and_purged_ones_drop_out(sessions, tmp_path):
+    world, jobs_dir = populate(sessions), tmp_path / "jobs"
+    job_id = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    with sessions.begin() as s:
+        s.get(Job, job_id).state = "succeeded"
+    write(jobs_dir / str(job_id), "log", 50 * KB)
+    meter = storage.StorageMeter(sessions, jobs_dir)
+    first = meter.round()["a"]
+    write(jobs_dir / str(job_id), "more", 50 * KB)  # nothing writes a finished job's folder: kept as measured
+    assert meter.round()["a"] == first
+    with sessions.begin() as s:
+        s.get(Job, job_id).purged_at = utcnow()
+    assert meter.round().get("a", 0) == 0 and job_id not in meter.final
+
+
+def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(sessions, tmp_path):
+    world = populate(sessions)
+    own = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=100)
+    plain = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    with pytest.raises(InvalidRequest, match="at least 16"):
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=4)
+    with sessions() as s:
+        assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100
+        assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 4096
+    plan(sessions, world, pids_per_worker=512)
+    with pytest.raises(InvalidRequest, match="at most 512"):
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=1000)
+    with sessions() as s:
+        assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 512
+        assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100
+        assert storage.pids_for(s, s.get(Job, plain), "b", 4096) == 4096  # b has no cap
+
+
+def test_plan_limits_are_checked(sessions):
+    world = populate(sessions)
+    for bad, words in (({"pids_per_worker": 8}, "at least 16"), ({"storage_gb": -1}, "must not be negative"),
+                       ({"storage_gb": "lots"}, "must be a number")):
+        with pytest.raises(InvalidRequest, match=words), sessions.begin() as s:
+            apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, **bad}]})
+    with sessions() as s:
+        assert s.get(Tenant, world.alice.tenant_id).storage_bytes is None
