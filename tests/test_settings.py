@@ -21,7 +21,8 @@ def test_every_field_is_read_from_its_variable_and_defaults_match(tmp_path):
     assert Settings.from_env({}) == Settings()  # one default per setting, written once
     values = {"bool": "0", "int": "3", "int | None": "3", "float": "2.5", "str": "x", "str | None": "x",
               "Path": str(tmp_path), "Path | None": str(tmp_path)}
-    env = {env_name(f.name): values[f.type] for f in fields(Settings)}
+    env = {env_name(f.name): values[f.type] if f.type != "bool" else ("0" if f.default else "1")
+           for f in fields(Settings)}
     s = Settings.from_env(env)
     for f in fields(Settings):
         assert getattr(s, f.name) != getattr(Settings(), f.name), f"{env_name(f.name)} was not read"

@@ -139,6 +139,9 @@ class Settings:
     # start sandbox isolation even where the host's control groups cannot be used (memory is then
     # polled, processes and CPU not limited): the server refuses otherwise
     unenforced_limits: bool = False
+    # the network a sandboxed job gets unless it says (--network): "host", "isolated" (its own
+    # namespace; only the API reachable) or "none" (executor/netns.py, docs/security.md)
+    job_network: str = "host"
     # seconds between measurements of tenants' job folders against the plan's storage quotas
     storage_interval: float = 30.0
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the

@@ -237,3 +237,81 @@ def test_a_job_over_its_memory_is_stopped_by_the_kernel_and_says_so(tmp_path):
     finally:
         server.stop()
         server.cleanup_jobs()
+
+
+LISTENER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+s.settimeout(float(sys.argv[2]))
+print("listening", flush=True)
+try:
+    s.accept()
+    print("victim reached", flush=True)
+except socket.timeout:
+    print("nobody came", flush=True)
+"""
+
+ISOLATED = """
+import json, os, socket, sys, urllib.request
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")  # its workers meet on their own loopback
+total = torch.ones(1)
+dist.all_reduce(total)
+tried = {"world": int(total.item())}
+for name, port in (("the victim's port", int(sys.argv[1])), ("the host's ssh", 22)):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        tried[name] = "reached"
+    except OSError as exc:
+        tried[name] = type(exc).__name__
+req = urllib.request.Request(os.environ["DEEPPOD_API_URL"].split(",")[0] + "/v1/whoami",
+                             headers={"Authorization": "Bearer " + os.environ["DEEPPOD_TOKEN"]})
+tried["api"] = json.load(urllib.request.urlopen(req, timeout=10))["user"]
+if dist.get_rank() == 0:
+    print(json.dumps(tried), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_job_in_its_own_network_reaches_the_api_and_nothing_else(tmp_path):
+    """--network isolated: the job's workers meet on their own loopback and reach the API through
+    the proxy; another job's port on the host is out of reach (and theirs out of everyone's)."""
+    from tests.helpers import free_port
+
+    server = LiveServer(tmp_path / "home", isolation=None).start()
+    try:
+        admin = Client(server.url, server.admin_token)
+        if admin.whoami()["isolation"] != "sandbox":
+            pytest.skip("needs a root server (sandbox isolation)")
+        tokens = {}
+        for user, tenant in (("alice", "lab"), ("mallory", "evil")):
+            admin.create_tenant(tenant)
+            tokens[user] = admin.create_user(user, tenant)["token"]
+        alice, mallory = Client(server.url, tokens["alice"]), Client(server.url, tokens["mallory"])
+        port = free_port()
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "listener.py").write_text(LISTENER)
+        (code / "isolated.py").write_text(ISOLATED)
+        victim = alice.submit([sys.executable, "listener.py", str(port), "40"], code=str(code), gpus_per_worker=0)
+        victim_dir = server.home / "jobs" / str(victim["id"])
+        wait_until(lambda: b"listening" in _log(victim_dir), 60, what="the victim to listen")
+        job = mallory.submit([sys.executable, "isolated.py", str(port)], code=str(code), workers=2,
+                             gpus_per_worker=0, network="isolated")
+        assert job["network"] == "isolated"
+        done = mallory.wait(job["id"], timeout=120)
+        out = _log(server.home / "jobs" / str(job["id"])).decode()
+        assert done["state"] == "succeeded", out
+        tried = json.loads(out.strip().splitlines()[-1])
+        assert tried == {"world": 2, "the victim's port": "ConnectionRefusedError",
+                         "the host's ssh": "ConnectionRefusedError", "api": "mallory"}, tried
+        alice.cancel(victim["id"])
+        assert b"victim reached" not in _log(victim_dir)
+        with pytest.raises(Exception) as refused:
+            mallory.submit([sys.executable, "isolated.py"], code=str(code), network="bridged")
+        assert getattr(refused.value, "status", None) == 422
+    finally:
+        server.stop()
+        server.cleanup_jobs()

@@ -51,6 +51,9 @@ def submit(
     pids_per_worker: Annotated[Optional[int], typer.Option(
         help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
         show_default=False)] = None,
+    network: Annotated[Optional[str], typer.Option(
+        help="host: the host's network; isolated: a network of its own where only the DeepPod API is reachable; "
+             "none: nothing reachable (sandboxed servers; default: the server's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(
         help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
@@ -76,7 +79,7 @@ def submit(
     job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
-                   pids_per_worker=pids_per_worker, env=job_env,
+                   pids_per_worker=pids_per_worker, network=network, env=job_env,
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from deeppod.contract import ENV_SPARE
 from deeppod.executor import cgroups
+from deeppod.executor.netns import setns
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import open_dir
 
@@ -235,15 +236,20 @@ def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: 
     os._exit(0)  # the kernel now kills whatever the command left in the namespace
 
 
-def run(sb: dict, command: list[str], env: dict[str, str], root: str, group: cgroups.Group | None = None) -> int:
+def run(sb: dict, command: list[str], env: dict[str, str], root: str, group: cgroups.Group | None = None,
+        netns: int | None = None) -> int:
     """Run ``command`` in a sandbox described by ``sb`` (uid, gid, workdir, python, binds);
     return its exit code, or -N if signal N killed it. ``root``: an empty folder of the
     server's that the sandbox's root is mounted on (only inside its own mount namespace, so
     nothing is left on the host, whatever kills it). ``group``: the control group the
-    sandbox's first process is moved into before it does anything (its limits)."""
+    sandbox's first process is moved into before it does anything (its limits). ``netns``: a
+    descriptor of the job's own network namespace (executor/netns.py) it runs in."""
     r, w = os.pipe()
     go_r, go_w = os.pipe()
     try:
+        if netns is not None:
+            setns(netns)
+            os.close(netns)
         _unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
         init = os.fork()
         if init == 0:
@@ -275,9 +281,10 @@ def run(sb: dict, command: list[str], env: dict[str, str], root: str, group: cgr
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK|spare-N", file=sys.stderr)
+    if len(argv) not in (3, 4):
+        print("usage: python -m deeppod.executor.sandbox JOB_DIR RANK|spare-N [NETNS_FD]", file=sys.stderr)
         return 2
+    netns = int(argv[3]) if len(argv) == 4 else None  # the job's own network, a descriptor the supervisor passed
     folder = JobFolder(Path(argv[1]))
     spec = folder.read_spec()
     if argv[2].startswith("spare-"):  # a warm spare (runtime/spare.py): its env until it is handed a rank's
@@ -288,6 +295,9 @@ def main(argv: list[str]) -> int:
         env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
     root = folder.sandbox_root(name)
     root.mkdir(mode=0o700, exist_ok=True)
+    if (spec["sandbox"].get("network") or {}).get("mode", "host") != "host" and netns is None:
+        print("deeppod sandbox: the job asks for its own network and none was given", file=sys.stderr)
+        return 126
     limits = spec["sandbox"].get("limits")  # set when the server enforces them (the host's cgroups)
     group = None
     if limits is not None:
@@ -298,7 +308,7 @@ def main(argv: list[str]) -> int:
             print(f"deeppod sandbox: cannot enforce the job's memory, process and CPU limits: {exc}", file=sys.stderr)
             return 126
     try:
-        code = run(spec["sandbox"], spec["command"], env, str(root), group)
+        code = run(spec["sandbox"], spec["command"], env, str(root), group, netns)
     finally:
         if group is not None:
             if group.out_of_memory():

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
+from deeppod.executor.netns import Forward, JobNetwork
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.05
@@ -126,6 +127,7 @@ class Supervisor:
         self._said_parked: set[int] = set()
         self._next_spare = 0
         self._handed: dict[int, socket.socket] = {}  # rank -> socket of a spare handed its place before it parked
+        self.network: JobNetwork | None = None  # the job's own network namespace (--network isolated|none)
 
     def _mark_logs(self) -> None:
         """Stamp each rank's log size with the time, when it grew: 'deeppod logs' interleaves the
@@ -164,12 +166,28 @@ class Supervisor:
 
     def _popen(self, name: str, env: dict[str, str], log, stdin) -> subprocess.Popen:
         """One process of the job's command: ``name`` is its rank, or spare-N."""
+        fds: tuple[int, ...] = ()
         if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
             argv, cwd, env = [sys.executable, "-m", "deeppod.executor.sandbox", str(self.job_dir), name], "/", None
+            if self.network is not None:  # it joins the job's own network
+                argv.append(str(self.network.fd))
+                fds = (self.network.fd,)
         else:
             argv, cwd = self.spec["command"], self.spec["workdir"]
         return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
-                                process_group=0, preexec_fn=die_with_parent if self.part is not None else None)
+                                process_group=0, preexec_fn=die_with_parent if self.part is not None else None,
+                                pass_fds=fds)
+
+    def _start_network(self) -> None:
+        """``--network isolated|none``: the job's own network namespace on this node (executor/netns.py)."""
+        net = (self.spec.get("sandbox") or {}).get("network")
+        if not net or net.get("mode", "host") == "host":
+            return
+        try:
+            self.network = JobNetwork.start([Forward(int(f[0]), str(f[1]), int(f[2])) for f in net.get("forward", [])])
+        except OSError as exc:  # no worker may start on the host's network instead
+            self.codes = {int(w["rank"]): 126 for w in self.spec["workers"]}
+            self.reason = f"could not make the job's own network: {exc}"
 
     def _write_pids(self) -> None:
         pids = {str(r): p.pid for r, p in self.procs.items()}
@@ -291,7 +309,9 @@ class Supervisor:
             start_time = int(f.read().rsplit(")", 1)[1].split()[19])
         if self.part is None:  # on a cluster the node agents find their supervisors
             self.folder.write_supervisor(os.getpid(), start_time)
-        self.start_workers()
+        self._start_network()
+        if not self.codes:
+            self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
         # the kernel enforces a sandboxed worker's memory (executor/cgroups.py); else this poll
         enforced = (self.spec.get("sandbox") or {}).get("limits") is not None
@@ -345,6 +365,8 @@ class Supervisor:
         self._mark_logs()
         self._keep_spares(0)
         self._release_handed(everything=True)
+        if self.network is not None:
+            self.network.stop()
         self.folder.write_result({
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
-from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, worker_env
+from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
@@ -53,6 +54,21 @@ class Rendezvous:
 
     master_addr: str
     master_port: int
+
+
+def own_network(api_url: str) -> tuple[str, list[list]]:
+    """A job in a network of its own reaches each API server at a port of its loopback, which
+    the proxy forwards (executor/netns.py): the URLs it is given, and [local port, host, port]
+    for each."""
+    urls, forwards, used = [], [], set()
+    for url in server_urls(api_url):
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        local = port if port not in used else max(used) + 1
+        used.add(local)
+        forwards.append([local, parts.hostname, port])
+        urls.append(f"{parts.scheme}://127.0.0.1:{local}{parts.path}")
+    return ",".join(urls), forwards
 
 
 def shm_name(instance: str, job_id: int) -> str:
@@ -118,9 +134,10 @@ class Launcher:
             raise ExecutorError("this server has no dataset store to stage from")
         return {d["env"]: self.stage(d["version_id"]) for d in wanted}
 
-    def rendezvous(self, s: Session, node: str) -> Rendezvous:
-        """Rank 0's node's address and a port free on it now."""
-        address = s.scalar(select(Node.address).where(Node.name == node)) or "127.0.0.1"
+    def rendezvous(self, s: Session, job: Job, node: str) -> Rendezvous:
+        """Rank 0's node's address and a port free on it now (in a job's own network: its loopback)."""
+        address = "127.0.0.1" if job.network != "host" else \
+            s.scalar(select(Node.address).where(Node.name == node)) or "127.0.0.1"
         return Rendezvous(address, self.executor.port_on(node, address))
 
     def token(self, s: Session, job: Job) -> str:
@@ -145,10 +162,14 @@ class Launcher:
     def launch_spec(self, s: Session, job: Job, placed: list[WorkerPlacement],
                     staged: dict[str, str]) -> LaunchSpec:
         folder = self.folder(job.id)
+        if job.network != "host" and len({w.node for w in placed}) > 1:
+            raise ExecutorError(f"--network {job.network} gives a job a network of its own on one node, and its "
+                                f"workers were placed on {len({w.node for w in placed})}: submit it with fewer "
+                                "workers, or with --network host")
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         folder.reset_world()
         workers = self.workers(job, placed, placed, staged=staged, token=self.token(s, job),
-                               meet=self.rendezvous(s, placed[0].node), generation=0)
+                               meet=self.rendezvous(s, job, placed[0].node), generation=0)
         sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
@@ -158,8 +179,9 @@ class Launcher:
         """One worker's environment: the job contract (``where``: its rank, world, rendezvous,
         GPUs), the server's CA, and the world file of an in-place resize."""
         folder = self.folder(job.id)
+        api_url = self.api_url if job.network == "host" else own_network(self.api_url)[0]
         env = worker_env(self.base_env, {**job.env, **staged}, job_id=job.id,
-                         checkpoint_dir=str(folder.checkpoints), api_url=self.api_url, token=token,
+                         checkpoint_dir=str(folder.checkpoints), api_url=api_url, token=token,
                          restart_count=job.restart_count, params=job.params,
                          grace_seconds=job.grace_seconds, **where)
         if self.ca_cert:
@@ -196,6 +218,9 @@ class Launcher:
         _private_folder(shm, who.uid, who.gid)
         sandbox = {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
                    "binds": binds, "shm": str(shm)}
+        if job.network != "host":  # executor/netns.py: the API alone is forwarded (isolated), or nothing (none)
+            sandbox["network"] = {"mode": job.network,
+                                  "forward": own_network(self.api_url)[1] if job.network == "isolated" else []}
         if self.isolation.cgroups:
             sandbox["limits"] = {"memory_mb": job.memory_mb_per_worker or None, "cpus": job.cpus_per_worker,
                                  "cpu_quota": self.isolation.cpu_quota,

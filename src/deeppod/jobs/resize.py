@@ -73,7 +73,9 @@ class Resizes:
             return False
         alloc = Allocation.of(job)
         old, generation = len(alloc.workers), alloc.generation + 1
-        meet = self.launcher.rendezvous(s, alloc.workers[0].node)
+        if job.network != "host" and any(w.node != alloc.workers[0].node for w in r.added):
+            return False  # its own network holds one node's workers: a restart says so
+        meet = self.launcher.rendezvous(s, job, alloc.workers[0].node)
         decided = self.clock()
         world = {"generation": generation, "world_size": r.workers, "master_addr": meet.master_addr,
                  "master_port": meet.master_port, "decided_at": decided}

@@ -40,6 +40,7 @@ class JobRequest:
     cpus_per_worker: float | None = None  # None: default_cpus()
     memory_mb_per_worker: int | None = None
     pids_per_worker: int | None = None  # processes and threads; None: the plan's, or the server's default
+    network: str | None = None  # "host", "isolated" or "none" (sandboxed jobs); None: the server's default
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     grace_seconds: float | None = None
@@ -144,11 +145,12 @@ def default_name(command: list[str]) -> str:
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
-           code: CodeStore | None = None, jobs_dir: Path | None = None) -> Job:
+           code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host") -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
     ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
     the job works in a folder of its own, JOB_DIR/code: the code it was sent with
     (``req.code``, kept in ``code``), or empty."""
+    req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
     if req.workdir is None:
@@ -158,6 +160,19 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
         req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
     return _submit(session, principal, req, default_grace, read_paths)
+
+
+NETWORKS = ("host", "isolated", "none")
+
+
+def _network(asked: str, sandboxed: bool) -> str:
+    if asked not in NETWORKS:
+        raise InvalidRequest(f"network {asked!r} is not one of host (the host's network), isolated (its own, only the "
+                             "API reachable) or none (its own, nothing reachable)")
+    if asked != "host" and not sandboxed:
+        raise InvalidRequest(f"--network {asked} needs a server that sandboxes jobs (sandbox isolation, as root); "
+                             "this one runs them as itself: leave --network out")
+    return asked
 
 
 def _submit_in_own_folder(session: Session, principal: Principal, req: JobRequest, default_grace: float,
@@ -198,6 +213,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
+        network=req.network or "host",
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         read_paths=list(read_paths or []),
     )

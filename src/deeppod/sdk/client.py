@@ -302,7 +302,7 @@ class Client:
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
                datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-               own_folder: bool = False) -> dict:
+               own_folder: bool = False, network: str | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
         ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
         Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
@@ -316,7 +316,8 @@ class Client:
             command, name=name, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
             memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
             priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
-            max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder))
+            max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder,
+            network=network))
 
     def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
                  gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
@@ -325,7 +326,7 @@ class Client:
                  grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                  max_restarts: int = 0, stop_rules: list[dict] | None = None,
                  datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-                 own_folder: bool = False) -> dict:
+                 own_folder: bool = False, network: str | None = None) -> dict:
         """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
         there is code to send. Arguments as :meth:`submit`."""
         if (workdir is not None) + (code is not None) + own_folder > 1:
@@ -338,7 +339,7 @@ class Client:
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
                 "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
-                "pids_per_worker": pids_per_worker,
+                "pids_per_worker": pids_per_worker, "network": network,
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
                 "priority": priority, "grace_seconds": grace_seconds}

@@ -145,6 +145,8 @@ class Job(Base):
     cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
     memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pids_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: its plan's, or the server's
+    # "host" (the host's network), "isolated" (its own, with only the API: executor/netns.py) or "none"
+    network: Mapped[str] = mapped_column(String(16), default="host", server_default="host")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)

@@ -20,7 +20,8 @@ def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, reques
     req = service.JobRequest(**body.model_dump())
     ctx = get_ctx(request)
     job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots,
-                         code=ctx.code, jobs_dir=ctx.settings.jobs_dir)
+                         code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
+                         default_network=ctx.settings.job_network)
     return job_out(job, principal.tenant, principal.user)
 
 

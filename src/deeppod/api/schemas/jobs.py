@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -29,6 +30,10 @@ class JobCreate(Strict):
                                         description="processes and threads each worker may have (sandbox isolation); "
                                                     "default: the plan's pids_per_worker for the tenant, else the "
                                                     "server's DEEPPOD_PIDS_PER_WORKER")
+    network: Literal["host", "isolated", "none"] | None = Field(
+        default=None, description="host: the host's network; isolated: its own (a network namespace) where only the "
+                                  "API is reachable; none: its own, nothing reachable (sandbox isolation; one node). "
+                                  "Default: the server's DEEPPOD_JOB_NETWORK (host)")
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
@@ -58,6 +63,7 @@ class JobOut(Out):
     cpus_per_worker: float
     memory_mb_per_worker: int | None
     pids_per_worker: int | None = None
+    network: str = "host"
     priority: int
     grace_seconds: float
     restart_count: int

@@ -97,7 +97,8 @@ def _submit(request: Request, session, viewer, req: service.JobRequest, fields: 
     ctx = get_ctx(request)
     try:
         return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
-                              roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir)
+                              roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
+                              default_network=ctx.settings.job_network)
     except DeepPodError as exc:
         raise forms.service_error(exc, fields) from None
 

@@ -1,4 +1,4 @@
-"""jobs: the processes a worker may have (its own limit); tenants: the disk their job folders take
+"""jobs: the processes a worker may have (its own limit) and its network; tenants: the disk their job folders take
 
 Revision ID: 0018
 Revises: 0017
@@ -17,6 +17,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('jobs') as batch_op:
         batch_op.add_column(sa.Column('pids_per_worker', sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column('network', sa.String(length=16), nullable=False, server_default='host'))
     with op.batch_alter_table('tenants') as batch_op:
         batch_op.add_column(sa.Column('storage_bytes', sa.BigInteger(), nullable=True))
 
@@ -25,4 +26,5 @@ def downgrade() -> None:
     with op.batch_alter_table('tenants') as batch_op:
         batch_op.drop_column('storage_bytes')
     with op.batch_alter_table('jobs') as batch_op:
+        batch_op.drop_column('network')
         batch_op.drop_column('pids_per_worker')
