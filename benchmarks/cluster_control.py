@@ -56,7 +56,8 @@ def bench_start(repeat: int, root: Path) -> dict:
             cluster.add_node()
         local = Server(root / "local", {}).start()
         servers.append(local)
-        on_ray = Server(root / "ray", {"DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address}).start()
+        on_ray = Server(root / "ray", {"DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address,
+                                       **cluster.client_env}).start()
         servers.append(on_ray)
         for s in servers:  # warm: the first job of each pays for imports and Ray's first workers
             time_to_running(s, root)

@@ -178,6 +178,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
     leader = Leadership(sessions, settings.public_url, server_id=server_id)
     executor = executor or executor_for(settings)
+    check_cluster_auth(settings, isolation, executor)
     if fenced:
         executor = FencedExecutor(executor, leader.check)
     node = None if cluster_nodes(executor) is not None else local_node(
@@ -260,6 +261,16 @@ def executor_for(settings: Settings) -> Executor:
 
         return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node, instance=settings.instance)
     raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
+
+
+def check_cluster_auth(settings: Settings, isolation: Isolation | None, executor) -> None:
+    """Sandboxed jobs on a Ray cluster: the cluster must ask for Ray's token (anything that
+    reaches an unauthenticated cluster's ports runs code as the Ray nodes' identity)."""
+    if isolation is not None and getattr(executor, "authenticated", True) is False and not settings.ray_without_auth:
+        raise InvalidRequest("this Ray cluster is used without Ray's token authentication, so a sandboxed job on the "
+                             "host's network could reach its ports and run code as the Ray nodes' identity: start Ray "
+                             "and this server with RAY_AUTH_MODE=token and the cluster's RAY_AUTH_TOKEN "
+                             "(docs/cluster.md), or set DEEPPOD_RAY_WITHOUT_AUTH=1 on a network only trusted users reach")
 
 
 def cluster_nodes(executor: Executor):

@@ -139,6 +139,8 @@ class Settings:
     # start sandbox isolation even where the host's control groups cannot be used (memory is then
     # polled, processes and CPU not limited): the server refuses otherwise
     unenforced_limits: bool = False
+    # run sandboxed jobs on a Ray cluster that does not ask for Ray's token (docs/cluster.md)
+    ray_without_auth: bool = False
     # the network a sandboxed job gets unless it says (--network): "host", "isolated" (its own
     # namespace; only the API reachable) or "none" (executor/netns.py, docs/security.md)
     job_network: str = "host"

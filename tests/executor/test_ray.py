@@ -53,7 +53,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def server(cluster, tmp_path_factory):
     s = LiveServer(tmp_path_factory.mktemp("ray") / "home", extra_env={
-        "DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address}).start()
+        "DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address, **cluster.client_env}).start()
     yield s
     s.stop()
     s.cleanup_jobs()
@@ -188,3 +188,39 @@ def test_a_node_that_joins_later_appears_by_itself(server, cluster):
     wait_until(lambda: len({n["name"] for n in c.nodes() if n["up"]} - before) == 1, 30, what="the new node")
     new = [n for n in c.nodes() if n["name"] not in before][0]
     assert len(new["gpus"]) == 1 and new["address"]
+
+
+def test_a_job_cannot_use_the_ray_cluster_it_runs_on(server, cluster, tmp_path, monkeypatch):
+    """The cluster asks for Ray's token (docs/cluster.md); a job never gets it, so it cannot
+    become a Ray driver and run code as the Ray nodes' identity."""
+    c = Client(server.url, server.admin_token)
+    (tmp_path / "driver.py").write_text(
+        "import sys, ray\n"
+        "try:\n"
+        f"    ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+        "except Exception as exc:\n"
+        "    print('refused:', type(exc).__name__, flush=True)\n"
+        "    sys.exit(0)\n"
+        "print('became a driver', flush=True)\n"
+        "sys.exit(1)\n")
+    monkeypatch.chdir(tmp_path)
+    job = c.submit([sys.executable, "driver.py"], workers=1, gpus_per_worker=0)
+    done = c.wait(job["id"], timeout=180)
+    out = _logs(server, job["id"])
+    assert done["state"] == "succeeded" and "refused:" in out, (done, out)
+
+
+def test_sandboxed_jobs_need_a_cluster_with_token_authentication(tmp_path):
+    from deeppod.auth.identities import FakeIdentities
+    from deeppod.errors import InvalidRequest
+    from deeppod.server import check_cluster_auth, isolation_for
+    from deeppod.settings import Settings
+
+    class Open:  # a Ray executor connected without Ray's token
+        authenticated = False
+    settings = Settings(home=tmp_path / "h", isolation="sandbox")
+    sandboxed = isolation_for(settings, FakeIdentities())
+    with pytest.raises(InvalidRequest, match="RAY_AUTH_MODE=token"):
+        check_cluster_auth(settings, sandboxed, Open())
+    check_cluster_auth(settings, None, Open())  # single-user: its jobs are trusted anyway
+    check_cluster_auth(Settings(home=tmp_path / "h", isolation="sandbox", ray_without_auth=True), sandboxed, Open())

@@ -201,3 +201,14 @@ def test_a_workers_private_tmpfs_folders_are_no_larger_than_its_memory(tmp_path)
                              "    print(d, s.f_blocks * s.f_frsize >> 20)", limits={"memory_mb": 96, "pids": 64})
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and "/tmp 96" in out and "/dev/shm 96" in out, out
+
+
+@needs_cgroups
+def test_the_memory_limit_is_the_one_asked_for_within_five_percent(tmp_path):
+    """256 MiB: a worker holding 90% of it runs to the end; one reaching 105% is killed."""
+    hold = "x = bytearray({n} << 20)\nx[::4096] = b'1' * len(x[::4096])\nprint('held', {n})"
+    for n, survives in ((230, True), (269, False)):
+        (tmp_path / str(n)).mkdir()
+        p = in_sandbox(tmp_path / str(n), hold.format(n=n), limits={"memory_mb": 256, "pids": 64})
+        out, _ = p.communicate(timeout=120)
+        assert (p.returncode == 0 and f"held {n}" in out) == survives, (n, p.returncode, out)

@@ -4,6 +4,7 @@ start`` run as an administrator would, several raylets with logical GPUs."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -19,12 +20,15 @@ class LocalRayCluster:
     a head without GPUs and worker raylets with one GPU each, all under one temp folder so
     that exactly our processes are stopped at the end."""
 
-    def __init__(self, gpus_per_node: int = 1):
+    def __init__(self, gpus_per_node: int = 1, auth: bool = True):
+        """``auth``: Ray's token authentication, as docs/cluster.md asks an administrator to
+        start it (``client_env`` is what a driver, the DeepPod server, needs to connect)."""
         self.gpus_per_node = gpus_per_node
         self.temp = Path(tempfile.mkdtemp(prefix="dpray", dir="/tmp"))  # unix sockets below: keep it short
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)} if auth else {}
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self.client_env}
         self._ray("--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
                   "--temp-dir", str(self.temp), "--include-dashboard", "false")
 

@@ -60,6 +60,18 @@ def _answers(address: str, timeout: float = 5.0) -> bool:
         return False
 
 
+def _token_auth() -> bool:
+    """Whether this driver connects with Ray's token authentication (RAY_AUTH_MODE=token, Ray's
+    own setting): a cluster started with it refuses a driver without the token, one started
+    without it never asks for it."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        return get_authentication_mode() == AuthenticationMode.TOKEN
+    except (ImportError, AttributeError):  # a Ray without token authentication
+        return False
+
+
 def _local_ip_towards(address: str) -> str:
     host, port = _host_port(address)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -173,6 +185,9 @@ class RayExecutor:
                                 "machine (docs/cluster.md), or fix --ray-address")
         self.ray = ray
         self.address = address
+        # Ray's token authentication: without it anything that reaches the cluster's ports (a
+        # job on the host's network included) can run code as the Ray nodes' identity
+        self.authenticated = _token_auth()
         self.gpus_per_node = gpus_per_node
         # a Ray driver talks to the raylet of its own node: the one at the address this machine
         # reaches the head from (127.0.0.1 for a cluster on one machine)
