@@ -1,8 +1,8 @@
 """What the kernel's limits cost a sandboxed job: the built-in trainer on digits in DeepPod's
-sandbox with its control group (a memory limit and a process limit: executor/cgroups.py)
+sandbox with its control group (memory, process and CPU limits: executor/cgroups.py)
 against the same sandbox without one, runs alternated, the median throughput of each.
 
-    sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096]
+    sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096] [--cpus N] [--cpu-quota]
 
 Needs root (the sandbox switches to another identity); prints both medians and the ratio
 (limited / unlimited; the aim is >= 0.98).
@@ -36,7 +36,8 @@ def run_once(tmp: Path, data: Path, args, limited: bool, n: int) -> float:
     sb = {"uid": NOBODY, "gid": NOBODY, "workdir": str(work), "python": python,
           "binds": [[str(work), str(work), True], [str(data), str(data), False]]}
     if limited:
-        sb["limits"] = {"memory_mb": args.memory_mb, "pids": cgroups.DEFAULT_PIDS}
+        sb["limits"] = {"memory_mb": args.memory_mb, "pids": cgroups.DEFAULT_PIDS, "cpus": args.cpus,
+                        "cpu_quota": args.cpu_quota}
     command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(data),
                "--model", "small-cnn", "--epochs", str(args.epochs), "--batch-size", "64", "--lr", "0.05",
                "--output", str(work / "model")]
@@ -57,6 +58,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--memory-mb", type=int, default=4096)
+    p.add_argument("--cpus", type=float, default=float(os.cpu_count() or 1),
+                   help="the worker's CPUs: its CPU weight (default: every CPU, as a job asking for them gets)")
+    p.add_argument("--cpu-quota", action="store_true", help="and a hard cap at --cpus (DEEPPOD_CPU_LIMIT=quota)")
     args = p.parse_args()
     if (why := sandbox.supported()) is not None or (why := cgroups.check()) is not None:
         raise SystemExit(f"cannot measure here: {why}")

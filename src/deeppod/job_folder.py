@@ -5,6 +5,7 @@ supervisor and the sandbox exchange about one job, and how each is read and writ
 
     spec.json            the run's workers, command and sandbox (0600: it holds the job's token)
     supervisor.json      the supervisor's pid and start time (a restarted server finds it)
+    phase                what the supervisor does before the workers start (preparing environment)
     supervisor[-N].log   the supervisor's own output (N: a node's part of a cluster job)
     workers[-N].json     the workers' pids (a vanished supervisor's strays are killed by them)
     result[-N].json      how the run ended: exit codes, reason, whether a stop was asked
@@ -126,7 +127,7 @@ class JobFolder:
         grows, stop word and node parts gone."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        for name in ("result.json", "workers.json", "supervisor.json", "stop"):
+        for name in ("result.json", "workers.json", "supervisor.json", "stop", "phase"):
             (self.root / name).unlink(missing_ok=True)
         for pattern in ("result-*.json", "grow-*.json"):
             for f in self.root.glob(pattern):
@@ -187,6 +188,19 @@ class JobFolder:
     def read_result(self, part: int | None = None) -> dict | None:
         """How the run (or a node's part of it) ended; None while it has not."""
         return _read_json(self.root / _part("result", part))
+
+    def write_phase(self, phase: str | None) -> None:
+        """What the supervisor does before the workers start ("preparing environment"); None: done."""
+        if phase is None:
+            (self.root / "phase").unlink(missing_ok=True)
+        else:
+            atomic_write(self.root / "phase", phase, mode=0o644)
+
+    def read_phase(self) -> str:
+        try:
+            return (self.root / "phase").read_text().strip()
+        except OSError:
+            return ""
 
     # in-place grows and warm spares ----------------------------------------------------
     def write_grow(self, generation: int, workers: list[dict]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -45,6 +46,8 @@ from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs import service as jobs_service
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.launch import Isolation
+from deeppod.envs import service as envs
+from deeppod.envs.build import Builds
 from deeppod.jobs.storage import StorageMeter
 from deeppod.loops import run_rounds
 from deeppod.models import artifacts
@@ -203,6 +206,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          on_finished=on_finished, isolation=isolation,
                          ca_cert=str(served.trust) if served and served.trust else None,
                          fence=leader.fence if fenced else None, spares=settings.spare_workers)
+    jobs.launcher.envs = Builds(str(settings.envs_root), _uv(), settings.env_index)
     balancer = Balancer()
     deployments = DeploymentController(sessions, balancer, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
@@ -261,6 +265,12 @@ def executor_for(settings: Settings) -> Executor:
 
         return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node, instance=settings.instance)
     raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
+
+
+def _uv() -> str | None:
+    """The uv program jobs' environments are built with (beside this Python, or on PATH); None: venv and pip."""
+    beside = Path(sys.executable).with_name("uv")
+    return str(beside) if beside.is_file() else shutil.which("uv")
 
 
 def check_cluster_auth(settings: Settings, isolation: Isolation | None, executor) -> None:
@@ -394,6 +404,11 @@ def housekeeping_round(ctx: ServerContext) -> None:
         ctx.leader.forget_dead()
     except Exception:  # the next round retries
         log.exception("recovering dead servers' work failed")
+    try:  # jobs' environments over the cache's cap: least recently used first, none in use
+        with ctx.sessions() as s:
+            envs.prune(s, ctx.settings.envs_root, int(ctx.settings.env_cache_gb * 1e9))
+    except Exception:  # the next round retries
+        log.exception("environment cache round failed")
     if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
         log.info("dropped %d code archives unused for a week", dropped)
     try:

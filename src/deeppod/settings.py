@@ -139,6 +139,15 @@ class Settings:
     # start sandbox isolation even where the host's control groups cannot be used (memory is then
     # polled, processes and CPU not limited): the server refuses otherwise
     unenforced_limits: bool = False
+    # jobs' own Python environments (envs/, --requirements): built under env_dir (default
+    # HOME/envs; a node-local folder on a cluster), from the package index these name (empty:
+    # the installer's default, PyPI), at most env_cache_gb kept (least recently used go first)
+    env_dir: Path | None = None
+    env_index_url: str = ""
+    env_extra_index_url: str = ""
+    env_find_links: str = ""
+    env_no_index: bool = False
+    env_cache_gb: float = 50.0
     # run sandboxed jobs on a Ray cluster that does not ask for Ray's token (docs/cluster.md)
     ray_without_auth: bool = False
     # the network a sandboxed job gets unless it says (--network): "host", "isolated" (its own
@@ -191,6 +200,16 @@ class Settings:
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def envs_root(self) -> Path:
+        return self.env_dir or self.home / "envs"
+
+    @property
+    def env_index(self) -> dict:
+        """The package index settings every build uses (part of an environment's key)."""
+        return {k: v for k, v in (("index_url", self.env_index_url), ("extra_index_url", self.env_extra_index_url),
+                                  ("find_links", self.env_find_links), ("no_index", self.env_no_index)) if v}
 
     @property
     def code_dir(self) -> Path:

@@ -10,7 +10,8 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, jobs_table, print_json, rows_table, state, warm_spares
-from deeppod.cli.values import exported_env, parse_age, parse_env, parse_memory, parse_stop_rules, parse_workers
+from deeppod.cli.values import (exported_env, parse_age, parse_env, parse_memory, parse_stop_rules, parse_workers,
+                                read_requirements)
 from deeppod.contract import FINAL_STATES, JobState
 
 app = typer.Typer()
@@ -51,6 +52,12 @@ def submit(
     pids_per_worker: Annotated[Optional[int], typer.Option(
         help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
         show_default=False)] = None,
+    requirements: Annotated[Optional[Path], typer.Option(
+        help="a requirements.txt: the job runs in a Python environment built from it (once, then cached; the "
+             "platform's packages, deeppod.runtime and torch, stay importable unless it pins its own)",
+        show_default=False)] = None,
+    python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12 (one the nodes have)",
+                                                  show_default=False)] = None,
     network: Annotated[Optional[str], typer.Option(
         help="host: the host's network; isolated: a network of its own where only the DeepPod API is reachable; "
              "none: nothing reachable (sandboxed servers; default: the server's)", show_default=False)] = None,
@@ -79,7 +86,8 @@ def submit(
     job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
-                   pids_per_worker=pids_per_worker, network=network, env=job_env,
+                   pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
+                   requirements=read_requirements(requirements),
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")

@@ -71,3 +71,18 @@ def parse_age(value: str, option: str = "--older-than") -> float:
         return float(value[:-1]) * units[value[-1]] if value[-1:] in units else float(value)
     except ValueError:
         raise InvalidRequest(f"{option} {value!r} is not a duration: use e.g. 30m, 12h or 7d") from None
+
+
+def read_requirements(path) -> str | None:
+    """--requirements FILE's text, checked here first (the server checks it again): a bad line
+    is said before anything is sent."""
+    if path is None:
+        return None
+    try:
+        text = open(path).read()
+    except OSError as exc:
+        raise InvalidRequest(f"--requirements {path}: cannot read it ({exc.strerror})") from None
+    from deeppod.envs.spec import parse
+
+    parse(text, None)
+    return text

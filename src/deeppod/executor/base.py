@@ -26,6 +26,8 @@ class LaunchSpec:
     # run each worker in a sandbox as another OS identity (executor/sandbox.py):
     # {"uid", "gid", "workdir", "python": [read-only paths], "binds": [[src, dst, writable]]}
     sandbox: dict | None = None
+    # its own Python environment (envs/build.py): built or found by the supervisor before the workers start
+    env: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class ExecStatus:
     stopped: bool = False  # ended because terminate() asked it to
     lost: bool = False  # the supervisor vanished without a result
     lost_nodes: tuple[str, ...] = ()  # nodes that left the cluster under it: not the job's fault, requeued
+    phase: str = ""  # what it does before its workers start ("preparing environment"); "": nothing
 
 
 class Executor(Protocol):

@@ -42,6 +42,7 @@ def write_spec(spec: LaunchSpec) -> None:
         "memory_mb_per_worker": spec.memory_mb_per_worker,
         "workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in spec.workers],
         "sandbox": spec.sandbox,
+        "env": spec.env,
     })
 
 
@@ -102,7 +103,7 @@ class LocalExecutor:
                 stopped=bool(data.get("stopped")),
             )
         if self._alive(handle):
-            return ExecStatus(finished=False, exit_codes=folder.exit_codes())
+            return ExecStatus(finished=False, exit_codes=folder.exit_codes(), phase=folder.read_phase())
         if folder.read_result() is not None:  # it finished between the two looks
             return self.poll(handle)
         self._kill_strays(folder)

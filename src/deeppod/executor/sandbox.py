@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deeppod.contract import ENV_SPARE
+from deeppod.envs import build as envs
 from deeppod.executor import cgroups
 from deeppod.executor.netns import setns
 from deeppod.job_folder import JobFolder
@@ -293,6 +294,9 @@ def main(argv: list[str]) -> int:
     else:
         name = str(int(argv[2]))
         env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
+    if spec.get("env"):  # its own Python environment (envs/), built by the supervisor: read-only, first on PATH
+        spec["sandbox"]["python"] = [*spec["sandbox"]["python"], str(envs.env_path(spec["env"]))]
+        env = envs.activate(spec["env"], env)
     root = folder.sandbox_root(name)
     root.mkdir(mode=0o700, exist_ok=True)
     if (spec["sandbox"].get("network") or {}).get("mode", "host") != "host" and netns is None:

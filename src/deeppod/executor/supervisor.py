@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
+from deeppod.envs import build as envs
 from deeppod.executor.netns import Forward, JobNetwork
 from deeppod.job_folder import JobFolder
 
@@ -174,9 +175,29 @@ class Supervisor:
                 fds = (self.network.fd,)
         else:
             argv, cwd = self.spec["command"], self.spec["workdir"]
+            if self.spec.get("env"):  # its own Python environment first (in a sandbox, the sandbox does this)
+                env = envs.activate(self.spec["env"], env)
         return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
                                 process_group=0, preexec_fn=die_with_parent if self.part is not None else None,
                                 pass_fds=fds)
+
+    def _prepare_env(self) -> None:
+        """The job's own Python environment (envs/): built here, or found built, before any worker
+        starts; the build's output goes to the first worker's log."""
+        order = self.spec.get("env")
+        if not order or self.codes:
+            return
+        first = min(int(w["rank"]) for w in self.spec["workers"])
+        self.folder.logs.mkdir(exist_ok=True)
+        self.folder.write_phase("preparing environment")
+        try:
+            with open(self.folder.log(first), "ab", buffering=0) as log:
+                envs.ensure(order, log, self.spec.get("sandbox"))
+        except (envs.BuildError, OSError) as exc:
+            self.codes = {int(w["rank"]): 1 for w in self.spec["workers"]}
+            self.reason = f"could not build its Python environment: {exc}"
+        finally:
+            self.folder.write_phase(None)
 
     def _start_network(self) -> None:
         """``--network isolated|none``: the job's own network namespace on this node (executor/netns.py)."""
@@ -310,6 +331,7 @@ class Supervisor:
         if self.part is None:  # on a cluster the node agents find their supervisors
             self.folder.write_supervisor(os.getpid(), start_time)
         self._start_network()
+        self._prepare_env()
         if not self.codes:
             self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))

@@ -1,10 +1,8 @@
-"""The job controller, the scheduling loop: observe executors, apply cancels, ask the
-policy (``deeppod.scheduler``), carry out its decisions.
-
-The scheduler decides (pure), the executor acts; this module is the only place that
-joins them with the store. Every tick is safe to repeat, which is what lets a
-restarted server re-adopt jobs that kept running while it was down. Beside it: snapshot.py,
-runs.py (what a run's end means), launch.py and resize.py (in place, with warm spares).
+"""The job controller, the scheduling loop: observe executors, apply cancels, ask the policy
+(``deeppod.scheduler``), carry out its decisions. The scheduler decides (pure), the executor
+acts; this module alone joins them with the store. Every tick is safe to repeat, so a restarted
+server re-adopts jobs that kept running while it was down. Beside it: snapshot.py, runs.py (what
+a run's end means), launch.py and resize.py (in place, with warm spares).
 """
 
 from __future__ import annotations
@@ -115,6 +113,8 @@ class JobController:
         for job in holding:
             handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
             status = self.executor.poll(handle)
+            if (status.phase or None) != job.phase and not status.finished:  # shown: "preparing environment"
+                job.phase = status.phase or None
             alloc = Allocation.of(job)
             resizing = alloc.resize is not None
             spares = None if status.finished or resizing else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
+from deeppod.envs import spec as env_spec
+from deeppod.envs.build import Builds
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
@@ -124,6 +127,7 @@ class Launcher:
         self.stage = stage  # dataset version id -> its folder on the hot tier (copied there if cold)
         self.isolation = isolation
         self.ca_cert = ca_cert  # the file jobs verify the server's TLS certificate with (None: system trust)
+        self.envs: Builds | None = None  # where jobs' own Python environments are built (set by the server)
 
     def folder(self, job_id: int) -> JobFolder:
         return JobFolder.of(self.jobs_dir, job_id)
@@ -173,7 +177,23 @@ class Launcher:
         sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
-                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox)
+                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job))
+
+    def _env_order(self, job: Job) -> dict | None:
+        """What the supervisor builds (or finds built) before the job's workers start: its own
+        Python environment, keyed by its tenant, requirements, interpreter, platform and index."""
+        wanted = env_spec.parse(job.requirements, job.python)
+        if wanted is None:
+            job.env_key = None
+            return None
+        if self.envs is None:
+            raise ExecutorError("this server builds no Python environments for jobs; leave out --requirements")
+        job.env_key = wanted.key(job.tenant_id, self.envs.index)
+        return {"key": job.env_key, "root": str(Path(self.envs.root) / str(job.tenant_id)),
+                "requirements": list(wanted.requirements), "python": wanted.python, "base_python": sys.executable,
+                "uv": self.envs.uv, "index": self.envs.index,
+                "layer": [p for p in sys.path if p and os.path.isdir(p) and "site-packages" in p]
+                + [str(Path(__file__).resolve().parents[2])]}  # where deeppod itself is imported from
 
     def _env(self, job: Job, staged: dict[str, str], token: str, *, generation: int, **where) -> dict[str, str]:
         """One worker's environment: the job contract (``where``: its rank, world, rendezvous,

@@ -19,6 +19,7 @@ from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
+from deeppod.envs import spec as env_spec
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import code as code_store, storage
 from deeppod.jobs.code import CodeStore
@@ -41,6 +42,8 @@ class JobRequest:
     memory_mb_per_worker: int | None = None
     pids_per_worker: int | None = None  # processes and threads; None: the plan's, or the server's default
     network: str | None = None  # "host", "isolated" or "none" (sandboxed jobs); None: the server's default
+    requirements: str | None = None  # a requirements.txt's text: its own Python environment (envs/)
+    python: str | None = None  # "3.12": its environment's interpreter (one the nodes have)
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     grace_seconds: float | None = None
@@ -202,6 +205,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)
+    wanted = env_spec.parse(req.requirements, req.python)
     storage.check_pids(session, principal.tenant, req.pids_per_worker)
     storage.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)
@@ -213,7 +217,8 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
-        network=req.network or "host",
+        network=req.network or "host", python=wanted.python if wanted else None,
+        requirements="\n".join(wanted.requirements) if wanted else None,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         read_paths=list(read_paths or []),
     )

@@ -15,6 +15,19 @@ from deeppod.sdk.resources import Resource, resources
 from deeppod.states import DeploymentState
 
 
+def requirements_text(requirements: str | os.PathLike | list[str] | None) -> str | None:
+    """A job's requirements as the API takes them: a requirements file's path, its text, or a
+    list of requirements."""
+    if requirements is None:
+        return None
+    if isinstance(requirements, (list, tuple)):
+        return "\n".join(requirements)
+    if isinstance(requirements, os.PathLike) or ("\n" not in requirements and os.path.isfile(requirements)):
+        with open(requirements) as f:
+            return f.read()
+    return requirements
+
+
 class Client:
     """Talks to a DeepPod server.
 
@@ -302,7 +315,8 @@ class Client:
                grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
                datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-               own_folder: bool = False, network: str | None = None) -> dict:
+               own_folder: bool = False, network: str | None = None,
+               requirements: str | os.PathLike | list[str] | None = None, python: str | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
         ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
         Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
@@ -317,7 +331,7 @@ class Client:
             memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
             priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
             max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder,
-            network=network))
+            network=network, requirements=requirements, python=python))
 
     def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
                  gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
@@ -326,7 +340,8 @@ class Client:
                  grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
                  max_restarts: int = 0, stop_rules: list[dict] | None = None,
                  datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-                 own_folder: bool = False, network: str | None = None) -> dict:
+                 own_folder: bool = False, network: str | None = None,
+                 requirements: str | os.PathLike | list[str] | None = None, python: str | None = None) -> dict:
         """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
         there is code to send. Arguments as :meth:`submit`."""
         if (workdir is not None) + (code is not None) + own_folder > 1:
@@ -339,7 +354,8 @@ class Client:
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
                 "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
-                "pids_per_worker": pids_per_worker, "network": network,
+                "pids_per_worker": pids_per_worker, "network": network, "python": python,
+                "requirements": requirements_text(requirements),
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
                 "priority": priority, "grace_seconds": grace_seconds}
@@ -479,6 +495,18 @@ class Client:
 
     def apply_plan(self, plan: dict) -> dict:
         return self._request("PUT", "/v1/plan", json=plan)
+
+    # jobs' Python environments
+    def envs(self) -> list[dict]:
+        """Your tenant's built environments (an admin: every tenant's): size, last use, active jobs."""
+        return self._request("GET", "/v1/envs")
+
+    def remove_env(self, key: str) -> dict:
+        return self._request("DELETE", f"/v1/envs/{key}")
+
+    def prune_envs(self, keep_bytes: int = 0) -> list[str]:
+        """(Admins) remove least recently used environments not in use until the cache takes at most ``keep_bytes``."""
+        return self._request("POST", "/v1/envs/prune", json={"keep_bytes": keep_bytes})["removed"]
 
     def _list_nodes(self) -> list[dict]:
         return self._request("GET", "/v1/nodes")

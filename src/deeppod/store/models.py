@@ -145,6 +145,12 @@ class Job(Base):
     cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
     memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pids_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: its plan's, or the server's
+    # its own Python environment (envs/): requirements (one per line) and interpreter; the key
+    # of the environment its last start used; what its supervisor does before the workers start
+    requirements: Mapped[str | None] = mapped_column(Text, nullable=True)
+    python: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    env_key: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    phase: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # "host" (the host's network), "isolated" (its own, with only the API: executor/netns.py) or "none"
     network: Mapped[str] = mapped_column(String(16), default="host", server_default="host")
     priority: Mapped[int] = mapped_column(Integer, default=0)

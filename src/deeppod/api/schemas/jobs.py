@@ -34,6 +34,11 @@ class JobCreate(Strict):
         default=None, description="host: the host's network; isolated: its own (a network namespace) where only the "
                                   "API is reachable; none: its own, nothing reachable (sandbox isolation; one node). "
                                   "Default: the server's DEEPPOD_JOB_NETWORK (host)")
+    requirements: str | None = Field(default=None, max_length=65536,
+                                     description="a requirements.txt's text: the job runs in a Python environment "
+                                                 "built from it (once per tenant and node, then cached)")
+    python: str | None = Field(default=None, max_length=16, description="its environment's Python, e.g. 3.12 (one "
+                                                                        "the nodes have)")
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
@@ -64,6 +69,10 @@ class JobOut(Out):
     memory_mb_per_worker: int | None
     pids_per_worker: int | None = None
     network: str = "host"
+    requirements: str | None = None
+    python: str | None = None
+    env_key: str | None = None
+    phase: str | None = None
     priority: int
     grace_seconds: float
     restart_count: int

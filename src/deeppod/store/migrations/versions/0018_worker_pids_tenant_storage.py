@@ -1,4 +1,5 @@
-"""jobs: the processes a worker may have (its own limit) and its network; tenants: the disk their job folders take
+"""jobs: the processes a worker may have (its own limit), its network and its Python environment; tenants: the disk
+their job folders take
 
 Revision ID: 0018
 Revises: 0017
@@ -18,6 +19,11 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs') as batch_op:
         batch_op.add_column(sa.Column('pids_per_worker', sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column('network', sa.String(length=16), nullable=False, server_default='host'))
+        batch_op.add_column(sa.Column('requirements', sa.Text(), nullable=True))
+        batch_op.add_column(sa.Column('python', sa.String(length=16), nullable=True))
+        batch_op.add_column(sa.Column('env_key', sa.String(length=32), nullable=True))
+        batch_op.add_column(sa.Column('phase', sa.String(length=64), nullable=True))
+        batch_op.create_index('ix_jobs_env_key', ['env_key'], unique=False)
     with op.batch_alter_table('tenants') as batch_op:
         batch_op.add_column(sa.Column('storage_bytes', sa.BigInteger(), nullable=True))
 
@@ -26,5 +32,7 @@ def downgrade() -> None:
     with op.batch_alter_table('tenants') as batch_op:
         batch_op.drop_column('storage_bytes')
     with op.batch_alter_table('jobs') as batch_op:
-        batch_op.drop_column('network')
+        batch_op.drop_index('ix_jobs_env_key')
+        for column in ('phase', 'env_key', 'python', 'requirements', 'network'):
+            batch_op.drop_column(column)
         batch_op.drop_column('pids_per_worker')

@@ -1,0 +1,195 @@
+"""Building a job's environment on its node (the supervisor calls ``ensure`` before it starts
+the workers): once per key, under a lock, as the tenant's identity in a sandbox, in a staging
+folder renamed into place when complete. Standard library only (the supervisor uses it).
+
+``ENV_DIR/<tenant id>/``::
+
+    <key>/               a ready environment (a virtual environment; READY inside says so)
+    <key>.lock           held while it is built (jobs wanting it wait on it)
+    .staging-<key>-<pid> one being built (mounted at <key>'s path in the builder's sandbox)
+    .uv-cache/           the tenant's own download cache (never shared with another tenant)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deeppod.job_folder import JobFolder
+
+READY = "deeppod-env.json"  # written last: an environment without it is never used
+REQUIREMENTS = "deeppod-requirements.txt"
+LAYER = "_deeppod_platform.pth"  # the platform's environment after the job's own (deeppod.runtime, torch)
+USED = ".last-used"
+
+
+class BuildError(Exception):
+    """The installer refused or failed: the message is its own error lines and a hint."""
+
+
+@dataclass(frozen=True)
+class Builds:
+    """Where and how this server's environments are built (from its settings)."""
+
+    root: str  # ENV_DIR
+    uv: str | None  # the uv program; None: venv and pip
+    index: dict = field(default_factory=dict)  # index_url, extra_index_url, find_links, no_index
+
+
+def env_path(order: dict) -> Path:
+    return Path(order["root"]) / order["key"]
+
+
+def activate(order: dict, env: dict[str, str]) -> dict[str, str]:
+    """A worker's environment with the job's Python environment first on its PATH."""
+    path = env_path(order)
+    return {**env, "PATH": f"{path}/bin:{env.get('PATH', '/usr/bin:/bin')}", "VIRTUAL_ENV": str(path)}
+
+
+def ensure(order: dict, log, sandbox_spec: dict | None) -> Path:
+    """The environment ``order`` names, built if it is not there yet; its path. ``log``: a
+    binary file the build's output goes to (the job's log). ``sandbox_spec``: how the job's
+    sandbox is made (the build runs in one, as the tenant); None: the server is not root and
+    builds as itself."""
+    root = Path(order["root"])
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / order["key"]
+    with open(root / f"{order['key']}.lock", "a") as lock:
+        if not _ready(final):
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # one build per key: the others wait for it, then find it ready
+                _say(log, f"preparing environment: waiting for another job's build of {order['key']}")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _ready(final):
+                _say(log, f"environment {order['key']}: ready (built before)")
+            else:
+                _build(order, root, final, log, sandbox_spec)
+            (final / USED).touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return final
+
+
+def _ready(final: Path) -> bool:
+    return (final / READY).is_file()
+
+
+def _say(log, line: str) -> None:
+    log.write(f"[deeppod] {line}\n".encode())
+    log.flush()
+
+
+def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None) -> None:
+    started = time.monotonic()
+    shutil.rmtree(final, ignore_errors=True)  # a build killed before it was complete: never used, removed
+    # sandboxed: built in a staging folder mounted where the environment will be (its scripts
+    # name their own path), renamed into place when complete; else in place, READY written last
+    build_dir = root / f".staging-{order['key']}-{os.getpid()}" if sandbox_spec is not None else final
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(mode=0o755)
+    cache = root / ".uv-cache"
+    cache.mkdir(exist_ok=True)
+    work = root / f".build-{order['key']}-{os.getpid()}"  # the requirements file, the sandbox's spec
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(mode=0o755)
+    try:
+        requirements = work / REQUIREMENTS
+        requirements.write_text("".join(f"{r}\n" for r in order["requirements"]))
+        if sandbox_spec is not None:
+            for folder in (build_dir, cache):
+                os.chown(folder, int(sandbox_spec["uid"]), int(sandbox_spec["gid"]))
+        _say(log, f"building environment {order['key']} with {'uv' if order.get('uv') else 'venv and pip'}: "
+                  f"{', '.join(order['requirements']) or 'no packages'}"
+                  f"{' on Python ' + order['python'] if order.get('python') else ''}")
+        binds = [[str(build_dir), str(final), True], [str(cache), str(cache), True], [str(work), str(work), False]]
+        links = (order.get("index") or {}).get("find_links", "")
+        if links.startswith("/") and os.path.isdir(links):  # a wheelhouse on this machine: read-only to the build
+            binds.append([links, links, False])
+        code, tail = _run(_script(order, final, requirements), order, sandbox_spec, work, log, cache, binds)
+        if code != 0:
+            raise BuildError(_why(tail))
+        _layer(build_dir, order.get("layer") or [])
+        shutil.copyfile(requirements, build_dir / REQUIREMENTS)
+        (build_dir / READY).write_text(json.dumps({"key": order["key"], "requirements": order["requirements"],
+                                                   "python": order.get("python"), "built_at": time.time()}))
+        if build_dir != final:
+            os.rename(build_dir, final)
+        _say(log, f"environment {order['key']} built in {time.monotonic() - started:.1f} s")
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _script(order: dict, where: Path, requirements: Path) -> str:
+    """The shell lines that build it at ``where`` (as the builder)."""
+    python = order.get("python") or order["base_python"]
+    ix = order.get("index") or {}
+    opts = []
+    if ix.get("no_index"):
+        opts.append("--no-index")
+    for flag, key in (("--index-url", "index_url"), ("--extra-index-url", "extra_index_url"),
+                      ("--find-links", "find_links")):
+        if ix.get(key):
+            opts += [flag, ix[key]]
+    q = shlex.quote
+    options = " ".join(map(q, opts))
+    if order.get("uv"):
+        uv = q(order["uv"])
+        return (f"{uv} venv --quiet --python {q(python)} {q(str(where))} && "
+                f"{uv} pip install --python {q(str(where / 'bin' / 'python'))} {options} -r {q(str(requirements))}")
+    return (f"{q(python)} -m venv {q(str(where))} && {q(str(where / 'bin' / 'python'))} -m pip install "
+            f"--disable-pip-version-check {options} -r {q(str(requirements))}")
+
+
+def _run(script: str, order: dict, sandbox_spec: dict | None, work: Path, log, cache: Path,
+         binds: list[list]) -> tuple[int, list[str]]:
+    """Run the build script; its output to ``log``; (exit code, its last lines)."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "UV_CACHE_DIR": str(cache),
+           "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy", "PIP_NO_INPUT": "1", "LANG": "C.UTF-8"}
+    if order.get("uv"):
+        env["PATH"] = os.path.dirname(order["uv"]) + ":" + env["PATH"]
+    argv = ["/bin/sh", "-c", script]
+    if sandbox_spec is not None:  # as the tenant, seeing only its build folder, its cache and the platform
+        spec = {"command": argv, "workers": [{"rank": 0, "env": env}],
+                "sandbox": {k: v for k, v in sandbox_spec.items() if k in ("uid", "gid", "python", "limits")}
+                | {"workdir": "/tmp", "binds": binds}}
+        JobFolder(work).write_spec(spec)  # the sandbox reads it as a one-worker job's
+        argv = [sys.executable, "-m", "deeppod.executor.sandbox", str(work), "0"]
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
+    tail: list[str] = []
+    for raw in p.stdout:
+        log.write(raw)
+        line = raw.decode(errors="replace").rstrip()
+        if line.strip():
+            tail = (tail + [line])[-12:]
+    log.flush()
+    return p.wait(), tail
+
+
+def _why(tail: list[str]) -> str:
+    """The installer's own error lines, and what to do."""
+    errors = [line.strip() for line in tail if line.lstrip().startswith(("error", "×", "ERROR", "╰─▶", "Because",
+                                                                        "hint"))]
+    said = " ".join(errors[-4:] or tail[-2:]) or "the installer failed without a message"
+    return (f"{said} (check the requirements: the names and versions must exist in the package index this server "
+            "uses; the full output is in the job's log)")
+
+
+def _layer(env: Path, paths: list[str]) -> None:
+    """The platform's import path after the environment's own: ``import deeppod.runtime`` (and
+    torch, unless the job pinned its own) works, and what the job pinned wins."""
+    for site in env.glob("lib/python*/site-packages"):
+        (site / LAYER).write_text("".join(f"{p}\n" for p in paths))
+

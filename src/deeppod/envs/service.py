@@ -1,0 +1,148 @@
+"""Jobs' environments as the control plane sees them on its node: listed per tenant with their
+size and users, removed, and evicted least recently used first when the cache is over its cap
+(never one that an active job uses, never one being built)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deeppod.auth.service import Principal, require_admin
+from deeppod.contract import ACTIVE_STATES
+from deeppod.envs.build import READY, USED
+from deeppod.errors import Conflict, NotFound
+from deeppod.nofollow import tree_bytes
+from deeppod.store.models import Job, Tenant
+
+log = logging.getLogger(__name__)
+STALE_BUILD_S = 600.0  # a staging folder whose lock nobody holds, this old: a build that died
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    key: str
+    tenant: str
+    requirements: list[str]
+    python: str | None
+    bytes: int
+    built_at: float
+    last_used: float
+    active_jobs: list[int]
+    path: str
+
+
+def _found(root: Path, tenant_ids: list[int]) -> list[tuple[int, Path, dict]]:
+    out = []
+    for tid in tenant_ids:
+        folder = root / str(tid)
+        for ready in sorted(folder.glob(f"*/{READY}")) if folder.is_dir() else []:
+            try:
+                out.append((tid, ready.parent, json.loads(ready.read_text())))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def _active(session: Session) -> dict[str, list[int]]:
+    using: dict[str, list[int]] = {}
+    for job_id, key in session.execute(select(Job.id, Job.env_key).where(
+            Job.env_key.is_not(None), Job.state.in_([s.value for s in ACTIVE_STATES]))):
+        using.setdefault(key, []).append(job_id)
+    return using
+
+
+def list_envs(session: Session, principal: Principal, root: Path) -> list[EnvInfo]:
+    """The environments of the caller's tenant (an admin: every tenant's), newest use first."""
+    names = dict(session.execute(select(Tenant.id, Tenant.name)).all())
+    tenants = list(names) if principal.is_admin else [principal.tenant_id]
+    using = _active(session)
+    out = []
+    for tid, path, doc in _found(root, tenants):
+        used = (path / USED).stat().st_mtime if (path / USED).exists() else doc.get("built_at", 0.0)
+        out.append(EnvInfo(path.name, names.get(tid, str(tid)), list(doc.get("requirements", [])), doc.get("python"),
+                           tree_bytes(path), float(doc.get("built_at", 0.0)), used, using.get(path.name, []),
+                           str(path)))
+    return sorted(out, key=lambda e: -e.last_used)
+
+
+def remove(session: Session, principal: Principal, root: Path, key: str) -> EnvInfo:
+    """Remove one environment (its tenant's members or an admin); refused while an active job uses it."""
+    found = [e for e in list_envs(session, principal, root) if e.key == key]
+    if not found:
+        raise NotFound(f"no environment {key!r} of your tenant on this server: 'deeppod envs ls' lists them")
+    env = found[0]
+    if env.active_jobs:
+        raise Conflict(f"environment {key} is used by active job(s) {', '.join(map(str, env.active_jobs))}; remove "
+                       "it once they end")
+    if not _drop(Path(env.path)):
+        raise Conflict(f"environment {key} is being built or used right now; try again in a moment")
+    return env
+
+
+def _drop(path: Path) -> bool:
+    """Remove an environment unless its lock is held (a build, or a job finding it, under way)."""
+    with open(path.parent / f"{path.name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            (path / READY).unlink(missing_ok=True)  # never used from here on, even if the removal is cut short
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return True
+
+
+def prune(session: Session, root: Path, cap_bytes: int, principal: Principal | None = None) -> list[str]:
+    """Least recently used first, remove environments until they take at most ``cap_bytes``
+    (0: every one not in use), and builds that died; the keys removed. ``principal``: an
+    administrator asking (the housekeeping round passes none)."""
+    if principal is not None:
+        require_admin(principal, "prune the environment cache")
+    _sweep_staging(root)
+    tenants = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
+    using = _active(session)
+    envs = []
+    for tid, path, doc in _found(root, tenants):
+        used = (path / USED).stat().st_mtime if (path / USED).exists() else doc.get("built_at", 0.0)
+        envs.append((used, path, tree_bytes(path)))
+    total = sum(size for _, _, size in envs)
+    gone = []
+    for _, path, size in sorted(envs, key=lambda e: e[0]):
+        if total <= cap_bytes:
+            break
+        if path.name in using or not _drop(path):
+            continue
+        total -= size
+        gone.append(path.name)
+        log.info("removed environment %s (%d MB): the cache was over its cap", path.name, size >> 20)
+    return gone
+
+
+def _sweep_staging(root: Path) -> None:
+    """Staging and work folders of builds that died (a server killed mid-build): old, and their
+    key's lock free."""
+    now = time.time()
+    for leftover in [*root.glob("*/.staging-*"), *root.glob("*/.build-*")] if root.is_dir() else []:
+        key = leftover.name.split("-")[1]
+        try:
+            if now - leftover.stat().st_mtime < STALE_BUILD_S:
+                continue
+        except OSError:
+            continue
+        with open(leftover.parent / f"{key}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # its build is alive
+                continue
+            shutil.rmtree(leftover, ignore_errors=True)
+            fcntl.flock(lock, fcntl.LOCK_UN)

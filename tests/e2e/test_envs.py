@@ -1,0 +1,107 @@
+"""Jobs' own Python environments (--requirements), for real, as root with sandboxing (the
+default a user gets): built once per spec with uv as the tenant, in a sandbox, from the
+server's package index (here a local folder of wheels: nothing is downloaded), cached,
+rebuilt once removed; a bad spec fails with the installer's own message."""
+
+import base64
+import hashlib
+import sys
+import zipfile
+
+import pytest
+
+from deeppod import Client
+from deeppod.executor import sandbox
+from tests.helpers import LiveServer
+
+pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
+
+PROBE = """
+import importlib.metadata, sys
+import deeppod_probe
+import deeppod.runtime  # the platform's runtime stays importable in the job's own environment
+print("probe", importlib.metadata.version("deeppod-probe"), deeppod_probe.VALUE, "prefix", sys.prefix, flush=True)
+"""
+
+
+def wheel(folder, name: str, version: str, value: str):
+    """A pure-Python wheel, made here (nothing is downloaded in tests)."""
+    dist = name.replace("-", "_")
+    files = {f"{dist}/__init__.py": f"VALUE = {value!r}\n",
+             f"{dist}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: deeppod-tests\n"
+                                                  "Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(body.encode())}" for path, body in files.items()]
+    files[f"{dist}-{version}.dist-info/RECORD"] = "\n".join(record + [f"{dist}-{version}.dist-info/RECORD,,"]) + "\n"
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, body in files.items():
+            z.writestr(p, body)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("envs")
+    wheels = root / "wheels"
+    wheels.mkdir()
+    wheel(wheels, "deeppod-probe", "1.2.3", "pinned")
+    wheel(wheels, "deeppod-probe", "2.0.0", "newest")
+    s = LiveServer(root / "home", isolation=None, extra_env={
+        "DEEPPOD_ENV_FIND_LINKS": str(wheels), "DEEPPOD_ENV_NO_INDEX": "1"}).start()
+    yield s
+    s.stop()
+    s.cleanup_jobs()
+
+
+def _log(server, job_id) -> str:
+    return (server.home / "jobs" / str(job_id) / "logs" / "rank-0.log").read_text()
+
+
+def test_jobs_with_the_same_requirements_share_one_build(server, tmp_path):
+    c = Client(server.url, server.admin_token)
+    if c.whoami()["isolation"] != "sandbox":
+        pytest.skip("needs a root server (sandbox isolation)")
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "requirements.txt").write_text("deeppod-probe==1.2.3  # pinned below the newest\n")
+    jobs = [c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0,
+                     requirements=tmp_path / "requirements.txt") for _ in range(2)]
+    done = [c.wait(j["id"], timeout=300) for j in jobs]
+    logs = [_log(server, j["id"]) for j in jobs]
+    assert all(d["state"] == "succeeded" for d in done), logs
+    for out in logs:
+        assert "probe 1.2.3 pinned prefix" in out, out
+    assert sum(out.count("[deeppod] building environment") for out in logs) == 1, logs
+    key = done[0]["env_key"]
+    assert key and done[1]["env_key"] == key and f"/envs/{1}/{key}" in logs[0]  # the admin's tenant is 1
+    assert done[0]["requirements"] == "deeppod-probe==1.2.3"
+    envs = c.envs()
+    assert [e["key"] for e in envs] == [key] and envs[0]["requirements"] == ["deeppod-probe==1.2.3"]
+    assert envs[0]["bytes"] > 0 and envs[0]["active_jobs"] == []
+
+    # removed, the next job that needs it builds it again
+    c.remove_env(key)
+    assert c.envs() == []
+    again = c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0,
+                     requirements=["deeppod-probe==1.2.3"])
+    assert c.wait(again["id"], timeout=300)["state"] == "succeeded"
+    assert "[deeppod] building environment" in _log(server, again["id"])
+
+
+def test_a_requirement_that_cannot_be_met_fails_with_the_installers_message(server, tmp_path):
+    c = Client(server.url, server.admin_token)
+    if c.whoami()["isolation"] != "sandbox":
+        pytest.skip("needs a root server (sandbox isolation)")
+    (tmp_path / "probe.py").write_text(PROBE)
+    job = c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=["deeppod-probe==9.9.9"])
+    done = c.wait(job["id"], timeout=300)
+    assert done["state"] == "failed", done
+    assert "could not build its Python environment" in done["reason"] and "9.9.9" in done["reason"], done["reason"]
+    assert "check the requirements" in done["reason"]
+    for bad, words in (("--index-url http://evil/simple\nnumpy", "not a package requirement"),
+                       ("git+https://example.com/x.git", "not a package requirement"),
+                       ("./local/path", "not a package requirement")):
+        with pytest.raises(Exception, match=words):
+            c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=bad)
+    assert sys.version_info >= (3, 11)

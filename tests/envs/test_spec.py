@@ -1,0 +1,34 @@
+"""A job's requirements checked and keyed (envs/spec.py)."""
+
+import pytest
+
+from deeppod.envs.spec import parse
+from deeppod.errors import InvalidRequest
+
+
+def test_requirements_are_normalized_and_keyed_by_what_changes_the_environment():
+    a = parse("numpy==2.1.0\n# a comment\n\ntorch >= 2.4  # the platform's is fine\n", None)
+    b = parse("torch>=2.4\nnumpy==2.1.0\nnumpy==2.1.0\n", None)
+    assert a.requirements == ("numpy==2.1.0", "torch>=2.4") and a == b
+    assert a.key(1, {}) == b.key(1, {})
+    assert a.key(1, {}) != a.key(2, {})  # tenants never share one
+    assert a.key(1, {}) != a.key(1, {"index_url": "https://mirror/simple"})
+    assert a.key(1, {}) != parse("numpy==2.1.1\ntorch>=2.4", None).key(1, {})
+    assert parse("", None) is None and parse(None, None) is None and parse("# nothing\n", None) is None
+    assert parse("", "3.12").python == "3.12"
+    assert parse('pandas[performance]>=2; python_version >= "3.10"', None).requirements
+
+
+@pytest.mark.parametrize("line", ["--index-url https://evil/simple", "-e .", "git+https://x/y.git", "./pkg",
+                                  "/opt/wheel.whl", "pkg @ https://x/pkg.whl", "https://x/pkg.whl", "-r other.txt"])
+def test_anything_that_points_the_builder_elsewhere_is_refused(line):
+    with pytest.raises(InvalidRequest, match="not a package requirement"):
+        parse(f"numpy\n{line}\n", None)
+
+
+def test_bad_python_and_size():
+    for bad in ("python3", "3", "latest", "3.12; rm -rf /"):
+        with pytest.raises(InvalidRequest, match="is not a version"):
+            parse("numpy", bad)
+    with pytest.raises(InvalidRequest, match="KiB"):
+        parse("numpy\n" * 20000, None)
