@@ -71,3 +71,13 @@ def test_a_half_built_environment_is_never_used(order):
 def test_activate_puts_the_environment_first():
     env = build.activate({"root": "/e/1", "key": "k"}, {"PATH": "/usr/bin"})
     assert env["PATH"] == "/e/1/k/bin:/usr/bin" and env["VIRTUAL_ENV"] == "/e/1/k"
+
+
+def test_without_uv_venv_and_pip_build_it(order):
+    path = build.ensure({**order, "uv": None, "key": "k-pip"}, io.BytesIO(), None)
+    assert _python(path, "import deeppod_probe; print(deeppod_probe.VALUE)") == "pinned"
+
+
+def test_a_python_the_node_does_not_have_is_said(order):
+    with pytest.raises(build.BuildError, match="3.9"):
+        build.ensure({**order, "python": "3.9", "key": "k-39"}, io.BytesIO(), None)

@@ -11,7 +11,7 @@ import yaml
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
-from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers
+from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers, read_requirements
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers import command as trainer
 
@@ -73,6 +73,10 @@ def create(
     dataset: Annotated[list[str], typer.Option("--dataset", help="NAME[@VERSION] staged for every trial")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
     code: Annotated[Optional[Path], typer.Option(help="send this folder; every trial runs in its own copy")] = None,
+    requirements: Annotated[Optional[Path], typer.Option(
+        help="a requirements.txt: every trial runs in the Python environment built from it (built once)",
+        show_default=False)] = None,
+    python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
     max_restarts: int = 0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Search hyperparameters: deeppod tune create lr-search --space space.yaml --metric val_acc
@@ -87,7 +91,8 @@ def create(
         sampler=sampler, pruner=pruner, seed=seed, register=register, register_at_chance=register_at_chance, workers=low, max_workers=high,
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
         env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
-        workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts)
+        workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
+        requirements=read_requirements(requirements), python=python)
     _created(exp, as_json)
 
 

@@ -53,7 +53,8 @@ def submit(
         help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
         show_default=False)] = None,
     requirements: Annotated[Optional[Path], typer.Option(
-        help="a requirements.txt: the job runs in a Python environment built from it (once, then cached; the "
+        help="a requirements.txt (or a pyproject.toml's dependencies, or a conda environment.yaml's pip packages): "
+             "the job runs in a Python environment built from it (once, then cached; the "
              "platform's packages, deeppod.runtime and torch, stay importable unless it pins its own)",
         show_default=False)] = None,
     python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12 (one the nodes have)",
@@ -149,6 +150,14 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     console.print(f"workers:   {j['workers']} x ({j['gpus_per_worker']} GPU, {j['cpus_per_worker']:g} CPU"
                   f"{', %d MiB' % j['memory_mb_per_worker'] if j['memory_mb_per_worker'] else ''})  priority {j['priority']}")
     console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
+    if j.get("requirements") or j.get("python"):
+        console.print(f"python:    its own environment {j.get('env_key') or '(built at start)'}"
+                      f"{' on Python ' + j['python'] if j.get('python') else ''}: "
+                      f"{', '.join((j.get('requirements') or '').splitlines()) or 'no packages'}")
+    if j.get("network", "host") != "host":
+        console.print(f"network:   {j['network']}")
+    if j.get("phase"):
+        console.print(f"phase:     {j['phase']}")
     if j["allocation"]:
         for w in j["allocation"]["workers"]:
             console.print(f"  rank {w['rank']}: node {w['node']} GPUs {w['gpus'] or '-'}")

@@ -75,14 +75,51 @@ def parse_age(value: str, option: str = "--older-than") -> float:
 
 def read_requirements(path) -> str | None:
     """--requirements FILE's text, checked here first (the server checks it again): a bad line
-    is said before anything is sent."""
+    is said before anything is sent. FILE may be a requirements.txt, a pyproject.toml (its
+    project's dependencies) or a conda environment.yaml (its pip packages)."""
     if path is None:
         return None
     try:
         text = open(path).read()
     except OSError as exc:
         raise InvalidRequest(f"--requirements {path}: cannot read it ({exc.strerror})") from None
+    name = os.path.basename(str(path))
+    if name.endswith(".toml"):
+        text = _from_pyproject(text, path)
+    elif name.endswith((".yaml", ".yml")):
+        text = _from_environment_yaml(text, path)
     from deeppod.envs.spec import parse
 
     parse(text, None)
     return text
+
+
+def _from_pyproject(text: str, path) -> str:
+    import tomllib
+
+    try:
+        deps = tomllib.loads(text).get("project", {}).get("dependencies", [])
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"--requirements {path} is not valid TOML ({exc})") from None
+    return "\n".join(deps)
+
+
+def _from_environment_yaml(text: str, path) -> str:
+    """A conda environment's pip packages (conda's own packages have no place in a virtual
+    environment: name them in its pip list, or leave them to the platform's environment)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"--requirements {path} is not valid YAML ({exc})") from None
+    pip, conda = [], []
+    for dep in doc.get("dependencies") or []:
+        if isinstance(dep, dict):
+            pip += [str(p) for p in dep.get("pip") or []]
+        elif not str(dep).startswith(("python", "pip")):
+            conda.append(str(dep))
+    if conda:
+        raise InvalidRequest(f"--requirements {path} names conda packages ({', '.join(conda[:5])}): environments are "
+                             "built with pip packages; list them under 'pip:'")
+    return "\n".join(pip)

@@ -33,11 +33,13 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
                  "memory_mb_per_worker": "memory_mb", "env": "env", "priority": "priority",
                  "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
-                 "grace_seconds": "grace_seconds"}
+                 "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
+                 "network": "network"}
 # words in a service's refusal -> the field it is about
 SERVICE_FIELDS = {"dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
-                  "env": "env", "command": "command", "executable": "command", "name": "name"}
+                  "env": "env", "command": "command", "executable": "command", "name": "name",
+                  "requirements": "requirements", "python": "python", "network": "network"}
 
 
 @router.get("/")
@@ -84,7 +86,9 @@ async def submit(request: Request, session: SessionDep, viewer: ViewerDep) -> Re
             "env": forms.env_lines(errors, "env", form.get("env")),
             "priority": forms.number(errors, "priority", form.get("priority")) or 0,
             "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
-            "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir"))}
+            "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir")),
+            "requirements": forms.blank_none(form.get("requirements")), "python": forms.blank_none(form.get("python")),
+            "network": forms.blank_none(form.get("network"))}
     try:
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
         job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()))
