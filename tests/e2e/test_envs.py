@@ -4,6 +4,7 @@ server's package index (here a local folder of wheels: nothing is downloaded), c
 rebuilt once removed; a bad spec fails with the installer's own message."""
 
 import base64
+import re
 import hashlib
 import sys
 import zipfile
@@ -12,6 +13,7 @@ import pytest
 
 from deeppod import Client
 from deeppod.executor import sandbox
+from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
 from tests.helpers import LiveServer
 
 pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
@@ -105,3 +107,33 @@ def test_a_requirement_that_cannot_be_met_fails_with_the_installers_message(serv
         with pytest.raises(Exception, match=words):
             c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=bad)
     assert sys.version_info >= (3, 11)
+
+
+def test_the_console_submits_a_job_with_its_own_requirements(server, browser, tmp_path):
+    """The submit form's requirements field: a bad line is refused next to it; a good one runs
+    in the environment, and the job's page says it succeeded."""
+    c = Client(server.url, server.admin_token)
+    folder = server.home / "work" / "default"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "probe.py").write_text(PROBE)
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(server.url + "/jobs/new")
+    page.fill("#f-command", "python probe.py")
+    page.fill("#f-gpus_per_worker", "0")
+    page.fill("#f-workdir", str(folder))
+    page.fill("#f-requirements", "deeppod-probe==2.0.0\n--index-url http://elsewhere/simple")
+    page.click("#submit-form button[type=submit]")
+    assert "not a package requirement" in page.inner_text("#e-requirements")
+    page.fill("#f-requirements", "deeppod-probe==2.0.0")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    done = c.wait(job_id, timeout=300)
+    assert done["state"] == "succeeded" and done["requirements"] == "deeppod-probe==2.0.0", done
+    assert "probe 2.0.0 newest" in _log(server, job_id)
+    page.reload()
+    page.wait_for_selector("#job-state")
+    assert "succeeded" in page.inner_text("#job-state")
+    assert "deeppod-probe==2.0.0" in page.inner_text("#job-env")
+    shot(page, "job-own-environment")
+    page.context.close()

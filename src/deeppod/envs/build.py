@@ -29,6 +29,9 @@ READY = "deeppod-env.json"  # written last: an environment without it is never u
 REQUIREMENTS = "deeppod-requirements.txt"
 LAYER = "_deeppod_platform.pth"  # the platform's environment after the job's own (deeppod.runtime, torch)
 USED = ".last-used"
+# the host's trust and proxy settings reach the installer (an administrator's, like the index)
+NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS",
+                         "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
 
 
 class BuildError(Exception):
@@ -158,6 +161,7 @@ def _run(script: str, order: dict, sandbox_spec: dict | None, work: Path, log, c
     """Run the build script; its output to ``log``; (exit code, its last lines)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "UV_CACHE_DIR": str(cache),
            "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy", "PIP_NO_INPUT": "1", "LANG": "C.UTF-8"}
+    env.update({k: v for k, v in os.environ.items() if k in NETWORK_ENV})  # the host's way to the index
     if order.get("uv"):
         env["PATH"] = os.path.dirname(order["uv"]) + ":" + env["PATH"]
     argv = ["/bin/sh", "-c", script]

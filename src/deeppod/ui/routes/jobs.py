@@ -36,10 +36,10 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
                  "network": "network"}
 # words in a service's refusal -> the field it is about
-SERVICE_FIELDS = {"dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
+SERVICE_FIELDS = {"requirements": "requirements", "is not a version": "python", "network": "network",
+                  "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
-                  "env": "env", "command": "command", "executable": "command", "name": "name",
-                  "requirements": "requirements", "python": "python", "network": "network"}
+                  "env": "env", "command": "command", "executable": "command", "name": "name"}
 
 
 @router.get("/")
