@@ -152,21 +152,25 @@ def test_aliases(env):
         assert service.set_alias(s, ana, "pets", "staging", None).aliases == {}
 
 
-def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env):
+def three_versions_and_data(s, ana, root, jobs_dir) -> None:
+    """pets v1-v3, a node, and the held-out data a comparison scores them on (pets@2)."""
     from deeppod.cluster.gpus import LogicalProbe
     from deeppod.cluster.inventory import local_node
     from deeppod.cluster.service import register_node
     from deeppod.store.models import Dataset, DatasetVersion
 
+    register_node(s, local_node(LogicalProbe(1), cpus=4, memory_mb=4096))
+    ds = Dataset(tenant_id=ana.tenant_id, name="pets", created_by=ana.user_id)
+    s.add(ds)
+    s.flush()
+    s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
+    three_versions(s, ana, root, jobs_dir, artifact(jobs_dir / "a"))
+
+
+def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env):
     sessions, _, ana, root, jobs_dir = env
-    folder = artifact(jobs_dir / "a")
     with sessions.begin() as s:
-        register_node(s, local_node(LogicalProbe(1), cpus=4, memory_mb=4096))
-        ds = Dataset(tenant_id=ana.tenant_id, name="pets", created_by=ana.user_id)
-        s.add(ds)
-        s.flush()
-        s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
-        three_versions(s, ana, root, jobs_dir, folder)
+        three_versions_and_data(s, ana, root, jobs_dir)
         job, va, vb = service.compare(s, ana, "pets", "3", "1", "pets@2", root=root, jobs_dir=jobs_dir,
                                       default_grace=5)
         job_id = job.id
@@ -184,21 +188,12 @@ def test_a_comparison_remembers_what_it_compares_without_reading_its_command(env
 
 
 def test_a_comparison_keeps_only_figures_for_its_two_versions_read_without_following_a_link(env, tmp_path):
-    from deeppod.cluster.gpus import LogicalProbe
-    from deeppod.cluster.inventory import local_node
-    from deeppod.cluster.service import register_node
     from deeppod.job_folder import JobFolder
-    from deeppod.store.models import Dataset, DatasetVersion, ModelVersion
+    from deeppod.store.models import ModelVersion
 
     sessions, _, ana, root, jobs_dir = env
-    folder = artifact(jobs_dir / "a")
     with sessions.begin() as s:
-        register_node(s, local_node(LogicalProbe(1), cpus=4, memory_mb=4096))
-        ds = Dataset(tenant_id=ana.tenant_id, name="pets", created_by=ana.user_id)
-        s.add(ds)
-        s.flush()
-        s.add(DatasetVersion(dataset_id=ds.id, version=2, state="ready", key="pets/2", created_by=ana.user_id))
-        three_versions(s, ana, root, jobs_dir, folder)
+        three_versions_and_data(s, ana, root, jobs_dir)
         job, va, vb = service.compare(s, ana, "pets", "1", "2", "pets@2", root=root, jobs_dir=jobs_dir,
                                       default_grace=5)
         job.state = "succeeded"

@@ -14,7 +14,6 @@ it was started with and nowhere else. ``none``: no proxy, no way out.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import signal
@@ -24,21 +23,9 @@ import sys
 import threading
 from dataclasses import dataclass
 
-CLONE_NEWNET = 0x40000000
+from deeppod.executor.syscalls import CLONE_NEWNET, PR_SET_PDEATHSIG, prctl, setns, unshare
+
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def setns(fd: int) -> None:
-    """Move the calling thread into the network namespace ``fd`` refers to."""
-    _check(_libc.setns(fd, CLONE_NEWNET), "setns")
 
 
 def _loopback_up() -> None:
@@ -124,9 +111,9 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 def _child(forwards: list[Forward], ready: int) -> None:
     """The namespace's holder (and, with forwards, its proxy): never returns."""
     try:
-        _check(_libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0), "prctl")
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         host_ns = os.open("/proc/self/ns/net", os.O_RDONLY)
-        _check(_libc.unshare(CLONE_NEWNET), "unshare")
+        unshare(CLONE_NEWNET)
         _loopback_up()
         proxy = _Proxy(host_ns, forwards)
     except OSError as exc:

@@ -14,12 +14,11 @@ Three processes: this one (outside, what the supervisor signals and waits for), 
 tenant's identity). SIGTERM and SIGINT reach the command; the command's exit code, or the
 signal that killed it, is this process's.
 
-Standard library only (ctypes for the system calls Python 3.11 lacks).
+Standard library only (the system calls Python 3.11 lacks are in syscalls.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import stat
@@ -30,40 +29,17 @@ from pathlib import Path
 from deeppod.contract import ENV_SPARE
 from deeppod.envs import build as envs
 from deeppod.executor import cgroups
-from deeppod.executor.netns import setns
+from deeppod.executor.syscalls import (CLONE_NEWIPC, CLONE_NEWNS, CLONE_NEWPID, PR_SET_NO_NEW_PRIVS,
+                                      PR_SET_PDEATHSIG, mount, prctl, setns, unshare)
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import open_dir
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 # what every sandbox sees of the host, read-only
 SYSTEM = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), "unshare")
-
-
-def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
-
-
-def _prctl(option: int, value: int) -> None:
-    _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), "prctl")
-
 
 def supported() -> str | None:
     """None when this process can build sandboxes (root, namespaces allowed); else why not."""
@@ -74,8 +50,8 @@ def supported() -> str | None:
     if pid == 0:  # try in a child: namespaces, once entered, cannot be left
         os.close(r)
         try:
-            _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)
-            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
             os.write(w, b"ok")
         except OSError as exc:
             os.write(w, str(exc).encode())
@@ -105,12 +81,12 @@ def _bind(src: str, dst: str, writable: bool, device: bool = False) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         open(dst, "a").close()
     try:
-        _mount(src if fd is None else f"/proc/self/fd/{fd}", dst, None, MS_BIND | MS_REC)
+        mount(src if fd is None else f"/proc/self/fd/{fd}", dst, None, MS_BIND | MS_REC)
     finally:
         if fd is not None:
             os.close(fd)
     flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if device else MS_NODEV) | (0 if writable else MS_RDONLY)
-    _mount(None, dst, None, flags)
+    mount(None, dst, None, flags)
 
 
 NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -152,17 +128,17 @@ def _visible(env: dict[str, str]) -> str:
 
 def _build_root(root: str, sb: dict, visible: str = "") -> None:
     """The sandbox's file system under ``root`` (in this process's own mount namespace)."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     for path in SYSTEM:
         if os.path.islink(path):
             os.symlink(os.readlink(path), root + path)
         elif os.path.isdir(path):
             _bind(path, root + path, False)
     os.makedirs(root + "/proc", exist_ok=True)
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
     os.makedirs(root + "/dev", exist_ok=True)
-    _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755")
+    mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755")
     for dev in allowed_devices(visible):  # its own GPUs only
         if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
             _bind("/dev/" + dev, f"{root}/dev/{dev}", True, device=True)
@@ -173,7 +149,7 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
     size = f",size={memory_mb}m" if memory_mb else ""  # and their pages are charged to its memory limit
     for tmp in ("/tmp", "/dev/shm"):  # private: PyTorch's DataLoader shares tensors through /dev/shm
         os.makedirs(root + tmp, exist_ok=True)
-        _mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + size)
+        mount("tmpfs", root + tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + size)
     if sb.get("shm"):  # the job's workers on this node share one (NCCL's intra-node transport needs it)
         _bind(sb["shm"], root + "/dev/shm", True)
     # last, so that a bind under /tmp (a workdir there) lands on top of the private /tmp
@@ -191,7 +167,7 @@ def _command(sb: dict, command: list[str], env: dict[str, str]) -> None:
         os.setgroups([])
         os.setgid(int(sb["gid"]))
         os.setuid(int(sb["uid"]))  # from root to another uid: every capability goes
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
         step = f"enter the working directory {sb['workdir']}"
         os.chdir(sb["workdir"])
         for sig in FORWARDED:
@@ -206,8 +182,8 @@ def _command(sb: dict, command: list[str], env: dict[str, str]) -> None:
 def _init(sb: dict, command: list[str], env: dict[str, str], root: str, report: int) -> None:
     """PID 1 of the sandbox: build it, start the command, pass signals on, reap; never returns."""
     try:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outside process died: so do we, and the namespace
-        _unshare(CLONE_NEWNS | CLONE_NEWIPC)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outside process died: so do we, and the namespace
+        unshare(CLONE_NEWNS | CLONE_NEWIPC)
         _build_root(root, sb, _visible(env))
         os.chroot(root)
         os.chdir("/")
@@ -251,7 +227,7 @@ def run(sb: dict, command: list[str], env: dict[str, str], root: str, group: cgr
         if netns is not None:
             setns(netns)
             os.close(netns)
-        _unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
+        unshare(CLONE_NEWPID)  # only our children enter it: the next fork is its PID 1
         init = os.fork()
         if init == 0:
             os.close(r)
