@@ -249,8 +249,9 @@ def start_one_spare(tmp_path, ex, h, prelude: str) -> int:
     (tmp_path / "w.py").write_text(f"import os, sys, time\nif os.environ.get('DEEPPOD_SPARE'):\n    {prelude}\n"
                                    + textwrap.dedent(SPARE_JOB))
     ex.keep_spares(h, 1)
-    wait_until((tmp_path / "job/logs/spare-0.log").exists, 30, what="the spare to start")
-    return json.loads((tmp_path / "job/workers.json").read_text())["spare-0"]
+    pids = tmp_path / "job/workers.json"  # written once the spare's process started (its log is opened first)
+    wait_until(lambda: pids.exists() and "spare-0" in json.loads(pids.read_text()), 30, what="the spare to start")
+    return json.loads(pids.read_text())["spare-0"]
 
 
 def grow_to_rank_1(tmp_path, ex, h, env) -> str:
