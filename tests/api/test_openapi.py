@@ -61,7 +61,7 @@ def _env_of(api, headers) -> str:
     """A built environment of tenant B's (as a node's cache holds it): its key."""
     import json as _json
 
-    from deeppod.envs.build import READY
+    from deeppod.envs.build import ready_file
 
     from sqlalchemy import select
 
@@ -72,7 +72,7 @@ def _env_of(api, headers) -> str:
         tenant_id = s.scalar(select(Tenant.id).where(Tenant.name == name))
     env = api.ctx.settings.envs_root / str(tenant_id) / "b0b0b0b0b0b0b0b0"
     env.mkdir(parents=True)
-    (env / READY).write_text(_json.dumps({"key": env.name, "requirements": [MARK], "built_at": 1.0}))
+    ready_file(env).write_text(_json.dumps({"key": env.name, "requirements": [MARK], "built_at": 1.0}))
     return env.name
 
 

@@ -40,7 +40,7 @@ def test_an_environment_is_built_once_and_found_after(order, tmp_path):
         t.join()
     said = [log.getvalue().decode() for log in logs]
     assert sum("building environment k1" in s for s in said) == 1, said
-    assert len(set(paths)) == 1 and (paths[0] / build.READY).is_file()
+    assert len(set(paths)) == 1 and build.ready_file(paths[0]).is_file()
     assert _python(paths[0], "import deeppod_probe; print(deeppod_probe.VALUE)") == "pinned"
     assert str(tmp_path / "platform") in _python(paths[0], "import sys; print(sys.path)")  # the platform, layered after
     assert (paths[0] / build.REQUIREMENTS).read_text() == "deeppod-probe==1.2.3\n"
@@ -64,7 +64,7 @@ def test_a_half_built_environment_is_never_used(order):
     (half / "bin").mkdir(parents=True)  # a server killed mid-build left this, without READY
     (half / "bin" / "python").write_text("broken")
     path = build.ensure(order, io.BytesIO(), None)
-    assert (path / build.READY).is_file()
+    assert build.ready_file(path).is_file()
     assert _python(path, "import deeppod_probe; print(deeppod_probe.VALUE)") == "pinned"
 
 

@@ -19,10 +19,10 @@ def made(root, tenant_id, key, size, used_ago):
     path = root / str(tenant_id) / key
     path.mkdir(parents=True)
     (path / "blob").write_bytes(os.urandom(size))
-    (path / build.READY).write_text(json.dumps({"key": key, "requirements": [f"{key}==1"], "built_at": 1.0}))
-    (path / build.USED).touch()
+    build.ready_file(path).write_text(json.dumps({"key": key, "requirements": [f"{key}==1"], "built_at": 1.0}))
+    build.used_file(path).touch()
     t = time.time() - used_ago
-    os.utime(path / build.USED, (t, t))
+    os.utime(build.used_file(path), (t, t))
     return path
 
 

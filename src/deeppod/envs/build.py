@@ -2,9 +2,12 @@
 the workers): once per key, under a lock, as the tenant's identity in a sandbox, in a staging
 folder renamed into place when complete. Standard library only (the supervisor uses it).
 
-``ENV_DIR/<tenant id>/``::
+``ENV_DIR/<tenant id>/`` (root's; what is inside an environment is the tenant's, and root
+never reads, writes or follows anything in it but to remove it)::
 
-    <key>/               a ready environment (a virtual environment; READY inside says so)
+    <key>/               an environment (a virtual environment, the tenant's files)
+    <key>.json           written last, when it was built: it is ready (what it holds, when built)
+    <key>.used           touched at each start that uses it (least recently used go first)
     <key>.lock           held while it is built (jobs wanting it wait on it)
     .staging-<key>-<pid> one being built (mounted at <key>'s path in the builder's sandbox)
     .uv-cache/           the tenant's own download cache (never shared with another tenant)
@@ -25,10 +28,8 @@ from pathlib import Path
 
 from deeppod.job_folder import JobFolder
 
-READY = "deeppod-env.json"  # written last: an environment without it is never used
 REQUIREMENTS = "deeppod-requirements.txt"
 LAYER = "_deeppod_platform.pth"  # the platform's environment after the job's own (deeppod.runtime, torch)
-USED = ".last-used"
 # the host's trust and proxy settings reach the installer (an administrator's, like the index)
 NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS",
                          "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
@@ -49,6 +50,15 @@ class Builds:
 
 def env_path(order: dict) -> Path:
     return Path(order["root"]) / order["key"]
+
+
+def ready_file(env: Path) -> Path:
+    """Beside the environment, in root's folder: written when it was built, read by the server."""
+    return env.with_name(f"{env.name}.json")
+
+
+def used_file(env: Path) -> Path:
+    return env.with_name(f"{env.name}.used")
 
 
 def activate(order: dict, env: dict[str, str]) -> dict[str, str]:
@@ -77,14 +87,14 @@ def ensure(order: dict, log, sandbox_spec: dict | None) -> Path:
                 _say(log, f"environment {order['key']}: ready (built before)")
             else:
                 _build(order, root, final, log, sandbox_spec)
-            (final / USED).touch()
+            used_file(final).touch()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return final
 
 
 def _ready(final: Path) -> bool:
-    return (final / READY).is_file()
+    return ready_file(final).is_file() and final.is_dir()
 
 
 def _say(log, line: str) -> None:
@@ -94,6 +104,7 @@ def _say(log, line: str) -> None:
 
 def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None) -> None:
     started = time.monotonic()
+    ready_file(final).unlink(missing_ok=True)
     shutil.rmtree(final, ignore_errors=True)  # a build killed before it was complete: never used, removed
     # sandboxed: built in a staging folder mounted where the environment will be (its scripts
     # name their own path), renamed into place when complete; else in place, READY written last
@@ -121,12 +132,10 @@ def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None)
         code, tail = _run(_script(order, final, requirements), order, sandbox_spec, work, log, cache, binds)
         if code != 0:
             raise BuildError(_why(tail))
-        _layer(build_dir, order.get("layer") or [])
-        shutil.copyfile(requirements, build_dir / REQUIREMENTS)
-        (build_dir / READY).write_text(json.dumps({"key": order["key"], "requirements": order["requirements"],
-                                                   "python": order.get("python"), "built_at": time.time()}))
         if build_dir != final:
             os.rename(build_dir, final)
+        ready_file(final).write_text(json.dumps({"key": order["key"], "requirements": order["requirements"],
+                                                 "python": order.get("python"), "built_at": time.time()}))
         _say(log, f"environment {order['key']} built in {time.monotonic() - started:.1f} s")
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -150,10 +159,16 @@ def _script(order: dict, where: Path, requirements: Path) -> str:
     options = " ".join(map(q, opts))
     if order.get("uv"):
         uv = q(order["uv"])
-        return (f"{uv} venv --quiet --python {q(python)} {q(str(where))} && "
+        make = (f"{uv} venv --quiet --python {q(python)} {q(str(where))} && "
                 f"{uv} pip install --python {q(str(where / 'bin' / 'python'))} {options} -r {q(str(requirements))}")
-    return (f"{q(python)} -m venv {q(str(where))} && {q(str(where / 'bin' / 'python'))} -m pip install "
-            f"--disable-pip-version-check {options} -r {q(str(requirements))}")
+    else:
+        make = (f"{q(python)} -m venv {q(str(where))} && {q(str(where / 'bin' / 'python'))} -m pip install "
+                f"--disable-pip-version-check {options} -r {q(str(requirements))}")
+    # the platform's import path after the environment's own (deeppod.runtime, and torch unless
+    # pinned), and the requirements kept with it: written by the builder, in its own files
+    layer = "".join(f"{p}\n" for p in order.get("layer") or [])
+    return (f"{make} && for site in {q(str(where))}/lib/python*/site-packages; do printf %s {q(layer)} > "
+            f"\"$site\"/{LAYER}; done && cp {q(str(requirements))} {q(str(where / REQUIREMENTS))}")
 
 
 def _run(script: str, order: dict, sandbox_spec: dict | None, work: Path, log, cache: Path,
@@ -189,11 +204,3 @@ def _why(tail: list[str]) -> str:
     said = " ".join(errors[-4:] or tail[-2:]) or "the installer failed without a message"
     return (f"{said} (check the requirements: the names and versions must exist in the package index this server "
             "uses; the full output is in the job's log)")
-
-
-def _layer(env: Path, paths: list[str]) -> None:
-    """The platform's import path after the environment's own: ``import deeppod.runtime`` (and
-    torch, unless the job pinned its own) works, and what the job pinned wins."""
-    for site in env.glob("lib/python*/site-packages"):
-        (site / LAYER).write_text("".join(f"{p}\n" for p in paths))
-

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal, require_admin
 from deeppod.contract import ACTIVE_STATES
-from deeppod.envs.build import READY, USED
+from deeppod.envs.build import ready_file, used_file
 from deeppod.errors import Conflict, NotFound
 from deeppod.nofollow import tree_bytes
 from deeppod.store.models import Job, Tenant
@@ -43,11 +43,14 @@ def _found(root: Path, tenant_ids: list[int]) -> list[tuple[int, Path, dict]]:
     out = []
     for tid in tenant_ids:
         folder = root / str(tid)
-        for ready in sorted(folder.glob(f"*/{READY}")) if folder.is_dir() else []:
+        for ready in sorted(folder.glob("*.json")) if folder.is_dir() else []:  # root's own files, beside each
+            env = ready.with_suffix("")
             try:
-                out.append((tid, ready.parent, json.loads(ready.read_text())))
+                doc = json.loads(ready.read_text())
             except (OSError, ValueError):
                 continue
+            if env.is_dir() and not env.is_symlink():
+                out.append((tid, env, doc))
     return out
 
 
@@ -59,6 +62,13 @@ def _active(session: Session) -> dict[str, list[int]]:
     return using
 
 
+def _used(path: Path, doc: dict) -> float:
+    try:
+        return used_file(path).stat().st_mtime
+    except OSError:
+        return float(doc.get("built_at", 0.0))
+
+
 def list_envs(session: Session, principal: Principal, root: Path) -> list[EnvInfo]:
     """The environments of the caller's tenant (an admin: every tenant's), newest use first."""
     names = dict(session.execute(select(Tenant.id, Tenant.name)).all())
@@ -66,7 +76,7 @@ def list_envs(session: Session, principal: Principal, root: Path) -> list[EnvInf
     using = _active(session)
     out = []
     for tid, path, doc in _found(root, tenants):
-        used = (path / USED).stat().st_mtime if (path / USED).exists() else doc.get("built_at", 0.0)
+        used = _used(path, doc)
         out.append(EnvInfo(path.name, names.get(tid, str(tid)), list(doc.get("requirements", [])), doc.get("python"),
                            tree_bytes(path), float(doc.get("built_at", 0.0)), used, using.get(path.name, []),
                            str(path)))
@@ -95,7 +105,8 @@ def _drop(path: Path) -> bool:
         except BlockingIOError:
             return False
         try:
-            (path / READY).unlink(missing_ok=True)  # never used from here on, even if the removal is cut short
+            ready_file(path).unlink(missing_ok=True)  # never used from here on, even if the removal is cut short
+            used_file(path).unlink(missing_ok=True)
             shutil.rmtree(path, ignore_errors=True)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -113,7 +124,7 @@ def prune(session: Session, root: Path, cap_bytes: int, principal: Principal | N
     using = _active(session)
     envs = []
     for tid, path, doc in _found(root, tenants):
-        used = (path / USED).stat().st_mtime if (path / USED).exists() else doc.get("built_at", 0.0)
+        used = _used(path, doc)
         envs.append((used, path, tree_bytes(path)))
     total = sum(size for _, _, size in envs)
     gone = []
