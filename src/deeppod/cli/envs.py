@@ -13,6 +13,10 @@ from deeppod.cli.output import console, print_json, rows_table
 app = typer.Typer(no_args_is_help=True, help="Jobs' Python environments, built from --requirements and cached.")
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
 def _ago(t: float) -> str:
     s = max(0.0, time.time() - t)
     return f"{s / 86400:.1f} d" if s >= 86400 else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
@@ -29,21 +33,21 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
         console.print("no environments yet: 'deeppod submit --requirements requirements.txt -- python train.py'")
         return
     console.print(rows_table([
-        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "-", "size": f"{e['bytes'] / 1e6:.0f} MB",
+        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "-", "size": _size(e["bytes"]),
          "last used": _ago(e["last_used"]), "active jobs": ", ".join(map(str, e["active_jobs"])) or "-",
          "packages": ", ".join(e["requirements"]) or "-"} for e in envs],
         ["key", "tenant", "python", "size", "last used", "active jobs", "packages"]))
     totals: dict[str, int] = {}
     for e in envs:
         totals[e["tenant"]] = totals.get(e["tenant"], 0) + e["bytes"]
-    console.print("; ".join(f"{t}: {b / 1e9:.2f} GB" for t, b in sorted(totals.items())))
+    console.print("in all: " + "; ".join(f"{t} {_size(b)}" for t, b in sorted(totals.items())))
 
 
 @app.command("rm")
 def rm(key: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove an environment (not while an active job uses it); the next job that needs it builds it again."""
     gone = client(url, token).remove_env(key)
-    console.print(f"removed environment {gone['key']} ({gone['bytes'] / 1e6:.0f} MB)")
+    console.print(f"removed environment {gone['key']} ({_size(gone['bytes'])})")
 
 
 @app.command("prune")
