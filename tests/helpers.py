@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import signal
@@ -9,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -141,3 +144,20 @@ class LiveServer:
         for user in pwd.getpwall():
             if user.pw_name.startswith(prefix) and os.geteuid() == 0:
                 subprocess.run(["userdel", user.pw_name], capture_output=True)
+
+
+def wheel(folder, name: str, version: str, value: str):
+    """A pure-Python wheel, made here (nothing is downloaded in tests)."""
+    dist = name.replace("-", "_")
+    files = {f"{dist}/__init__.py": f"VALUE = {value!r}\n",
+             f"{dist}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: deeppod-tests\n"
+                                                  "Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(body.encode())}" for path, body in files.items()]
+    files[f"{dist}-{version}.dist-info/RECORD"] = "\n".join(record + [f"{dist}-{version}.dist-info/RECORD,,"]) + "\n"
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, body in files.items():
+            z.writestr(p, body)
+    return path

@@ -3,18 +3,15 @@ default a user gets): built once per spec with uv as the tenant, in a sandbox, f
 server's package index (here a local folder of wheels: nothing is downloaded), cached,
 rebuilt once removed; a bad spec fails with the installer's own message."""
 
-import base64
 import re
-import hashlib
 import sys
-import zipfile
 
 import pytest
 
 from deeppod import Client
 from deeppod.executor import sandbox
 from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
-from tests.helpers import LiveServer
+from tests.helpers import LiveServer, wheel
 
 pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
 
@@ -24,23 +21,6 @@ import deeppod_probe
 import deeppod.runtime  # the platform's runtime stays importable in the job's own environment
 print("probe", importlib.metadata.version("deeppod-probe"), deeppod_probe.VALUE, "prefix", sys.prefix, flush=True)
 """
-
-
-def wheel(folder, name: str, version: str, value: str):
-    """A pure-Python wheel, made here (nothing is downloaded in tests)."""
-    dist = name.replace("-", "_")
-    files = {f"{dist}/__init__.py": f"VALUE = {value!r}\n",
-             f"{dist}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: deeppod-tests\n"
-                                                  "Root-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(body.encode())}" for path, body in files.items()]
-    files[f"{dist}-{version}.dist-info/RECORD"] = "\n".join(record + [f"{dist}-{version}.dist-info/RECORD,,"]) + "\n"
-    path = folder / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for p, body in files.items():
-            z.writestr(p, body)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from deeppod.envs import build
-from tests.e2e.test_envs import wheel
+from tests.helpers import wheel
 
 UV = str(__import__("pathlib").Path(sys.executable).with_name("uv"))
 

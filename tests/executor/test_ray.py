@@ -52,8 +52,14 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def server(cluster, tmp_path_factory):
-    s = LiveServer(tmp_path_factory.mktemp("ray") / "home", extra_env={
-        "DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address, **cluster.client_env}).start()
+    from tests.helpers import wheel
+
+    root = tmp_path_factory.mktemp("ray")
+    (root / "wheels").mkdir()
+    wheel(root / "wheels", "deeppod-probe", "1.2.3", "pinned")  # jobs' own environments build from it offline
+    s = LiveServer(root / "home", extra_env={
+        "DEEPPOD_EXECUTOR": "ray", "DEEPPOD_RAY_ADDRESS": cluster.address, **cluster.client_env,
+        "DEEPPOD_ENV_FIND_LINKS": str(root / "wheels"), "DEEPPOD_ENV_NO_INDEX": "1"}).start()
     yield s
     s.stop()
     s.cleanup_jobs()
@@ -224,3 +230,17 @@ def test_sandboxed_jobs_need_a_cluster_with_token_authentication(tmp_path):
         check_cluster_auth(settings, sandboxed, Open())
     check_cluster_auth(settings, None, Open())  # single-user: its jobs are trusted anyway
     check_cluster_auth(Settings(home=tmp_path / "h", isolation="sandbox", ray_without_auth=True), sandboxed, Open())
+
+
+def test_a_two_node_job_runs_in_its_own_environment_built_on_each_node(server, cluster, tmp_path, monkeypatch):
+    """Each node's part of the job finds (or builds) the environment before its workers start."""
+    c = Client(server.url, server.admin_token)
+    (tmp_path / "probe.py").write_text("import os, deeppod_probe\n"
+                                       "print('rank', os.environ['RANK'], 'probe', deeppod_probe.VALUE, flush=True)\n")
+    monkeypatch.chdir(tmp_path)
+    job = c.submit(["python", "probe.py"], workers=2, requirements=["deeppod-probe==1.2.3"])
+    done = c.wait(job["id"], timeout=300)
+    out = _logs(server, job["id"])
+    assert done["state"] == "succeeded", (done, out)
+    assert len({w["node"] for w in done["allocation"]["workers"]}) == 2, done
+    assert "rank 0 probe pinned" in out and "rank 1 probe pinned" in out, out
