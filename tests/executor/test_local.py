@@ -208,7 +208,7 @@ def test_a_grow_hands_the_new_worker_to_a_warm_spare(tmp_path, spare_job):
     wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 30, what="rank 1 to run")
     assert log.read_text() == (f"deeppod: rank 1 starts from warm spare 0 (pid {spare_pid})\n"
                                f"rank 1 pid {spare_pid}\n")
-    assert json.loads((tmp_path / "job/workers.json").read_text())["1"] == spare_pid
+    assert pid_recorded(tmp_path, "1") == spare_pid
     (tmp_path / "done").write_text("")
     st = finished(ex, h)
     assert st.exit_codes == {0: 0, 1: 0}
@@ -244,14 +244,20 @@ def test_a_stop_takes_the_spares_with_it(tmp_path, spare_job):
     wait_until(lambda: process_start_time(pid) is None, 30, what="the spare's process to end")
 
 
+def pid_recorded(tmp_path, name: str) -> int:
+    """The pid the supervisor recorded for ``name`` (it writes the file after the process
+    started, so after what the process itself printed)."""
+    pids = tmp_path / "job/workers.json"
+    wait_until(lambda: pids.exists() and name in json.loads(pids.read_text()), 30, what=f"{name}'s pid recorded")
+    return json.loads(pids.read_text())[name]
+
+
 def start_one_spare(tmp_path, ex, h, prelude: str) -> int:
     """A spare whose script runs ``prelude`` (under DEEPPOD_SPARE) before SPARE_JOB: its pid."""
     (tmp_path / "w.py").write_text(f"import os, sys, time\nif os.environ.get('DEEPPOD_SPARE'):\n    {prelude}\n"
                                    + textwrap.dedent(SPARE_JOB))
     ex.keep_spares(h, 1)
-    pids = tmp_path / "job/workers.json"  # written once the spare's process started (its log is opened first)
-    wait_until(lambda: pids.exists() and "spare-0" in json.loads(pids.read_text()), 30, what="the spare to start")
-    return json.loads(pids.read_text())["spare-0"]
+    return pid_recorded(tmp_path, "spare-0")  # its log is opened before it starts: the pid file says it did
 
 
 def grow_to_rank_1(tmp_path, ex, h, env) -> str:
@@ -269,8 +275,8 @@ def test_a_spare_still_starting_is_handed_the_worker_and_runs_it_once_it_parks(t
     # no second process beside it: the spare, further along, became rank 1 when it parked
     assert grow_to_rank_1(tmp_path, ex, h, env) == (f"deeppod: rank 1 starts from spare still starting 0 "
                                                     f"(pid {spare_pid})\nrank 1 pid {spare_pid}\n")
-    workers = json.loads((tmp_path / "job/workers.json").read_text())
-    assert workers["1"] == spare_pid and "spare-0" not in workers
+    assert pid_recorded(tmp_path, "1") == spare_pid
+    assert "spare-0" not in json.loads((tmp_path / "job/workers.json").read_text())
     (tmp_path / "done").write_text("")
     st = finished(ex, h)
     assert st.exit_codes == {0: 0, 1: 0}
