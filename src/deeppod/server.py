@@ -104,8 +104,8 @@ def resolve_isolation(asked: str, supported=None) -> str:
 def isolation_for(settings: Settings, identities: Identities | None = None) -> Isolation | None:
     """The isolation the settings ask for (resolved: not ``auto``), or a clear error if this
     machine cannot give it."""
-    if settings.job_network not in ("host", "isolated", "none"):
-        raise InvalidRequest(f"DEEPPOD_JOB_NETWORK={settings.job_network!r}: use host, isolated or none")
+    if settings.job_network not in jobs_service.NETWORKS:
+        raise InvalidRequest(f"DEEPPOD_JOB_NETWORK={settings.job_network!r}: use {', '.join(jobs_service.NETWORKS)}")
     if settings.isolation in ("one-tenant", "single-user"):
         if settings.job_network != "host":
             raise InvalidRequest(f"DEEPPOD_JOB_NETWORK={settings.job_network} needs sandbox isolation (as root): "

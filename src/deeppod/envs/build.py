@@ -26,7 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deeppod.errors import ExecutorError
 from deeppod.job_folder import JobFolder
+from deeppod.nofollow import tree_bytes
 
 REQUIREMENTS = "deeppod-requirements.txt"
 LAYER = "_deeppod_platform.pth"  # the platform's environment after the job's own (deeppod.runtime, torch)
@@ -35,7 +37,7 @@ NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_
                          "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
 
 
-class BuildError(Exception):
+class BuildError(ExecutorError):
     """The installer refused or failed: the message is its own error lines and a hint."""
 
 
@@ -134,8 +136,10 @@ def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None)
             raise BuildError(_why(tail))
         if build_dir != final:
             os.rename(build_dir, final)
+        # what it holds, measured once: it does not change after the build (mounted read-only)
         ready_file(final).write_text(json.dumps({"key": order["key"], "requirements": order["requirements"],
-                                                 "python": order.get("python"), "built_at": time.time()}))
+                                                 "python": order.get("python"), "built_at": time.time(),
+                                                 "bytes": tree_bytes(final)}))
         _say(log, f"environment {order['key']} built in {time.monotonic() - started:.1f} s")
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)

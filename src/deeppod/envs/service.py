@@ -39,19 +39,25 @@ class EnvInfo:
     path: str
 
 
-def _found(root: Path, tenant_ids: list[int]) -> list[tuple[int, Path, dict]]:
+def _found(root: Path, tenant_ids: list[int], names: dict[int, str], using: dict[str, list[int]]) -> list[EnvInfo]:
+    """The ready environments of these tenants, from root's own marks beside each (never from
+    inside one: its files are the tenant's), newest use first."""
     out = []
     for tid in tenant_ids:
         folder = root / str(tid)
-        for ready in sorted(folder.glob("*.json")) if folder.is_dir() else []:  # root's own files, beside each
+        for ready in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             env = ready.with_suffix("")
             try:
                 doc = json.loads(ready.read_text())
             except (OSError, ValueError):
                 continue
-            if env.is_dir() and not env.is_symlink():
-                out.append((tid, env, doc))
-    return out
+            if not env.is_dir() or env.is_symlink():
+                continue
+            size = doc.get("bytes")  # measured when it was built
+            out.append(EnvInfo(env.name, names.get(tid, str(tid)), list(doc.get("requirements", [])),
+                               doc.get("python"), int(size) if size is not None else tree_bytes(env),
+                               float(doc.get("built_at", 0.0)), _used(env, doc), using.get(env.name, []), str(env)))
+    return sorted(out, key=lambda e: -e.last_used)
 
 
 def _active(session: Session) -> dict[str, list[int]]:
@@ -72,15 +78,7 @@ def _used(path: Path, doc: dict) -> float:
 def list_envs(session: Session, principal: Principal, root: Path) -> list[EnvInfo]:
     """The environments of the caller's tenant (an admin: every tenant's), newest use first."""
     names = dict(session.execute(select(Tenant.id, Tenant.name)).all())
-    tenants = list(names) if principal.is_admin else [principal.tenant_id]
-    using = _active(session)
-    out = []
-    for tid, path, doc in _found(root, tenants):
-        used = _used(path, doc)
-        out.append(EnvInfo(path.name, names.get(tid, str(tid)), list(doc.get("requirements", [])), doc.get("python"),
-                           tree_bytes(path), float(doc.get("built_at", 0.0)), used, using.get(path.name, []),
-                           str(path)))
-    return sorted(out, key=lambda e: -e.last_used)
+    return _found(root, list(names) if principal.is_admin else [principal.tenant_id], names, _active(session))
 
 
 def remove(session: Session, principal: Principal, root: Path, key: str) -> EnvInfo:
@@ -122,10 +120,7 @@ def prune(session: Session, root: Path, cap_bytes: int, principal: Principal | N
     _sweep_staging(root)
     tenants = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     using = _active(session)
-    envs = []
-    for tid, path, doc in _found(root, tenants):
-        used = _used(path, doc)
-        envs.append((used, path, tree_bytes(path)))
+    envs = [(e.last_used, Path(e.path), e.bytes) for e in _found(root, tenants, {}, using)]
     total = sum(size for _, _, size in envs)
     gone = []
     for _, path, size in sorted(envs, key=lambda e: e[0]):

@@ -16,11 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from deeppod.errors import ExecutorError
+
 ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PIDS = 4096  # a worker's processes and threads: a 16-worker DataLoader with its threads fits
 
 
-class Unavailable(OSError):
+class Unavailable(ExecutorError):
     """This host's control groups cannot be used here (not mounted, not writable)."""
 
 
@@ -127,7 +129,7 @@ def create(name: str, limits: Limits) -> Group:
                 pass
         if isinstance(exc, Unavailable):
             raise
-        raise Unavailable(f"cannot make control group {name}: {exc.strerror or exc}") from exc
+        raise Unavailable(f"cannot make control group {name}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def _limit_v2(folder: Path, limits: Limits) -> None:

@@ -350,7 +350,7 @@ class RayExecutor:
             bad = min(r for r, c in codes.items() if c != 0)
             folder.ask_stop(f"rank {bad} failed on another node")
         if len(results) + len(lost) < len(nodes):
-            return ExecStatus(finished=False, exit_codes=codes)
+            return ExecStatus(finished=False, exit_codes=codes, phase=folder.read_phase())
         for h in nodes.values():
             self._kill_named(h["agent"])
             self._asked.pop(h["agent"], None)
