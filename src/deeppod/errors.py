@@ -74,6 +74,15 @@ class ExecutorError(DeepPodError):
     status = 500
 
 
+class LimitsUnavailable(ExecutorError):
+    """This host's control groups cannot be used here (not mounted, not writable): executor/cgroups.py."""
+
+
+class EnvBuildFailed(ExecutorError):
+    """A job's own Python environment could not be built; the message is the installer's own
+    error lines and a hint (envs/build.py)."""
+
+
 class NotLeader(DeepPodError):
     """This server does not lead a failover control plane (any more): it must not decide or
     act on jobs (cluster/leader.py)."""

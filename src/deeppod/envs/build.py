@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deeppod.errors import ExecutorError
+from deeppod.errors import EnvBuildFailed as BuildError
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import tree_bytes
 
@@ -35,10 +35,6 @@ LAYER = "_deeppod_platform.pth"  # the platform's environment after the job's ow
 # the host's trust and proxy settings reach the installer (an administrator's, like the index)
 NETWORK_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS",
                          "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
-
-
-class BuildError(ExecutorError):
-    """The installer refused or failed: the message is its own error lines and a hint."""
 
 
 @dataclass(frozen=True)

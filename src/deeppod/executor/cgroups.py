@@ -16,14 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deeppod.errors import ExecutorError
+from deeppod.errors import LimitsUnavailable as Unavailable
 
 ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PIDS = 4096  # a worker's processes and threads: a 16-worker DataLoader with its threads fits
-
-
-class Unavailable(ExecutorError):
-    """This host's control groups cannot be used here (not mounted, not writable)."""
 
 
 def _own(controller: str) -> str:
