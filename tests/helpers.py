@@ -161,3 +161,79 @@ def wheel(folder, name: str, version: str, value: str):
         for p, body in files.items():
             z.writestr(p, body)
     return path
+
+
+IMAGE_PROGRAMS = ("sh", "cat", "id", "ls", "touch")
+
+
+def image_archive(folder, name: str, kind: str = "oci") -> "Path":
+    """A small container image made here from this machine's sh, cat, id, ls and touch (with
+    their libraries), as ``podman save`` (kind "oci"), ``docker save`` ("docker") or
+    ``podman export`` ("flat") writes it: two layers, the second replacing /etc/image-release
+    and whiting out /etc/old-file; ENV IMAGE_GREETING=hello."""
+    import gzip
+    import io
+    import shutil
+    import tarfile
+
+    files: dict[str, str] = {}  # path in the image -> host file
+    for program in IMAGE_PROGRAMS:
+        found = shutil.which(program, path="/usr/bin:/bin")
+        files[f"bin/{program}"] = os.path.realpath(found)
+        for line in subprocess.run(["ldd", found], capture_output=True, text=True).stdout.splitlines():
+            parts = line.split()
+            lib = parts[2] if "=>" in parts and len(parts) > 2 and parts[2].startswith("/") else \
+                parts[0] if parts and parts[0].startswith("/") else None
+            if lib:
+                files[lib.lstrip("/")] = os.path.realpath(lib)
+
+    def layer(entries: dict[str, bytes | str]) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as t:
+            for path, body in entries.items():
+                if isinstance(body, str):  # a host file
+                    t.add(body, arcname=path)
+                else:
+                    info = tarfile.TarInfo(path)
+                    info.size, info.mode = len(body), 0o644
+                    t.addfile(info, io.BytesIO(body))
+        return out.getvalue()
+
+    base = layer({**files, "etc/image-release": b"base\n", "etc/old-file": b"old\n"})
+    top = layer({"etc/image-release": b"v2\n", "etc/.wh.old-file": b""})
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Env": ["PATH=/bin", "IMAGE_GREETING=hello"], "WorkingDir": "/"}}).encode()
+    blobs: dict[str, bytes] = {}
+    path = Path(folder) / f"{name}.tar"
+    if kind == "flat":
+        path.write_bytes(layer({**files, "etc/image-release": b"v2\n"}))
+        return path
+
+    def add(data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return digest
+
+    with tarfile.open(path, "w") as t:
+        def put(arcname: str, data: bytes) -> None:
+            info = tarfile.TarInfo(arcname)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+        if kind == "docker":
+            put("config.json", config)
+            put("l1/layer.tar", base)
+            put("l2/layer.tar", top)
+            put("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": [f"{name}:latest"],
+                                              "Layers": ["l1/layer.tar", "l2/layer.tar"]}]).encode())
+            return path
+        layers = [add(gzip.compress(base)), add(gzip.compress(top))]
+        manifest = json.dumps({"schemaVersion": 2, "config": {"digest": f"sha256:{add(config)}", "size": len(config)},
+                               "layers": [{"digest": f"sha256:{d}", "size": len(blobs[d])} for d in layers]}).encode()
+        index = json.dumps({"schemaVersion": 2, "manifests": [{"digest": f"sha256:{add(manifest)}",
+                                                               "size": len(manifest)}]}).encode()
+        put("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        put("index.json", index)
+        for digest, data in blobs.items():
+            put(f"blobs/sha256/{digest}", data)
+    return path

@@ -207,6 +207,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          ca_cert=str(served.trust) if served and served.trust else None,
                          fence=leader.fence if fenced else None, spares=settings.spare_workers)
     jobs.launcher.envs = Builds(str(settings.envs_root), _uv(), settings.env_index)
+    jobs.launcher.image_dir = settings.image_dir
     balancer = Balancer()
     deployments = DeploymentController(sessions, balancer, models_root=settings.models_dir,
                                        default_grace=settings.grace_seconds,
@@ -218,7 +219,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
     launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
-                        roots, ctx.code)
+                        roots, ctx.code, settings.job_network, settings.image_dir)
     ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
               if node is not None else executor.samplers())

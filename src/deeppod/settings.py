@@ -148,6 +148,10 @@ class Settings:
     env_find_links: str = ""
     env_no_index: bool = False
     env_cache_gb: float = 50.0
+    # container images jobs may run in (--image NAME): NAME.tar / .tar.gz archives that
+    # 'podman save', 'docker save' or 'podman export' wrote, put here by the administrator;
+    # unpacked once per node under env_dir/images (envs/images.py). Unset: no images
+    image_dir: str | None = None
     # run sandboxed jobs on a Ray cluster that does not ask for Ray's token (docs/cluster.md)
     ray_without_auth: bool = False
     # the network a sandboxed job gets unless it says (--network): "host", "isolated" (its own

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from deeppod.envs import build, service
-from deeppod.errors import Conflict, NotFound
+from deeppod.envs import build, images, service
+from deeppod.errors import Conflict, Forbidden, NotFound
 from deeppod.store.models import Job
 from tests.fixtures import populate, submit_job
+from tests.helpers import image_archive
 
 
 def made(root, tenant_id, key, size, used_ago):
@@ -88,3 +89,24 @@ def test_builds_that_died_are_swept_and_live_ones_kept(sessions, tmp_path):
             service.prune(s, tmp_path, 10**12)
         fcntl.flock(lock, fcntl.LOCK_UN)
     assert not dead.exists() and live.exists()
+
+
+def test_an_unpacked_image_is_shared_listed_for_all_and_removed_by_an_admin(sessions, tmp_path):
+    world = populate(sessions)
+    image = tmp_path / "images" / "img1"
+    image.mkdir(parents=True)
+    (image / "blob").write_bytes(os.urandom(2000))
+    images.ready_file(image).write_text(json.dumps({"key": "img1", "image": "tiny", "bytes": 2000, "built_at": 1.0}))
+    made(tmp_path, world.alice.tenant_id, "aaa", 1000, 10)
+    with sessions() as s:
+        seen = {e.key: (e.tenant, e.image) for e in service.list_envs(s, world.alice, tmp_path)}
+        assert seen == {"aaa": ("a", None), "img1": (service.SHARED, "tiny")}
+        with pytest.raises(Forbidden):
+            service.remove(s, world.alice, tmp_path, "img1")  # every tenant's jobs use it
+        assert service.prune(s, tmp_path, 5000, world.admin) == ["img1"]  # least recently used first
+    assert not image.exists()
+    offered = tmp_path / "offered"
+    offered.mkdir()
+    image_archive(offered, "tiny")
+    assert [(i.name, i.unpacked) for i in service.list_images(tmp_path, str(offered))] == [("tiny", False)]
+    assert service.list_images(tmp_path, None) == []

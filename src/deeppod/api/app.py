@@ -13,8 +13,8 @@ from deeppod.api.limits import BodyLimit
 from deeppod.api.predict_path import PredictPath
 from deeppod.audit.log import AuditMiddleware
 from deeppod.api.latency import Latency
-from deeppod.api.routers import (audit, code, datasets, deployments, envs, experiments, jobs, metrics, models, monitor,
-                                 nodes, plans, servers, tenants, tokens, users)
+from deeppod.api.routers import (audit, code, datasets, deployments, envs, experiments, images, jobs, metrics,
+                                 models, monitor, nodes, plans, servers, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
 
 
@@ -30,7 +30,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
     docs.install(app)
     errors.install(app)
     for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit,
-              experiments, monitor, envs):
+              experiments, monitor, envs, images):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(deployments.page_router)

@@ -10,10 +10,11 @@ import typer
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
 
-app = typer.Typer(no_args_is_help=True, help="Jobs' Python environments, built from --requirements and cached.")
+app = typer.Typer(no_args_is_help=True, help="Jobs' Python environments, built from --requirements and cached "
+                                                     "(and the container images unpacked for --image).")
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
@@ -33,21 +34,21 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
         console.print("no environments yet: 'deeppod submit --requirements requirements.txt -- python train.py'")
         return
     console.print(rows_table([
-        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "-", "size": _size(e["bytes"]),
+        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "-", "size": size_text(e["bytes"]),
          "last used": _ago(e["last_used"]), "active jobs": ", ".join(map(str, e["active_jobs"])) or "-",
-         "packages": ", ".join(e["requirements"]) or "-"} for e in envs],
+         "packages": f"image {e['image']}" if e.get("image") else ", ".join(e["requirements"]) or "-"} for e in envs],
         ["key", "tenant", "python", "size", "last used", "active jobs", "packages"]))
     totals: dict[str, int] = {}
     for e in envs:
         totals[e["tenant"]] = totals.get(e["tenant"], 0) + e["bytes"]
-    console.print("in all: " + "; ".join(f"{t} {_size(b)}" for t, b in sorted(totals.items())))
+    console.print("in all: " + "; ".join(f"{t} {size_text(b)}" for t, b in sorted(totals.items())))
 
 
 @app.command("rm")
 def rm(key: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove an environment (not while an active job uses it); the next job that needs it builds it again."""
     gone = client(url, token).remove_env(key)
-    console.print(f"removed environment {gone['key']} ({_size(gone['bytes'])})")
+    console.print(f"removed environment {gone['key']} ({size_text(gone['bytes'])})")
 
 
 @app.command("prune")

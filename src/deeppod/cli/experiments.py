@@ -77,6 +77,8 @@ def create(
         help="a requirements.txt: every trial runs in the Python environment built from it (built once)",
         show_default=False)] = None,
     python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
+    image: Annotated[Optional[str], typer.Option(help="a container image the server offers: every trial runs in it",
+                                                 show_default=False)] = None,
     max_restarts: int = 0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Search hyperparameters: deeppod tune create lr-search --space space.yaml --metric val_acc
@@ -92,7 +94,7 @@ def create(
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
         env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
-        requirements=read_requirements(requirements), python=python)
+        requirements=read_requirements(requirements), python=python, image=image)
     _created(exp, as_json)
 
 

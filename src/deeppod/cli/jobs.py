@@ -59,6 +59,9 @@ def submit(
         show_default=False)] = None,
     python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12 (one the nodes have)",
                                                   show_default=False)] = None,
+    image: Annotated[Optional[str], typer.Option(
+        help="a container image the server offers ('deeppod images ls'): the job runs in it, sandboxed as any job",
+        show_default=False)] = None,
     network: Annotated[Optional[str], typer.Option(
         help="host: the host's network; isolated: a network of its own where only the DeepPod API is reachable; "
              "none: nothing reachable (sandboxed servers; default: the server's)", show_default=False)] = None,
@@ -88,7 +91,7 @@ def submit(
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
-                   requirements=read_requirements(requirements),
+                   requirements=read_requirements(requirements), image=image,
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
@@ -154,6 +157,8 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
         console.print(f"python:    its own environment {j.get('env_key') or '(built at start)'}"
                       f"{' on Python ' + j['python'] if j.get('python') else ''}: "
                       f"{', '.join((j.get('requirements') or '').splitlines()) or 'no packages'}")
+    if j.get("image"):
+        console.print(f"image:     {j['image']}{' (' + j['env_key'] + ')' if j.get('env_key') else ''}")
     if j.get("network", "host") != "host":
         console.print(f"network:   {j['network']}")
     if j.get("phase"):

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli import (admin, audit, bench, datasets, deployments, envs, experiments, jobs, models, plans, server,
-                         top, train)
+from deeppod.cli import (admin, audit, bench, datasets, deployments, envs, experiments, images, jobs, models, plans,
+                         server, top, train)
 from deeppod.cli import output as output_module
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError
@@ -24,6 +24,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(deployments.app, name="deploy")
 app.add_typer(experiments.app, name="tune")
 app.add_typer(envs.app, name="envs")
+app.add_typer(images.app, name="images")
 # The resource's own noun, as the API, the packages and the console name it; the short names stay.
 NOUNS = {"datasets": ("data", datasets.app), "deployments": ("deploy", deployments.app),
          "experiments": ("tune", experiments.app)}

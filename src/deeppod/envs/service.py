@@ -1,6 +1,7 @@
 """Jobs' environments as the control plane sees them on its node: listed per tenant with their
 size and users, removed, and evicted least recently used first when the cache is over its cap
-(never one that an active job uses, never one being built)."""
+(never one that an active job uses, never one being built). Unpacked container images
+(envs/images.py) are in the same cache: shared by every tenant, removed by an admin."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal, require_admin
 from deeppod.contract import ACTIVE_STATES
+from deeppod.envs import images
 from deeppod.envs.build import ready_file, used_file
 from deeppod.errors import Conflict, NotFound
 from deeppod.nofollow import tree_bytes
@@ -37,14 +39,26 @@ class EnvInfo:
     last_used: float
     active_jobs: list[int]
     path: str
+    image: str | None = None  # an unpacked container image's name (shared by every tenant)
+
+
+SHARED = "(shared)"  # what an image's tenant is shown as
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    name: str
+    archive_bytes: int
+    key: str  # what it unpacks as (the cache entry's key while the archive is unchanged)
+    unpacked: bool
 
 
 def _found(root: Path, tenant_ids: list[int], names: dict[int, str], using: dict[str, list[int]]) -> list[EnvInfo]:
     """The ready environments of these tenants, from root's own marks beside each (never from
     inside one: its files are the tenant's), newest use first."""
     out = []
-    for tid in tenant_ids:
-        folder = root / str(tid)
+    groups = [(root / str(tid), names.get(tid, str(tid))) for tid in tenant_ids]
+    for folder, tenant in [*groups, (root / "images", SHARED)]:
         for ready in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             env = ready.with_suffix("")
             try:
@@ -54,9 +68,10 @@ def _found(root: Path, tenant_ids: list[int], names: dict[int, str], using: dict
             if not env.is_dir() or env.is_symlink():
                 continue
             size = doc.get("bytes")  # measured when it was built
-            out.append(EnvInfo(env.name, names.get(tid, str(tid)), list(doc.get("requirements", [])),
+            out.append(EnvInfo(env.name, tenant, list(doc.get("requirements", [])),
                                doc.get("python"), int(size) if size is not None else tree_bytes(env),
-                               float(doc.get("built_at", 0.0)), _used(env, doc), using.get(env.name, []), str(env)))
+                               float(doc.get("built_at", 0.0)), _used(env, doc), using.get(env.name, []), str(env),
+                               doc.get("image")))
     return sorted(out, key=lambda e: -e.last_used)
 
 
@@ -87,6 +102,8 @@ def remove(session: Session, principal: Principal, root: Path, key: str) -> EnvI
     if not found:
         raise NotFound(f"no environment {key!r} of your tenant on this server: 'deeppod envs ls' lists them")
     env = found[0]
+    if env.image is not None:
+        require_admin(principal, f"remove the unpacked image {env.image} (every tenant's jobs use it)")
     if env.active_jobs:
         raise Conflict(f"environment {key} is used by active job(s) {', '.join(map(str, env.active_jobs))}; remove "
                        "it once they end")
@@ -152,3 +169,17 @@ def _sweep_staging(root: Path) -> None:
                 continue
             shutil.rmtree(leftover, ignore_errors=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def list_images(root: Path, image_dir: str | None) -> list[ImageInfo]:
+    """The container images this server offers (DEEPPOD_IMAGE_DIR) and whether each is unpacked here."""
+    out = []
+    for name, archive in images.offered(image_dir).items():
+        try:
+            key = images.key(archive)
+            size = archive.stat().st_size
+        except OSError:
+            continue
+        unpacked = images.ready_file(root / "images" / key).is_file()
+        out.append(ImageInfo(name, size, key, unpacked))
+    return out

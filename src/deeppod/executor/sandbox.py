@@ -28,6 +28,7 @@ from pathlib import Path
 
 from deeppod.contract import ENV_SPARE
 from deeppod.envs import build as envs
+from deeppod.envs import images
 from deeppod.executor import cgroups
 from deeppod.executor.syscalls import (CLONE_NEWIPC, CLONE_NEWNS, CLONE_NEWPID, PR_SET_NO_NEW_PRIVS,
                                       PR_SET_PDEATHSIG, mount, prctl, setns, unshare)
@@ -130,11 +131,14 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
     """The sandbox's file system under ``root`` (in this process's own mount namespace)."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for path in SYSTEM:
-        if os.path.islink(path):
-            os.symlink(os.readlink(path), root + path)
-        elif os.path.isdir(path):
-            _bind(path, root + path, False)
+    if sb.get("image"):
+        _image_root(root, sb["image"], visible)
+    else:
+        for path in SYSTEM:
+            if os.path.islink(path):
+                os.symlink(os.readlink(path), root + path)
+            elif os.path.isdir(path):
+                _bind(path, root + path, False)
     os.makedirs(root + "/proc", exist_ok=True)
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
     os.makedirs(root + "/dev", exist_ok=True)
@@ -153,11 +157,31 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
     if sb.get("shm"):  # the job's workers on this node share one (NCCL's intra-node transport needs it)
         _bind(sb["shm"], root + "/dev/shm", True)
     # last, so that a bind under /tmp (a workdir there) lands on top of the private /tmp
-    for path in sb.get("python", []):
+    for path in [] if sb.get("image") else sb.get("python", []):
         if os.path.exists(path):
             _bind(path, root + path, False)
     for src, dst, writable in sb.get("binds", []):
         _bind(src, root + dst, bool(writable))
+    if sb.get("image"):  # every mount point is made: the image's files become read-only
+        mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _image_root(root: str, image: str, visible: str) -> None:
+    """A container image's root file system as the sandbox's root: the image read-only under
+    an overlay whose upper layer (on the tmpfs at ``root``) only holds the mount points made
+    next; the host's DNS files; deeppod.runtime; the NVIDIA driver's libraries for a worker
+    with GPUs."""
+    os.makedirs(root + "/.layer/upper")
+    os.makedirs(root + "/.layer/work")
+    mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
+          f"lowerdir={image},upperdir={root}/.layer/upper,workdir={root}/.layer/work")
+    for name in images.HOST_FILES:
+        if os.path.isfile("/" + name):
+            _bind("/" + name, f"{root}/{name}", False)
+    _bind(str(Path(images.__file__).resolve().parents[1]), f"{root}{images.RUNTIME}/deeppod", False)
+    if gpu_devices(os.listdir("/dev"), visible):
+        for name, path in images.driver_libraries():
+            _bind(path, f"{root}{images.RUNTIME}-driver/{name}", False)
 
 
 def _command(sb: dict, command: list[str], env: dict[str, str]) -> None:
@@ -270,7 +294,10 @@ def main(argv: list[str]) -> int:
     else:
         name = str(int(argv[2]))
         env = next(w for w in spec["workers"] if int(w["rank"]) == int(argv[2]))["env"]
-    if spec.get("env"):  # its own Python environment (envs/), built by the supervisor: read-only, first on PATH
+    if (spec.get("env") or {}).get("image"):  # a container image (envs/images.py), unpacked by the supervisor
+        spec["sandbox"]["image"] = str(images.image_path(spec["env"]))
+        env = images.activate(spec["env"], env, bool(gpu_devices(os.listdir("/dev"), _visible(env))))
+    elif spec.get("env"):  # its own Python environment (envs/), built by the supervisor: read-only, first on PATH
         spec["sandbox"]["python"] = [*spec["sandbox"]["python"], str(envs.env_path(spec["env"]))]
         env = envs.activate(spec["env"], env)
     root = folder.sandbox_root(name)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
 from deeppod.envs import build as envs
+from deeppod.envs import images
 from deeppod.executor.netns import Forward, JobNetwork
 from deeppod.job_folder import JobFolder
 
@@ -192,10 +193,14 @@ class Supervisor:
         self.folder.write_phase("preparing environment")
         try:
             with open(self.folder.log(first), "ab", buffering=0) as log:
-                envs.ensure(order, log, self.spec.get("sandbox"))
+                if order.get("image"):
+                    images.ensure(order, log)
+                else:
+                    envs.ensure(order, log, self.spec.get("sandbox"))
         except (envs.BuildError, OSError) as exc:
             self.codes = {int(w["rank"]): 1 for w in self.spec["workers"]}
-            self.reason = f"could not build its Python environment: {exc}"
+            self.reason = (f"could not unpack its image: {exc}" if order.get("image")
+                           else f"could not build its Python environment: {exc}")
         finally:
             self.folder.write_phase(None)
 

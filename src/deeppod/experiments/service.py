@@ -27,7 +27,7 @@ MODES = ("min", "max")
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
             "memory_mb_per_worker", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets",
-            "requirements", "python")
+            "requirements", "python", "image")
 
 
 @dataclass
@@ -56,6 +56,8 @@ class Launcher:
     default_grace: float = 30.0
     roots: TenantRoots | None = None
     code: CodeStore | None = None
+    default_network: str = "host"  # DEEPPOD_JOB_NETWORK
+    image_dir: str | None = None  # DEEPPOD_IMAGE_DIR
 
     def folder(self, experiment_id: int) -> Path:
         return self.experiments_dir / str(experiment_id)
@@ -75,7 +77,8 @@ class Launcher:
         req = jobs.JobRequest(**{k: t[k] for k in TEMPLATE if k in t and t[k] is not None and k != "command"},
                               command=render(t["command"], params), name=f"{exp.name}-t{number}")
         job = jobs.submit(session, principal, req, default_grace=self.default_grace, roots=self.roots,
-                          code=self.code, jobs_dir=self.jobs_dir)
+                          code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,
+                          image_dir=self.image_dir)
         job.kind, job.params, job.preemptible = "trial", dict(params), True
         return job
 

@@ -18,7 +18,7 @@ from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
-from deeppod.envs import spec as env_spec
+from deeppod.envs import images, spec as env_spec
 from deeppod.envs.build import Builds
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
@@ -128,6 +128,7 @@ class Launcher:
         self.isolation = isolation
         self.ca_cert = ca_cert  # the file jobs verify the server's TLS certificate with (None: system trust)
         self.envs: Builds | None = None  # where jobs' own Python environments are built (set by the server)
+        self.image_dir: str | None = None  # the container images jobs may run in (DEEPPOD_IMAGE_DIR)
 
     def folder(self, job_id: int) -> JobFolder:
         return JobFolder.of(self.jobs_dir, job_id)
@@ -181,7 +182,15 @@ class Launcher:
 
     def _env_order(self, job: Job) -> dict | None:
         """What the supervisor builds (or finds built) before the job's workers start: its own
-        Python environment, keyed by its tenant, requirements, interpreter, platform and index."""
+        Python environment, keyed by its tenant, requirements, interpreter, platform and index;
+        or its container image, unpacked once per node."""
+        if job.image:
+            if self.isolation is None or self.envs is None or not self.image_dir:
+                raise ExecutorError(f"this server runs no container images now (job {job.id} asks for {job.image!r}): "
+                                    "submit it again without --image")
+            order = images.order_for(job.image, self.image_dir, self.envs.root)
+            job.env_key = order["key"]
+            return order
         wanted = env_spec.parse(job.requirements, job.python)
         if wanted is None:
             job.env_key = None

@@ -19,7 +19,7 @@ from deeppod.auth.service import Principal
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
-from deeppod.envs import spec as env_spec
+from deeppod.envs import images, spec as env_spec
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import code as code_store, storage
 from deeppod.jobs.code import CodeStore
@@ -44,6 +44,7 @@ class JobRequest:
     network: str | None = None  # "host", "isolated" or "none" (sandboxed jobs); None: the server's default
     requirements: str | None = None  # a requirements.txt's text: its own Python environment (envs/)
     python: str | None = None  # "3.12": its environment's interpreter (one the nodes have)
+    image: str | None = None  # a container image the server offers (envs/images.py), by name
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     grace_seconds: float | None = None
@@ -136,7 +137,9 @@ def validate(req: JobRequest, cap: dict) -> None:
                              f"{cap['max_node_memory_mb']} MiB and the cluster {cap['memory_mb']} MiB")
     if req.grace_seconds is not None and not 0 <= req.grace_seconds <= 3600:
         raise InvalidRequest(f"grace_seconds must be between 0 and 3600 (got {req.grace_seconds})")
-    _resolve_executable(req.command[0], req.workdir, req.env)
+    # a program of the job's image, or one its requirements install, is not on the server's PATH
+    if req.image is None and not (req.requirements and os.sep not in req.command[0]):
+        _resolve_executable(req.command[0], req.workdir, req.env)
     check_rules(req.stop_rules)
 
 
@@ -148,12 +151,15 @@ def default_name(command: list[str]) -> str:
 
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
-           code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host") -> Job:
+           code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host",
+           image_dir: str | None = None) -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
+    ``image_dir``: the container images it offers (DEEPPOD_IMAGE_DIR; None: none).
     ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
     the job works in a folder of its own, JOB_DIR/code: the code it was sent with
     (``req.code``, kept in ``code``), or empty."""
     req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
+    _check_image(req, image_dir, sandboxed=roots is not None)
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
     if req.workdir is None:
@@ -166,6 +172,18 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
 
 
 NETWORKS = ("host", "isolated", "none")
+
+
+def _check_image(req: JobRequest, image_dir: str | None, sandboxed: bool) -> None:
+    if req.image is None:
+        return
+    images.check_name(req.image, image_dir)
+    if not sandboxed:
+        raise InvalidRequest(f"--image {req.image}: images run in sandboxes, and this server runs jobs without one "
+                             "(it is not root): leave --image out")
+    if req.requirements or req.python:
+        raise InvalidRequest(f"--image {req.image} brings its own software: leave out --requirements and --python "
+                             "(install the packages into the image)")
 
 
 def _network(asked: str, sandboxed: bool) -> str:
@@ -218,7 +236,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
         network=req.network or "host", python=wanted.python if wanted else None,
-        requirements="\n".join(wanted.requirements) if wanted else None,
+        requirements="\n".join(wanted.requirements) if wanted else None, image=req.image,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         read_paths=list(read_paths or []),
     )

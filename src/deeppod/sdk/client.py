@@ -316,7 +316,8 @@ class Client:
                max_restarts: int = 0, stop_rules: list[dict] | None = None,
                datasets: list[str] | None = None, code: str | os.PathLike | None = None,
                own_folder: bool = False, network: str | None = None,
-               requirements: str | os.PathLike | list[str] | None = None, python: str | None = None) -> dict:
+               requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
+               image: str | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
         ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
         Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
@@ -325,13 +326,17 @@ class Client:
         Where it runs: ``workdir``, a folder on the server; or ``code``, a folder here that is
         sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the
         job's own (for a command that needs no files). None of them: the current folder, in
-        place when the server may run your jobs there, else sent as ``code``."""
+        place when the server may run your jobs there, else sent as ``code``.
+
+        Its software: the platform's Python environment; or ``requirements`` (and ``python``),
+        a Python environment built for it; or ``image``, a container image the server offers
+        (:meth:`images`)."""
         return self._request("POST", "/v1/jobs", json=self.job_body(
             command, name=name, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
             memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
             priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
             max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder,
-            network=network, requirements=requirements, python=python))
+            network=network, requirements=requirements, python=python, image=image))
 
     def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
                  gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
@@ -341,7 +346,8 @@ class Client:
                  max_restarts: int = 0, stop_rules: list[dict] | None = None,
                  datasets: list[str] | None = None, code: str | os.PathLike | None = None,
                  own_folder: bool = False, network: str | None = None,
-                 requirements: str | os.PathLike | list[str] | None = None, python: str | None = None) -> dict:
+                 requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
+                 image: str | None = None) -> dict:
         """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
         there is code to send. Arguments as :meth:`submit`."""
         if (workdir is not None) + (code is not None) + own_folder > 1:
@@ -354,7 +360,7 @@ class Client:
                 "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
                 "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
-                "pids_per_worker": pids_per_worker, "network": network, "python": python,
+                "pids_per_worker": pids_per_worker, "network": network, "python": python, "image": image,
                 "requirements": requirements_text(requirements),
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
@@ -500,6 +506,10 @@ class Client:
     def envs(self) -> list[dict]:
         """Your tenant's built environments (an admin: every tenant's): size, last use, active jobs."""
         return self._request("GET", "/v1/envs")
+
+    def images(self) -> list[dict]:
+        """The container images this server offers (``submit(image=NAME)``), and whether each is unpacked."""
+        return self._request("GET", "/v1/images")
 
     def remove_env(self, key: str) -> dict:
         return self._request("DELETE", f"/v1/envs/{key}")

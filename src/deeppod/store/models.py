@@ -149,6 +149,7 @@ class Job(Base):
     # of the environment its last start used; what its supervisor does before the workers start
     requirements: Mapped[str | None] = mapped_column(Text, nullable=True)
     python: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    image: Mapped[str | None] = mapped_column(String(128), nullable=True)  # a container image's name (envs/images.py)
     env_key: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     phase: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # "host" (the host's network), "isolated" (its own, with only the API: executor/netns.py) or "none"

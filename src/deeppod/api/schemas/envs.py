@@ -14,6 +14,7 @@ class EnvOut(Out):
     built_at: float
     last_used: float
     active_jobs: list[int] = Field(description="active jobs that use it: it is not removed while there are any")
+    image: str | None = Field(default=None, description="an unpacked container image's name (shared by every tenant)")
 
 
 class PruneEnvsIn(Strict):

@@ -39,6 +39,9 @@ class JobCreate(Strict):
                                                  "built from it (once per tenant and node, then cached)")
     python: str | None = Field(default=None, max_length=16, description="its environment's Python, e.g. 3.12 (one "
                                                                         "the nodes have)")
+    image: str | None = Field(default=None, max_length=128,
+                              description="a container image this server offers, by name (GET /v1/images): the job "
+                                          "runs in it, sandboxed as any job")
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-1000, le=1000)
     grace_seconds: float | None = Field(default=None, ge=0, le=3600)
@@ -71,6 +74,7 @@ class JobOut(Out):
     network: str = "host"
     requirements: str | None = None
     python: str | None = None
+    image: str | None = None
     env_key: str | None = None
     phase: str | None = None
     priority: int

@@ -14,6 +14,7 @@ from deeppod.api.deps import Id, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, job_out
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.datasets import service as datasets
+from deeppod.envs import images
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.job_folder import JobFolder
 from deeppod.jobs import metrics, service
@@ -34,9 +35,9 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "memory_mb_per_worker": "memory_mb", "env": "env", "priority": "priority",
                  "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
-                 "network": "network"}
+                 "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
-SERVICE_FIELDS = {"requirements": "requirements", "is not a version": "python", "network": "network",
+SERVICE_FIELDS = {"image": "image", "requirements": "requirements", "is not a version": "python", "network": "network",
                   "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
                   "env": "env", "command": "command", "executable": "command", "name": "name"}
@@ -67,9 +68,15 @@ def jobs(request: Request, session: SessionDep, viewer: ViewerDep, state: str = 
 
 
 # -- submit (before /jobs/{job_id}: 'new' is not an id) ----------------------------------
+def _submit_page(request: Request, status: int = 200, **values) -> Response:
+    settings = get_ctx(request).settings
+    return page(request, "submit.html", status=status, networks=service.NETWORKS, default_network=settings.job_network,
+                images=list(images.offered(settings.image_dir)), **values)
+
+
 @router.get("/jobs/new")
 def submit_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    return page(request, "submit.html", values={"workers": "1"}, errors={})
+    return _submit_page(request, values={"workers": "1"}, errors={})
 
 
 @router.post("/jobs/new")
@@ -88,12 +95,12 @@ async def submit(request: Request, session: SessionDep, viewer: ViewerDep) -> Re
             "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
             "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir")),
             "requirements": forms.blank_none(form.get("requirements")), "python": forms.blank_none(form.get("python")),
-            "network": forms.blank_none(form.get("network"))}
+            "network": forms.blank_none(form.get("network")), "image": forms.blank_none(form.get("image"))}
     try:
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
         job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()))
     except forms.FormErrors as exc:  # the request's transaction is rolled back
-        raise Rerender(page(request, "submit.html", status=exc.status, values=form, errors=exc.errors)) from None
+        raise Rerender(_submit_page(request, status=exc.status, values=form, errors=exc.errors)) from None
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
@@ -102,7 +109,7 @@ def _submit(request: Request, session, viewer, req: service.JobRequest, fields: 
     try:
         return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
                               roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
-                              default_network=ctx.settings.job_network)
+                              default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir)
     except DeepPodError as exc:
         raise forms.service_error(exc, fields) from None
 
