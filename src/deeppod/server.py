@@ -352,7 +352,7 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]
     if settings.storage_interval > 0:
-        meter = StorageMeter(ctx.sessions, settings.jobs_dir)
+        meter = StorageMeter(ctx.sessions, settings.jobs_dir, settings.envs_root)
         threads.append(threading.Thread(target=run_rounds, args=(meter.round, end, settings.storage_interval,
                                                                  "storage quotas"), name="storage", daemon=True))
     if ctx.monitor is not None and settings.monitor_period > 0:

@@ -4,6 +4,7 @@ server's package index (here a local folder of wheels: nothing is downloaded), c
 rebuilt once removed; a bad spec fails with the installer's own message."""
 
 import re
+import subprocess
 import sys
 
 import pytest
@@ -81,7 +82,7 @@ def test_a_requirement_that_cannot_be_met_fails_with_the_installers_message(serv
     assert done["state"] == "failed", done
     assert "could not build its Python environment" in done["reason"] and "9.9.9" in done["reason"], done["reason"]
     assert "check the requirements" in done["reason"]
-    for bad, words in (("--index-url http://evil/simple\nnumpy", "not a package requirement"),
+    for bad, words in (("--index-url http://evil/simple\nnumpy", "does not let tenant 'default'"),
                        ("git+https://example.com/x.git", "not a package requirement"),
                        ("./local/path", "not a package requirement")):
         with pytest.raises(Exception, match=words):
@@ -101,9 +102,12 @@ def test_the_console_submits_a_job_with_its_own_requirements(server, browser, tm
     page.fill("#f-command", "python probe.py")
     page.fill("#f-gpus_per_worker", "0")
     page.fill("#f-workdir", str(folder))
-    page.fill("#f-requirements", "deeppod-probe==2.0.0\n--index-url http://elsewhere/simple")
+    page.fill("#f-requirements", "deeppod-probe==2.0.0\n--find-links http://elsewhere/wheels")
     page.click("#submit-form button[type=submit]")
     assert "not a package requirement" in page.inner_text("#e-requirements")
+    page.fill("#f-requirements", "deeppod-probe==2.0.0\n--index-url http://elsewhere/simple")
+    page.click("#submit-form button[type=submit]")
+    assert "package_indexes" in page.inner_text("#e-requirements")
     page.fill("#f-requirements", "deeppod-probe==2.0.0")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r".*/jobs/\d+$"))
@@ -117,3 +121,35 @@ def test_the_console_submits_a_job_with_its_own_requirements(server, browser, tm
     assert "deeppod-probe==2.0.0" in page.inner_text("#job-env")
     shot(page, "job-own-environment")
     page.context.close()
+
+
+def test_a_package_index_the_plan_allows_serves_the_build(server, tmp_path):
+    """A requirements file names a package index (here a simple index served on loopback);
+    refused until the tenant's plan allows it, then the build installs from it alone."""
+    c = Client(server.url, server.admin_token)
+    if c.whoami()["isolation"] != "sandbox":
+        pytest.skip("needs a root server (sandbox isolation)")
+    simple = tmp_path / "simple" / "deeppod-probe"
+    simple.mkdir(parents=True)
+    wheel(simple, "deeppod-probe", "3.1.4", "from-the-index")
+    index = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        port = int(re.search(r"port (\d+)", index.stdout.readline()).group(1))
+        url = f"http://127.0.0.1:{port}/simple"
+        (tmp_path / "probe.py").write_text(PROBE)
+        reqs = [f"--index-url {url}", "deeppod-probe==3.1.4"]
+        with pytest.raises(Exception, match="package_indexes"):
+            c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=reqs)
+        before = c.plan()
+        c.apply_plan({"tenants": [{"name": "default", "guaranteed": 0, "package_indexes": [url]}]})
+        try:
+            job = c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=reqs)
+            done = c.wait(job["id"], timeout=300)
+        finally:
+            c.apply_plan({k: v for k, v in before.items() if k in ("tenants", "reclaim_idle_first")})
+        assert done["state"] == "succeeded", _log(server, job["id"])
+        assert "probe 3.1.4 from-the-index" in _log(server, job["id"])  # not in the server's wheelhouse
+    finally:
+        index.kill()
+        index.wait()

@@ -19,8 +19,9 @@ def test_requirements_are_normalized_and_keyed_by_what_changes_the_environment()
     assert parse('pandas[performance]>=2; python_version >= "3.10"', None).requirements
 
 
-@pytest.mark.parametrize("line", ["--index-url https://evil/simple", "-e .", "git+https://x/y.git", "./pkg",
-                                  "/opt/wheel.whl", "pkg @ https://x/pkg.whl", "https://x/pkg.whl", "-r other.txt"])
+@pytest.mark.parametrize("line", ["--index-url ftp://evil/simple", "-e .", "git+https://x/y.git", "./pkg",
+                                  "/opt/wheel.whl", "pkg @ https://x/pkg.whl", "https://x/pkg.whl", "-r other.txt",
+                                  "--trusted-host evil", "--find-links https://evil/wheels", "--index-url"])
 def test_anything_that_points_the_builder_elsewhere_is_refused(line):
     with pytest.raises(InvalidRequest, match="not a package requirement"):
         parse(f"numpy\n{line}\n", None)
@@ -32,3 +33,22 @@ def test_bad_python_and_size():
             parse("numpy", bad)
     with pytest.raises(InvalidRequest, match="KiB"):
         parse("numpy\n" * 20000, None)
+
+
+def test_a_requirements_file_may_name_package_indexes():
+    """Each must be one the tenant's plan allows (jobs/storage.check_indexes); they take the
+    place of the server's no-index, and change the key."""
+    spec = parse("numpy==2.1.0\n--index-url https://mirror.example.com/simple/\n"
+                 "--extra-index-url=http://10.0.0.5:8080/simple\n", None)
+    assert spec.requirements == ("numpy==2.1.0",) and spec.indexes == [
+        "https://mirror.example.com/simple", "http://10.0.0.5:8080/simple"]
+    assert spec.lines() == ["--index-url https://mirror.example.com/simple",
+                            "--extra-index-url http://10.0.0.5:8080/simple", "numpy==2.1.0"]
+    assert parse("\n".join(spec.lines()), None) == spec  # as stored with the job, parsed again at start
+    server = {"index_url": "https://pypi.internal/simple", "extra_index_url": "https://extra/simple", "no_index": True}
+    assert spec.index(server) == {"index_url": "https://mirror.example.com/simple",
+                                  "extra_index_url": "https://extra/simple http://10.0.0.5:8080/simple"}
+    plain = parse("numpy==2.1.0", None)
+    assert plain.index(server) == server and plain.key(1, plain.index(server)) != spec.key(1, spec.index(server))
+    with pytest.raises(InvalidRequest, match="a second --index-url"):
+        parse("-i https://a/simple\n--index-url https://b/simple\nnumpy", None)

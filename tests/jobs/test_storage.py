@@ -119,3 +119,38 @@ def test_plan_limits_are_checked(sessions):
             apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, **bad}]})
     with sessions() as s:
         assert s.get(Tenant, world.alice.tenant_id).storage_bytes is None
+
+
+def test_a_tenants_python_environments_count_against_its_quota(sessions, tmp_path):
+    world, envs_root = populate(sessions), tmp_path / "envs"
+    plan(sessions, world, storage_gb=0.0001)  # 100 kB
+    for tenant_id, key, size in ((world.alice.tenant_id, "k1", 70 * KB), (world.alice.tenant_id, "k2", 50 * KB),
+                                 (world.bob.tenant_id, "k3", 500 * KB)):
+        (envs_root / str(tenant_id)).mkdir(parents=True, exist_ok=True)
+        (envs_root / str(tenant_id) / f"{key}.json").write_text(f'{{"key": "{key}", "bytes": {size}}}')
+    (envs_root / "images").mkdir()
+    (envs_root / "images" / "i1.json").write_text('{"bytes": 9000000}')  # shared: nobody's
+    assert storage.env_bytes(envs_root) == {world.alice.tenant_id: 120 * KB, world.bob.tenant_id: 500 * KB}
+    used = storage.StorageMeter(sessions, tmp_path / "jobs", envs_root).round()
+    assert used["a"] == 120 * KB and used["b"] == 500 * KB
+    with pytest.raises(Forbidden, match="environments of tenant 'a'.*deeppod envs rm"):
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+
+
+def test_the_package_indexes_a_job_names_must_be_the_plans(sessions, tmp_path):
+    world = populate(sessions)
+    reqs = "--extra-index-url https://pkgs.example.com/simple\nnumpy==2.1.0"
+    with pytest.raises(Forbidden, match="does not let tenant 'a'.*https://pkgs.example.com/simple") as refused:
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, requirements=reqs)
+    assert refused.value.code == "index_not_allowed"
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [
+            {"name": "lab", "guaranteed": 0, "package_indexes": ["https://pkgs.example.com/simple/"],
+             "children": [{"name": "a", "guaranteed": 0}]}, {"name": "b", "guaranteed": 0}]})
+    job_id = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, requirements=reqs)  # its parent allows it
+    with sessions() as s:
+        assert s.get(Job, job_id).requirements == "--extra-index-url https://pkgs.example.com/simple\nnumpy==2.1.0"
+    with pytest.raises(Forbidden, match="does not let tenant 'b'"):
+        submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0, requirements=reqs)
+    with sessions.begin() as s, pytest.raises(InvalidRequest, match="package_indexes must be a list of http"):
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, "package_indexes": ["file:///etc"]}]})

@@ -153,8 +153,8 @@ def _script(order: dict, where: Path, requirements: Path) -> str:
         opts.append("--no-index")
     for flag, key in (("--index-url", "index_url"), ("--extra-index-url", "extra_index_url"),
                       ("--find-links", "find_links")):
-        if ix.get(key):
-            opts += [flag, ix[key]]
+        for value in ix.get(key, "").split():  # extra indexes: the server's, then the plan-allowed ones a job names
+            opts += [flag, value]
     q = shlex.quote
     options = " ".join(map(q, opts))
     if order.get("uv"):

@@ -1,8 +1,10 @@
 """What a job asks for (its requirements and Python) checked, normalized and keyed.
 
 A key names one environment: the tenant, the normalized requirements, the interpreter asked
-for, the platform, the DeepPod version and the package index settings. Standard library
-only: the CLI checks a requirements file before it sends it.
+for, the platform, the DeepPod version and the package index settings. A requirements file
+may name package indexes (``--index-url``, ``--extra-index-url``) that the tenant's plan
+allows (``package_indexes``; jobs/storage.py checks). Standard library only: the CLI checks
+a requirements file before it sends it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,34 @@ MAX_REQUIREMENTS_BYTES = 64 << 10
 # points the builder elsewhere (URLs, paths, index options: the server's settings say where)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*([<>=!~][^;@]*)?(;[^@]*)?$")
 _PYTHON = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$")
+_INDEX_LINE = re.compile(r"^(--index-url|-i|--extra-index-url)(?:\s+|=)(https?://[^\s/?#]+(?:/[^\s?#]*)?)$")
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     requirements: tuple[str, ...]
     python: str | None = None  # "3.12": an interpreter the node has; None: the server's
+    index_url: str | None = None  # its requirements' --index-url (in place of the server's)
+    extra_index_urls: tuple[str, ...] = ()  # its requirements' --extra-index-url lines
+
+    @property
+    def indexes(self) -> list[str]:
+        """The package indexes it names (each must be one its tenant's plan allows)."""
+        return [*([self.index_url] if self.index_url else []), *self.extra_index_urls]
+
+    def lines(self) -> list[str]:
+        """As a requirements file: the indexes it names, then its requirements."""
+        return [*([f"--index-url {self.index_url}"] if self.index_url else []),
+                *(f"--extra-index-url {u}" for u in self.extra_index_urls), *self.requirements]
+
+    def index(self, server: dict) -> dict:
+        """The index settings its build uses: the server's, with the indexes it names (which
+        take the place of a server's no-index)."""
+        if not self.indexes:
+            return dict(server)
+        extra = " ".join(u for u in [server.get("extra_index_url", ""), *self.extra_index_urls] if u)
+        return {**{k: v for k, v in server.items() if k != "no_index"}, "extra_index_url": extra,
+                "index_url": self.index_url or server.get("index_url", "")}
 
     def key(self, tenant_id: int, index: dict) -> str:
         from deeppod import __version__
@@ -49,16 +73,27 @@ def parse(text: str | None, python: str | None) -> EnvSpec | None:
         raise InvalidRequest(f"the requirements are over {MAX_REQUIREMENTS_BYTES >> 10} KiB; list packages, one "
                              "per line")
     reqs = []
+    index_url, extra = None, []
     for n, raw in enumerate((text or "").splitlines(), 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
+            continue
+        if m := _INDEX_LINE.match(line):  # allowed or not by the tenant's plan (checked at submit)
+            if m.group(1) == "--extra-index-url":
+                extra.append(m.group(2).rstrip("/"))
+            elif index_url is not None:
+                raise InvalidRequest(f"requirements line {n}: a second --index-url; give one, and --extra-index-url "
+                                     "for more")
+            else:
+                index_url = m.group(2).rstrip("/")
             continue
         if line.startswith("-") or "://" in line or line.startswith((".", "/", "~")) or " @ " in line \
                 or not _NAME.match(line):
             raise InvalidRequest(f"requirements line {n} ({line!r}) is not a package requirement: give names with "
                                  "versions (numpy==2.1.0, torch>=2.4); index options, URLs and paths are not taken "
-                                 "(the server's settings say which package index its builds use)")
+                                 "(the server's settings say which package index its builds use; an index your "
+                                 "plan allows may be named as --index-url URL or --extra-index-url URL)")
         reqs.append(re.sub(r"\s+", "", line) if ";" not in line else line)
     if not reqs and python is None:
         return None
-    return EnvSpec(tuple(sorted(dict.fromkeys(reqs))), python)
+    return EnvSpec(tuple(sorted(dict.fromkeys(reqs))), python, index_url, tuple(dict.fromkeys(extra)))

@@ -197,10 +197,11 @@ class Launcher:
             return None
         if self.envs is None:
             raise ExecutorError("this server builds no Python environments for jobs; leave out --requirements")
-        job.env_key = wanted.key(job.tenant_id, self.envs.index)
+        index = wanted.index(self.envs.index)
+        job.env_key = wanted.key(job.tenant_id, index)
         return {"key": job.env_key, "root": str(Path(self.envs.root) / str(job.tenant_id)),
                 "requirements": list(wanted.requirements), "python": wanted.python, "base_python": sys.executable,
-                "uv": self.envs.uv, "index": self.envs.index,
+                "uv": self.envs.uv, "index": index,
                 "layer": [p for p in sys.path if p and os.path.isdir(p) and "site-packages" in p]
                 + [str(Path(__file__).resolve().parents[2])]}  # where deeppod itself is imported from
 

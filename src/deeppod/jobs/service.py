@@ -225,6 +225,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
     validate(req, cap)
     wanted = env_spec.parse(req.requirements, req.python)
     storage.check_pids(session, principal.tenant, req.pids_per_worker)
+    storage.check_indexes(session, principal.tenant, wanted.indexes if wanted else [])
     storage.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
@@ -236,7 +237,7 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
         memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
         network=req.network or "host", python=wanted.python if wanted else None,
-        requirements="\n".join(wanted.requirements) if wanted else None, image=req.image,
+        requirements="\n".join(wanted.lines()) if wanted else None, image=req.image,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         read_paths=list(read_paths or []),
     )

@@ -1,5 +1,7 @@
-"""The disk tenants' job folders take (checkpoints, outputs, models, logs, code), measured
-against the plan's ``storage_gb`` quotas; and the per-worker process limits a plan sets.
+"""The disk tenants' job folders take (checkpoints, outputs, models, logs, code) and their
+jobs' Python environments (as measured when built), measured against the plan's
+``storage_gb`` quotas; and the limits a plan sets on jobs: processes per worker, the package
+indexes their requirements may name.
 
 Measured, not enforced by the kernel (project quotas are a file system's mount option an
 administrator may not have): every round (DEEPPOD_STORAGE_INTERVAL) each running job's folder
@@ -10,6 +12,7 @@ and fail with the reason; docs/security.md says what this leaves.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,6 +46,18 @@ def check_pids(session: Session, tenant: str, asked: int | None) -> None:
                              f"each; ask for {cap} or fewer, or ask an administrator to raise pids_per_worker")
 
 
+def check_indexes(session: Session, tenant: str, urls: list[str]) -> None:
+    """The package indexes a job's requirements name: each one the plan allows its tenant."""
+    if not urls:
+        return
+    allowed = current_plan(session)[0].package_indexes(tenant)
+    refused = [u for u in urls if u.rstrip("/") not in allowed]
+    if refused:
+        raise Forbidden(f"the plan does not let tenant {tenant!r}'s jobs install from {', '.join(refused)}; remove "
+                        "the --index-url / --extra-index-url line (the server's index is used), or ask an "
+                        "administrator to add it to the plan's package_indexes", code="index_not_allowed")
+
+
 def pids_for(session: Session, job: Job, tenant: str, default: int) -> int:
     """The processes and threads each of ``job``'s workers may have: its own ask, else its plan's
     cap, else the server's default (never above the plan's cap, which may have been lowered since)."""
@@ -57,9 +72,10 @@ def _over(plan: Plan, used: dict[str, int]) -> dict[str, str]:
     for node, gb, tenants in plan.storage_quotas():
         total = sum(used.get(t, 0) for t in tenants)
         if total > gb * GB:
-            why = (f"the job folders of {'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
+            why = (f"the job folders and environments of {'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
                    f"take {total / GB:.2f} GB, over the plan's storage quota of {gb:g} GB: remove finished jobs' "
-                   "folders ('deeppod jobs purge') or ask an administrator to raise storage_gb")
+                   "folders ('deeppod jobs purge') or Python environments ('deeppod envs rm'), or ask an "
+                   "administrator to raise storage_gb")
             for t in tenants:
                 out.setdefault(t, why)
     return out
@@ -75,12 +91,28 @@ def check_submit(session: Session, tenant: str) -> None:
         raise Forbidden(why, code="over_quota")
 
 
+def env_bytes(root: Path) -> dict[int, int]:
+    """Tenant id -> what its Python environments take (root's marks beside each, written when
+    it was built; an environment does not change after)."""
+    out: dict[int, int] = defaultdict(int)
+    for folder in root.iterdir() if root.is_dir() else []:
+        if not folder.name.isdigit():
+            continue
+        for mark in folder.glob("*.json"):
+            try:
+                out[int(folder.name)] += int(json.loads(mark.read_text()).get("bytes") or 0)
+            except (OSError, ValueError, TypeError):
+                continue
+    return dict(out)
+
+
 @dataclass
 class StorageMeter:
     """Measures every tenant's job folders each round; keeps what no longer changes."""
 
     sessions: sessionmaker
     jobs_dir: Path
+    envs_root: Path | None = None  # DEEPPOD_ENV_DIR: each tenant's environments count too
     final: dict[int, int] = field(default_factory=dict)  # finished job -> bytes (its folder does not change)
     last: dict[int, int] = field(default_factory=dict)  # running job -> bytes at the last round
 
@@ -109,6 +141,8 @@ class StorageMeter:
             used[names.get(tenant_id, "")] += size
         for gone in set(self.final) - seen:  # purged
             del self.final[gone]
+        for tenant_id, size in (env_bytes(self.envs_root) if self.envs_root else {}).items():
+            used[names.get(tenant_id, "")] += size
         self._record(used, grew)
         return dict(used)
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from deeppod.errors import InvalidRequest
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb"}
+_FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
+           "package_indexes"}
+_INDEX = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 MIN_PIDS = 16  # a worker's Python, its threads and a shell
 SURPLUS_ORDERS = ("service", "share")
 
@@ -45,6 +47,9 @@ class PlanNode:
     # sub-tenants' included (GB; measured, docs/security.md)
     pids_per_worker: int | None = None
     storage_gb: float | None = None
+    # package indexes its jobs' requirements may name (--index-url / --extra-index-url lines),
+    # its sub-tenants' too; none: only the server's (DEEPPOD_ENV_INDEX_URL)
+    package_indexes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
@@ -53,6 +58,8 @@ class PlanNode:
             d["pids_per_worker"] = self.pids_per_worker
         if self.storage_gb is not None:
             d["storage_gb"] = self.storage_gb
+        if self.package_indexes:
+            d["package_indexes"] = list(self.package_indexes)
         if self.children:
             d["children"] = [c.to_dict() for c in self.children]
         return d
@@ -101,6 +108,10 @@ class Plan:
         """The most processes per worker ``tenant``'s jobs may have: the tightest on its path."""
         caps = [n.pids_per_worker for n in self.path_to(tenant) if n.pids_per_worker is not None]
         return min(caps) if caps else None
+
+    def package_indexes(self, tenant: str) -> set[str]:
+        """The package indexes a tenant's requirements may name: what its node or one above allows."""
+        return {url for n in self.path_to(tenant) for url in n.package_indexes}
 
     def storage_quotas(self) -> list[tuple[str, float, list[str]]]:
         """(node, GB, the tenants whose job folders count against it) for every node with a quota."""
@@ -156,6 +167,10 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
         raise InvalidRequest(f"{where}: pids_per_worker must be at least {MIN_PIDS} (got {pids}): a worker's Python "
                              "and its threads need that many")
     storage = _num(where, "storage_gb", raw.get("storage_gb"), allow_none=True, kind=float)
+    indexes = raw.get("package_indexes") or []
+    if not isinstance(indexes, list) or not all(isinstance(u, str) and _INDEX.match(u) for u in indexes):
+        raise InvalidRequest(f"{where}: package_indexes must be a list of http(s) URLs of package indexes, e.g. "
+                             f"['https://pypi.example.com/simple'] (got {indexes!r})")
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -164,7 +179,7 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
         for c in children:
             if c.guaranteed > mx:
                 raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max ({mx})")
-    return PlanNode(name, g, mx, lend, weight, children, pids, storage)
+    return PlanNode(name, g, mx, lend, weight, children, pids, storage, tuple(u.rstrip("/") for u in indexes))
 
 
 def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
@@ -173,7 +188,7 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
         raw = {"tenants": []}
     if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
-                             "lend_limit, weight, pids_per_worker, storage_gb, children), and optionally 'reclaim_idle_first': true and "
+                             "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, children), and optionally 'reclaim_idle_first': true and "
                              "'surplus': service or share")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]
     if not isinstance(idle_first, bool):

@@ -37,7 +37,7 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
                  "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
-SERVICE_FIELDS = {"image": "image", "requirements": "requirements", "is not a version": "python", "network": "network",
+SERVICE_FIELDS = {"image": "image", "requirements": "requirements", "install from": "requirements", "is not a version": "python", "network": "network",
                   "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
                   "env": "env", "command": "command", "executable": "command", "name": "name"}
