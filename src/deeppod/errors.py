@@ -69,6 +69,21 @@ class Unavailable(DeepPodError):
     status = 503
 
 
+class Busy(Unavailable):
+    """The server has no room for the request now (every database connection it may use is
+    busy): nothing was done; retry after ``Retry-After`` seconds (the CLI and SDK do)."""
+
+    code = "busy"
+    retry_after = 1
+
+
+class DatabaseMisuse(DeepPodError):
+    """A bug: a read-only session (a GET request's, store/db.read_only) tried to write."""
+
+    code = "internal"
+    status = 500
+
+
 class ExecutorError(DeepPodError):
     code = "executor_error"
     status = 500

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -56,9 +57,9 @@ from deeppod.scheduler import Config
 from deeppod.scheduler.plan import MIN_PIDS
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
 from deeppod.store import sealed
-from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of
+from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of, read_only
 from deeppod.store.migrate import upgrade
-from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node
+from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node, Tenant, Token, User
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.cluster.readings import OneNode, PsutilHostSampler, default_gpu_sampler
@@ -87,6 +88,7 @@ class ServerContext:
     node: NodeInfo | None = None  # this machine as a node (the local executor); None: a cluster executor's
     experiments: ExperimentController | None = None  # runs hyperparameter searches (always set by build)
     monitor: Monitor | None = None  # samples GPUs and hosts: this machine, or every Ray node
+    read_sessions: sessionmaker[Session] | None = None  # for what only reads (GET requests; store/db.read_only)
 
 
 def resolve_isolation(asked: str, supported=None) -> str:
@@ -179,7 +181,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     with sessions.begin() as s:
         if sealed_now := jobs_service.seal_legacy_env(s):
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
-    leader = Leadership(sessions, settings.public_url, server_id=server_id)
+    leader = _leadership(settings, sessions, server_id, fenced)
     executor = executor or executor_for(settings)
     check_cluster_auth(settings, isolation, executor)
     if fenced:
@@ -215,11 +217,12 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                        **({"leading": lambda: leader.leading, "fence": leader.fence} if fenced else {}))
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     ctx = ServerContext(settings, engine, sessions, executor, jobs, data, balancer, deployments,
-                        PrincipalCache(sessions), AuditLog(sessions), roots, served,
+                        PrincipalCache(read_only(sessions)), AuditLog(sessions), roots, served,
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
     launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code, settings.job_network, settings.image_dir)
+    ctx.read_sessions = read_only(sessions)
     ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
               if node is not None else executor.samplers())
@@ -228,14 +231,29 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                    raw_keep_s=settings.monitor_raw_seconds,
                                    retention_s=settings.monitor_retention_days * 86400)
         ctx.monitor = Monitor(sessions, source, policy, fence=leader.fence if fenced else lambda s: None)
-    # an idle loop sleeps until what it acts on is committed here (a standby's: next idle round)
-    on_commit_of(sessions, (Job,), jobs.wake.set)
-    on_commit_of(sessions, (Deployment, DeploymentKey, Job), deployments.wake.set)  # a replica is a job
-    on_commit_of(sessions, (Experiment,), ctx.experiments.wake.set)
+    _on_commits(ctx)
     if not fenced:
         leader.epoch = 0  # it leads alone, without a lease
         take_over(ctx, first=True)
     return ctx
+
+
+def _on_commits(ctx: ServerContext) -> None:
+    """What a commit in this process sets off: an idle loop sleeps until what it acts on is
+    committed here (a standby's: its next idle round); a revoked token is refused at once."""
+    on_commit_of(ctx.sessions, (Token, User, Tenant), ctx.principals.clear)
+    on_commit_of(ctx.sessions, (Job,), ctx.jobs.wake.set)
+    on_commit_of(ctx.sessions, (Deployment, DeploymentKey, Job), ctx.deployments.wake.set)  # a replica is a job
+    on_commit_of(ctx.sessions, (Experiment,), ctx.experiments.wake.set)
+
+
+def _leadership(settings: Settings, sessions: sessionmaker[Session], server_id: str, fenced: bool) -> Leadership:
+    """SQLite: one server (serve holds a lock on the file), which leads without renewals; on
+    PostgreSQL the lease has connections of its own, so the API's load cannot delay a renewal."""
+    solo = sessions.kw["bind"].dialect.name == "sqlite"
+    lease_sessions = sessions if solo or not fenced else make_sessionmaker(
+        make_engine(settings.db_url, name=session_name(server_id), pool_size=2))
+    return Leadership(lease_sessions, settings.public_url, server_id=server_id, solo=solo)
 
 
 def take_over(ctx: ServerContext, *, first: bool) -> None:
@@ -474,6 +492,31 @@ def _exit_on_signal(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def _only_server_of(settings: Settings):
+    """On SQLite, this server is the only one of its database (several servers need
+    PostgreSQL): a lock on a file beside it, held for the life of the process, the kernel's
+    word that no other server of this machine uses it. Returns the open lock file (None on
+    PostgreSQL); refuses to start while another server holds it."""
+    if not settings.db_url.startswith("sqlite"):
+        return None
+    path = Path(settings.db_url.split("///", 1)[-1] + ".server-lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    held = open(path, "a+")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held.seek(0)
+        other = held.read().strip() or "another process"
+        held.close()
+        raise InvalidRequest(f"another DeepPod server ({other}) uses the database {path.with_suffix('')}: stop it "
+                             "first, or give this one another --home; several servers on one database need "
+                             "PostgreSQL (--database-url)") from None
+    held.truncate(0)
+    held.write(f"pid {os.getpid()}")
+    held.flush()
+    return held
+
+
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -508,6 +551,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
     _check_port_free(settings.host, settings.port)
+    database_lock = _only_server_of(settings)  # SQLite: held until the server stops
     ctx = build(settings, fenced=True)
     settings = ctx.settings  # its isolation resolved
     ctx.leader.join()
@@ -523,7 +567,8 @@ def serve(settings: Settings, *, echo=print) -> None:
     with ctx.sessions() as s:
         leader = leader_url(s)
     if ctx.leader.leading:
-        echo(f"control plane: this server leads (epoch {ctx.leader.epoch}) and runs the jobs")
+        echo("control plane: this server runs the jobs, the only server of its SQLite database"
+             if ctx.leader.solo else f"control plane: this server leads (epoch {ctx.leader.epoch}) and runs the jobs")
     else:
         echo(f"control plane: standby. The leader is {leader or 'being chosen'}; this server serves the API and "
              "takes over within 10 s if the leader stops")
@@ -570,4 +615,6 @@ def serve(settings: Settings, *, echo=print) -> None:
         lead.join(timeout=15)
         ctx.audit.close()
         ctx.engine.dispose()
+        if database_lock is not None:
+            database_lock.close()
         log.info("server stopped; running jobs keep running and are re-adopted at the next start")

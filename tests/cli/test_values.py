@@ -26,7 +26,7 @@ def test_requirements_come_from_a_requirements_file_a_pyproject_or_a_conda_envir
     (tmp_path / "environment.yaml").write_text("dependencies:\n  - python=3.11\n  - pip\n  - pip:\n"
                                                "    - numpy==2.1.0\n")
     (tmp_path / "conda.yaml").write_text("dependencies:\n  - cudatoolkit=11.8\n")
-    (tmp_path / "bad.txt").write_text("--index-url http://evil\n")
+    (tmp_path / "bad.txt").write_text("--trusted-host evil\n")
     assert read_requirements(tmp_path / "requirements.txt") == "numpy==2.1.0\n"
     assert read_requirements(tmp_path / "pyproject.toml") == "numpy==2.1.0\nrich>=13"
     assert read_requirements(tmp_path / "environment.yaml") == "numpy==2.1.0"

@@ -66,7 +66,10 @@ def test_job_env_is_sealed_at_rest_and_legacy_rows_get_sealed(sessions):
         s.add(Job(name="old", tenant_id=t.id, user_id=u.id, command=["true"], workdir="/tmp", env={}))
         s.flush()
         s.execute(text("UPDATE jobs SET env = '{\"TOKEN\": \"s3cr3t\"}' WHERE name = 'old'"))
-    raw = lambda: {r[0]: str(r[1]) for r in sessions().execute(text("SELECT name, env FROM jobs"))}  # noqa: E731
+    def raw() -> dict[str, str]:
+        with sessions() as s:
+            return {r[0]: str(r[1]) for r in s.execute(text("SELECT name, env FROM jobs"))}
+
     assert "hunter2" not in raw()["j"] and "sealed" in raw()["j"]
     assert "s3cr3t" in raw()["old"]
     with sessions.begin() as s:

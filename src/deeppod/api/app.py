@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from deeppod import __version__
 from deeppod.api import docs, errors
+from deeppod.api.admission import Admission
 from deeppod.api.limits import BodyLimit
 from deeppod.api.predict_path import PredictPath
 from deeppod.audit.log import AuditMiddleware
@@ -16,6 +17,16 @@ from deeppod.api.latency import Latency
 from deeppod.api.routers import (audit, code, datasets, deployments, envs, experiments, images, jobs, metrics,
                                  models, monitor, nodes, plans, servers, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
+from deeppod.store.db import pool_capacity
+
+
+BACKGROUND_CONNECTIONS = 8  # the control loops' own (reconcile, deployments, audit, monitor, ...)
+
+
+def admission_slots(ctx) -> int:
+    """Requests inside the app at once: DEEPPOD_API_CONCURRENCY, else what the database pool
+    serves beside the control loops."""
+    return ctx.settings.api_concurrency or max(4, pool_capacity(ctx.engine) - BACKGROUND_CONNECTIONS)
 
 
 def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
@@ -49,6 +60,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or any(p.is_upload(method, path) for p in parts))
     errors.document(app)
+    app.add_middleware(Admission, slots=admission_slots(ctx), wait_s=ctx.settings.api_queue_seconds)
     app.add_middleware(PredictPath)  # the data path skips the routing every other call pays
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
     app.add_middleware(Latency, record=latency.observe)

@@ -1,14 +1,19 @@
-"""Request dependencies: the server context, a DB session per request, the caller."""
+"""Request dependencies: the server context, a DB session per request, the caller.
+
+They are coroutines: what they do without I/O (a session object, a cached token) costs no
+trip through the thread pool; what blocks (a commit, a token looked up) goes there.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
-from deeppod.auth.roles import check_route
+from deeppod.auth.roles import READ_METHODS, check_route
 from deeppod.auth.service import Principal, authenticate
 
 
@@ -16,10 +21,24 @@ def get_ctx(request: Request):
     return request.app.state.ctx
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """One transaction per request: committed when the handler returns, rolled back on error."""
-    with request.app.state.ctx.sessions.begin() as session:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """One transaction per request: committed when the handler returns, rolled back on error.
+    A GET's reads (store/db.read_only: beside the writer on SQLite; it cannot write): nothing
+    to commit, and closing it only gives its connection back."""
+    ctx = request.app.state.ctx
+    if request.method in READ_METHODS:
+        with ctx.read_sessions() as session:
+            yield session
+        return
+    session = ctx.sessions()
+    try:
         yield session
+        await run_in_threadpool(session.commit)
+    except BaseException:
+        await run_in_threadpool(session.rollback)
+        raise
+    finally:
+        await run_in_threadpool(session.close)
 
 
 def bearer(request: Request) -> str | None:
@@ -28,10 +47,28 @@ def bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def get_principal(request: Request) -> Principal:
-    # A short session of its own, so auth never holds the request's transaction open.
-    with request.app.state.ctx.sessions() as session:
-        principal = authenticate(session, bearer(request))
+async def get_principal(request: Request) -> Principal:
+    """Who calls. A read's token is looked up at most every half second (auth/cache.py: a
+    revoked token reads for at most that long; one revoked on this server at once); a
+    change's is checked in the store each time, in a short session of its own, so auth never
+    holds the request's transaction open."""
+    if request.method in READ_METHODS:
+        principal = request.app.state.ctx.principals.fresh(bearer(request))
+        if principal is not None:  # no trip through the thread pool
+            return _admitted(request, principal)
+    return await run_in_threadpool(principal_now, request)
+
+
+def principal_now(request: Request) -> Principal:
+    """:func:`get_principal`, blocking (for a handler that decides whether it needs one)."""
+    ctx = request.app.state.ctx
+    if request.method in READ_METHODS:
+        return _admitted(request, ctx.principals.get(bearer(request)))
+    with ctx.read_sessions() as session:
+        return _admitted(request, authenticate(session, bearer(request)))
+
+
+def _admitted(request: Request, principal: Principal) -> Principal:
     route = request.scope.get("route")
     check_route(principal, request.method, getattr(route, "path", request.url.path), request.path_params)
     request.state.principal = principal  # for the audit log

@@ -14,6 +14,10 @@ lock means a takeover waits for a decision being written to commit, so the new l
 every job its predecessor started; a leader frozen while it holds one has its database
 sessions ended once its lease is over. A failover control plane needs PostgreSQL.
 
+On SQLite (one server: server.serve holds a lock on the database file) the server takes the
+lease as it joins and keeps it for as long as it runs (``solo``): no renewal, so no load can
+make it lose the lead to itself.
+
 Times are the database's clock (never this machine's), so servers whose clocks disagree
 still agree on who leads.
 """
@@ -30,6 +34,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.errors import NotLeader
+from deeppod.store.db import read_only
 from deeppod.store.models import LeaderLease, Server
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,7 @@ RENEW_S = 1.0  # how often the lease and each server's heartbeat are renewed
 GONE_S = 3 * LEASE_S  # a server not heard from this long is dead: its unfinished work is undone
 FORGET_S = 3600.0  # a dead server's row is dropped after this long
 LEASE_ROW = 1
+SOLO_EXPIRES = 1e15  # a solo server's lease: never renewed, given up as it stops
 
 
 def session_name(server_id: str) -> str:
@@ -84,8 +90,13 @@ class Leadership:
     RENEW_S seconds by one thread; ``fence(session)`` inside every deciding transaction."""
 
     def __init__(self, sessions: sessionmaker[Session], url: str, *, lease_s: float = LEASE_S,
-                 server_id: str | None = None):
+                 server_id: str | None = None, solo: bool = False):
+        """``sessions``: on PostgreSQL, of an engine of the lease's own, so that the API's load
+        cannot keep a renewal waiting for a connection. ``solo``: the only server of its
+        database; it leads without a lease."""
         self.sessions = sessions
+        self._reads = read_only(sessions)
+        self.solo = solo
         self.url = url
         self.lease_s = lease_s
         self.id = server_id or uuid.uuid4().hex
@@ -114,6 +125,12 @@ class Leadership:
                     s.add(LeaderLease(id=LEASE_ROW, server_id=None, url="", epoch=0, expires_at=0.0))
         except IntegrityError:  # another server made it at the same moment
             pass
+        if self.solo:  # the only server of its database (the caller holds the kernel's word on it)
+            with self.sessions.begin() as s:
+                s.execute(update(LeaderLease).where(LeaderLease.id == LEASE_ROW).values(
+                    server_id=self.id, url=self.url, epoch=LeaderLease.epoch + 1, expires_at=SOLO_EXPIRES))
+                self.epoch = int(s.scalar(select(LeaderLease.epoch).where(LeaderLease.id == LEASE_ROW)))
+            log.info("this server leads (epoch %s), the only server of its database", self.epoch)
 
     def _add_row(self, s: Session) -> None:
         now = db_now(s)
@@ -127,7 +144,16 @@ class Leadership:
 
     def heartbeat(self) -> bool:
         """Say this server is alive; renew the lease if it leads, else take it if it has
-        expired. Returns whether this server leads now. A database error counts as a lost lease."""
+        expired. Returns whether this server leads now. A database error counts as a lost lease
+        (a solo server's is only logged: nothing can take its place)."""
+        if self.solo:
+            try:
+                with self.sessions.begin() as s:
+                    if not s.execute(update(Server).where(Server.id == self.id).values(seen_at=_clock(s))).rowcount:
+                        self._add_row(s)
+            except Exception:
+                log.exception("heartbeat failed (this server leads alone; it goes on)")
+            return self.epoch is not None
         try:
             with self.sessions.begin() as s:
                 seen = s.execute(update(Server).where(Server.id == self.id).values(seen_at=_clock(s))).rowcount
@@ -204,7 +230,7 @@ class Leadership:
     def check(self) -> None:
         """``fence`` in a short transaction of its own and without a lock: before an executor
         action (a lock here could wait behind a renewal that waits for the caller's lock)."""
-        with self.sessions() as s:
+        with self._reads() as s:
             if not self._holds(s, lock=False):
                 raise NotLeader(f"this server does not lead (epoch {self.epoch}): the executor action is refused")
 
@@ -224,7 +250,7 @@ class Leadership:
         expire) and leave the list of servers."""
         try:
             with self.sessions.begin() as s:
-                if self.epoch is not None:
+                if self.epoch is not None and not self.solo:
                     s.execute(self._mine().values(expires_at=0.0))
                 s.execute(delete(Server).where(Server.id == self.id))
         except Exception:  # the lease then expires by itself

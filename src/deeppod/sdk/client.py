@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -13,6 +15,26 @@ from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.settings import ClientSettings
 from deeppod.sdk.resources import Resource, resources
 from deeppod.states import DeploymentState
+
+
+BUSY_RETRIES = 6  # a busy server (503 busy) is asked again, waiting Retry-After, doubled each time
+BUSY_MAX_WAIT_S = 8.0
+
+
+def _busy(r: httpx.Response) -> bool:
+    if r.status_code != 503:
+        return False
+    try:
+        return r.json()["error"]["code"] == "busy"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return max(0.1, float(r.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
 
 
 def requirements_text(requirements: str | os.PathLike | list[str] | None) -> str | None:
@@ -108,6 +130,11 @@ class Client:
 
     def _request(self, method: str, path: str, **kw):
         r = self._send(lambda http: http.request(method, path, **kw), replayable=method in ("GET", "HEAD"))
+        for attempt in range(BUSY_RETRIES):  # the server did nothing with it: any request may be sent again
+            if not _busy(r):
+                break
+            time.sleep(min(BUSY_MAX_WAIT_S, _retry_after(r) * 2 ** attempt) * random.uniform(0.5, 1.0))
+            r = self._send(lambda http: http.request(method, path, **kw), replayable=method in ("GET", "HEAD"))
         if r.status_code >= 400:
             try:
                 body = r.json()

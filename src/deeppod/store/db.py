@@ -1,43 +1,126 @@
-"""Engines and sessions. SQLite (WAL) is the embedded default; PostgreSQL for production."""
+"""Engines and sessions. SQLite (WAL) is the embedded default; PostgreSQL for production.
+
+SQLite takes one writer at a time, and a transaction that read first and then writes after
+another connection committed cannot write at all (its snapshot is stale: SQLite answers
+"database is locked" at once, whatever the busy timeout). So on SQLite every transaction
+that may write starts with ``BEGIN IMMEDIATE`` (the write lock from its first statement),
+and the writers of this process take turns on one lock first, instead of spinning in
+SQLite's busy handler. Reads that cannot write (GET requests: :func:`read_only`) begin
+deferred and run beside the writer, as WAL allows. A read-only session that tries to write
+is refused with a clear error.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.errors import Busy, DatabaseMisuse
+
 log = logging.getLogger(__name__)
 
+SQLITE_POOL = 32  # connections are cheap: kept open (each new one costs its PRAGMAs)
+PG_POOL, PG_OVERFLOW = 10, 20
+POOL_TIMEOUT_S = 10.0  # a request that still waits this long for a connection fails (admission keeps it rare)
+READ_ONLY = "deeppod_read_only"
+WRITER_WAIT_S = 30.0  # as SQLite's busy timeout: a writer waiting longer is an error, never a hang
+# (a transaction that begins writing while its own thread's other one holds the turn waits this
+# long, then fails with both threads named in the log: a bug to fix, never a silent hang)
 
-def make_engine(url: str, name: str | None = None) -> Engine:
+
+def make_engine(url: str, name: str | None = None, *, pool_size: int | None = None) -> Engine:
     """``name``: PostgreSQL's application_name for every session (``deeppod-SERVER_ID``: a new
-    leader finds a frozen old leader's sessions by it, cluster/leader.py)."""
+    leader finds a frozen old leader's sessions by it, cluster/leader.py). ``pool_size``: its
+    own pool's (the lease's engine has a small one of its own)."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
-            cur = dbapi_conn.cursor()
-            # WAL lets the API read while the reconcile loop writes.
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.close()
-
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": WRITER_WAIT_S},
+                               pool_size=pool_size or SQLITE_POOL, max_overflow=0, pool_timeout=POOL_TIMEOUT_S)
+        _one_writer(engine)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size or PG_POOL,
+                         max_overflow=PG_OVERFLOW if pool_size is None else 0, pool_timeout=POOL_TIMEOUT_S,
                          connect_args={"application_name": name[:63]} if name else {})
+
+
+def pool_capacity(engine: Engine) -> int:
+    """How many connections its pool gives out at once."""
+    pool = engine.pool
+    size = pool.size() if hasattr(pool, "size") else 1
+    return size + max(0, getattr(pool, "_max_overflow", 0))
+
+
+def _one_writer(engine: Engine) -> None:
+    turn = threading.Lock()  # this process's writers, one at a time
+    holder: list[str] = []  # the thread that began the transaction holding it (for the error)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+        dbapi_conn.isolation_level = None  # the driver begins nothing itself: _begin does
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")  # the API reads while the reconcile loop writes
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(WRITER_WAIT_S * 1000)}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:  # noqa: ANN001
+        if conn.get_execution_options().get(READ_ONLY):
+            conn.exec_driver_sql("BEGIN")
+            return
+        if not turn.acquire(timeout=WRITER_WAIT_S):  # a writer this slow is a bug (one waiting on itself) or a jam
+            log.error("waited %.0f s for the database's writer; the holder: %s", WRITER_WAIT_S, holder, stack_info=True)
+            raise Busy(f"the database stayed busy for {WRITER_WAIT_S:g} s: try again")
+        conn.info["deeppod_turn"] = True
+        holder[:] = [threading.current_thread().name]
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            _done(conn)
+            raise
+
+    def _done(conn) -> None:  # noqa: ANN001
+        info = conn if isinstance(conn, dict) else conn.info
+        if info.pop("deeppod_turn", False):
+            holder.clear()
+            turn.release()
+
+    # after the transaction: its COMMIT or ROLLBACK is the next statement, and the next writer's
+    # BEGIN IMMEDIATE waits for it in SQLite (microseconds)
+    event.listen(engine, "commit", _done)
+    event.listen(engine, "rollback", _done)
+
+    @event.listens_for(engine.pool, "checkin")
+    def _returned(_dbapi_conn, record) -> None:  # noqa: ANN001
+        _done(record.info)  # a connection given back without its transaction ended (an error)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def read_only(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Sessions for what only reads (GET requests): on SQLite they begin deferred and run beside
+    the writer; one that tries to write is refused (a bug, said clearly)."""
+    engine = sessions.kw["bind"]
+    if engine.dialect.name != "sqlite":
+        return sessions
+    reader = sessionmaker(engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+
+    @event.listens_for(reader, "before_flush")
+    def _refuse(session, _ctx, _instances) -> None:  # noqa: ANN001
+        if session.new or session.dirty or session.deleted:
+            raise DatabaseMisuse("a read-only session (a GET request's) tried to write to the database")
+
+    return reader
 
 
 def on_commit_of(sessions: sessionmaker[Session], models: tuple[type, ...], callback) -> None:

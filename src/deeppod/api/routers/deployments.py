@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, get_principal
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, principal_now
 from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
                                              ReplicaOut)
 from deeppod.auth.roles import check_predict
@@ -61,7 +61,7 @@ def show(name: str, request: Request, session: SessionDep) -> DeploymentOut | HT
     """JSON for clients; a browser (Accept: text/html, no token) gets the test page."""
     if "text/html" in request.headers.get("accept", "") and "authorization" not in request.headers:
         return HTMLResponse(page.render(name))
-    return _out(request, session, service.get(session, get_principal(request), name))
+    return _out(request, session, service.get(session, principal_now(request), name))
 
 
 @router.patch("/{name}", response_model=DeploymentOut)

@@ -122,7 +122,7 @@ async def serve_champion(request: Request, ref: str, session: SessionDep, viewer
 
 
 @router.post("/datasets/{ref:path}/label/save")
-async def save(request: Request, ref: str, session: SessionDep, viewer: ViewerDep) -> Response:
+async def save(request: Request, ref: str, viewer: ViewerDep) -> Response:
     """{"labels": {key: label or null}, "model": "what proposed labels" or null} -> the new version."""
     try:
         body = json.loads(await request.body() or b"{}")
@@ -131,7 +131,8 @@ async def save(request: Request, ref: str, session: SessionDep, viewer: ViewerDe
     changes, helper = body.get("labels"), body.get("model")
     if not isinstance(changes, dict) or not changes:
         raise InvalidRequest("nothing to save: change or confirm at least one label first")
-    ds, v, owner, ws = _workspace(request, session, viewer, ref)
+    with get_ctx(request).read_sessions() as session:  # ended before the ingest (it writes in sessions of its own)
+        ds, v, owner, ws = _workspace(request, session, viewer, ref)
     viewer.may("POST", "/v1/datasets/{name}/versions", name=ds.name)
     if ds.tenant_id != viewer.principal.tenant_id:
         raise InvalidRequest(f"dataset {owner}/{ds.name} belongs to another tenant: you can read it, not add versions")

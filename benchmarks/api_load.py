@@ -1,0 +1,271 @@
+"""The control plane under load: a real `deeppod server --gpus 1` (the defaults a user gets)
+with 10,000 jobs in its database, and a load generator on the same machine (httpx, async,
+keep-alive connections, one per simulated client), on SQLite (the embedded default) and on
+PostgreSQL (--database-url):
+
+- readers: N concurrent clients, each alternating a page of 50 jobs (GET /v1/jobs?limit=50)
+  and a job's details (GET /v1/jobs/ID), for --seconds per level, in --rounds rounds;
+- submitters: 16 concurrent clients submitting jobs (queued behind the one GPU);
+- /healthz probed 20 times a second throughout;
+- the floor: a bare FastAPI + SQLAlchemy app (benchmarks/api_floor.py) doing the same two
+  queries on the same database under the same reader load; the ratio is printed.
+
+Errors are any answer >= 500 other than 503 and any dropped connection; 503s (the server
+shedding load, with Retry-After) are counted apart. Leadership changes are read from the
+server's log.
+
+    python benchmarks/api_load.py [--jobs 10000] [--levels 10,50,100] [--seconds 10] [--rounds 2]
+                                  [--submits 1500] [--databases sqlite,postgresql]
+    python benchmarks/api_load.py --soak 600      # 30 console users and a 16-way search
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PG_ADMIN = os.environ.get("DEEPPOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@dataclass
+class Tally:
+    times: list[float] = field(default_factory=list)
+    errors: int = 0
+    shed: int = 0  # 503: the server said to come back (Retry-After)
+    said: dict[str, int] = field(default_factory=dict)
+
+    def add(self, began: float, status: int | None, why: str = "") -> None:
+        if status is None or (status >= 500 and status != 503):
+            self.errors += 1
+            key = why or str(status)
+            self.said[key] = self.said.get(key, 0) + 1
+        elif status == 503:
+            self.shed += 1
+        else:
+            self.times.append(time.perf_counter() - began)
+
+    def p(self, q: float) -> float:
+        if not self.times:
+            return float("nan")
+        ordered = sorted(self.times)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fill(url: str, home: Path, jobs: int) -> None:
+    """``jobs`` finished jobs of the admin, written straight into the database."""
+    from sqlalchemy import insert
+
+    from deeppod.contract import JobState
+    from deeppod.store import sealed
+    from deeppod.store.db import make_engine
+    from deeppod.store.models import Job
+
+    sealed.configure((home / "secret.key").read_bytes().strip())
+    engine = make_engine(url)
+    with engine.begin() as c:
+        for start in range(0, jobs, 2000):
+            c.execute(insert(Job), [{"name": f"resnet-{i % 97}", "tenant_id": 1, "user_id": 1,
+                                     "command": ["python", "train.py"], "workdir": "/tmp",
+                                     "state": JobState.SUCCEEDED if i % 3 else JobState.FAILED,
+                                     "gpus_per_worker": 1, "workers": 1 + i % 4}
+                                    for i in range(start, min(jobs, start + 2000))])
+    engine.dispose()
+
+
+async def _get(client: httpx.AsyncClient, tally: Tally, path: str) -> None:
+    began = time.perf_counter()
+    try:
+        r = await client.get(path)
+        tally.add(began, r.status_code)
+    except httpx.HTTPError as exc:
+        tally.add(began, None, type(exc).__name__)
+
+
+async def readers(url: str, headers: dict, clients: int, seconds: float, ids: int) -> Tally:
+    tally = Tally()
+    end = time.perf_counter() + seconds
+
+    async def one(n: int) -> None:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60,
+                                     limits=httpx.Limits(max_connections=1)) as c:
+            i = n
+            while time.perf_counter() < end:
+                i += 1
+                await _get(c, tally, "/v1/jobs?limit=50" if i % 2 else f"/v1/jobs/{random.randint(1, ids)}")
+
+    await asyncio.gather(*(one(n) for n in range(clients)))
+    return tally
+
+
+async def submitters(url: str, headers: dict, clients: int, total: int) -> tuple[Tally, float]:
+    tally = Tally()
+    left = [total]
+    body = {"command": ["python", "-c", "import time; time.sleep(3600)"], "gpus_per_worker": 1}
+
+    async def one() -> None:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60,
+                                     limits=httpx.Limits(max_connections=1)) as c:
+            while left[0] > 0:
+                left[0] -= 1
+                began = time.perf_counter()
+                try:
+                    r = await c.post("/v1/jobs", json=body)
+                    tally.add(began, r.status_code if r.status_code != 201 else 200, r.text[:80])
+                except httpx.HTTPError as exc:
+                    tally.add(began, None, type(exc).__name__)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return tally, time.perf_counter() - began
+
+
+async def with_probe(url: str, work):
+    """Run ``work`` while /healthz is asked 20 times a second; (work's result, the probe's tally)."""
+    probe = Tally()
+    done = asyncio.Event()
+
+    async def probing() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            while not done.is_set():
+                await _get(c, probe, "/healthz")
+                await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(probing())
+    try:
+        result = await work
+    finally:
+        done.set()
+        await task
+    return result, probe
+
+
+def row(what: str, t: Tally, seconds: float) -> str:
+    n = len(t.times)
+    return (f"{what:44} {n / seconds:8.0f} {t.p(0.5):8.1f} {t.p(0.95):8.1f} {t.p(0.99):8.1f} {t.errors:6d} "
+            f"{t.shed:6d}" + (f"  {t.said}" if t.said else ""))
+
+
+HEAD = f"{'':44} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} {'503':>6}"
+
+
+def leader_changes(log: Path) -> int:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return text.count("stepping down") + text.count("lost the lead")
+
+
+def pg_database() -> tuple[str, callable]:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    name = f"deeppod_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+
+    def drop() -> None:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return admin.url.set(database=name).render_as_string(hide_password=False), drop
+
+
+def run_database(kind: str, a) -> dict:
+    from tests.helpers import LiveServer, free_port
+
+    drop = None
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        env = {"DEEPPOD_RECONCILE_INTERVAL": "0.5"}  # the default (tests' servers poll faster)
+        if kind == "postgresql":
+            db_url, drop = pg_database()
+            env["DEEPPOD_DATABASE_URL"] = db_url
+        else:
+            db_url = f"sqlite:///{home / 'deeppod.db'}"
+        server = LiveServer(home, gpus=1, extra_env=env, isolation=None).start()
+        out: dict = {}
+        try:
+            server.stop()  # fill the database while nothing else writes to it
+            fill(db_url, home, a.jobs)
+            server.start()
+            headers = {"Authorization": f"Bearer {server.admin_token}"}
+            print(f"\n== {kind}: {a.jobs} jobs; deeppod server {server.url} (--gpus 1) ==", flush=True)
+            print(HEAD)
+            for level in a.levels:
+                for n in range(a.rounds):
+                    t, probe = asyncio.run(with_probe(server.url, readers(server.url, headers, level, a.seconds, a.jobs)))
+                    print(row(f"deeppod readers x{level} (round {n + 1})", t, a.seconds), flush=True)
+                    print(row("  /healthz meanwhile", probe, a.seconds), flush=True)
+                    out[("deeppod", level, n)] = t
+            before = leader_changes(server.output)
+            (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
+            print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
+            print(row("  /healthz meanwhile", probe, took), flush=True)
+            changes = leader_changes(server.output) - before
+            print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}", flush=True)
+            out["submits"] = (len(t.times) / took, t.errors, changes)
+        finally:
+            server.stop()
+            server.cleanup_jobs()
+        port = free_port()
+        floor = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "api_floor.py"), db_url, str(port),
+                                  str(home / "secret.key")])
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(100):
+                try:
+                    if httpx.get(url + "/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            for level in a.levels:
+                for n in range(a.rounds):
+                    t = asyncio.run(readers(url, {}, level, a.seconds, a.jobs))
+                    print(row(f"floor (FastAPI+SQLAlchemy) readers x{level} (round {n + 1})", t, a.seconds),
+                          flush=True)
+                    out[("floor", level, n)] = t
+        finally:
+            floor.terminate()
+            floor.wait()
+            if drop:
+                drop()
+        print(f"-- {kind}: deeppod vs the floor, readers (throughput ratio, p95 ratio)")
+        for level in a.levels:
+            ours = [out[("deeppod", level, n)] for n in range(a.rounds)]
+            base = [out[("floor", level, n)] for n in range(a.rounds)]
+            rate = statistics.mean(len(t.times) for t in ours) / max(1, statistics.mean(len(t.times) for t in base))
+            p95 = statistics.mean(t.p(0.95) for t in ours) / statistics.mean(t.p(0.95) for t in base)
+            print(f"   x{level}: throughput {rate:.2f} of the floor's; p95 {p95:.2f}x the floor's")
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--levels", default="10,50,100")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--submits", type=int, default=1500)
+    ap.add_argument("--databases", default="sqlite,postgresql")
+    a = ap.parse_args()
+    a.levels = [int(x) for x in a.levels.split(",")]
+    print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    for kind in a.databases.split(","):
+        run_database(kind, a)
+
+
+if __name__ == "__main__":
+    main()
