@@ -4,7 +4,9 @@ keep-alive connections, one per simulated client), on SQLite (the embedded defau
 PostgreSQL (--database-url):
 
 - readers: N concurrent clients, each alternating a page of 50 jobs (GET /v1/jobs?limit=50)
-  and a job's details (GET /v1/jobs/ID), for --seconds per level, in --rounds rounds;
+  and a job's details (GET /v1/jobs/ID), for --seconds per level, in --rounds rounds: polling
+  (a request, then --think seconds; the console polls every 2-5 s) at --levels, and back to
+  back (as fast as answers come: what the machine can serve) at --saturate;
 - submitters: 16 concurrent clients submitting jobs (queued behind the one GPU);
 - /healthz probed 20 times a second throughout;
 - the floor: a bare FastAPI + SQLAlchemy app (benchmarks/api_floor.py) doing the same two
@@ -14,8 +16,8 @@ Errors are any answer >= 500 other than 503 and any dropped connection; 503s (th
 shedding load, with Retry-After) are counted apart. Leadership changes are read from the
 server's log.
 
-    python benchmarks/api_load.py [--jobs 10000] [--levels 10,50,100] [--seconds 10] [--rounds 2]
-                                  [--submits 1500] [--databases sqlite,postgresql]
+    python benchmarks/api_load.py [--jobs 10000] [--levels 10,50,100] [--think 1] [--saturate 16,100]
+                                  [--seconds 10] [--rounds 2] [--submits 1500] [--databases sqlite,postgresql]
     python benchmarks/api_load.py --soak 600      # 30 console users and a 16-way search
 """
 
@@ -95,7 +97,9 @@ async def _get(client: httpx.AsyncClient, tally: Tally, path: str) -> None:
         tally.add(began, None, type(exc).__name__)
 
 
-async def readers(url: str, headers: dict, clients: int, seconds: float, ids: int) -> Tally:
+async def readers(url: str, headers: dict, clients: int, seconds: float, ids: int, think: float = 0.0) -> Tally:
+    """``clients`` each asking, then waiting ``think`` seconds (a console polls every 2-5 s;
+    0: as fast as answers come, the saturation test)."""
     tally = Tally()
     end = time.perf_counter() + seconds
 
@@ -103,9 +107,13 @@ async def readers(url: str, headers: dict, clients: int, seconds: float, ids: in
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60,
                                      limits=httpx.Limits(max_connections=1)) as c:
             i = n
+            if think:
+                await asyncio.sleep(random.uniform(0, think))  # not all at once
             while time.perf_counter() < end:
                 i += 1
                 await _get(c, tally, "/v1/jobs?limit=50" if i % 2 else f"/v1/jobs/{random.randint(1, ids)}")
+                if think:
+                    await asyncio.sleep(think * random.uniform(0.8, 1.2))
 
     await asyncio.gather(*(one(n) for n in range(clients)))
     return tally
@@ -204,12 +212,13 @@ def run_database(kind: str, a) -> dict:
             headers = {"Authorization": f"Bearer {server.admin_token}"}
             print(f"\n== {kind}: {a.jobs} jobs; deeppod server {server.url} (--gpus 1) ==", flush=True)
             print(HEAD)
-            for level in a.levels:
+            for level, think in a.loads:
                 for n in range(a.rounds):
-                    t, probe = asyncio.run(with_probe(server.url, readers(server.url, headers, level, a.seconds, a.jobs)))
-                    print(row(f"deeppod readers x{level} (round {n + 1})", t, a.seconds), flush=True)
+                    t, probe = asyncio.run(with_probe(server.url, readers(server.url, headers, level, a.seconds,
+                                                                          a.jobs, think)))
+                    print(row(f"deeppod {_load(level, think)} (round {n + 1})", t, a.seconds), flush=True)
                     print(row("  /healthz meanwhile", probe, a.seconds), flush=True)
-                    out[("deeppod", level, n)] = t
+                    out[("deeppod", level, think, n)] = t
             before = leader_changes(server.output)
             (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
             print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
@@ -231,38 +240,164 @@ def run_database(kind: str, a) -> dict:
                         break
                 except httpx.TransportError:
                     time.sleep(0.1)
-            for level in a.levels:
+            for level, think in a.loads:
                 for n in range(a.rounds):
-                    t = asyncio.run(readers(url, {}, level, a.seconds, a.jobs))
-                    print(row(f"floor (FastAPI+SQLAlchemy) readers x{level} (round {n + 1})", t, a.seconds),
-                          flush=True)
-                    out[("floor", level, n)] = t
+                    t = asyncio.run(readers(url, {}, level, a.seconds, a.jobs, think))
+                    print(row(f"floor {_load(level, think)} (round {n + 1})", t, a.seconds), flush=True)
+                    out[("floor", level, think, n)] = t
         finally:
             floor.terminate()
             floor.wait()
             if drop:
                 drop()
-        print(f"-- {kind}: deeppod vs the floor, readers (throughput ratio, p95 ratio)")
-        for level in a.levels:
-            ours = [out[("deeppod", level, n)] for n in range(a.rounds)]
-            base = [out[("floor", level, n)] for n in range(a.rounds)]
+        print(f"-- {kind}: deeppod vs the floor (a bare FastAPI + SQLAlchemy app, same queries, same data)")
+        for level, think in a.loads:
+            ours = [out[("deeppod", level, think, n)] for n in range(a.rounds)]
+            base = [out[("floor", level, think, n)] for n in range(a.rounds)]
             rate = statistics.mean(len(t.times) for t in ours) / max(1, statistics.mean(len(t.times) for t in base))
             p95 = statistics.mean(t.p(0.95) for t in ours) / statistics.mean(t.p(0.95) for t in base)
-            print(f"   x{level}: throughput {rate:.2f} of the floor's; p95 {p95:.2f}x the floor's")
+            print(f"   {_load(level, think)}: throughput {rate:.2f} of the floor's; p95 {p95:.2f}x the floor's; "
+                  f"deeppod p95 {statistics.mean(t.p(0.95) for t in ours):.0f} ms, errors "
+                  f"{sum(t.errors for t in ours)}, 503 {sum(t.shed for t in ours)}")
         return out
+
+
+def _load(clients: int, think: float) -> str:
+    return f"readers x{clients}, {think:g} s apart" if think else f"readers x{clients}, back to back"
+
+
+TRIAL = ("import time\nfrom deeppod.runtime import report\n"
+         "for step in range(3):\n    report(step, loss=float('{lr}') / (step + 1))\n    time.sleep(0.5)\n")
+
+
+def vitals(pid: int, db_url: str) -> dict:
+    """The server process's memory, open descriptors and threads; its database connections."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    fds = os.listdir(f"/proc/{pid}/fd")
+    out = {"rss_mb": int(status["VmRSS"].split()[0]) // 1024, "fds": len(fds), "threads": int(status["Threads"])}
+    if db_url.startswith("sqlite"):
+        db = db_url.split("///", 1)[1]
+        out["db_files_open"] = sum(os.path.realpath(f"/proc/{pid}/fd/{fd}").startswith(db) for fd in fds
+                                   if os.path.exists(f"/proc/{pid}/fd/{fd}"))
+    else:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(db_url)
+        with engine.connect() as c:
+            out["db_connections"] = c.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name LIKE 'deeppod-%'")).scalar()
+        engine.dispose()
+    return out
+
+
+async def console_users(url: str, token: str, users: int, seconds: float, job_id: int, tally: Tally) -> None:
+    """Signed-in console tabs polling as the pages do: half on the jobs list (every 5 s), half
+    on a job's page (its status and log every 2 s, its events every 3 s)."""
+    end = time.perf_counter() + seconds
+
+    async def user(n: int) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            r = await c.post("/login", data={"token": token, "next": "/jobs"})
+            assert r.status_code == 303, r.text
+            await asyncio.sleep(random.uniform(0, 2))
+            tick = 0
+            while time.perf_counter() < end:
+                if n % 2:
+                    await _get_html(c, tally, "/jobs", {"HX-Request": "true", "HX-Target": "jobs-table"})
+                    await asyncio.sleep(5)
+                else:
+                    await _get_html(c, tally, f"/jobs/{job_id}/status", {"HX-Request": "true"})
+                    await _get_html(c, tally, f"/jobs/{job_id}/log?rank=0", {"HX-Request": "true"})
+                    if tick % 3 == 0:
+                        await _get_html(c, tally, f"/jobs/{job_id}/events", {"HX-Request": "true"})
+                    tick += 2
+                    await asyncio.sleep(2)
+
+    await asyncio.gather(*(user(n) for n in range(users)))
+
+
+async def _get_html(client: httpx.AsyncClient, tally: Tally, path: str, headers: dict) -> None:
+    began = time.perf_counter()
+    try:
+        r = await client.get(path, headers=headers)
+        tally.add(began, r.status_code)
+    except httpx.HTTPError as exc:
+        tally.add(began, None, type(exc).__name__)
+
+
+def soak(a) -> None:
+    """30 console users and a 16-way search for --soak seconds: memory, descriptors, threads
+    and database connections at the start (after a minute's warm-up) and at the end."""
+    from tests.helpers import LiveServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        db_url = f"sqlite:///{home / 'deeppod.db'}"
+        server = LiveServer(home, gpus=1, extra_env={"DEEPPOD_RECONCILE_INTERVAL": "0.5"}, isolation=None).start()
+        try:
+            server.stop()
+            fill(db_url, home, a.jobs)
+            server.start()
+            token = server.admin_token
+            api = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            r = api.post("/v1/experiments", json={
+                "name": "soak", "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True}},
+                "metric": "loss", "mode": "min", "trials": 10_000, "parallel": 16, "sampler": "random",
+                "pruner": "none", "job": {"command": ["python", "-c", TRIAL], "gpus_per_worker": 0,
+                                          "cpus_per_worker": 0.25}})
+            assert r.status_code == 201, r.text
+            pid = server.proc.pid
+            print(f"soak: {a.soak:.0f} s, 30 console users and a 16-way search; server {server.url} (pid {pid})")
+            tally = Tally()
+
+            async def run() -> list[dict]:
+                seen = []
+
+                async def sample() -> None:
+                    await asyncio.sleep(60)
+                    while True:
+                        seen.append(vitals(pid, db_url))
+                        print(f"  {time.strftime('%H:%M:%S')} {seen[-1]}", flush=True)
+                        await asyncio.sleep(30)
+
+                watcher = asyncio.create_task(sample())
+                await console_users(server.url, token, 30, a.soak, a.jobs + 1, tally)
+                watcher.cancel()
+                seen.append(vitals(pid, db_url))
+                return seen
+
+            seen = asyncio.run(run())
+            trials = api.get("/v1/experiments/soak").json()
+            done = sum(t["state"] in ("completed", "pruned") for t in trials.get("trials", []))
+            api.post("/v1/experiments/soak/stop")
+            print(row("console polls", tally, a.soak))
+            print(f"trials finished: {done}; start {seen[0]}; end {seen[-1]}")
+            grew = {k: (seen[-1][k], seen[0][k]) for k in seen[0] if seen[-1][k] > seen[0][k] * 1.2 + 5}
+            print("flat" if not grew else f"grew: {grew}")
+        finally:
+            server.stop()
+            server.cleanup_jobs()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--levels", default="10,50,100")
+    ap.add_argument("--levels", default="10,50,100", help="readers polling (each asks, then waits --think s)")
+    ap.add_argument("--think", type=float, default=1.0, help="seconds a polling reader waits between requests")
+    ap.add_argument("--saturate", default="16,100", help="readers asking back to back (the saturation test)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--submits", type=int, default=1500)
     ap.add_argument("--databases", default="sqlite,postgresql")
+    ap.add_argument("--soak", type=float, default=0.0, help="seconds of 30 console users and a 16-way search")
     a = ap.parse_args()
-    a.levels = [int(x) for x in a.levels.split(",")]
+    a.loads = [(int(x), a.think) for x in a.levels.split(",") if x] + \
+        [(int(x), 0.0) for x in a.saturate.split(",") if x]
     print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    if a.soak:
+        soak(a)
+        return
     for kind in a.databases.split(","):
         run_database(kind, a)
 

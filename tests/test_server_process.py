@@ -110,3 +110,20 @@ def test_jobs_find_the_servers_own_python_first(monkeypatch):
     assert os.environ["PATH"].split(os.pathsep) == [own, "/root/.pyenv/shims", "/usr/bin"]
     prefer_own_python()  # once is enough: nothing doubles
     assert os.environ["PATH"].split(os.pathsep) == [own, "/root/.pyenv/shims", "/usr/bin"]
+
+
+def test_one_server_per_sqlite_database(tmp_path):
+    """A second server on the same SQLite file is refused (the kernel's lock on a file beside
+    it, held while the first runs); several servers need PostgreSQL."""
+    from deeppod.errors import InvalidRequest
+    from deeppod.server import _only_server_of
+    from deeppod.settings import Settings
+
+    settings = Settings(home=tmp_path)
+    first = _only_server_of(settings)
+    with pytest.raises(InvalidRequest, match=rf"another DeepPod server \(pid {os.getpid()}\) uses the database .*"
+                                             "PostgreSQL"):
+        _only_server_of(settings)
+    first.close()  # the first stopped (or died: the kernel drops the lock with the process)
+    _only_server_of(settings).close()
+    assert _only_server_of(Settings(home=tmp_path, database_url="postgresql+psycopg://x@127.0.0.1/db")) is None

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 
 from deeppod.cluster.leader import GONE_S, Leadership, api_urls, leader_url, live_servers, session_name
 from deeppod.errors import NotLeader
@@ -198,3 +199,52 @@ def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_
         assert s.get(Server, a.id).url == "http://a:1"
     for e in engines:
         e.dispose()
+
+
+def test_a_solo_server_leads_without_renewals_whatever_its_database_does(sessions):
+    """SQLite's one server: it takes the lease as it joins and never loses it to itself, even
+    when its heartbeat cannot be written (a database busy with a burst of writes)."""
+    lead = Leadership(sessions, "http://solo:1", solo=True)
+    lead.join()
+    assert lead.leading and lead.epoch == 1
+
+    class Refusing:
+        def begin(self):
+            raise OperationalError("UPDATE servers", {}, Exception("database is locked"))
+
+    real, lead.sessions = lead.sessions, Refusing()
+    for _ in range(3):
+        assert lead.heartbeat() and lead.epoch == 1
+    lead.sessions = real
+    with sessions.begin() as s:
+        lead.fence(s)  # its decisions go on
+        assert leader_url(s) == "http://solo:1"
+    lead.release()
+    with sessions() as s:
+        assert leader_url(s) is None
+
+
+def test_on_postgresql_the_lease_is_renewed_while_the_api_holds_every_connection(pg_url, tmp_path):
+    from deeppod.server import _leadership
+    from deeppod.settings import Settings
+    from deeppod.store.db import make_engine, make_sessionmaker, pool_capacity
+    from deeppod.store.migrate import upgrade
+
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    api = make_sessionmaker(engine)
+    lead = _leadership(Settings(home=tmp_path, database_url=pg_url), api, "s1", fenced=True)
+    assert lead.sessions.kw["bind"] is not engine and not lead.solo
+    lead.join()
+    held = [engine.connect() for _ in range(pool_capacity(engine))]  # a burst of requests holds them all
+    try:
+        began = time.monotonic()
+        assert lead.heartbeat() and lead.epoch == 1
+        assert lead.heartbeat() and lead.epoch == 1  # renewed, not waiting for the API's pool
+        assert time.monotonic() - began < 5
+    finally:
+        for c in held:
+            c.close()
+        lead.release()
+        lead.sessions.kw["bind"].dispose()
+        engine.dispose()

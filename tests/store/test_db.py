@@ -1,27 +1,110 @@
-"""Sessions: a commit that touches a watched table wakes whoever waits for it."""
+"""Engines and sessions (store/db.py): on SQLite one writer at a time, so that a burst of
+transactions that read and then write never sees "database is locked"; reads beside it in
+read-only sessions, which cannot write; on both databases."""
 
-from deeppod.store.db import on_commit_of
-from deeppod.store.models import Job, Node
-from tests.fixtures import populate, submit_job
+import threading
+import time
+
+import pytest
+from sqlalchemy import select, text
+
+from deeppod.errors import DatabaseMisuse
+from deeppod.store.db import pool_capacity, read_only
+from deeppod.store.models import Tenant
+from tests.fixtures import populate
 
 
-def test_a_commit_that_adds_a_watched_row_calls_back_once(sessions, tmp_path):
+def test_a_burst_of_read_then_write_transactions_all_commit(sessions):
+    """Each transaction reads a counter, then writes it one higher: the pattern that, begun
+    deferred on SQLite, fails at once ("database is locked") when another commit landed
+    between its read and its write. Every increment must land, no error."""
     world = populate(sessions)
-    calls = []
-    on_commit_of(sessions, (Job,), lambda: calls.append(1))
-    with sessions.begin() as s:
-        s.query(Node).first().cpus += 1  # another table: no call
-    assert calls == []
-    jid = submit_job(sessions, world.alice, tmp_path, workers=1)
-    assert calls == [1]
-    try:
+    errors, threads = [], []
+
+    def bump(n: int) -> None:
+        for _ in range(n):
+            try:
+                with sessions.begin() as s:
+                    tenant = s.get(Tenant, world.alice.tenant_id)
+                    value = tenant.storage_bytes or 0
+                    time.sleep(0.0005)  # widen the window between the read and the write
+                    tenant.storage_bytes = value + 1
+            except Exception as exc:  # noqa: BLE001 - the test counts them
+                errors.append(repr(exc))
+
+    for _ in range(8):
+        threads.append(threading.Thread(target=bump, args=(25,)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    if sessions.kw["bind"].dialect.name == "sqlite":  # one writer at a time: no lost update either
+        with sessions() as s:
+            assert s.get(Tenant, world.alice.tenant_id).storage_bytes == 200
+
+
+def test_reads_go_on_while_a_writer_holds_its_turn(sessions):
+    world = populate(sessions)
+    reads = read_only(sessions)
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
         with sessions.begin() as s:
-            s.get(Job, jid).reason = "changed"
+            s.get(Tenant, world.alice.tenant_id).storage_bytes = 7
             s.flush()
-            raise RuntimeError("rolled back")
-    except RuntimeError:
-        pass
-    assert calls == [1]  # nothing was committed
-    with sessions.begin() as s:
-        s.get(Job, jid).reason = "changed"
-    assert calls == [1, 1]
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert holding.wait(30)
+        began = time.monotonic()
+        with reads() as s:  # not blocked by the open write
+            assert s.scalar(select(Tenant.name).where(Tenant.id == world.alice.tenant_id)) == "a"
+        assert time.monotonic() - began < 5
+    finally:
+        release.set()
+        t.join()
+    with reads() as s:
+        assert s.get(Tenant, world.alice.tenant_id).storage_bytes == 7
+
+
+def test_a_writers_turn_is_given_back_however_its_transaction_ends(sessions):
+    world = populate(sessions)
+    with pytest.raises(ZeroDivisionError):
+        with sessions.begin() as s:
+            s.get(Tenant, world.alice.tenant_id).storage_bytes = 1
+            1 / 0  # noqa: B018 - rolled back
+    s = sessions()
+    s.get(Tenant, world.alice.tenant_id)
+    s.close()  # ended without commit or rollback: closed
+    with pytest.raises(Exception):
+        with sessions.begin() as s:
+            s.execute(text("SELECT * FROM no_such_table"))
+    done = threading.Event()
+
+    def later() -> None:
+        with sessions.begin() as s:
+            s.get(Tenant, world.alice.tenant_id).storage_bytes = 3
+        done.set()
+
+    threading.Thread(target=later).start()
+    assert done.wait(10)  # nobody kept the turn
+
+
+def test_a_read_only_session_cannot_write(sessions):
+    world = populate(sessions)
+    reads = read_only(sessions)
+    if reads is sessions:
+        pytest.skip("PostgreSQL: one kind of session (its writers do not wait on each other)")
+    with pytest.raises(DatabaseMisuse, match="read-only"):
+        with reads.begin() as s:
+            s.get(Tenant, world.alice.tenant_id).storage_bytes = 9
+    with sessions() as s:
+        assert s.get(Tenant, world.alice.tenant_id).storage_bytes != 9
+
+
+def test_the_pool_serves_what_admission_lets_in(sessions):
+    assert pool_capacity(sessions.kw["bind"]) >= 30

@@ -250,7 +250,7 @@ class Leadership:
         expire) and leave the list of servers."""
         try:
             with self.sessions.begin() as s:
-                if self.epoch is not None and not self.solo:
+                if self.epoch is not None:
                     s.execute(self._mine().values(expires_at=0.0))
                 s.execute(delete(Server).where(Server.id == self.id))
         except Exception:  # the lease then expires by itself

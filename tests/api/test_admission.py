@@ -1,0 +1,74 @@
+"""Admission (api/admission.py): past as many requests as the database pool serves, a request
+waits its turn briefly, then gets a fast 503 busy with Retry-After; /healthz always passes.
+The SDK sends a shed request again (it was never run)."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from deeppod import Client
+from deeppod.api.admission import Admission
+from deeppod.sdk import client as sdk
+
+
+def held_app(started: list, release: asyncio.Event):
+    async def app(scope, receive, send):
+        started.append(scope["path"])
+        if scope["path"] != "/healthz":
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+    return app
+
+
+def test_past_its_slots_a_request_waits_then_gets_a_fast_503():
+    async def scenario():
+        started, release = [], asyncio.Event()
+        gate = Admission(held_app(started, release), slots=2, wait_s=0.3)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as c:
+            busy = [asyncio.create_task(c.get(f"/v1/jobs/{i}")) for i in range(2)]
+            while len(started) < 2:
+                await asyncio.sleep(0.01)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            shed = await c.post("/v1/jobs", json={})  # no slot within 0.3 s
+            waited = loop.time() - began
+            health = await c.get("/healthz")  # passes by, however full
+            queued = asyncio.create_task(c.get("/v1/jobs/9"))
+            await asyncio.sleep(0.05)
+            release.set()  # the held ones end: the queued one gets a slot
+            done = [await t for t in busy] + [await queued]
+            return shed, waited, health, done, gate.shed, started
+
+    shed, waited, health, done, count, started = asyncio.run(scenario())
+    assert shed.status_code == 503 and shed.headers["retry-after"] == "1"
+    assert shed.json()["error"]["code"] == "busy" and "retry" in shed.json()["error"]["message"]
+    assert 0.25 <= waited < 2.0
+    assert health.status_code == 200 and [r.status_code for r in done] == [200, 200, 200]
+    assert count == 1 and "/v1/jobs" not in started  # the shed request never reached the app
+
+
+def test_the_sdk_sends_a_shed_request_again(monkeypatch):
+    monkeypatch.setattr(sdk.time, "sleep", lambda s: None)
+    answers = [503, 503, 201]
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.method)
+        status = answers.pop(0)
+        if status == 503:
+            return httpx.Response(503, headers={"retry-after": "1"},
+                                  json={"error": {"code": "busy", "message": "the server is busy"}})
+        return httpx.Response(status, json={"id": 1})
+
+    c = Client("http://deeppod.invalid:1", "tok")
+    c._http = httpx.Client(base_url=c.url, transport=httpx.MockTransport(answer))
+    assert c._request("POST", "/v1/jobs", json={"command": ["true"]}) == {"id": 1}
+    assert seen == ["POST"] * 3
+    # another 503 (not 'busy': a replica down, say) is an error at once
+    c._http = httpx.Client(base_url=c.url, transport=httpx.MockTransport(
+        lambda r: httpx.Response(503, json={"error": {"code": "unavailable", "message": "no replica"}})))
+    with pytest.raises(Exception, match="no replica"):
+        c._request("GET", "/v1/deployments/x")
+    c.close()
