@@ -99,17 +99,26 @@ async def _get(client: httpx.AsyncClient, tally: Tally, path: str) -> None:
 
 async def readers(url: str, headers: dict, clients: int, seconds: float, ids: int, think: float = 0.0) -> Tally:
     """``clients`` each asking, then waiting ``think`` seconds (a console polls every 2-5 s;
-    0: as fast as answers come, the saturation test)."""
+    0: as fast as answers come, the saturation test). Each client's connection is made, and
+    its first answer had, before the measured ``seconds`` begin (keep-alive: steady state)."""
     tally = Tally()
-    end = time.perf_counter() + seconds
+    ready = asyncio.Event()
+    connected = [0]
+    end = [0.0]
 
     async def one(n: int) -> None:
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60,
                                      limits=httpx.Limits(max_connections=1)) as c:
+            await _get(c, Tally(), f"/v1/jobs/{random.randint(1, ids)}")
+            connected[0] += 1
+            if connected[0] == clients:
+                end[0] = time.perf_counter() + seconds
+                ready.set()
+            await ready.wait()
             i = n
             if think:
                 await asyncio.sleep(random.uniform(0, think))  # not all at once
-            while time.perf_counter() < end:
+            while time.perf_counter() < end[0]:
                 i += 1
                 await _get(c, tally, "/v1/jobs?limit=50" if i % 2 else f"/v1/jobs/{random.randint(1, ids)}")
                 if think:

@@ -24,11 +24,18 @@ def get_ctx(request: Request):
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One transaction per request: committed when the handler returns, rolled back on error.
     A GET's reads (store/db.read_only: beside the writer on SQLite; it cannot write): nothing
-    to commit, and closing it only gives its connection back."""
+    to commit, and closing it only gives its connection back (on SQLite, in this process, at
+    once; PostgreSQL's rollback is a round trip, made off the event loop)."""
     ctx = request.app.state.ctx
     if request.method in READ_METHODS:
-        with ctx.read_sessions() as session:
+        session = ctx.read_sessions()
+        try:
             yield session
+        finally:
+            if ctx.read_sessions is ctx.sessions:  # PostgreSQL
+                await run_in_threadpool(session.close)
+            else:
+                session.close()
         return
     session = ctx.sessions()
     try:
