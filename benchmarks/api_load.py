@@ -377,11 +377,11 @@ def soak(a) -> None:
                 return seen
 
             seen = asyncio.run(run())
-            trials = api.get("/v1/experiments/soak").json()
-            done = sum(t["state"] in ("completed", "pruned") for t in trials.get("trials", []))
+            counts = api.get("/v1/experiments/soak").json().get("counts", {})
             api.post("/v1/experiments/soak/stop")
+            print(HEAD)
             print(row("console polls", tally, a.soak))
-            print(f"trials finished: {done}; start {seen[0]}; end {seen[-1]}")
+            print(f"trials: {counts}; start {seen[0]}; end {seen[-1]}")
             grew = {k: (seen[-1][k], seen[0][k]) for k in seen[0] if seen[-1][k] > seen[0][k] * 1.2 + 5}
             print("flat" if not grew else f"grew: {grew}")
         finally:

@@ -12,6 +12,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Form, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
 from deeppod.api.deps import SessionDep
@@ -46,8 +47,7 @@ class Viewer:
 
 async def get_viewer(request: Request) -> Viewer:
     ctx = request.app.state.ctx
-    with ctx.sessions() as s:  # a short session of its own, like the API's token check
-        who = sessions.signed_in(s, request.cookies.get(COOKIE))
+    who = await run_in_threadpool(_signed_in, ctx, request.cookies.get(COOKIE))
     if request.method in UNSAFE:
         given = request.headers.get(CSRF_HEADER)
         if given is None and _small_form(request):
@@ -59,6 +59,12 @@ async def get_viewer(request: Request) -> Viewer:
     request.state.viewer = viewer
     request.state.principal = who.principal  # the audit log's 'who'
     return viewer
+
+
+def _signed_in(ctx, cookie: str | None) -> sessions.SignedIn:
+    """A short read-only session of its own, like the API's token check, off the event loop."""
+    with ctx.read_sessions() as s:
+        return sessions.signed_in(s, cookie)
 
 
 def _small_form(request: Request) -> bool:

@@ -45,7 +45,11 @@ async def ingest(name: str, request: Request, principal: PrincipalDep, policy: s
     ctx = get_ctx(request)
     policy_d, tags_d = _json_param("policy", policy), _json_param("tags", tags)
     await ingest_body(request, principal, name, policy=policy_d, tags=tags_d, description=description, source=source)
-    with ctx.sessions() as s:
+    return await run_in_threadpool(_show_now, ctx, principal, name)
+
+
+def _show_now(ctx, principal, name: str) -> DatasetOut:
+    with ctx.read_sessions() as s:
         return _show(s, principal, name)
 
 

@@ -89,7 +89,7 @@ def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = F
          rank: int | None = Query(None, ge=0)) -> StreamingResponse:
     ctx = get_ctx(request)
     job_dir = JobFolder.of(ctx.settings.jobs_dir, job_id).root
-    with ctx.sessions() as session:
+    with ctx.read_sessions() as session:
         job = service.get_job(session, principal, job_id)
         current = len(job.placed_workers) or job.workers
         if job.purged_at is not None:
@@ -99,7 +99,7 @@ def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = F
         raise InvalidRequest(f"job {job_id} has ranks 0..{max(known)}; --rank {rank} does not exist")
 
     def finished() -> bool:
-        with ctx.sessions() as s:
+        with ctx.read_sessions() as s:
             return service.is_finished(s, job_id)
 
     ranks = [rank] if rank is not None else known
