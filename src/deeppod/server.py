@@ -215,14 +215,15 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                                        default_grace=settings.grace_seconds,
                                        max_body_bytes=settings.predict_max_bytes,
                                        **({"leading": lambda: leader.leading, "fence": leader.fence} if fenced else {}))
+    read_sessions = read_only(sessions)  # one for the server: GET requests, token lookups
     roots = TenantRoots(settings.tenant_roots()) if isolation else None
     ctx = ServerContext(settings, engine, sessions, executor, jobs, data, balancer, deployments,
-                        PrincipalCache(read_only(sessions)), AuditLog(sessions), roots, served,
+                        PrincipalCache(read_sessions), AuditLog(sessions), roots, served,
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
     launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code, settings.job_network, settings.image_dir)
-    ctx.read_sessions = read_only(sessions)
+    ctx.read_sessions = read_sessions
     ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
               if node is not None else executor.samplers())

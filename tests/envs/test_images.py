@@ -134,3 +134,27 @@ def test_a_gpu_worker_gets_the_hosts_driver_libraries(tmp_path):
     (second / "libcudart.so.12").write_bytes(b"")  # the CUDA runtime is the image's own
     assert images.driver_libraries((str(first), str(second))) == [
         ("libcuda.so.1", str(first / "libcuda.so.1")), ("libnvidia-ml.so.1", str(second / "libnvidia-ml.so.1"))]
+
+
+@pytest.mark.parametrize("last", [entry("out/victim"), entry("out/.wh.victim"), entry("out/.wh..wh..opq")],
+                         ids=["a-file-over-it", "a-whiteout", "an-opaque-folder"])
+def test_nothing_outside_the_image_is_removed_through_a_link(tmp_path, last):
+    """An earlier layer's link to a folder outside; a later member under it must not make
+    root remove what the link points at (checked before anything is replaced or whited out)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("keep me")
+    archive = archive_of(tmp_path, entry("out", tarfile.SYMTYPE, link=str(outside)), last, entry(".wh..."))
+    dest = tmp_path / "root"
+    dest.mkdir()
+    with pytest.raises(ValueError, match="points outside the image"):
+        images.unpack(archive, dest)
+    assert (outside / "victim").read_text() == "keep me"
+
+
+def test_a_whiteout_of_dot_dot_removes_nothing(tmp_path):
+    archive = archive_of(tmp_path, entry("a/file"), entry("a/.wh..."), entry(".wh..."))
+    dest = tmp_path / "root"
+    dest.mkdir()
+    images.unpack(archive, dest)
+    assert (dest / "a" / "file").is_file() and dest.is_dir() and (tmp_path / "bad.tar").is_file()

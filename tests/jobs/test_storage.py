@@ -6,6 +6,7 @@ import os
 import pytest
 from sqlalchemy import select
 
+from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.jobs import storage
 from deeppod.plans.service import apply_plan
@@ -126,11 +127,11 @@ def test_a_tenants_python_environments_count_against_its_quota(sessions, tmp_pat
     plan(sessions, world, storage_gb=0.0001)  # 100 kB
     for tenant_id, key, size in ((world.alice.tenant_id, "k1", 70 * KB), (world.alice.tenant_id, "k2", 50 * KB),
                                  (world.bob.tenant_id, "k3", 500 * KB)):
-        (envs_root / str(tenant_id)).mkdir(parents=True, exist_ok=True)
+        (envs_root / str(tenant_id) / key).mkdir(parents=True, exist_ok=True)
         (envs_root / str(tenant_id) / f"{key}.json").write_text(f'{{"key": "{key}", "bytes": {size}}}')
-    (envs_root / "images").mkdir()
+    (envs_root / "images" / "i1").mkdir(parents=True)
     (envs_root / "images" / "i1.json").write_text('{"bytes": 9000000}')  # shared: nobody's
-    assert storage.env_bytes(envs_root) == {world.alice.tenant_id: 120 * KB, world.bob.tenant_id: 500 * KB}
+    assert tenant_bytes(envs_root) == {world.alice.tenant_id: 120 * KB, world.bob.tenant_id: 500 * KB}
     used = storage.StorageMeter(sessions, tmp_path / "jobs", envs_root).round()
     assert used["a"] == 120 * KB and used["b"] == 500 * KB
     with pytest.raises(Forbidden, match="environments of tenant 'a'.*deeppod envs rm"):

@@ -1,6 +1,7 @@
-"""Engines and sessions (store/db.py): on SQLite one writer at a time, so that a burst of
-transactions that read and then write never sees "database is locked"; reads beside it in
-read-only sessions, which cannot write; on both databases."""
+"""Engines and sessions (store/db.py): a commit that touches a watched table wakes whoever
+waits for it; on SQLite one writer at a time, so that a burst of transactions that read and
+then write never sees "database is locked"; reads beside it in read-only sessions, which
+cannot write; on both databases."""
 
 import threading
 import time
@@ -9,9 +10,31 @@ import pytest
 from sqlalchemy import select, text
 
 from deeppod.errors import DatabaseMisuse
-from deeppod.store.db import pool_capacity, read_only
-from deeppod.store.models import Tenant
-from tests.fixtures import populate
+from deeppod.store.db import on_commit_of, pool_capacity, read_only
+from deeppod.store.models import Job, Node, Tenant
+from tests.fixtures import populate, submit_job
+
+
+def test_a_commit_that_adds_a_watched_row_calls_back_once(sessions, tmp_path):
+    world = populate(sessions)
+    calls = []
+    on_commit_of(sessions, (Job,), lambda: calls.append(1))
+    with sessions.begin() as s:
+        s.query(Node).first().cpus += 1  # another table: no call
+    assert calls == []
+    jid = submit_job(sessions, world.alice, tmp_path, workers=1)
+    assert calls == [1]
+    try:
+        with sessions.begin() as s:
+            s.get(Job, jid).reason = "changed"
+            s.flush()
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+    assert calls == [1]  # nothing was committed
+    with sessions.begin() as s:
+        s.get(Job, jid).reason = "changed"
+    assert calls == [1, 1]
 
 
 def test_a_burst_of_read_then_write_transactions_all_commit(sessions):

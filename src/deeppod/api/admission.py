@@ -40,10 +40,13 @@ class Admission:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or _passes(scope.get("path", "")):
             return await self.app(scope, receive, send)
-        try:
-            await asyncio.wait_for(self._free.acquire(), self.wait_s)
-        except TimeoutError:
-            return await self._busy(send)
+        if self._free.locked():  # full: wait a while for a turn (wait_for costs a task: only here)
+            try:
+                await asyncio.wait_for(self._free.acquire(), self.wait_s)
+            except TimeoutError:
+                return await self._busy(send)
+        else:
+            await self._free.acquire()  # free: no wait
         try:
             await self.app(scope, receive, send)
         finally:

@@ -91,18 +91,16 @@ class PrincipalCache:
 
     def fresh(self, secret: str | None) -> Principal | None:
         """Without blocking: the principal while its entry is fresh, else None (look it up)."""
-        hit = self._entries.get(hash_secret(secret)) if secret else None
-        if hit is None or hit[1] is None or hit[0] < self.clock():
-            return None
-        return hit[1]
+        hit = self.cached(secret) if secret else False
+        return hit or None
 
     def get(self, secret: str | None) -> Principal:
         """Blocking: the principal, from the cache while it is fresh, else from the store."""
         if not secret:
             return authenticate(None, secret)  # says what to send
-        hit = self._entries.get(hash_secret(secret))
-        if hit is None or hit[0] < self.clock():
+        hit = self.cached(secret)
+        if hit is False:
             return self.lookup(secret)
-        if hit[1] is None:
-            raise Unauthenticated(hit[2])
-        return hit[1]
+        if hit is None:  # known bad: why, as the store said
+            raise Unauthenticated(self._entries[hash_secret(secret)][2])
+        return hit

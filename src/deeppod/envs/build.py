@@ -73,18 +73,27 @@ def ensure(order: dict, log, sandbox_spec: dict | None) -> Path:
     root = Path(order["root"])
     root.mkdir(parents=True, exist_ok=True)
     final = root / order["key"]
-    with open(root / f"{order['key']}.lock", "a") as lock:
+    return once(final, log, lambda: _build(order, root, final, log, sandbox_spec),
+                found=f"environment {order['key']}: ready (built before)",
+                waiting=f"waiting for another job's build of {order['key']}")
+
+
+def once(final: Path, log, make, *, found: str, waiting: str) -> Path:
+    """``final``, made by ``make()`` unless it is ready (its mark written): once per key on
+    this node, under a lock beside it; jobs wanting it meanwhile wait (``waiting`` in their
+    log), then find it ready (``found``). Marked used either way (least recently used go first)."""
+    with open(final.with_name(f"{final.name}.lock"), "a") as lock:
         if not _ready(final):
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # one build per key: the others wait for it, then find it ready
-                _say(log, f"preparing environment: waiting for another job's build of {order['key']}")
+            except BlockingIOError:
+                say(log, f"preparing environment: {waiting}")
                 fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if _ready(final):
-                _say(log, f"environment {order['key']}: ready (built before)")
+                say(log, found)
             else:
-                _build(order, root, final, log, sandbox_spec)
+                make()
             used_file(final).touch()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -95,7 +104,7 @@ def _ready(final: Path) -> bool:
     return ready_file(final).is_file() and final.is_dir()
 
 
-def _say(log, line: str) -> None:
+def say(log, line: str) -> None:
     log.write(f"[deeppod] {line}\n".encode())
     log.flush()
 
@@ -120,7 +129,7 @@ def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None)
         if sandbox_spec is not None:
             for folder in (build_dir, cache):
                 os.chown(folder, int(sandbox_spec["uid"]), int(sandbox_spec["gid"]))
-        _say(log, f"building environment {order['key']} with {'uv' if order.get('uv') else 'venv and pip'}: "
+        say(log, f"building environment {order['key']} with {'uv' if order.get('uv') else 'venv and pip'}: "
                   f"{', '.join(order['requirements']) or 'no packages'}"
                   f"{' on Python ' + order['python'] if order.get('python') else ''}")
         binds = [[str(build_dir), str(final), True], [str(cache), str(cache), True], [str(work), str(work), False]]
@@ -136,7 +145,7 @@ def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None)
         ready_file(final).write_text(json.dumps({"key": order["key"], "requirements": order["requirements"],
                                                  "python": order.get("python"), "built_at": time.time(),
                                                  "bytes": tree_bytes(final)}))
-        _say(log, f"environment {order['key']} built in {time.monotonic() - started:.1f} s")
+        say(log, f"environment {order['key']} built in {time.monotonic() - started:.1f} s")
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise

@@ -20,7 +20,6 @@ mounted read-only, nosuid and nodev. Standard library only (the supervisor uses 
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import gzip
 import hashlib
@@ -33,6 +32,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from deeppod.envs.build import once, ready_file, say
 from deeppod.errors import EnvBuildFailed, InvalidRequest
 from deeppod.nofollow import tree_bytes
 
@@ -69,10 +69,10 @@ def check_name(image: str | None, image_dir: str | None) -> str | None:
     """A job's ``--image``: a name this server offers (never a path or URL), or None."""
     if image is None:
         return None
-    images = offered(image_dir)
     if not image_dir:
         raise InvalidRequest(f"this server runs no container images (--image {image!r}): leave it out, or ask the "
                              "administrator to set DEEPPOD_IMAGE_DIR")
+    images = offered(image_dir)
     if image not in images:
         listed = ", ".join(images) or "none yet"
         raise InvalidRequest(f"no image {image!r} on this server: give one of the names it offers ({listed}); "
@@ -91,10 +91,6 @@ def image_path(order: dict) -> Path:
     return Path(order["root"]) / order["key"]
 
 
-def ready_file(path: Path) -> Path:
-    return path.with_name(f"{path.name}.json")
-
-
 def order_for(name: str, image_dir: str, env_root: str) -> dict:
     """What the supervisor unpacks (or finds unpacked) before a job in image ``name`` starts."""
     archive = offered(image_dir).get(name)
@@ -110,22 +106,9 @@ def ensure(order: dict, log) -> Path:
     root = Path(order["root"])
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = image_path(order)
-    with open(root / f"{order['key']}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one unpacking per key: the others wait, then find it ready
-        try:
-            if ready_file(final).is_file() and final.is_dir():
-                _say(log, f"image {order['image']}: ready (unpacked before)")
-            else:
-                _unpack_into(order, root, final, log)
-            final.with_name(f"{final.name}.used").touch()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return final
-
-
-def _say(log, line: str) -> None:
-    log.write(f"[deeppod] {line}\n".encode())
-    log.flush()
+    return once(final, log, lambda: _unpack_into(order, root, final, log),
+                found=f"image {order['image']}: ready (unpacked before)",
+                waiting=f"waiting for another job's unpacking of image {order['image']}")
 
 
 def _unpack_into(order: dict, root: Path, final: Path, log) -> None:
@@ -135,7 +118,7 @@ def _unpack_into(order: dict, root: Path, final: Path, log) -> None:
     staging = root / f".staging-{order['key']}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o755)
-    _say(log, f"unpacking image {order['image']} from {order['archive']}")
+    say(log, f"unpacking image {order['image']} from {order['archive']}")
     try:
         config = unpack(Path(order["archive"]), staging)
         for name in HOST_FILES:  # where the host's are mounted (the image is read-only in the sandbox)
@@ -147,7 +130,7 @@ def _unpack_into(order: dict, root: Path, final: Path, log) -> None:
             "key": order["key"], "image": order["image"], "archive": order["archive"], "built_at": time.time(),
             "env": list(config.get("Env") or []), "workdir": config.get("WorkingDir") or "",
             "bytes": tree_bytes(final)}))
-        _say(log, f"image {order['image']} unpacked in {time.monotonic() - started:.1f} s")
+        say(log, f"image {order['image']} unpacked in {time.monotonic() - started:.1f} s")
     except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
         raise EnvBuildFailed(f"image {order['image']} ({order['archive']}) cannot be unpacked: {exc} (give an "
                              "archive that 'podman save', 'docker save' or 'podman export' wrote)") from None
@@ -218,28 +201,33 @@ def _apply(layer: tarfile.TarFile, dest: Path) -> None:
     member checked by the ``tar`` filter (nothing outside ``dest``, no setuid bits)."""
     base = os.path.realpath(dest)
     for member in layer:
-        path = posixpath.normpath(member.name.lstrip("/"))
-        head, leaf = posixpath.split(path)
-        if leaf.startswith(".wh."):
-            parent = os.path.realpath(os.path.join(base, head))
-            if parent != base and not parent.startswith(base + os.sep):
-                raise ValueError(f"whiteout {member.name} points outside the image")
-            if leaf == ".wh..wh..opq":  # an opaque folder: what earlier layers put in it goes
-                for entry in os.listdir(parent) if os.path.isdir(parent) else []:
-                    _remove(os.path.join(parent, entry))
-            else:
-                _remove(os.path.join(parent, leaf[4:]))
-            continue
-        if member.ischr() or member.isblk() or member.isfifo():
+        head, leaf = posixpath.split(posixpath.normpath(member.name.lstrip("/")))
+        if member.ischr() or member.isblk() or member.isfifo() or leaf in ("", ".", ".."):
             continue  # no device nodes from an image (its sandbox's /dev is made apart)
-        if member.islnk():  # a hard link is made to a file already unpacked, never to one outside
-            linked = os.path.realpath(os.path.join(base, member.linkname.lstrip("/")))
-            if os.path.commonpath([linked, base]) != base:
-                raise ValueError(f"hard link {member.name} points outside the image")
-        target = os.path.join(base, path)
-        if os.path.lexists(target) and not (member.isdir() and os.path.isdir(target) and not os.path.islink(target)):
-            _remove(target)  # a later layer's file replaces an earlier one's
-        layer.extract(member, base, filter="tar")
+        # where it lands, its folder's links followed: checked before anything is removed there
+        parent = _inside(base, os.path.join(base, head), member.name)
+        if leaf == ".wh..wh..opq":  # an opaque folder: what earlier layers put in it goes
+            for entry in os.listdir(parent) if os.path.isdir(parent) else []:
+                _remove(os.path.join(parent, entry))
+        elif leaf.startswith(".wh."):  # a whiteout: an earlier layer's file goes
+            if leaf[4:] not in ("", ".", ".."):
+                _remove(os.path.join(parent, leaf[4:]))
+        else:
+            if member.islnk():  # a hard link is made to a file already unpacked, never to one outside
+                _inside(base, os.path.join(base, member.linkname.lstrip("/")), member.name)
+            target = os.path.join(parent, leaf)
+            if os.path.lexists(target) and not (member.isdir() and os.path.isdir(target)
+                                                and not os.path.islink(target)):
+                _remove(target)  # a later layer's file replaces an earlier one's
+            layer.extract(member, base, filter="tar")
+
+
+def _inside(base: str, path: str, name: str) -> str:
+    """``path`` with its links followed, refused unless it is in the image at ``base``."""
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, base]) != base:
+        raise ValueError(f"{name} points outside the image")
+    return real
 
 
 def _remove(path: str) -> None:

@@ -53,12 +53,13 @@ class ImageInfo:
     unpacked: bool
 
 
-def _found(root: Path, tenant_ids: list[int], names: dict[int, str], using: dict[str, list[int]]) -> list[EnvInfo]:
-    """The ready environments of these tenants, from root's own marks beside each (never from
-    inside one: its files are the tenant's), newest use first."""
+def _found(root: Path, tenant_ids: list[int], names: dict[int, str], using: dict[str, list[int]], *,
+           images: bool = True) -> list[EnvInfo]:
+    """The ready environments of these tenants (and the unpacked images), from root's own
+    marks beside each (never from inside one: its files are the tenant's), newest use first."""
     out = []
     groups = [(root / str(tid), names.get(tid, str(tid))) for tid in tenant_ids]
-    for folder, tenant in [*groups, (root / "images", SHARED)]:
+    for folder, tenant in [*groups, *([(root / "images", SHARED)] if images else [])]:
         for ready in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             env = ready.with_suffix("")
             try:
@@ -135,9 +136,8 @@ def prune(session: Session, root: Path, cap_bytes: int, principal: Principal | N
     if principal is not None:
         require_admin(principal, "prune the environment cache")
     _sweep_staging(root)
-    tenants = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     using = _active(session)
-    envs = [(e.last_used, Path(e.path), e.bytes) for e in _found(root, tenants, {}, using)]
+    envs = [(e.last_used, Path(e.path), e.bytes) for e in _found(root, _tenant_ids(root), {}, using)]
     total = sum(size for _, _, size in envs)
     gone = []
     for _, path, size in sorted(envs, key=lambda e: e[0]):
@@ -149,6 +149,19 @@ def prune(session: Session, root: Path, cap_bytes: int, principal: Principal | N
         gone.append(path.name)
         log.info("removed environment %s (%d MB): the cache was over its cap", path.name, size >> 20)
     return gone
+
+
+def _tenant_ids(root: Path) -> list[int]:
+    return [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
+
+
+def tenant_bytes(root: Path) -> dict[int, int]:
+    """Tenant id -> what its environments take (as measured when each was built): counted
+    against its plan's storage quota (jobs/storage.py). Unpacked images are nobody's."""
+    out: dict[int, int] = {}
+    for tid in _tenant_ids(root):
+        out[tid] = sum(e.bytes for e in _found(root, [tid], {}, {}, images=False))
+    return out
 
 
 def _sweep_staging(root: Path) -> None:

@@ -12,7 +12,6 @@ and fail with the reason; docs/security.md says what this leaves.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES, FINAL_STATES, JobState
+from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import tree_bytes
@@ -91,21 +91,6 @@ def check_submit(session: Session, tenant: str) -> None:
         raise Forbidden(why, code="over_quota")
 
 
-def env_bytes(root: Path) -> dict[int, int]:
-    """Tenant id -> what its Python environments take (root's marks beside each, written when
-    it was built; an environment does not change after)."""
-    out: dict[int, int] = defaultdict(int)
-    for folder in root.iterdir() if root.is_dir() else []:
-        if not folder.name.isdigit():
-            continue
-        for mark in folder.glob("*.json"):
-            try:
-                out[int(folder.name)] += int(json.loads(mark.read_text()).get("bytes") or 0)
-            except (OSError, ValueError, TypeError):
-                continue
-    return dict(out)
-
-
 @dataclass
 class StorageMeter:
     """Measures every tenant's job folders each round; keeps what no longer changes."""
@@ -141,7 +126,7 @@ class StorageMeter:
             used[names.get(tenant_id, "")] += size
         for gone in set(self.final) - seen:  # purged
             del self.final[gone]
-        for tenant_id, size in (env_bytes(self.envs_root) if self.envs_root else {}).items():
+        for tenant_id, size in (tenant_bytes(self.envs_root) if self.envs_root else {}).items():
             used[names.get(tenant_id, "")] += size
         self._record(used, grew)
         return dict(used)
