@@ -179,6 +179,27 @@ def row(what: str, t: Tally, seconds: float) -> str:
 HEAD = f"{'':44} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} {'503':>6}"
 
 
+def cpu_seconds(names: tuple[str, ...]) -> float:
+    """CPU time (user + system) of every process whose name is one of ``names`` (PostgreSQL's
+    backends run as another user; /proc/PID/stat is readable all the same)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        if name in names:
+            total += int(rest[11]) + int(rest[12])
+    return total / tick
+
+
+def process_cpu(pid: int) -> float:
+    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def leader_changes(log: Path) -> int:
     text = log.read_text(errors="replace") if log.exists() else ""
     return text.count("stepping down") + text.count("lost the lead")
@@ -229,8 +250,13 @@ def run_database(kind: str, a) -> dict:
                     print(row("  /healthz meanwhile", probe, a.seconds), flush=True)
                     out[("deeppod", level, think, n)] = t
             before = leader_changes(server.output)
+            cpu = process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])
             (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
             print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
+            ms = [1000 * (now - was) / max(1, len(t.times)) for now, was in
+                  zip((process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])), cpu)]
+            print(f"  CPU per submit: server {ms[0]:.1f} ms, postgres {ms[1]:.1f} ms, load generator {ms[2]:.1f} ms",
+                  flush=True)
             print(row("  /healthz meanwhile", probe, took), flush=True)
             changes = leader_changes(server.output) - before
             print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}", flush=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from deeppod.errors import Forbidden, InvalidRequest
-from deeppod.plans.service import apply_plan, current_plan, plan_status
+from deeppod.plans.service import apply_plan, current_plan, plan_now, plan_status
 from deeppod.scheduler.plan import parse_plan
 from tests.fixtures import populate
 
@@ -22,6 +22,23 @@ def test_apply_and_read_back(sessions):
         assert [(r.name, r.depth, r.guaranteed) for r in rows] == [("org", 0, 4), ("a", 1, 2), ("b", 1, 1)]
         # a user sees its tenant and the groups above it
         assert [r.name for r in plan_status(s, world.alice)] == ["org", "a"]
+
+
+def test_the_plan_in_force_is_parsed_once_and_a_new_one_is_seen_at_once(sessions):
+    world = populate(sessions)
+    with sessions() as s:
+        assert plan_now(s).leaves() == []  # none applied yet: the empty plan
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, GOOD)
+    with sessions() as s:
+        first = plan_now(s)
+        assert first.leaves() == ["a", "b"] and first == current_plan(s)[0]
+    with sessions() as s:
+        assert plan_now(s) is first  # the same version: not parsed again
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 1}]})
+    with sessions() as s:
+        assert plan_now(s).leaves() == ["a"] and plan_now(s) == current_plan(s)[0]
 
 
 BAD = [

@@ -40,12 +40,31 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     session = ctx.sessions()
     try:
         yield session
-        await run_in_threadpool(session.commit)
     except BaseException:
-        await run_in_threadpool(session.rollback)
+        await run_in_threadpool(_discard, session)
         raise
+    await run_in_threadpool(_commit, session)  # one trip through the thread pool, not two
+
+
+def _commit(session: Session) -> None:
+    try:
+        session.commit()
     finally:
-        await run_in_threadpool(session.close)
+        session.close()
+
+
+def _discard(session: Session) -> None:
+    try:
+        session.rollback()
+    finally:
+        session.close()
+
+
+# scope="function": commit before the response is sent. With the default ("request") the
+# commit ran after the client had its answer, so an immediate GET could miss what a POST
+# had just created (seen as a flaky 404 in tests/e2e/test_reclaim.py), and a failed commit
+# went unreported.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def bearer(request: Request) -> str | None:
@@ -54,25 +73,30 @@ def bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-async def get_principal(request: Request) -> Principal:
+async def get_principal(request: Request, session: SessionDep) -> Principal:
     """Who calls. A read's token is looked up at most every half second (auth/cache.py: a
     revoked token reads for at most that long; one revoked on this server at once); a
-    change's is checked in the store each time, in a short session of its own, so auth never
-    holds the request's transaction open."""
+    change's is checked in the store each time (:func:`principal_now`)."""
     if request.method in READ_METHODS:
         principal = request.app.state.ctx.principals.fresh(bearer(request))
         if principal is not None:  # no trip through the thread pool
             return _admitted(request, principal)
-    return await run_in_threadpool(principal_now, request)
+    return await run_in_threadpool(principal_now, request, session)
 
 
-def principal_now(request: Request) -> Principal:
-    """:func:`get_principal`, blocking (for a handler that decides whether it needs one)."""
+def principal_now(request: Request, session: Session | None = None) -> Principal:
+    """:func:`get_principal`, blocking (for a handler that decides whether it needs one).
+    A change's token is read in the request's own transaction (``session``) on PostgreSQL:
+    no second session and its round trips. On SQLite that transaction holds the one
+    writer's turn from its first statement, so the token is read beside it instead: a caller
+    with a bad token never waits for, or holds, the writer."""
     ctx = request.app.state.ctx
     if request.method in READ_METHODS:
         return _admitted(request, ctx.principals.get(bearer(request)))
-    with ctx.read_sessions() as session:
+    if session is not None and ctx.read_sessions is ctx.sessions:
         return _admitted(request, authenticate(session, bearer(request)))
+    with ctx.read_sessions() as own:
+        return _admitted(request, authenticate(own, bearer(request)))
 
 
 def _admitted(request: Request, principal: Principal) -> Principal:
@@ -82,11 +106,6 @@ def _admitted(request: Request, principal: Principal) -> Principal:
     return principal
 
 
-# scope="function": commit before the response is sent. With the default ("request") the
-# commit ran after the client had its answer, so an immediate GET could miss what a POST
-# had just created (seen as a flaky 404 in tests/e2e/test_reclaim.py), and a failed commit
-# went unreported.
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 # A row id in a path: what the database can hold (a larger number is a 422, not an overflow).

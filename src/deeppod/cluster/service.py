@@ -90,7 +90,9 @@ def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:
 
 def capacity(session: Session) -> dict:
     """Totals over healthy nodes: what the largest possible job may ask for."""
-    nodes = [n for n in list_nodes(session) if n.healthy and n.up]
+    # columns, not Node rows: asked on every submit
+    nodes = session.execute(select(Node.gpus, Node.cpus, Node.memory_mb)
+                            .where(Node.healthy.is_(True), Node.up.is_(True))).all()
     return {
         "nodes": len(nodes),
         "gpus": sum(1 for n in nodes for g in n.gpus if g.get("healthy", True)),

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.auth.service import revoke_job_tokens
 from deeppod.loops import IDLE, run_rounds
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
-from deeppod.contract import ACTIVE_STATES, HOLDING_STATES, JobState, base_environment
+from deeppod.contract import HOLDING_STATES, JobState, base_environment
 from deeppod.errors import DeepPodError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor
 from deeppod.jobs.allocation import Allocation
@@ -71,20 +71,22 @@ class JobController:
         return self.launcher.folder(job_id).root
 
     def tick(self) -> str | None:
-        with self.sessions.begin() as s:  # one query for a steady round: the active jobs
-            jobs = list(s.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES))))
-            if not jobs and not self.resizes.grows:  # a round would decide nothing: an idle server stays idle
+        with self.sessions.begin() as s:  # two queries for a steady round: the jobs holding GPUs, and whether one waits
+            holding = list(s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))))
+            # not the queue's rows: a deep queue would be loaded (and its env unsealed) every round for nothing
+            waiting = s.scalar(select(Job.id).where(Job.state == JobState.QUEUED).limit(1)) is not None
+            if not holding and not waiting and not self.resizes.grows:  # nothing to decide: an idle server idles
                 self.rounds += 1
                 return IDLE
             # fences the transaction itself, once it has something to write
-            changed = self.observe(s, [j for j in jobs if j.state in HOLDING_STATES])
+            changed = self.observe(s, holding)
             # being cancelled or preempted: SIGTERM (again, after a restart: idempotent)
-            stopping = [j.handle for j in jobs if j.state in HOLDING_STATES and j.handle is not None and j.stopping]
-            active = [(j.state, j.workers, j.max_workers) for j in jobs]
+            stopping = [j.handle for j in holding if j.handle is not None and j.stopping]
+            elastic = any((j.max_workers or 0) > j.workers for j in holding)
         for handle in stopping:
             self.executor.terminate(handle)
         starts, stop_now = [], []
-        if changed or self.resizes.grows or self._decidable(active):
+        if changed or self.resizes.grows or waiting or elastic or self._something_sick():
             with self.sessions.begin() as s:
                 self.fence(s)
                 starts, stop_now = self.decide(s)
@@ -95,13 +97,11 @@ class JobController:
             self.start(start)
         self.rounds += 1
 
-    def _decidable(self, active: list[tuple]) -> bool:
-        """Whether the policy could decide anything: a job waits, an elastic one runs (it may
-        grow into GPUs that freed up), or a node or GPU is sick (its jobs move). Otherwise
-        every decision needs a waiting job, so the round skips the snapshot: a server that
-        only runs fixed-size jobs and replicas idles."""
-        if any(state == JobState.QUEUED or (top or 0) > workers for state, workers, top in active):
-            return True
+    def _something_sick(self) -> bool:
+        """Whether a node or GPU is sick (its jobs move). With that, a waiting job or an elastic
+        one running (it may grow into GPUs that freed up), the policy could decide something;
+        otherwise the round skips the snapshot: a server that only runs fixed-size jobs and
+        replicas idles."""
         with self.sessions() as s:
             return any(not (n.up and n.healthy) or not all(g.get("healthy", True) for g in n.gpus)
                        for n in s.scalars(select(Node)))

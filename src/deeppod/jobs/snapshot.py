@@ -14,7 +14,7 @@ from deeppod.job_folder import JobFolder
 from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.progress import checkpoint_time
 from deeppod.jobs.runs import current_run_service
-from deeppod.plans.service import current_plan
+from deeppod.plans.service import plan_now
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot
 from deeppod.store.models import Job, Node, Tenant
 
@@ -23,15 +23,17 @@ def snapshot(s: Session, *, folder: Callable[[int], JobFolder], in_place: bool, 
              now: float) -> Snapshot:
     """``folder``: a job's folder (its checkpoint says when it last saved, and whether it can
     resize in place); ``in_place``: the executor can add and remove workers of a running job."""
-    plan, _ = current_plan(s)
+    plan = plan_now(s)
     holding = list(s.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                              .where(Job.state.in_(HOLDING_STATES))))
     running = tuple(_running(job, tenant, folder(job.id), in_place, plan.reclaim_idle_first)
                     for job, tenant in holding)
     use = usage_of(job for job, _ in holding)
     nodes = tuple(_node(n, use.get(n.name) or NodeUsage(set())) for n in s.scalars(select(Node)))
-    queued = tuple(_queued(j, t) for j, t in s.execute(
-        select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id).where(Job.state == JobState.QUEUED)))
+    # columns, not Job rows: a deep queue is read every round (no ORM identity, no env unsealed)
+    queued = tuple(_queued(row) for row in s.execute(
+        select(*QUEUED_COLUMNS, Tenant.name.label("tenant")).join(Tenant, Job.tenant_id == Tenant.id)
+        .where(Job.state == JobState.QUEUED)))
     return Snapshot(nodes=nodes, queued=queued, running=running, plan=plan, now=now, config=config)
 
 
@@ -62,8 +64,13 @@ def _node(n: Node, held: NodeUsage) -> NodeState:
                      sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True)))
 
 
-def _queued(j: Job, tenant: str) -> PendingJob:
-    return PendingJob(id=j.id, tenant=tenant, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
+QUEUED_COLUMNS = (Job.id, Job.workers, Job.gpus_per_worker, Job.cpus_per_worker, Job.memory_mb_per_worker,
+                  Job.priority, Job.submitted_at, Job.max_workers, Job.preemptible, Job.resize_to, Job.avoid,
+                  Job.attained_gpu_seconds, Job.queued_at)
+
+
+def _queued(j) -> PendingJob:
+    return PendingJob(id=j.id, tenant=j.tenant, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
                       cpus_per_worker=j.cpus_per_worker, memory_mb_per_worker=j.memory_mb_per_worker or 0,
                       priority=j.priority, submitted_at=j.submitted_at.timestamp(), max_workers=j.max_workers,
                       preemptible=j.preemptible, resize_to=j.resize_to,

@@ -25,7 +25,7 @@ from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import tree_bytes
-from deeppod.plans.service import current_plan
+from deeppod.plans.service import plan_now
 from deeppod.scheduler.plan import MIN_PIDS, Plan
 from deeppod.store.models import Job, JobEvent, Tenant, utcnow
 
@@ -40,7 +40,7 @@ def check_pids(session: Session, tenant: str, asked: int | None) -> None:
     if asked < MIN_PIDS:
         raise InvalidRequest(f"pids_per_worker must be at least {MIN_PIDS} (got {asked}): a worker's Python and "
                              "its threads need that many")
-    cap = current_plan(session)[0].pids_cap(tenant)
+    cap = plan_now(session).pids_cap(tenant)
     if cap is not None and asked > cap:
         raise InvalidRequest(f"the plan lets tenant {tenant!r}'s workers have at most {cap} processes and threads "
                              f"each; ask for {cap} or fewer, or ask an administrator to raise pids_per_worker")
@@ -50,7 +50,7 @@ def check_indexes(session: Session, tenant: str, urls: list[str]) -> None:
     """The package indexes a job's requirements name: each one the plan allows its tenant."""
     if not urls:
         return
-    allowed = current_plan(session)[0].package_indexes(tenant)
+    allowed = plan_now(session).package_indexes(tenant)
     refused = [u for u in urls if u.rstrip("/") not in allowed]
     if refused:
         raise Forbidden(f"the plan does not let tenant {tenant!r}'s jobs install from {', '.join(refused)}; remove "
@@ -61,7 +61,7 @@ def check_indexes(session: Session, tenant: str, urls: list[str]) -> None:
 def pids_for(session: Session, job: Job, tenant: str, default: int) -> int:
     """The processes and threads each of ``job``'s workers may have: its own ask, else its plan's
     cap, else the server's default (never above the plan's cap, which may have been lowered since)."""
-    cap = current_plan(session)[0].pids_cap(tenant)
+    cap = plan_now(session).pids_cap(tenant)
     want = job.pids_per_worker or (cap if cap is not None else default)
     return min(want, cap) if cap is not None else want
 
@@ -83,7 +83,7 @@ def _over(plan: Plan, used: dict[str, int]) -> dict[str, str]:
 
 def check_submit(session: Session, tenant: str) -> None:
     """A tenant over its storage quota (as last measured) cannot start more jobs."""
-    plan = current_plan(session)[0]
+    plan = plan_now(session)
     if not plan.storage_quotas():
         return
     used = {name: b or 0 for name, b in session.execute(select(Tenant.name, Tenant.storage_bytes))}
@@ -135,7 +135,7 @@ class StorageMeter:
         with self.sessions.begin() as s:
             for tenant in s.scalars(select(Tenant)):
                 tenant.storage_bytes = used.get(tenant.name, 0)
-            over = _over(current_plan(s)[0], used)
+            over = _over(plan_now(s), used)
             if not over:
                 return
             for job_id in grew:  # the writers: a job of the tenant that wrote nothing since keeps running

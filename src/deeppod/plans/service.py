@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth import roles
@@ -20,6 +22,30 @@ from deeppod.store.models import Job, PlanVersion, Tenant
 def current_plan(session: Session) -> tuple[Plan, PlanVersion | None]:
     row = session.scalar(select(PlanVersion).order_by(PlanVersion.id.desc()).limit(1))
     return (parse_plan(row.document) if row else Plan()), row
+
+
+# A stored plan version never changes: each is parsed once per database (engine), not on
+# every submit and scheduling round.
+_parsed: weakref.WeakKeyDictionary[Engine, dict[int, Plan]] = weakref.WeakKeyDictionary()
+_parsed_lock = threading.Lock()
+
+
+def plan_now(session: Session) -> Plan:
+    """The plan in force (:func:`current_plan` without its row), asking the store only for
+    the newest version's id while that version is known."""
+    latest = session.scalar(select(PlanVersion.id).order_by(PlanVersion.id.desc()).limit(1))
+    if latest is None:
+        return Plan()
+    engine = session.get_bind()
+    with _parsed_lock:
+        known = _parsed.setdefault(engine, {})
+        if latest in known:
+            return known[latest]
+    plan = parse_plan(session.scalar(select(PlanVersion.document).where(PlanVersion.id == latest)))
+    with _parsed_lock:
+        known.clear()  # only the newest is asked for
+        known[latest] = plan
+    return plan
 
 
 def apply_plan(session: Session, principal: Principal, document: object) -> PlanVersion:
