@@ -309,7 +309,10 @@ def vitals(pid: int, db_url: str) -> dict:
     """The server process's memory, open descriptors and threads; its database connections."""
     status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     fds = os.listdir(f"/proc/{pid}/fd")
-    out = {"rss_mb": int(status["VmRSS"].split()[0]) // 1024, "fds": len(fds), "threads": int(status["Threads"])}
+    rollup = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+    out = {"rss_mb": int(status["VmRSS"].split()[0]) // 1024,
+           "anon_mb": int(rollup["Anonymous"].split()[0]) // 1024,  # the heap: what the process made, not files
+           "fds": len(fds), "threads": int(status["Threads"])}
     if db_url.startswith("sqlite"):
         db = db_url.split("///", 1)[1]
         out["db_files_open"] = sum(os.path.realpath(f"/proc/{pid}/fd/{fd}").startswith(db) for fd in fds

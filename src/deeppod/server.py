@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import inspect as sa_inspect, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -56,10 +56,11 @@ from deeppod.models import service as models
 from deeppod.scheduler import Config
 from deeppod.scheduler.plan import MIN_PIDS
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
+from deeppod import memory
 from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of, read_only
 from deeppod.store.migrate import upgrade
-from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node, Tenant, Token, User
+from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node, Tenant, Token, Trial, User
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.cluster.readings import OneNode, PsutilHostSampler, default_gpu_sampler
@@ -246,6 +247,15 @@ def _on_commits(ctx: ServerContext) -> None:
     on_commit_of(ctx.sessions, (Job,), ctx.jobs.wake.set)
     on_commit_of(ctx.sessions, (Deployment, DeploymentKey, Job), ctx.deployments.wake.set)  # a replica is a job
     on_commit_of(ctx.sessions, (Experiment,), ctx.experiments.wake.set)
+    # a search's next trial is asked for as soon as its last one starts (or one ends), and a
+    # new trial is started at once, not a round of each loop later: 16 parallel trials of a
+    # few seconds each keep 16 running
+    on_commit_of(ctx.sessions, (Trial,), ctx.jobs.hurry.set, added_only=True)
+    on_commit_of(ctx.sessions, (Job,), ctx.experiments.hurry.set, which=_trial_moved)
+
+
+def _trial_moved(job: Job) -> bool:
+    return job.kind == "trial" and sa_inspect(job).attrs.state.history.has_changes()
 
 
 def _leadership(settings: Settings, sessions: sessionmaker[Session], server_id: str, fenced: bool) -> Leadership:
@@ -548,6 +558,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     import uvicorn
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
+    memory.limit_arenas()  # before the threads: a long-running server's memory stays flat
     prefer_own_python()
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
@@ -608,6 +619,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     # that was there before: make that handler an exception, so the clean-up below runs.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_on_signal)
+    memory.freeze_startup()
     try:
         server.run()
     finally:

@@ -308,3 +308,28 @@ def test_names_are_per_tenant_and_others_see_nothing(h):
         assert len(service.list_experiments(s, h.world.admin)) == 2
         with pytest.raises(Exception, match="only an admin"):
             service.get_experiment(s, h.world.bob, "search", tenant="a")
+
+
+def test_a_search_asks_for_its_next_trial_as_soon_as_the_last_starts(api, tmp_path):
+    """The server's loops hurry each other (server._on_commits): a trial added starts at the
+    job loop's next round, which comes at once; a trial's job that starts or ends brings the
+    search's next round at once. A round that moves no trial's job hurries nothing."""
+    ctx = api.ctx
+    ctx.jobs.hurry.clear()
+    r = api.http.post("/v1/experiments", headers=api.as_(api.admin), json={
+        "name": "pace", "metric": "score", "mode": "max", "trials": 4, "parallel": 4, "sampler": "random",
+        "pruner": "none", "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        "job": {"command": [sys.executable, "-c", "pass", "{x}"], "workdir": str(tmp_path), "gpus_per_worker": 1}})
+    assert r.status_code == 201, r.text
+    assert ctx.jobs.hurry.is_set()  # trial 0 asked for
+    ctx.experiments.hurry.clear()
+    ctx.jobs.tick()  # and started
+    assert ctx.experiments.hurry.is_set()
+    ctx.experiments.hurry.clear()
+    ctx.jobs.tick()  # nothing moved
+    assert not ctx.experiments.hurry.is_set()
+    ctx.jobs.hurry.clear()
+    ctx.experiments.tick()  # trial 1 asked for now: trial 0 runs
+    assert ctx.jobs.hurry.is_set()
+    with ctx.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Trial)) == 2

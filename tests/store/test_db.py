@@ -37,6 +37,33 @@ def test_a_commit_that_adds_a_watched_row_calls_back_once(sessions, tmp_path):
     assert calls == [1, 1]
 
 
+def test_which_narrows_the_callback_to_the_rows_it_names(sessions, tmp_path):
+    """How a search's next trial is asked for at once (server._on_commits): a callback for a
+    job whose state moved, not for every change of a job."""
+    from sqlalchemy import inspect
+
+    from deeppod.contract import JobState
+
+    world = populate(sessions)
+    jid = submit_job(sessions, world.alice, tmp_path, workers=1)
+    calls = []
+    on_commit_of(sessions, (Job,), lambda: calls.append(1),
+                 which=lambda job: inspect(job).attrs.state.history.has_changes())
+    with sessions.begin() as s:
+        s.get(Job, jid).reason = "a change that moves nothing"
+    assert calls == []
+    with sessions.begin() as s:
+        s.get(Job, jid).state = JobState.RUNNING
+    assert calls == [1]
+    added = []
+    on_commit_of(sessions, (Job,), lambda: added.append(1), added_only=True)
+    with sessions.begin() as s:
+        s.get(Job, jid).reason = "changed, not added"
+    assert added == []
+    submit_job(sessions, world.alice, tmp_path, workers=1)
+    assert added == [1]
+
+
 def test_a_burst_of_read_then_write_transactions_all_commit(sessions):
     """Each transaction reads a counter, then writes it one higher: the pattern that, begun
     deferred on SQLite, fails at once ("database is locked") when another commit landed

@@ -78,3 +78,31 @@ def test_an_admin_cordons_and_uncordons_from_the_cluster_page(api):
     member = Browser(api, api.user("ana", "vision"))
     assert 'class="row cordon"' not in member.get("/cluster").text
     assert member.post(f"/cluster/nodes/{node}/health", {"healthy": "no"}).status_code == 403
+
+
+def test_a_form_that_waits_for_the_database_holds_up_no_other_request(fresh_server):
+    """Another writer holds the SQLite database: a console form posted meanwhile waits for it
+    in the thread pool, not on the event loop, so the server keeps answering; then it lands."""
+    import sqlite3
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    server = fresh_server.start()
+    c = httpx.Client(base_url=server.url, timeout=60)
+    assert c.post("/login", data={"token": server.admin_token, "next": "/jobs"}).status_code == 303
+    csrf = re.search(r'name="csrf" value="([^"]+)"', c.get("/jobs/new").text).group(1)
+    other = sqlite3.connect(server.home / "deeppod.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            posted = pool.submit(httpx.post, f"{server.url}/admin/tenants", cookies=c.cookies, timeout=60,
+                                 data={"tenant": "waited", "csrf": csrf})
+            for _ in range(10):
+                assert httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200
+            assert not posted.done()  # it is waiting for the database all this time
+            other.rollback()
+            assert posted.result(timeout=60).status_code == 200
+    finally:
+        other.close()
+    assert "waited" in c.get("/admin").text

@@ -40,6 +40,7 @@ class ExperimentController:
         self.fence = fence
         self._studies: dict[int, Study] = {}
         self.wake = threading.Event()  # set when an experiment is created in this process
+        self.hurry = threading.Event()  # set when a trial's job starts or ends here: the next round now
 
     def study(self, s: Session, exp: Experiment) -> Study:
         if exp.id not in self._studies:
@@ -187,7 +188,7 @@ class ExperimentController:
         return f"{model.name}@{version.version}"
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        run_rounds(self.tick, stop, interval, "experiments", wake=self.wake)
+        run_rounds(self.tick, stop, interval, "experiments", wake=self.wake, hurry=self.hurry)
 
 
 def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:

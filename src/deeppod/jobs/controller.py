@@ -62,7 +62,7 @@ class JobController:
                                  base_env=base_environment(dict(os.environ if server_env is None else server_env)),
                                  ca_cert=ca_cert)
         self.resizes = Resizes(sessions, self.launcher, fence=self.fence, clock=clock, spares=spares)
-        self.hurry = self.resizes.hurry  # set when a grow's new workers are ready: the next round tells the others
+        self.hurry = self.resizes.hurry  # set when a grow's workers are ready or a trial is added: the next round now
         self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
         self.last_round_ms = 0.0
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -123,14 +124,18 @@ def read_only(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
     return reader
 
 
-def on_commit_of(sessions: sessionmaker[Session], models: tuple[type, ...], callback) -> None:
+def on_commit_of(sessions: sessionmaker[Session], models: tuple[type, ...], callback,
+                 which: Callable[[object], bool] | None = None, added_only: bool = False) -> None:
     """Call ``callback()`` after a commit that added, changed or deleted a row of ``models``
-    (in this process): an idle control loop sleeps until then instead of polling."""
+    (in this process): an idle control loop sleeps until then instead of polling. ``which``
+    narrows it to the rows it says yes to (it may read their attributes' history);
+    ``added_only`` to rows added."""
     key = ("deeppod_touched", id(callback))
 
     @event.listens_for(sessions, "after_flush")
     def _touched(session, _ctx) -> None:  # noqa: ANN001
-        if any(isinstance(o, models) for o in (*session.new, *session.dirty, *session.deleted)):
+        rows = session.new if added_only else (*session.new, *session.dirty, *session.deleted)
+        if any(isinstance(o, models) and (which is None or which(o)) for o in rows):
             session.info[key] = True
 
     @event.listens_for(sessions, "after_commit")

@@ -4,7 +4,9 @@ so a field the API refuses is refused here with the same rule, next to the field
 from __future__ import annotations
 
 import shlex
+from typing import Annotated
 
+from fastapi import Depends, Request
 from pydantic import BaseModel, ValidationError
 
 from deeppod.errors import DeepPodError, FormErrors
@@ -98,9 +100,15 @@ def checked_call(schema: type[BaseModel], body: dict, errors: dict, fields: dict
         raise service_error(exc, service_fields) from None
 
 
-async def values(request) -> dict[str, str]:
+async def values(request: Request) -> dict[str, str]:
     """A posted form's text fields."""
     return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+
+
+# Read before the handler, on the event loop: a handler that takes it can be a plain def,
+# which FastAPI runs in the thread pool, so its database work (on SQLite, waiting for the
+# one writer's turn) never holds up the event loop and every other request with it.
+FormDep = Annotated[dict[str, str], Depends(values)]
 
 
 def service_error(exc: DeepPodError, fields: dict[str, str]) -> FormErrors:

@@ -54,8 +54,7 @@ def _refused(request, session, viewer, errors: dict, form: dict, status: int = 4
 
 
 @router.post("/admin/tenants")
-async def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/tenants")
     isolated = get_ctx(request).settings.isolation != "one-tenant"
     try:
@@ -69,8 +68,7 @@ async def create_tenant(request: Request, session: SessionDep, viewer: ViewerDep
 
 
 @router.post("/admin/users")
-async def create_user(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def create_user(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/users")
     try:
         user, secret = forms.checked_call(
@@ -86,8 +84,7 @@ async def create_user(request: Request, session: SessionDep, viewer: ViewerDep) 
 
 
 @router.post("/admin/users/{name}/role")
-async def set_role(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def set_role(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("PATCH", "/v1/users/{name}", name=name)
     user, _ = auth.set_role(session, viewer.principal, name, roles.check_role(form.get("role", "")))
     session.flush()
@@ -95,8 +92,7 @@ async def set_role(request: Request, name: str, session: SessionDep, viewer: Vie
 
 
 @router.post("/admin/tokens")
-async def create_token(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def create_token(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/tokens")
     errors: dict[str, str] = {}
     try:
@@ -127,8 +123,7 @@ def revoke_token(request: Request, token_id: Id, session: SessionDep, viewer: Vi
 
 
 @router.post("/admin/plan")
-async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("PUT", "/v1/plan")
     text = form.get("plan", "")
     try:
@@ -151,8 +146,7 @@ async def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep) -
 
 
 @router.post("/cluster/nodes/{name}/health")
-async def node_health(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def node_health(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("PATCH", "/v1/nodes/{name}", name=name)
     gpu = form.get("gpu", "").strip()
     if gpu and not gpu.isdigit():

@@ -60,8 +60,7 @@ def traffic(request: Request, name: str, session: SessionDep, viewer: ViewerDep)
 
 
 @router.post("/deployments/{name}/update")
-async def update(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def update(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("PATCH", "/v1/deployments/{name}", name=name)
     errors: dict[str, str] = {}
     replicas = forms.number(errors, "replicas", form.get("replicas"))

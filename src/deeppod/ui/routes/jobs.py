@@ -80,8 +80,7 @@ def submit_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Res
 
 
 @router.post("/jobs/new")
-async def submit(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/jobs")
     errors: dict[str, str] = {}
     low, high = forms.workers(errors, "workers", form.get("workers"))
@@ -132,8 +131,7 @@ def _dataset_choices(session, viewer) -> list[str]:
 
 
 @router.post("/jobs/new/trainer")
-async def train(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/jobs")
     errors: dict[str, str] = {}
     dataset = forms.blank_none(form.get("dataset"))

@@ -73,7 +73,8 @@ async def propose(request: Request, ref: str, session: SessionDep, viewer: Viewe
     keys, name = body.get("keys"), body.get("deployment")
     if not isinstance(name, str) or not isinstance(keys, list) or not 0 < len(keys) <= PROPOSE_BATCH:
         raise InvalidRequest(f"send a deployment's name and 1-{PROPOSE_BATCH} image keys")
-    _, _, _, ws = _workspace(request, session, viewer, ref)
+    # off the event loop: the request's session waits its turn for the SQLite writer
+    _, _, _, ws = await run_in_threadpool(_workspace, request, session, viewer, ref)
     ctx = get_ctx(request)
     route = ctx.balancer.find(viewer.principal.tenant_id, name)
     if route is None:
@@ -103,7 +104,11 @@ async def serve_champion(request: Request, ref: str, session: SessionDep, viewer
         body = json.loads(await request.body() or b"{}")
     except ValueError:
         body = {}
-    name = body.get("model")
+    return await run_in_threadpool(_serve_champion, session, viewer, ref, body.get("model"))
+
+
+def _serve_champion(session, viewer, ref: str, name: object) -> Response:
+    """In the thread pool: the request's session waits its turn for the SQLite writer."""
     if not isinstance(name, str) or not name:
         raise InvalidRequest("name the model whose champion should propose labels")
     service.get_version(session, viewer.principal, ref)  # the caller may read the version

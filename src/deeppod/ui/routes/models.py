@@ -57,8 +57,7 @@ def compare_page(request: Request, name: str, session: SessionDep, viewer: Viewe
 
 
 @router.post("/models/{name}/compare")
-async def run_comparison(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def run_comparison(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/models/{name}/comparisons", name=name)
     data = (form.get("data") or "").strip()
     if not data:
@@ -71,8 +70,7 @@ async def run_comparison(request: Request, name: str, session: SessionDep, viewe
 
 
 @router.post("/models/{name}/promote")
-async def promote(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def promote(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/models/{name}/promote", name=name)
     _, version, why = models.promote(session, viewer.principal, name, form.get("version", ""),
                                      force=form.get("force") == "on")
@@ -82,8 +80,7 @@ async def promote(request: Request, name: str, session: SessionDep, viewer: View
 
 
 @router.post("/models/{name}/deploy")
-async def deploy(request: Request, name: str, session: SessionDep, viewer: ViewerDep) -> Response:
-    form = await forms.values(request)
+def deploy(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/deployments")
     errors: dict[str, str] = {}
     replicas = forms.number(errors, "replicas", form.get("replicas")) or 1
