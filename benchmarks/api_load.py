@@ -407,6 +407,8 @@ def soak(a) -> None:
 
             seen = asyncio.run(run())
             counts = api.get("/v1/experiments/soak").json().get("counts", {})
+            for job in api.get("/v1/jobs", params={"kind": "trial", "state": "failed", "limit": 5}).json():
+                print(f"  a failed trial: job {job['id']}: {job.get('reason')}")
             api.post("/v1/experiments/soak/stop")
             print(HEAD)
             print(row("console polls", tally, a.soak))

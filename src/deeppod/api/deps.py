@@ -23,19 +23,16 @@ def get_ctx(request: Request):
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One transaction per request: committed when the handler returns, rolled back on error.
-    A GET's reads (store/db.read_only: beside the writer on SQLite; it cannot write): nothing
-    to commit, and closing it only gives its connection back (on SQLite, in this process, at
-    once; PostgreSQL's rollback is a round trip, made off the event loop)."""
+    A GET's reads (store/db.read_only: beside the writer on SQLite, autocommit on PostgreSQL;
+    it cannot write): nothing to commit, and closing it only gives its connection back, at
+    once, with no round trip to the database."""
     ctx = request.app.state.ctx
     if request.method in READ_METHODS:
         session = ctx.read_sessions()
         try:
             yield session
         finally:
-            if ctx.read_sessions is ctx.sessions:  # PostgreSQL
-                await run_in_threadpool(session.close)
-            else:
-                session.close()
+            session.close()
         return
     session = ctx.sessions()
     try:
@@ -93,7 +90,7 @@ def principal_now(request: Request, session: Session | None = None) -> Principal
     ctx = request.app.state.ctx
     if request.method in READ_METHODS:
         return _admitted(request, ctx.principals.get(bearer(request)))
-    if session is not None and ctx.read_sessions is ctx.sessions:
+    if session is not None and ctx.engine.dialect.name != "sqlite":
         return _admitted(request, authenticate(session, bearer(request)))
     with ctx.read_sessions() as own:
         return _admitted(request, authenticate(own, bearer(request)))

@@ -109,12 +109,17 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 
 def read_only(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
-    """Sessions for what only reads (GET requests): on SQLite they begin deferred and run beside
-    the writer; one that tries to write is refused (a bug, said clearly)."""
+    """Sessions for what only reads (GET requests); one that tries to write is refused (a bug,
+    said clearly). On SQLite they begin deferred and run beside the writer. On PostgreSQL
+    each statement is its own transaction (autocommit): no BEGIN before the first and no
+    ROLLBACK to give the connection back, two round trips a request saved, and closing one
+    sends nothing, so it may close on the event loop."""
     engine = sessions.kw["bind"]
-    if engine.dialect.name != "sqlite":
-        return sessions
-    reader = sessionmaker(engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+    if engine.dialect.name == "sqlite":
+        engine = engine.execution_options(**{READ_ONLY: True})
+    else:
+        engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    reader = sessionmaker(engine, expire_on_commit=False)
 
     @event.listens_for(reader, "before_flush")
     def _refuse(session, _ctx, _instances) -> None:  # noqa: ANN001
