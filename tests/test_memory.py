@@ -26,12 +26,14 @@ def test_without_a_c_library_to_ask_it_does_nothing(monkeypatch):
     assert memory.limit_arenas() is False
 
 
-def test_the_collector_runs_less_often_and_keeps_its_older_generations():
+def test_the_collector_runs_less_often_and_leaves_what_start_up_made_alone():
     import gc
 
     before = gc.get_threshold()
     try:
         memory.tune_collector()
         assert gc.get_threshold() == (memory.YOUNG_GENERATION, before[1], before[2])
+        assert gc.get_freeze_count() > 0  # what was alive is out of its sight
     finally:
+        gc.unfreeze()
         gc.set_threshold(*before)

@@ -559,7 +559,6 @@ def serve(settings: Settings, *, echo=print) -> None:
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
     memory.limit_arenas()  # before the threads: a long-running server's memory stays flat
-    memory.tune_collector()
     prefer_own_python()
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
@@ -620,6 +619,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     # that was there before: make that handler an exception, so the clean-up below runs.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_on_signal)
+    memory.tune_collector()
     try:
         server.run()
     finally:
