@@ -3,8 +3,9 @@
 - glibc gives each thread that allocates an arena of its own (up to eight per core), and a
   long-running server whose thread pool comes and goes fragments every one of them. Under a
   soak (30 console users and a 16-way search) that showed as resident memory growing by about
-  45 kB per finished trial, with Python's own heap flat; with two arenas it stays flat
-  (docs/benchmarks.md). The environment's MALLOC_ARENA_MAX, where set, is left as it is.
+  45 kB per finished trial, with Python's own heap flat; with two arenas about 26 kB, and 16
+  kB with the collector below (docs/benchmarks.md: not yet shown to level off). The
+  environment's MALLOC_ARENA_MAX, where set, is left as it is.
 - Python's cycle collector runs a young collection every 700 allocations (its default): a
   request makes thousands, so collections came many times a request, and every hundredth
   one walked the whole heap. In a soak that was 6.4 s of every minute, in pauses of 30-190

@@ -558,7 +558,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     import uvicorn
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine; errors still show
-    memory.limit_arenas()  # before the threads: a long-running server's memory stays flat
+    memory.limit_arenas()  # before the threads: fewer arenas for the thread pool to fragment
     prefer_own_python()
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))

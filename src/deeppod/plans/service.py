@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
@@ -21,13 +22,7 @@ from deeppod.store.models import Job, PlanVersion, Tenant
 
 def current_plan(session: Session) -> tuple[Plan, PlanVersion | None]:
     row = session.scalar(select(PlanVersion).order_by(PlanVersion.id.desc()).limit(1))
-    return (parse_plan(row.document) if row else Plan()), row
-
-
-# A stored plan version never changes: each is parsed once per database (engine), not on
-# every submit and scheduling round.
-_parsed: weakref.WeakKeyDictionary[Engine, dict[int, Plan]] = weakref.WeakKeyDictionary()
-_parsed_lock = threading.Lock()
+    return (_parsed_once(session, row.id, lambda: row.document) if row else Plan()), row
 
 
 def plan_now(session: Session) -> Plan:
@@ -36,15 +31,28 @@ def plan_now(session: Session) -> Plan:
     latest = session.scalar(select(PlanVersion.id).order_by(PlanVersion.id.desc()).limit(1))
     if latest is None:
         return Plan()
+    return _parsed_once(session, latest, lambda: session.scalar(select(PlanVersion.document)
+                                                                 .where(PlanVersion.id == latest)))
+
+
+# A stored plan version never changes: each is parsed once per database (engine), not on
+# every submit and scheduling round.
+_parsed: weakref.WeakKeyDictionary[Engine, dict[int, Plan]] = weakref.WeakKeyDictionary()
+_parsed_lock = threading.Lock()
+
+
+def _parsed_once(session: Session, version_id: int, document: Callable[[], object]) -> Plan:
+    """Version ``version_id`` parsed, from memory when it is the one parsed last; ``document``
+    reads it from the store otherwise."""
     engine = session.get_bind()
     with _parsed_lock:
         known = _parsed.setdefault(engine, {})
-        if latest in known:
-            return known[latest]
-    plan = parse_plan(session.scalar(select(PlanVersion.document).where(PlanVersion.id == latest)))
+        if version_id in known:
+            return known[version_id]
+    plan = parse_plan(document())
     with _parsed_lock:
         known.clear()  # only the newest is asked for
-        known[latest] = plan
+        known[version_id] = plan
     return plan
 
 
