@@ -430,12 +430,19 @@ class Run:
                 k += 1
                 if args.checkpoint_every and self.step % args.checkpoint_every == 0 and not sampler.epoch_done:
                     self.save()
-                if runtime.should_stop(sync=False) or (args.max_steps and self.step >= args.max_steps):
-                    return None
-                if k <= even and k % self.check_every == 0:
-                    event = self.resizer.check()  # agrees on a stop, or on a new size, on every worker
-                    if event is not None:
-                        return event
+                if args.max_steps and self.step >= args.max_steps:
+                    return None  # the same step on every worker
+                if k <= even:
+                    # A step every worker takes: a stop leaves here only where all agree on it. A
+                    # worker whose SIGTERM came a step before the others' must not leave alone, or
+                    # they would meet check()'s collective with no peer in it (gloo: "connection
+                    # closed by peer"); join() covers DDP's collectives only.
+                    if k % self.check_every == 0:
+                        event = self.resizer.check()  # agrees on a stop, or on a new size, on every worker
+                        if event is not None:
+                            return event
+                elif runtime.should_stop(sync=False):
+                    return None  # the epoch's uneven tail: join() covers a worker that leaves early
         return None
 
     def _step(self, x, y) -> None:
