@@ -72,3 +72,33 @@ def test_the_sdk_sends_a_shed_request_again(monkeypatch):
     with pytest.raises(Exception, match="no replica"):
         c._request("GET", "/v1/deployments/x")
     c.close()
+
+
+def test_healthz_answers_while_every_thread_of_the_pool_is_taken(api):
+    """/healthz runs on the event loop: a burst whose database work fills the thread pool (or
+    waits on a lock in it) does not queue the health probe behind it."""
+    import anyio
+    import anyio.to_thread
+
+    async def scenario():
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = 1
+        taken, done = asyncio.Event(), asyncio.Event()
+
+        async def busy():  # another request's work holds the pool's only thread
+            async with limiter:
+                taken.set()
+                await done.wait()
+
+        holder = asyncio.create_task(busy())
+        await taken.wait()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.http.app), base_url="http://t") as c:
+                with anyio.fail_after(10):
+                    return await c.get("/healthz")
+        finally:
+            done.set()
+            await holder
+
+    health = asyncio.run(scenario())
+    assert health.status_code == 200 and health.json()["ok"] is True

@@ -49,7 +49,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
         part.install(app)
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict:
+    async def healthz() -> dict:  # in the event loop: never queued behind the thread pool's DB work
         """Answers on every server; ``leader``: whether this one runs the jobs (a standby of a
         failover control plane serves the API only); ``live_servers``: how many servers the
         leader saw alive at its last heartbeat (every one is in the API URLs it gives jobs)."""
