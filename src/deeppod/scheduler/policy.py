@@ -130,7 +130,7 @@ class _Round:
         st = self.st
         for job in st.running:
             if job.preemptible and not job.stopping and job.id not in st.gone:
-                st.victims[job.tenant].append(job)
+                st.add_victim(job)
         st.borrowers = borrowing_jobs(st.running, st.tenants.guaranteed)
 
     def reclaim(self) -> None:

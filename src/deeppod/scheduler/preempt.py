@@ -139,19 +139,9 @@ class Preemption:
         st = self.st
         pool, per_worker = st.pool, head.gpus_per_worker
         free_on = [len(f) for f in pool.free]
-        # by identity, in order: a value comparison of jobs (every field) made this round
-        # quadratic in the running jobs (11 million comparisons at 10,000 GPUs)
-        stoppable = {id(j) for js in st.victims.values() for j in js}
-        on_node: dict[int, dict[int, RunningJob]] = defaultdict(dict)
-        for job in st.running:
-            for w in job.placement:
-                i = pool.index.get(w.node)
-                if i is None:
-                    continue
-                if job.stopping or job.id in st.leaving:
-                    free_on[i] += len(w.gpus)
-                elif job.preemptible and job.id not in st.gone and job.tenant != t and id(job) in stoppable:
-                    on_node[i].setdefault(id(job), job)
+        for where in st.coming_back():
+            for i, n in where:
+                free_on[i] += n
         whole = [i for i, f in enumerate(free_on) if f >= per_worker and pool.names[i] in st.healthy]
         missing = head.min_workers - sum(free_on[i] // per_worker for i in whole)
         if missing <= 0:
@@ -164,6 +154,15 @@ class Preemption:
                 self.keep_clear(whole[:enough])
             return True
         start = (list(free_on), list(whole), missing)  # for _move_for, before this plan's evictions
+        # by identity, in order: a value comparison of jobs (every field) made this round
+        # quadratic in the running jobs (11 million comparisons at 10,000 GPUs). A victim is
+        # preemptible, neither stopping nor on a sick node, and not yet leaving.
+        stoppable = st.victim_ids
+        on_node: dict[int, dict[int, RunningJob]] = defaultdict(dict)
+        for job, where in st.spans():
+            if id(job) in stoppable and job.tenant != t:
+                for i, _ in where:
+                    on_node[i].setdefault(id(job), job)
         budget = {v: floor_of(v) for v in st.victims if v != t}
         chosen: list[RunningJob] = []
         cleared: list[int] = []
@@ -242,7 +241,7 @@ class Preemption:
                 break
             if plan.clear(i, on_node[i]):
                 cleared.append(i)
-        if len(cleared) < missing or plan.pool.total_free < sum(st.held_for.values()):
+        if len(cleared) < missing or plan.pool.total_free < st.held_for.total:
             return False
         for job in plan.evicted:
             st.evict(job, why)
@@ -286,7 +285,7 @@ class _Clearing:
         self.evicted: list[RunningJob] = []
         self.moved: list[RunningJob] = []
         self.landed: set[int] = set()  # nodes moved jobs are planned onto: they cannot be cleared
-        self.stoppable = {id(j) for js in st.victims.values() for j in js}  # preemptible, not stopping
+        self.stoppable = set(st.victim_ids)  # preemptible, not stopping
 
     def clear(self, i: int, jobs: list[RunningJob]) -> bool:
         """Add node ``i`` to the plan if everything on it can be evicted or moved."""
