@@ -111,9 +111,10 @@ class _Round:
         """1. Jobs on unhealthy nodes or GPUs are preempted; they requeue and avoid them."""
         st = self.st
         sick = {(n.name, g) for n in st.snap.nodes for g in n.sick_gpus}
+        healthy = st.healthy
         for job in st.running:
-            if job.stopping:
-                continue
+            if job.stopping or (not sick and all(w.node in healthy for w in job.placement)):
+                continue  # the usual case, without the sets and sorts below
             bad = sorted({w.node for w in job.placement} - st.healthy)
             bad_gpu = sorted((w.node, g) for w in job.placement for g in w.gpus if (w.node, g) in sick)
             if bad:
@@ -128,9 +129,11 @@ class _Round:
     def candidates(self) -> None:
         """After health: the jobs later phases may shrink or preempt, and which of them borrow."""
         st = self.st
+        victims, ids, gone = st.victims, st.victim_ids, st.gone
         for job in st.running:
-            if job.preemptible and not job.stopping and job.id not in st.gone:
-                st.add_victim(job)
+            if job.preemptible and not job.stopping and job.id not in gone:
+                victims[job.tenant].append(job)
+                ids.add(id(job))
         st.borrowers = borrowing_jobs(st.running, st.tenants.guaranteed)
 
     def reclaim(self) -> None:
@@ -226,6 +229,7 @@ class _Round:
         needs = {t: self._las_need(t) for t in st.queues}
         blocked = {t: self._start_rank(t) for t in st.queues
                    if 0 < needs[t] and st.avail() + st.held_for[t] < needs[t]}
+        bars = sorted(cfg.las_thresholds)
         for t in sorted(blocked, key=blocked.get):
             head = st.queues[t][0]
             per_worker = head.gpus_per_worker
@@ -235,9 +239,14 @@ class _Round:
             if per_worker != 1:
                 continue
             mine = waiting_class(head, st.now, cfg)
+            if mine >= len(bars):
+                continue  # no class above the head's
             within = tenants.usage[t] + head_need <= max(tenants.guaranteed[t], st.entitled.get(t, 0)) + 1e-9
+            # a class above ``mine`` is more than ``mine`` thresholds passed: attained at or
+            # past the next threshold up (one comparison a victim, not a class each)
+            bar = bars[mine]
             cands = [j for v, jobs in st.victims.items() for j in jobs
-                     if service_class(j.attained, cfg.las_thresholds) > mine and j.priority <= head.priority
+                     if j.attained >= bar and j.priority <= head.priority
                      and j.gpus and st.now - j.started_at >= cfg.min_run_before_las_preempt
                      and (v == t or (cfg.las_across_tenants and within and j.id in st.borrowers))]
             if not cands:

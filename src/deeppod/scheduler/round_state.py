@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from deeppod.scheduler.plan import entitlements
 from deeppod.scheduler.pool import FreePool
@@ -88,7 +89,7 @@ def borrowing_jobs(running: list[RunningJob], guaranteed: dict[str, float]) -> s
     are its own; the one that crosses it, and those after, borrow (Kueue's semantics)."""
     used: dict[str, float] = defaultdict(float)
     out = set()
-    for job in sorted(running, key=lambda j: (j.started_at, j.id)):
+    for job in sorted(running, key=attrgetter("started_at", "id")):
         used[job.tenant] += job.gpus
         if used[job.tenant] > guaranteed.get(job.tenant, 0):
             out.add(job.id)
@@ -138,12 +139,23 @@ class RoundState:
         healthy = {n.name for n in snap.nodes if n.healthy}
         tenants = TenantUsage(snap, {j.tenant for j in snap.queued} | {j.tenant for j in snap.running})
         running = list(snap.running)
-        stopping = 0.0
+        # one walk of the running jobs (thousands, every round): per tenant first, then the
+        # plan's chain once per tenant; whole GPUs, so the sums are exact in any order
+        stopping, busy = 0.0, 0
+        used: dict[str, int] = defaultdict(int)
+        wants: dict[str, int] = defaultdict(int)  # GPUs elastic jobs could grow by
         for job in running:
-            tenants.add(job.tenant, job.gpus)
+            per, placement = job.gpus_per_worker, job.placement
+            used[job.tenant] += len(placement) * per
+            on_healthy = sum(len(w.gpus) for w in placement if w.node in healthy)
+            busy += on_healthy
             if job.stopping:
-                stopping += sum(len(w.gpus) for w in job.placement if w.node in healthy)
-        capacity = pool.total_free + sum(len(w.gpus) for j in running for w in j.placement if w.node in healthy)
+                stopping += on_healthy
+            elif job.max_workers > len(placement):
+                wants[job.tenant] += (job.max_workers - len(placement)) * per
+        for t, gpus in used.items():
+            tenants.add(t, gpus)
+        capacity = pool.total_free + busy
         queues: dict[str, list[PendingJob]] = defaultdict(list)
         for job in snap.queued:
             queues[job.tenant].append(job)
@@ -152,16 +164,15 @@ class RoundState:
             q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=stopping)
-        st.entitled = entitlements(snap.plan, st.demand(), capacity)
+        st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity)
         return st
 
-    def demand(self) -> dict[str, float]:
-        """GPUs each tenant could use: what it runs, what its elastic jobs could grow to, its queue."""
+    def demand(self, used: dict[str, int], wants: dict[str, int]) -> dict[str, float]:
+        """GPUs each tenant could use: what it runs (``used``), what its elastic jobs could
+        grow by (``wants``), its queue."""
         demand: dict[str, float] = defaultdict(float)
-        for job in self.running:
-            demand[job.tenant] += job.gpus
-            if not job.stopping and job.max_workers > job.workers:
-                demand[job.tenant] += (job.max_workers - job.workers) * job.gpus_per_worker
+        for t in used:
+            demand[t] += used[t] + wants.get(t, 0)
         for t, q in self.queues.items():
             demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
         return demand
@@ -185,10 +196,6 @@ class RoundState:
         if self._stopping is None:
             self._stopping = [self.span(job) for job in self.running if job.stopping]
         return self._stopping + [self.span(job) for job in self.left if not job.stopping]
-
-    def add_victim(self, job: RunningJob) -> None:
-        self.victims[job.tenant].append(job)
-        self.victim_ids.add(id(job))
 
     # the bookkeeping every phase shares -------------------------------------------------
     def evict(self, job: RunningJob, why: str) -> None:

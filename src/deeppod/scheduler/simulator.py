@@ -78,6 +78,25 @@ def load_trace(path: str | Path, limit: int | None = None, week: str | None = No
     return [TraceJob(i, c, (ts - t0).total_seconds(), max(1.0, d), max(1, g)) for i, (ts, d, g, c) in enumerate(rows)]
 
 
+def scale_trace(trace: list[TraceJob], k: int, seed: int = 0, jitter: float = 300.0) -> list[TraceJob]:
+    """The trace ``k`` times over, for a cluster ``k`` times the size: copy ``c`` of each
+    tenant is a tenant of its own (``NAME~c``; copy 0 keeps the name) and each job's copy
+    arrives up to ``jitter`` seconds either side of the original (never before the first
+    arrival), so copies do not arrive in lockstep. Deterministic for a seed."""
+    if k < 1:
+        raise InvalidRequest(f"--scale {k}: give 1 or more (how many copies of the trace's tenants and jobs)")
+    if k == 1:
+        return list(trace)
+    rng = random.Random(seed)
+    rows = []
+    for c in range(k):
+        for j in trace:
+            arrival = j.arrival if c == 0 else max(0.0, j.arrival + rng.uniform(-jitter, jitter))
+            rows.append((arrival, j.tenant if c == 0 else f"{j.tenant}~{c}", j.duration, j.gpus))
+    rows.sort(key=lambda r: r[0])
+    return [TraceJob(i, t, a, d, g) for i, (a, t, d, g) in enumerate(rows)]
+
+
 def proportional_plan(trace: list[TraceJob], total_gpus: int) -> Plan:
     """Each tenant is guaranteed its fair part: its share of the trace's GPU-time."""
     work: dict[str, float] = defaultdict(float)
@@ -154,6 +173,7 @@ class Simulator:
             lo, hi = (max(1, workers // 2), min(workers * 2, cfg.nodes * gpn // gpw)) if elastic else (workers, workers)
             self.jobs[tj.id] = _Job(tj, workers, gpw, lo, hi, tj.duration)
         self.skipped = len(trace) - len(self.jobs)
+        self.elastic = any(j.max_w > j.min_w for j in self.jobs.values())
         self.free = {f"n{i}": set(range(gpn)) for i in range(cfg.nodes)}
         self.g = {n.name: n.guaranteed for n, _, _ in plan.walk() if not n.children}
         self.usage: dict[str, int] = defaultdict(int)
@@ -182,6 +202,10 @@ class Simulator:
     def _served(self, j: _Job, now: float) -> float:
         """GPU-seconds of the current run (its GPUs are held from the start, overhead included)."""
         return max(0.0, now - j.started) * j.workers * j.gpw
+
+    @property
+    def elastic_running(self) -> bool:
+        return self.elastic and any(j.max_w > j.min_w for j in self.running.values())
 
     def _release(self, j: _Job) -> None:
         for w in j.placement:
@@ -326,10 +350,13 @@ class Simulator:
                     self.queued[jid] = j
                 elif kind == "tick":
                     tick_pending = False
-            t0 = time.perf_counter()
-            d = self.policy(self._snapshot(now))
-            self.round_ms.append((time.perf_counter() - t0) * 1000)
-            self._apply(d, now)
+            # as the control plane (jobs/controller.py): no round while nothing waits and no
+            # elastic job runs (nodes are never sick here): the policy could decide nothing
+            if self.queued or self.elastic_running:
+                t0 = time.perf_counter()
+                d = self.policy(self._snapshot(now))
+                self.round_ms.append((time.perf_counter() - t0) * 1000)
+                self._apply(d, now)
             if self.queued and not tick_pending:
                 self._push(now + self.cfg.tick, "tick")
                 tick_pending = True
