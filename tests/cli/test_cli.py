@@ -242,3 +242,17 @@ def test_trainer_mistakes_are_refused_at_submit_with_the_choices(cli, live_serve
     helptext = cli("train", "image-classifier", "--help").stdout
     assert "--register" in helptext and "--image-size" in helptext and "default: 1 when the cluster" in helptext
     assert cli("tokens", "current", **admin).stdout.strip() == live_server.admin_token
+
+
+def test_sim_scale_replays_k_copies_on_a_cluster_k_times_the_size(cli, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+        f"2017-11-06 00:{i:02d}:00,600,{1 + i % 4},0,{'ab'[i % 2]}\n" for i in range(40)))
+    out = tmp_path / "r.json"
+    p = cli("sim", "--trace", str(trace), "--nodes", "2", "--scale", "3", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["jobs"] == r["completed"] == 120 and r["cluster"]["gpus"] == 48
+    assert set(r["guarantee_by_tenant"]) == {"a", "b", "a~1", "b~1", "a~2", "b~2"}
+    assert "round_ms_p99" in p.stdout and "48" in p.stdout
+    p = cli("sim", "--trace", str(trace), "--scale", "0", check=False)
+    assert p.returncode == 2 and "--scale 0" in p.stderr

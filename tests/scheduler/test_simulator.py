@@ -107,3 +107,43 @@ def test_an_elastic_job_resized_in_place_pays_seconds_not_a_restart(tmp_path):
     assert fast["completed"] == slow["completed"] == 2
     assert fast["in_place_resizes"] >= 1 and slow["in_place_resizes"] == 0
     assert fast["restart_gpu_hours_lost"] < slow["restart_gpu_hours_lost"]
+
+
+# the first 400 jobs of W45: (nodes, elastic fraction) -> completed, JCT avg and p95 (h), preemptions,
+# resizes, GPU-hours lost. Recorded on 2026-11-26 with the simulator as it was before it skipped
+# rounds that could decide nothing and kept its snapshot rows: a speed-up that changes a figure fails.
+RECORDED_W45_400 = {
+    (4, 0.0): (400, 17.334, 134.616, 1096, 0, 21.6),
+    (4, 0.3): (400, 17.802, 107.936, 869, 51, 17.8),
+    (8, 0.3): (400, 9.366, 66.5, 331, 146, 6.8),
+}
+
+
+@pytest.mark.skipif(not PHILLY.exists(), reason="the shared Philly trace is not beside the project")
+@pytest.mark.parametrize("nodes,elastic", list(RECORDED_W45_400))
+def test_a_congested_replay_gives_the_recorded_figures(nodes, elastic):
+    trace = load_trace(PHILLY, limit=400)
+    r = Simulator(trace, proportional_plan(trace, nodes * 8), SimConfig(nodes=nodes, elastic_fraction=elastic)).run()
+    got = (r["completed"], r["jct_avg_h"], r["jct_p95_h"], r["preemptions"], r["resizes"], r["restart_gpu_hours_lost"])
+    assert got == RECORDED_W45_400[(nodes, elastic)]
+
+
+def test_a_trace_scaled_k_times_has_k_tenants_for_each_and_jittered_arrivals(tmp_path):
+    from deeppod.scheduler.simulator import scale_trace
+
+    trace = load_trace(write_trace(tmp_path / "t.csv", [(m, 60 * (m + 1), 1 + m % 3, "ab"[m % 2]) for m in range(20)]))
+    three = scale_trace(trace, 3, jitter=120)
+    assert len(three) == 60 and [j.id for j in three] == list(range(60))
+    assert {j.tenant for j in three} == {"a", "b", "a~1", "b~1", "a~2", "b~2"}
+    assert [j.arrival for j in three] == sorted(j.arrival for j in three) and min(j.arrival for j in three) >= 0
+    copies = sorted((j.duration, j.gpus) for j in three if j.tenant.startswith("a"))
+    assert copies == sorted([(j.duration, j.gpus) for j in trace if j.tenant == "a"] * 3)  # the same work, 3 times
+    first = {(j.tenant, j.duration): j.arrival for j in three if "~" not in j.tenant}
+    assert first == {(j.tenant, j.duration): j.arrival for j in trace}  # copy 0 is the trace itself
+    moved = [abs(a.arrival - b.arrival) for a in trace for b in three if b.tenant == a.tenant + "~1"
+             and b.duration == a.duration]
+    assert max(moved) <= 120 and any(m > 0 for m in moved)
+    assert scale_trace(trace, 3, jitter=120) == three  # deterministic for a seed
+    assert scale_trace(trace, 1) == trace
+    with pytest.raises(InvalidRequest, match="--scale 0"):
+        scale_trace(trace, 0)

@@ -87,26 +87,31 @@ def sim(
     out: Annotated[Path, typer.Option(help="JSON results")] = Path("sim-results.json"),
     plot: Annotated[Optional[Path], typer.Option(help="PNG of per-tenant share vs guarantee")] = None,
     limit: Annotated[Optional[int], typer.Option(help="replay only the first N jobs")] = None,
+    scale: Annotated[int, typer.Option(help="K copies of the trace's tenants and jobs (arrivals jittered by up to "
+                                            "5 minutes) on K times --nodes: a cluster K times the size")] = 1,
     seed: int = 0,
 ) -> None:
     """Replay a GPU-cluster trace through the scheduling policy on a simulated clock."""
     from deeppod.scheduler.plan import parse_plan
-    from deeppod.scheduler.simulator import SimConfig, Simulator, load_trace, plot_shares, proportional_plan
+    from deeppod.scheduler.simulator import (SimConfig, Simulator, load_trace, plot_shares, proportional_plan,
+                                             scale_trace)
 
     if not 0.0 <= elastic_fraction <= 1.0:
         raise InvalidRequest("--elastic-fraction must be between 0 and 1")
     if nodes < 1 or gpus_per_node < 1:
         raise InvalidRequest("--nodes and --gpus-per-node must be at least 1")
-    jobs = load_trace(trace, limit)
+    jobs = scale_trace(load_trace(trace, limit), scale, seed=seed)
+    nodes *= scale
     the_plan = proportional_plan(jobs, nodes * gpus_per_node) if plan == "auto" else \
         parse_plan(load_plan_file(Path(plan)), cluster_gpus=nodes * gpus_per_node)
     result = Simulator(jobs, the_plan, SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, policy=policy,
                                                  elastic_fraction=elastic_fraction, seed=seed)).run()
     out.write_text(json.dumps(result, indent=1))
-    rows = [(k, result[k]) for k in ("jobs", "completed", "utilization", "utilization_during_backlog",
+    rows = [(k, result[k]) for k in ("cluster", "jobs", "completed", "utilization", "utilization_during_backlog",
                                      "backlog_hours", "jct_avg_h", "jct_p50_h", "jct_p95_h", "queue_delay_avg_h",
                                      "reclaim_latency_p95_s", "preemptions", "resizes", "restart_gpu_hours_lost",
-                                     "round_ms_avg", "round_ms_p95", "round_ms_max", "wall_seconds")]
+                                     "round_ms_avg", "round_ms_p50", "round_ms_p95", "round_ms_p99", "round_ms_max", "rounds",
+                                     "wall_seconds")]
     console.print(rows_table([{"metric": k, "value": v} for k, v in rows], ["metric", "value"]))
     console.print(f"results: {out}")
     if plot:

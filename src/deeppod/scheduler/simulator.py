@@ -146,6 +146,21 @@ class _Job:
     within_guarantee: bool = False
     attained: float = 0.0  # GPU-seconds run in earlier runs (or before the last in-place resize)
     queued_at: float = 0.0
+    # its snapshot rows, kept until what they say changes (a 10,000-GPU replay builds
+    # thousands a round otherwise): the PendingJob while queued; the RunningJob while
+    # running, all but its attained service (which grows every round)
+    pending: PendingJob | None = None
+    running: RunningJob | None = None
+
+
+def _with_attained(row: RunningJob, attained: float) -> RunningJob:
+    """``row`` with another attained service: the same as ``dataclasses.replace`` without
+    its checks, which would cost more than the rest of the snapshot (it is frozen; the
+    copy is a new object, so the policy still sees an unchanged snapshot)."""
+    new = object.__new__(RunningJob)
+    new.__dict__.update(row.__dict__)
+    new.__dict__["attained"] = attained
+    return new
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -175,6 +190,8 @@ class Simulator:
         self.skipped = len(trace) - len(self.jobs)
         self.elastic = any(j.max_w > j.min_w for j in self.jobs.values())
         self.free = {f"n{i}": set(range(gpn)) for i in range(cfg.nodes)}
+        self._node_rows: dict[str, NodeState] = {}
+        self._changed: set[str] = set(self.free)  # nodes whose free GPUs changed since the last snapshot
         self.g = {n.name: n.guaranteed for n, _, _ in plan.walk() if not n.children}
         self.usage: dict[str, int] = defaultdict(int)
         self.queued: dict[int, _Job] = {}
@@ -210,6 +227,8 @@ class Simulator:
     def _release(self, j: _Job) -> None:
         for w in j.placement:
             self.free[w.node].update(w.gpus)
+            self._changed.add(w.node)
+        j.running = None
         self.usage[j.t.tenant] -= j.workers * j.gpw
         self.busy -= j.workers * j.gpw
         j.placement = ()
@@ -225,18 +244,26 @@ class Simulator:
 
     def _snapshot(self, now: float) -> Snapshot:
         gpn = self.cfg.gpus_per_node
-        nodes = tuple(NodeState(name, tuple(sorted(free)), float(gpn), 1 << 30, True, gpn)
-                      for name, free in self.free.items())
-        queued = tuple(PendingJob(j.t.id, j.t.tenant, j.min_w, j.gpw, 0.0, 0, 0, j.t.arrival,
-                                  max_workers=j.max_w if j.max_w > j.min_w else None, resize_to=j.resize_to,
-                                  attained=j.attained, queued_at=j.queued_at)
-                       for j in self.queued.values())
-        running = tuple(RunningJob(j.t.id, j.t.tenant, j.placement, j.gpw, j.min_w, j.max_w, 0, True, j.started,
-                                   j.last_ckpt, j.state == "stopping",
-                                   attained=j.attained + self._served(j, now),
-                                   in_place=self.cfg.in_place and j.max_w > j.min_w)
-                        for j in self.running.values())
-        return Snapshot(nodes, queued, running, self.plan, now, self.cfg.config)
+        rows = self._node_rows
+        for name in self._changed:
+            rows[name] = NodeState(name, tuple(sorted(self.free[name])), float(gpn), 1 << 30, True, gpn)
+        self._changed.clear()
+        nodes = tuple(rows[name] for name in self.free)
+        queued = []
+        for j in self.queued.values():
+            if j.pending is None:
+                j.pending = PendingJob(j.t.id, j.t.tenant, j.min_w, j.gpw, 0.0, 0, 0, j.t.arrival,
+                                       max_workers=j.max_w if j.max_w > j.min_w else None, resize_to=j.resize_to,
+                                       attained=j.attained, queued_at=j.queued_at)
+            queued.append(j.pending)
+        running = []
+        for j in self.running.values():
+            if j.running is None:
+                j.running = RunningJob(j.t.id, j.t.tenant, j.placement, j.gpw, j.min_w, j.max_w, 0, True, j.started,
+                                       j.last_ckpt, j.state == "stopping",
+                                       in_place=self.cfg.in_place and j.max_w > j.min_w)
+            running.append(_with_attained(j.running, j.attained + self._served(j, now)))
+        return Snapshot(nodes, tuple(queued), tuple(running), self.plan, now, self.cfg.config)
 
     def _resize_in_place(self, j: _Job, r, now: float) -> bool:
         """Shrink: the last workers leave and free their GPUs; grow: new workers join on
@@ -248,11 +275,14 @@ class Simulator:
         if r.workers < j.workers:
             for w in j.placement[r.workers:]:
                 self.free[w.node].update(w.gpus)
+                self._changed.add(w.node)
             j.placement = j.placement[:r.workers]
         else:
             for w in r.added:
                 self.free[w.node].difference_update(w.gpus)
+                self._changed.add(w.node)
             j.placement = j.placement + tuple(r.added)
+        j.running = None
         delta = (r.workers - j.workers) * j.gpw
         self.usage[j.t.tenant] += delta
         self.busy += delta
@@ -284,6 +314,7 @@ class Simulator:
             j.attained += self._served(j, now)
             j.started = now  # counted: the stop delay is not service
             j.state = "stopping"
+            j.running = None
             j.version += 1
             if resize:
                 j.resize_to = p.workers
@@ -296,7 +327,9 @@ class Simulator:
             j = self.queued.pop(s.job_id)
             for w in s.placement:
                 self.free[w.node].difference_update(w.gpus)
+                self._changed.add(w.node)
             j.placement, j.workers, j.state = s.placement, len(s.placement), "running"
+            j.running = None
             j.resize_to = None
             overhead = self.cfg.restart_overhead if j.first_start is not None else 0.0
             self.lost_gpu_seconds += overhead * j.workers * j.gpw
@@ -336,7 +369,7 @@ class Simulator:
                 _, _, kind, jid, ver = heapq.heappop(self.events)
                 j = self.jobs.get(jid)
                 if kind == "arrive":
-                    j.state, j.queued_at = "queued", now
+                    j.state, j.queued_at, j.pending = "queued", now, None
                     self.queued[jid] = j
                     need = j.min_w * j.gpw
                     j.within_guarantee = self.usage[j.t.tenant] + need <= self.g.get(j.t.tenant, 0)
@@ -345,7 +378,7 @@ class Simulator:
                     j.state, j.end, j.work = "done", now, 0.0
                 elif kind == "stopped" and ver == j.version:
                     self._release(j)
-                    j.state, j.queued_at = "queued", now
+                    j.state, j.queued_at, j.pending = "queued", now, None
                     j.restarts += 1
                     self.queued[jid] = j
                 elif kind == "tick":
@@ -390,7 +423,9 @@ class Simulator:
             "preemptions": self.preemptions, "resizes": self.resizes, "in_place_resizes": self.in_place_resizes,
             "restart_gpu_hours_lost": round(self.lost_gpu_seconds / 3600, 1),
             "round_ms_avg": round(statistics.fmean(self.round_ms), 3) if self.round_ms else 0.0,
+            "round_ms_p50": round(_percentile(self.round_ms, 0.5), 3),
             "round_ms_p95": round(_percentile(self.round_ms, 0.95), 3),
+            "round_ms_p99": round(_percentile(self.round_ms, 0.99), 3),
             "round_ms_max": round(max(self.round_ms, default=0.0), 3),
             "rounds": len(self.round_ms),
             "wall_seconds": round(wall, 1),
