@@ -41,9 +41,10 @@ from dataclasses import replace
 
 from deeppod.scheduler.pool import FreePool
 from deeppod.scheduler.preempt import Preemption
+from deeppod.scheduler.round_cache import RoundCache
 from deeppod.scheduler.round_state import RoundState, borrowing_jobs, loss_key, slots
 from deeppod.scheduler.snapshot import (Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot, Start,
-                                        Wait)
+                                        Wait, attained_at)
 
 __all__ = ["borrowing_jobs", "effective_priority", "queue_key", "schedule", "service_class", "waiting_class"]
 
@@ -78,17 +79,19 @@ def queue_key(job: PendingJob, now: float, cfg: Config, top: int) -> tuple:
     return -aged, waiting_class(job, now, cfg), job.submitted_at, job.id
 
 
-def schedule(snap: Snapshot) -> Decisions:
-    """One round: the phases in the order the module's docstring gives."""
-    return _Round(snap).run()
+def schedule(snap: Snapshot, cache: RoundCache | None = None) -> Decisions:
+    """One round: the phases in the order the module's docstring gives. ``cache``: what the
+    last round derived from the running jobs, brought up to date instead of walked again
+    (round_cache.py); the decisions are the same with it or without."""
+    return _Round(snap, cache).run()
 
 
 class _Round:
     """One round: each phase a method, reading and changing the round's state (``st``,
     round_state.RoundState); making room for a waiting job is preempt.py's."""
 
-    def __init__(self, snap: Snapshot):
-        self.st = RoundState.of(snap, queue_key)
+    def __init__(self, snap: Snapshot, cache: RoundCache | None = None):
+        self.st = RoundState.of(snap, queue_key, cache)
         self.preempt = Preemption(self.st)
 
     def run(self) -> Decisions:
@@ -110,6 +113,8 @@ class _Round:
     def health(self) -> None:
         """1. Jobs on unhealthy nodes or GPUs are preempted; they requeue and avoid them."""
         st = self.st
+        if st.derived is not None and st.derived.all_healthy:
+            return  # the cache counted the jobs on nodes that are not healthy: none
         sick = {(n.name, g) for n in st.snap.nodes for g in n.sick_gpus}
         healthy = st.healthy
         for job in st.running:
@@ -130,6 +135,12 @@ class _Round:
         """After health: the jobs later phases may shrink or preempt, and which of them borrow."""
         st = self.st
         victims, ids, gone = st.victims, st.victim_ids, st.gone
+        if st.derived is not None and st.derived.all_healthy:  # nothing gone: the cache's, as they are
+            for t, jobs in st.derived.victims.items():
+                victims[t] = jobs
+                ids.update(map(id, jobs))
+            st.borrowers = st.derived.borrowers
+            return
         for job in st.running:
             if job.preemptible and not job.stopping and job.id not in gone:
                 victims[job.tenant].append(job)
@@ -246,12 +257,13 @@ class _Round:
             # past the next threshold up (one comparison a victim, not a class each)
             bar = bars[mine]
             cands = [j for v, jobs in st.victims.items() for j in jobs
-                     if j.attained >= bar and j.priority <= head.priority
-                     and j.gpus and st.now - j.started_at >= cfg.min_run_before_las_preempt
-                     and (v == t or (cfg.las_across_tenants and within and j.id in st.borrowers))]
+                     if j.priority <= head.priority and j.gpus and st.now - j.started_at >= cfg.min_run_before_las_preempt
+                     and (v == t or (cfg.las_across_tenants and within and j.id in st.borrowers))
+                     and attained_at(j, st.now) >= bar]
             if not cands:
                 continue
-            cands.sort(key=lambda j: (-service_class(j.attained, cfg.las_thresholds), -j.attained, j.id))
+            served = {id(j): attained_at(j, st.now) for j in cands}
+            cands.sort(key=lambda j: (-service_class(served[id(j)], cfg.las_thresholds), -served[id(j)], j.id))
             have = st.avail() + st.held_for[t]
             budget: dict[str, float] = defaultdict(float)
             plan: list[tuple[RunningJob, int | None]] = []  # (job, new size or None to stop it)
@@ -285,7 +297,7 @@ class _Round:
                 why += f", with more jobs of its class behind it ({need} GPUs in all)"
             now_free = min(need, st.avail())
             for job, new in plan:
-                ran = f"; this job has run {job.attained / 3600:.1f} GPU-hours"
+                ran = f"; this job has run {served[id(job)] / 3600:.1f} GPU-hours"
                 if new is None:
                     st.evict(job, why + ran)
                 else:

@@ -11,7 +11,11 @@ from operator import attrgetter
 
 from deeppod.scheduler.plan import entitlements
 from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.round_cache import Derived, RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
+
+
+_tenant = attrgetter("tenant")
 
 
 class TenantUsage:
@@ -130,29 +134,36 @@ class RoundState:
     reported: set[str] = field(default_factory=set)  # tenants whose first waiting job was told why
     victim_ids: set[int] = field(default_factory=set)  # id() of the jobs in ``victims``
     left: list[RunningJob] = field(default_factory=list)  # the jobs of ``leaving``
+    derived: Derived | None = None  # what a RoundCache kept from the last round, brought up to date
     _spans: list | None = None  # built once a round, when first asked for
     _stopping: list | None = None
 
     @classmethod
-    def of(cls, snap: Snapshot, queue_key) -> RoundState:
+    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None) -> RoundState:
         pool = FreePool(snap.nodes)
         healthy = {n.name for n in snap.nodes if n.healthy}
-        tenants = TenantUsage(snap, {j.tenant for j in snap.queued} | {j.tenant for j in snap.running})
+        tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)))
         running = list(snap.running)
-        # one walk of the running jobs (thousands, every round): per tenant first, then the
-        # plan's chain once per tenant; whole GPUs, so the sums are exact in any order
-        stopping, busy = 0.0, 0
-        used: dict[str, int] = defaultdict(int)
-        wants: dict[str, int] = defaultdict(int)  # GPUs elastic jobs could grow by
-        for job in running:
-            per, placement = job.gpus_per_worker, job.placement
-            used[job.tenant] += len(placement) * per
-            on_healthy = sum(len(w.gpus) for w in placement if w.node in healthy)
-            busy += on_healthy
-            if job.stopping:
-                stopping += on_healthy
-            elif job.max_workers > len(placement):
-                wants[job.tenant] += (job.max_workers - len(placement)) * per
+        derived = None
+        if cache is not None:
+            sick = any(n.sick_gpus for n in snap.nodes)
+            derived = cache.derive(snap, healthy, tenants.guaranteed, sick)
+            used, wants, busy, stopping = derived.used, derived.wants, derived.busy, derived.stopping
+        else:
+            # one walk of the running jobs (thousands, every round): per tenant first, then the
+            # plan's chain once per tenant; whole GPUs, so the sums are exact in any order
+            stopping, busy = 0, 0
+            used: dict[str, int] = defaultdict(int)
+            wants: dict[str, int] = defaultdict(int)  # GPUs elastic jobs could grow by
+            for job in running:
+                per, placement = job.gpus_per_worker, job.placement
+                used[job.tenant] += len(placement) * per
+                on_healthy = sum(len(w.gpus) for w in placement if w.node in healthy)
+                busy += on_healthy
+                if job.stopping:
+                    stopping += on_healthy
+                elif job.max_workers > len(placement):
+                    wants[job.tenant] += (job.max_workers - len(placement)) * per
         for t, gpus in used.items():
             tenants.add(t, gpus)
         capacity = pool.total_free + busy
@@ -163,7 +174,8 @@ class RoundState:
             top = max(j.priority for j in q)
             q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
-                 tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=stopping)
+                 tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
+                 derived=derived)
         st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity)
         return st
 
@@ -194,7 +206,8 @@ class RoundState:
         """The spans of the jobs whose GPUs are on their way back (stopping, or preempted in
         this round), without a walk of every running job."""
         if self._stopping is None:
-            self._stopping = [self.span(job) for job in self.running if job.stopping]
+            stopping = self.derived.stopping_jobs if self.derived is not None else self.running
+            self._stopping = [self.span(job) for job in stopping if job.stopping]
         return self._stopping + [self.span(job) for job in self.left if not job.stopping]
 
     # the bookkeeping every phase shares -------------------------------------------------

@@ -31,6 +31,7 @@ from deeppod.errors import InvalidRequest
 from deeppod.scheduler.baselines import fifo, static
 from deeppod.scheduler.plan import Plan, PlanNode
 from deeppod.scheduler.policy import schedule
+from deeppod.scheduler.round_cache import RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, NodeState, PendingJob, Resize, RunningJob, Snapshot
 
 POLICIES: dict[str, Callable[[Snapshot], Decisions]] = {"deeppod": schedule, "fifo": fifo, "static": static}
@@ -118,6 +119,7 @@ class SimConfig:
     checkpoint_interval: float | None = None
     in_place: bool = True  # elastic jobs resize in place (deeppod.runtime) instead of restarting
     resize_overhead: float = 5.0  # seconds an in-place resize costs the job
+    round_cache: bool = True  # the policy keeps what it derived from the last round (round_cache.py)
     tick: float = 300.0  # a round at least this often while jobs wait (aging, reservations)
     sample_every: float = 900.0
     horizon: float = 60 * 86400.0  # stop after this much simulated time
@@ -147,20 +149,9 @@ class _Job:
     attained: float = 0.0  # GPU-seconds run in earlier runs (or before the last in-place resize)
     queued_at: float = 0.0
     # its snapshot rows, kept until what they say changes (a 10,000-GPU replay builds
-    # thousands a round otherwise): the PendingJob while queued; the RunningJob while
-    # running, all but its attained service (which grows every round)
+    # thousands a round otherwise, and the round cache knows a job by its row)
     pending: PendingJob | None = None
     running: RunningJob | None = None
-
-
-def _with_attained(row: RunningJob, attained: float) -> RunningJob:
-    """``row`` with another attained service: the same as ``dataclasses.replace`` without
-    its checks, which would cost more than the rest of the snapshot (it is frozen; the
-    copy is a new object, so the policy still sees an unchanged snapshot)."""
-    new = object.__new__(RunningJob)
-    new.__dict__.update(row.__dict__)
-    new.__dict__["attained"] = attained
-    return new
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -176,6 +167,7 @@ class Simulator:
             raise InvalidRequest(f"unknown policy {cfg.policy!r}: use one of {', '.join(POLICIES)}")
         self.cfg, self.plan = cfg, plan
         self.policy = POLICIES[cfg.policy]
+        self.cache = RoundCache() if cfg.policy == "deeppod" and cfg.round_cache else None
         rng = random.Random(cfg.seed)
         self.jobs: dict[int, _Job] = {}
         gpn = cfg.gpus_per_node
@@ -258,11 +250,11 @@ class Simulator:
             queued.append(j.pending)
         running = []
         for j in self.running.values():
-            if j.running is None:
+            if j.running is None:  # its service grows from j.started on: the row holds until the job changes
                 j.running = RunningJob(j.t.id, j.t.tenant, j.placement, j.gpw, j.min_w, j.max_w, 0, True, j.started,
-                                       j.last_ckpt, j.state == "stopping",
-                                       in_place=self.cfg.in_place and j.max_w > j.min_w)
-            running.append(_with_attained(j.running, j.attained + self._served(j, now)))
+                                       j.last_ckpt, j.state == "stopping", attained=j.attained,
+                                       in_place=self.cfg.in_place and j.max_w > j.min_w, attained_since=j.started)
+            running.append(j.running)
         return Snapshot(nodes, tuple(queued), tuple(running), self.plan, now, self.cfg.config)
 
     def _resize_in_place(self, j: _Job, r, now: float) -> bool:
@@ -387,7 +379,8 @@ class Simulator:
             # elastic job runs (nodes are never sick here): the policy could decide nothing
             if self.queued or self.elastic_running:
                 t0 = time.perf_counter()
-                d = self.policy(self._snapshot(now))
+                snap = self._snapshot(now)
+                d = self.policy(snap, self.cache) if self.cache is not None else self.policy(snap)
                 self.round_ms.append((time.perf_counter() - t0) * 1000)
                 self._apply(d, now)
             if self.queued and not tick_pending:

@@ -70,6 +70,10 @@ class RunningJob:
     reclaim_first: bool = False
     attained: float = 0.0  # GPU-seconds run so far, this run included
     in_place: bool = False  # it uses deeppod.runtime: a resize re-forms its group without a restart
+    # None: ``attained`` is as of the snapshot. A time: ``attained`` is as of then, and the job
+    # adds its GPUs' worth every second since (a caller that keeps its rows from one round to
+    # the next need not make a new one each round: the simulator)
+    attained_since: float | None = None
 
     @property
     def workers(self) -> int:
@@ -78,6 +82,13 @@ class RunningJob:
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+
+def attained_at(job: RunningJob, now: float) -> float:
+    """``job``'s attained service (GPU-seconds) at ``now``."""
+    if job.attained_since is None:
+        return job.attained
+    return job.attained + max(0.0, now - job.attained_since) * len(job.placement) * job.gpus_per_worker
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""What a round derives from the running jobs, kept from one round to the next.
+
+Most rounds change little: a job or two arrived, started or ended. A round on its own walks
+every running job several times (each tenant's GPUs, what is on its way back, which jobs
+may be stopped, which of them borrow, which sit on a sick node); at 10,000 GPUs that is
+most of a replay's time. ``RoundCache`` keeps those results and brings them up to date
+from the jobs that came and went since the last round (by identity: a job whose row
+changed is a new object, so it left and came back), and rebuilds them from scratch when
+what they rest on changed (a node's health, the plan) or when a node or GPU is sick.
+
+The policy stays pure: ``schedule(snap, cache)`` decides exactly what ``schedule(snap)``
+does (tests/scheduler/test_round_cache.py replays rounds both ways). A caller that builds
+every row afresh each round (the control plane reads them from the database) gains nothing
+from it; the simulator keeps its rows and passes one.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+from operator import attrgetter
+
+from deeppod.scheduler.snapshot import RunningJob, Snapshot
+
+
+_tenant = attrgetter("tenant")
+
+
+@dataclass
+class Derived:
+    """A round's starting point from the running jobs (the round copies what it changes)."""
+
+    used: dict[str, int]  # GPUs each tenant runs on
+    wants: dict[str, int]  # GPUs each tenant's elastic jobs could grow by
+    busy: int  # GPUs in use on healthy nodes
+    stopping: int  # of those, the GPUs of jobs already stopping
+    victims: dict[str, list[RunningJob]]  # preemptible jobs not stopping, by tenant
+    borrowers: set[int]  # jobs that run only by borrowing
+    stopping_jobs: list[RunningJob]  # in no particular order
+    all_healthy: bool  # every running job is on healthy nodes only (and no GPU is sick)
+
+
+class RoundCache:
+    def __init__(self):
+        self._jobs: dict[int, RunningJob] = {}  # id(job) -> job, as of the last round (held: ids stay unique)
+        self._healthy: set[str] | None = None
+        self._guaranteed: dict[str, float] | None = None
+        self.rebuilds = self.updates = 0  # for tests and benchmarks: how each round was served
+        self._reset()
+
+    def _reset(self) -> None:
+        self._used: dict[str, int] = defaultdict(int)
+        self._wants: dict[str, int] = defaultdict(int)
+        self._busy = self._stopping = 0
+        self._victims: dict[str, dict[int, RunningJob]] = defaultdict(dict)
+        self._stopping_jobs: dict[int, RunningJob] = {}
+        self._starts: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # tenant -> sorted (start, id, GPUs)
+        self._borrowers: dict[str, set[int]] = {}
+        self._off_healthy = 0  # jobs with a worker on a node that is not healthy (or not known)
+
+    def derive(self, snap: Snapshot, healthy: set[str], guaranteed: dict[str, float], sick: bool) -> Derived:
+        now = dict(zip(map(id, snap.running), snap.running))
+        if healthy != self._healthy or guaranteed != self._guaranteed:
+            self._reset()
+            self._jobs = {}
+            self._healthy, self._guaranteed = set(healthy), dict(guaranteed)
+            self.rebuilds += 1
+        else:
+            self.updates += 1
+        gone = self._jobs.keys() - now.keys()
+        came = [now[k] for k in now.keys() - self._jobs.keys()]
+        changed: set[str] = set()
+        for k in gone:
+            job = self._jobs[k]
+            self._count(job, -1)
+            changed.add(job.tenant)
+        for job in came:
+            self._count(job, +1)
+            changed.add(job.tenant)
+        self._jobs = now
+        for t in changed:
+            self._borrowers[t] = self._borrowing(t)
+        # in the order the tenants first appear among the running jobs, as a walk of them would
+        # give it: the entitlements' water-filling visits tenants in that order
+        order = dict.fromkeys(map(_tenant, snap.running))
+        return Derived(
+            used={t: self._used[t] for t in order}, wants={t: self._wants[t] for t in order if self._wants[t]},
+            busy=self._busy, stopping=self._stopping,
+            victims={t: list(js.values()) for t, js in self._victims.items() if js},
+            borrowers=set().union(*self._borrowers.values()),
+            stopping_jobs=list(self._stopping_jobs.values()),
+            all_healthy=not sick and self._off_healthy == 0)
+
+    def _count(self, job: RunningJob, sign: int) -> None:
+        """Add ``job`` to what is kept (``sign`` 1) or take it off (-1)."""
+        healthy, t, placement = self._healthy, job.tenant, job.placement
+        gpus = len(placement) * job.gpus_per_worker
+        on_healthy = sum(len(w.gpus) for w in placement if w.node in healthy)
+        self._used[t] += sign * gpus
+        self._busy += sign * on_healthy
+        if not all(w.node in healthy for w in placement):
+            self._off_healthy += sign
+        if job.stopping:
+            self._stopping += sign * on_healthy
+            if sign > 0:
+                self._stopping_jobs[id(job)] = job
+            else:
+                del self._stopping_jobs[id(job)]
+        elif job.max_workers > len(placement):
+            self._wants[t] += sign * (job.max_workers - len(placement)) * job.gpus_per_worker
+        if job.preemptible and not job.stopping:
+            if sign > 0:
+                self._victims[t][id(job)] = job
+            else:
+                del self._victims[t][id(job)]
+        starts = self._starts[t]
+        key = (job.started_at, job.id, gpus)
+        if sign > 0:
+            bisect.insort(starts, key)
+        else:
+            del starts[bisect.bisect_left(starts, key)]
+
+    def _borrowing(self, t: str) -> set[int]:
+        """round_state.borrowing_jobs for one tenant: in start order, the job that crosses its
+        guarantee and those after it borrow."""
+        used, limit, out = 0, self._guaranteed.get(t, 0), set()
+        for _, job_id, gpus in self._starts[t]:
+            used += gpus
+            if used > limit:
+                out.add(job_id)
+        return out
