@@ -79,6 +79,26 @@ def queue_key(job: PendingJob, now: float, cfg: Config, top: int) -> tuple:
     return -aged, waiting_class(job, now, cfg), job.submitted_at, job.id
 
 
+_MARGIN = 1e-3  # seconds: far above the rounding of a time, far below a round's spacing
+
+
+def queue_key_until(job: PendingJob, now: float, cfg: Config) -> float:
+    """A time before which ``queue_key(job, t, cfg, top)`` is the same as at ``now`` for the
+    same ``top``: the next step of its aged priority, or the moment a sunk class is lifted
+    back to 0 (a little before either, so that rounding cannot cross one)."""
+    until = math.inf
+    if cfg.aging_seconds > 0:
+        steps = max(0.0, now - job.submitted_at) // cfg.aging_seconds
+        until = job.submitted_at + (steps + 1) * cfg.aging_seconds
+    if service_class(job.attained, cfg.las_thresholds):
+        ran = job.attained / max(1, job.min_workers * job.gpus_per_worker)
+        since = job.queued_at if job.queued_at is not None else job.submitted_at
+        lifted = since + max(cfg.starve_after, cfg.starve_factor * ran)
+        if now < lifted:
+            until = min(until, lifted)
+    return until - _MARGIN
+
+
 def schedule(snap: Snapshot, cache: RoundCache | None = None) -> Decisions:
     """One round: the phases in the order the module's docstring gives. ``cache``: what the
     last round derived from the running jobs, brought up to date instead of walked again
@@ -91,7 +111,7 @@ class _Round:
     round_state.RoundState); making room for a waiting job is preempt.py's."""
 
     def __init__(self, snap: Snapshot, cache: RoundCache | None = None):
-        self.st = RoundState.of(snap, queue_key, cache)
+        self.st = RoundState.of(snap, queue_key, cache, queue_key_until)
         self.preempt = Preemption(self.st)
 
     def run(self) -> Decisions:
@@ -256,9 +276,11 @@ class _Round:
             # a class above ``mine`` is more than ``mine`` thresholds passed: attained at or
             # past the next threshold up (one comparison a victim, not a class each)
             bar = bars[mine]
-            cands = [j for v, jobs in st.victims.items() for j in jobs
-                     if j.priority <= head.priority and j.gpus and st.now - j.started_at >= cfg.min_run_before_las_preempt
-                     and (v == t or (cfg.las_across_tenants and within and j.id in st.borrowers))
+            # its own tenant's jobs, and (across tenants) the others' borrowing jobs
+            others = cfg.las_across_tenants and within
+            cands = [j for v, jobs in (st.victims.items() if others else ((t, st.victims.get(t, ())),)) for j in jobs
+                     if (v == t or j.id in st.borrowers) and j.priority <= head.priority
+                     and j.placement and j.gpus_per_worker and st.now - j.started_at >= cfg.min_run_before_las_preempt
                      and attained_at(j, st.now) >= bar]
             if not cands:
                 continue
@@ -355,7 +377,10 @@ class _Round:
         """7. Grow elastic jobs into GPUs nobody queued can use."""
         st = self.st
         tenants = st.tenants
-        growable = [j for t in st.victims for j in st.victims[t]
+        # the elastic ones among the jobs that may be stopped (the cache keeps them apart)
+        elastic = (j for j in st.derived.elastic if id(j) in st.victim_ids) if st.derived is not None \
+            else (j for t in st.victims for j in st.victims[t])
+        growable = [j for j in elastic
                     if j.id not in st.planned and j.max_workers > j.workers and j.gpus_per_worker
                     and st.now - j.started_at >= st.cfg.resize_window(j.in_place)]
         growable.sort(key=lambda j: (st.share_used(j.tenant), j.id))

@@ -139,7 +139,7 @@ class RoundState:
     _stopping: list | None = None
 
     @classmethod
-    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None) -> RoundState:
+    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None) -> RoundState:
         pool = FreePool(snap.nodes)
         healthy = {n.name for n in snap.nodes if n.healthy}
         tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)))
@@ -172,7 +172,10 @@ class RoundState:
             queues[job.tenant].append(job)
         for q in queues.values():
             top = max(j.priority for j in q)
-            q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
+            if cache is not None and key_until is not None:
+                cache.sort_queue(q, top, snap.now, snap.config, queue_key, key_until)
+            else:
+                q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
                  derived=derived)
