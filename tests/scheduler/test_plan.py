@@ -34,3 +34,34 @@ def test_nested_groups_share_inside_their_own_entitlement():
 def test_unplanned_tenants_share_what_is_unguaranteed():
     e = ent([PlanNode("a", 4)], {"a": 2, "new": 10}, 8)
     assert e["a"] == pytest.approx(2) and e["new"] == pytest.approx(6)
+
+
+def step_per_tenant(amount: float, want: dict[str, float], weight: dict[str, float]) -> dict[str, float]:
+    """The water-filling _water_fill replaced (2026-11-26): a step per tenant over every tenant."""
+    got = {k: 0.0 for k in want}
+    active = {k for k, w in want.items() if w > 1e-9}
+    while amount > 1e-9 and active:
+        total_w = sum(weight[k] for k in active)
+        step = min((want[k] - got[k]) / weight[k] for k in active)
+        give = min(step, amount / total_w)
+        for k in list(active):
+            got[k] += give * weight[k]
+            if want[k] - got[k] <= 1e-9:
+                active.discard(k)
+        amount -= give * total_w
+    return got
+
+
+def test_water_filling_by_weight_gives_the_same_figures_as_a_step_per_tenant():
+    """Bit for bit, with weights a plan may carry (halves, doubles), wants of whole GPUs and
+    not: the entitlements, and every decision made on them, stay what they were."""
+    import random
+
+    from deeppod.scheduler.plan import _water_fill
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        want = {f"t{i}": rng.choice([0.0, rng.randint(0, 40), rng.uniform(0, 40)]) for i in range(rng.randint(1, 60))}
+        weight = {k: rng.choice([1.0, 2.0, 0.5, 4.0, 1.5]) for k in want}
+        amount = rng.choice([rng.uniform(0, 500), float(rng.randint(0, 500))])
+        assert _water_fill(amount, want, weight) == step_per_tenant(amount, want, weight), (amount, want, weight)

@@ -20,8 +20,10 @@ the earliest, whoever's it is (Tiresias across tenants: the best average complet
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from deeppod.errors import InvalidRequest
@@ -222,18 +224,38 @@ class _Flat:
 
 
 def _water_fill(amount: float, want: dict[str, float], weight: dict[str, float]) -> dict[str, float]:
-    """Weighted max-min: share ``amount`` by weight, nobody above what it wants."""
+    """Weighted max-min: share ``amount`` by weight, nobody above what it wants.
+
+    In steps: all who still want more get the same step times their weight, until the next
+    one has what it wants or the amount runs out. Those of one weight gain the same sums in
+    the same order, so one running total stands for all of them and a heap of their wants
+    says who is full next: a step costs the number of distinct weights, not of tenants (a
+    round with 200 tenants took most of its time here, a step per tenant over every tenant).
+    """
     got = {k: 0.0 for k in want}
-    active = {k for k, w in want.items() if w > 1e-9}
-    while amount > 1e-9 and active:
-        total_w = sum(weight[k] for k in active)
-        step = min((want[k] - got[k]) / weight[k] for k in active)
+    level: dict[float, float] = {}  # weight -> what each of that weight who still wants more has got
+    left: dict[float, list[tuple[float, str]]] = defaultdict(list)  # weight -> heap of (want, name)
+    for k, w in want.items():
+        if w > 1e-9:
+            left[weight[k]].append((w, k))
+    for w, heap in left.items():
+        heapq.heapify(heap)
+        level[w] = 0.0
+    while amount > 1e-9 and left:
+        total_w = sum(w * len(heap) for w, heap in left.items())
+        step = min((heap[0][0] - level[w]) / w for w, heap in left.items())
         give = min(step, amount / total_w)
-        for k in list(active):
-            got[k] += give * weight[k]
-            if want[k] - got[k] <= 1e-9:
-                active.discard(k)
+        for w in list(left):
+            level[w] += give * w
+            heap = left[w]
+            while heap and heap[0][0] - level[w] <= 1e-9:
+                got[heapq.heappop(heap)[1]] = level[w]
+            if not heap:
+                del left[w]
         amount -= give * total_w
+    for w, heap in left.items():
+        for _, k in heap:
+            got[k] = level[w]
     return got
 
 

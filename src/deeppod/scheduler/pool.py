@@ -17,11 +17,27 @@ class FreePool:
         self.free = [sorted(n.free_gpus) if n.healthy else [] for n in nodes]
         self.cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
         self.mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
-        self.width = max((len(f) for f in self.free), default=0)
+        self._fill()
+
+    @classmethod
+    def of_parts(cls, names: list[str], index: dict[str, int], free: list[list[int]], cpus: list[float],
+                 mem: list[int]) -> FreePool:
+        """The pool ``FreePool(nodes)`` builds, from its parts (kept by round_cache.py from one
+        round to the next; ``names`` and ``index`` are shared, the rest is the pool's own)."""
+        pool = cls.__new__(cls)
+        pool.names, pool.index = names, index
+        pool.free, pool.cpus, pool.mem = [list(f) for f in free], list(cpus), list(mem)
+        pool._fill()
+        return pool
+
+    def _fill(self) -> None:
+        """The buckets, filled in node order: ``place`` takes the first node of a bucket in
+        the set's order, so the same pool must always be built the same way."""
+        self.width = max(map(len, self.free), default=0)
         self.buckets: list[set[int]] = [set() for _ in range(max(self.width, 64) + 1)]
-        for i, f in enumerate(self.free):
+        for i in range(len(self.free)):
             self._bucket(i).add(i)
-        self.total_free = sum(len(f) for f in self.free)
+        self.total_free = sum(map(len, self.free))
 
     def _bucket(self, i: int) -> set[int]:
         n = len(self.free[i])

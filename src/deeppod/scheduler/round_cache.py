@@ -19,9 +19,11 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 
-from deeppod.scheduler.snapshot import Config, PendingJob, RunningJob, Snapshot
+from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.snapshot import Config, NodeState, PendingJob, RunningJob, Snapshot
 
 
 _tenant = attrgetter("tenant")
@@ -50,6 +52,8 @@ class RoundCache:
         self.rebuilds = self.updates = 0  # for tests and benchmarks: how each round was served
         self._keys: dict[int, tuple] = {}  # id(queued job) -> (job, top, until, its queue key)
         self._cfg: Config | None = None
+        self._plan, self._tables = None, ()
+        self._rows: list[NodeState] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -95,6 +99,36 @@ class RoundCache:
             borrowers=set().union(*self._borrowers.values()),
             stopping_jobs=list(self._stopping_jobs.values()), elastic=list(self._elastic.values()),
             all_healthy=not sick and self._off_healthy == 0)
+
+    def pool(self, nodes: tuple[NodeState, ...]) -> tuple[FreePool, set[str], bool]:
+        """``FreePool(nodes)``, the names of the healthy nodes and whether a GPU is sick, from
+        what was kept of the last round's nodes: only the rows that are new objects are read."""
+        rows = self._rows
+        if len(nodes) != len(rows) or any(a.name != b.name for a, b in zip(nodes, rows) if a is not b):
+            rows = self._rows = list(nodes)
+            self._names = [n.name for n in nodes]
+            self._index = {n.name: i for i, n in enumerate(nodes)}
+            self._free = [sorted(n.free_gpus) if n.healthy else [] for n in nodes]
+            self._cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
+            self._mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
+            self._node_healthy = {n.name for n in nodes if n.healthy}
+            self._sick = {n.name for n in nodes if n.sick_gpus}
+        else:
+            for i in compress(range(len(nodes)), map(is_not, nodes, rows)):
+                n = rows[i] = nodes[i]
+                self._free[i] = sorted(n.free_gpus) if n.healthy else []
+                self._cpus[i] = n.free_cpus if n.healthy else 0.0
+                self._mem[i] = n.free_memory_mb if n.healthy else 0
+                (self._node_healthy.add if n.healthy else self._node_healthy.discard)(n.name)
+                (self._sick.add if n.sick_gpus else self._sick.discard)(n.name)
+        pool = FreePool.of_parts(self._names, self._index, self._free, self._cpus, self._mem)
+        return pool, set(self._node_healthy), bool(self._sick)
+
+    def plan_tables(self, plan, build) -> tuple:
+        """``build(plan)`` (round_state.plan_tables), kept while the plan is the same object."""
+        if plan is not self._plan:
+            self._plan, self._tables = plan, build(plan)
+        return self._tables
 
     def sort_queue(self, q: list[PendingJob], top: int, now: float, cfg: Config, queue_key, key_until) -> None:
         """``q.sort(key=queue_key)``, with each job's key kept until it can change (its aged

@@ -18,19 +18,26 @@ from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, R
 _tenant = attrgetter("tenant")
 
 
+def plan_tables(plan) -> tuple[dict, dict, dict, dict]:
+    """Each plan node's parent, guarantee, max and lend limit, parents first."""
+    parent: dict[str, str | None] = {}
+    guaranteed: dict[str, float] = {}
+    most: dict[str, float] = {}
+    lend: dict[str, float | None] = {}
+    for node, up, _ in plan.walk():
+        parent[node.name] = up
+        guaranteed[node.name] = node.guaranteed
+        most[node.name] = math.inf if node.max is None else node.max
+        lend[node.name] = node.lend_limit
+    return parent, guaranteed, most, lend
+
+
 class TenantUsage:
     """Per-tenant accounting along the plan tree (usage counts against every ancestor)."""
 
-    def __init__(self, snap: Snapshot, tenants: set[str]):
-        self.parent: dict[str, str | None] = {}
-        self.guaranteed: dict[str, float] = {}
-        self.max: dict[str, float] = {}
-        self.lend: dict[str, float | None] = {}
-        for node, parent, _ in snap.plan.walk():
-            self.parent[node.name] = parent
-            self.guaranteed[node.name] = node.guaranteed
-            self.max[node.name] = math.inf if node.max is None else node.max
-            self.lend[node.name] = node.lend_limit
+    def __init__(self, snap: Snapshot, tenants: set[str], tables: tuple[dict, dict, dict, dict] | None = None):
+        """``tables``: ``plan_tables(snap.plan)``, if the caller kept them."""
+        self.parent, self.guaranteed, self.max, self.lend = (dict(d) for d in (tables or plan_tables(snap.plan)))
         for t in tenants:
             if t not in self.parent:
                 self.parent[t], self.guaranteed[t], self.max[t], self.lend[t] = None, 0, math.inf, None
@@ -140,13 +147,15 @@ class RoundState:
 
     @classmethod
     def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None) -> RoundState:
-        pool = FreePool(snap.nodes)
-        healthy = {n.name for n in snap.nodes if n.healthy}
-        tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)))
+        if cache is not None:
+            pool, healthy, sick = cache.pool(snap.nodes)
+        else:
+            pool, healthy = FreePool(snap.nodes), {n.name for n in snap.nodes if n.healthy}
+        tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)),
+                              cache.plan_tables(snap.plan, plan_tables) if cache is not None else None)
         running = list(snap.running)
         derived = None
         if cache is not None:
-            sick = any(n.sick_gpus for n in snap.nodes)
             derived = cache.derive(snap, healthy, tenants.guaranteed, sick)
             used, wants, busy, stopping = derived.used, derived.wants, derived.busy, derived.stopping
         else:
