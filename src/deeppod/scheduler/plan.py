@@ -259,19 +259,27 @@ def _water_fill(amount: float, want: dict[str, float], weight: dict[str, float])
     return got
 
 
-def entitlements(plan: Plan, demand: dict[str, float], capacity: float) -> dict[str, float]:
+def flat_plan(plan: Plan) -> tuple[dict[str, _Flat], list[str]]:
+    """The plan's nodes by name, and the top level's names: what ``entitlements`` reads of it."""
+    nodes: dict[str, _Flat] = {}
+    for node, _parent, _ in plan.walk():
+        nodes[node.name] = _Flat(node.name, node.guaranteed, math.inf if node.max is None else node.max,
+                                 node.lend_limit, node.weight, [c.name for c in node.children])
+    return nodes, [t.name for t in plan.tenants]
+
+
+def entitlements(plan: Plan, demand: dict[str, float], capacity: float,
+                 flat: tuple[dict[str, _Flat], list[str]] | None = None) -> dict[str, float]:
     """GPUs each plan node (and each unplanned leaf tenant in ``demand``) should have now.
 
     At every level: each child first gets its guarantee up to its demand; idle guarantee
     up to the lend limit, plus what no one is guaranteed, is shared by weight among the
     children that want more, never beyond their ``max``. Tenants with demand that the
-    plan does not name sit at the top level with no guarantee and weight 1.
+    plan does not name sit at the top level with no guarantee and weight 1. ``flat``:
+    ``flat_plan(plan)``, if the caller kept it (it is not changed).
     """
-    nodes: dict[str, _Flat] = {}
-    for node, _parent, _ in plan.walk():
-        nodes[node.name] = _Flat(node.name, node.guaranteed, math.inf if node.max is None else node.max,
-                                 node.lend_limit, node.weight, [c.name for c in node.children])
-    top = [t.name for t in plan.tenants]
+    nodes, top = flat or flat_plan(plan)
+    nodes, top = dict(nodes), list(top)
     for tenant in demand:
         if tenant not in nodes:
             nodes[tenant] = _Flat(tenant, 0, math.inf, None, 1.0, [])

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from deeppod.scheduler.plan import entitlements
+from deeppod.scheduler.plan import entitlements, flat_plan
 from deeppod.scheduler.pool import FreePool
 from deeppod.scheduler.round_cache import Derived, RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
@@ -18,8 +18,9 @@ from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, R
 _tenant = attrgetter("tenant")
 
 
-def plan_tables(plan) -> tuple[dict, dict, dict, dict]:
-    """Each plan node's parent, guarantee, max and lend limit, parents first."""
+def plan_tables(plan) -> tuple:
+    """Each plan node's parent, guarantee, max and lend limit, parents first; and
+    ``plan.flat_plan``'s view of it, for the entitlements."""
     parent: dict[str, str | None] = {}
     guaranteed: dict[str, float] = {}
     most: dict[str, float] = {}
@@ -29,15 +30,15 @@ def plan_tables(plan) -> tuple[dict, dict, dict, dict]:
         guaranteed[node.name] = node.guaranteed
         most[node.name] = math.inf if node.max is None else node.max
         lend[node.name] = node.lend_limit
-    return parent, guaranteed, most, lend
+    return parent, guaranteed, most, lend, flat_plan(plan)
 
 
 class TenantUsage:
     """Per-tenant accounting along the plan tree (usage counts against every ancestor)."""
 
-    def __init__(self, snap: Snapshot, tenants: set[str], tables: tuple[dict, dict, dict, dict] | None = None):
+    def __init__(self, snap: Snapshot, tenants: set[str], tables: tuple | None = None):
         """``tables``: ``plan_tables(snap.plan)``, if the caller kept them."""
-        self.parent, self.guaranteed, self.max, self.lend = (dict(d) for d in (tables or plan_tables(snap.plan)))
+        self.parent, self.guaranteed, self.max, self.lend = (dict(d) for d in (tables or plan_tables(snap.plan))[:4])
         for t in tenants:
             if t not in self.parent:
                 self.parent[t], self.guaranteed[t], self.max[t], self.lend[t] = None, 0, math.inf, None
@@ -188,7 +189,8 @@ class RoundState:
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
                  derived=derived)
-        st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity)
+        st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity,
+                                   cache.plan_tables(snap.plan, plan_tables)[4] if cache is not None else None)
         return st
 
     def demand(self, used: dict[str, int], wants: dict[str, int]) -> dict[str, float]:
