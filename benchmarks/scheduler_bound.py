@@ -16,7 +16,10 @@ arrives or ends, the running set is chosen again from scratch.
 - ``srpt``: shortest remaining time first, knowing every run time (clairvoyant).
 
 Prints each one's average JCT and its ratio to FIFO's from DeepPod's simulator (the same
-FIFO the Philly benchmark reports), and the mean run time, under which no policy can go.
+FIFO the Philly benchmark reports), the mean run time, under which no policy can go, and
+DeepPod's own policy in the same simulator (``deeppod``, no elastic jobs), with its distance
+to the idealized policy that keeps the guarantees (``las+guarantees``) and to the clairvoyant
+one (``srpt``): how far the real policy is from the best possible, not only from FIFO.
 """
 
 from __future__ import annotations
@@ -86,18 +89,22 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, nargs="+", default=[256, 384, 512])
     a = ap.parse_args()
     trace = load_trace(a.trace, week=a.week)
-    print("| GPUs | FIFO (simulator) | las | las+guarantees | srpt | mean run time |")
-    print("|---|---|---|---|---|---|")
+    print("| GPUs | FIFO (simulator) | deeppod (simulator) | las | las+guarantees | srpt | mean run time "
+          "| deeppod / las+guarantees | deeppod / srpt |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for gpus in a.gpus:
         sim = Simulator(trace, proportional_plan(trace, gpus), SimConfig(nodes=gpus // 8, policy="fifo"))
         g = sim.g  # each tenant's guarantee, as the simulator reads it from the plan
         fifo = sim.run()["jct_avg_h"]
-        cells = []
+        ours = Simulator(trace, proportional_plan(trace, gpus), SimConfig(nodes=gpus // 8)).run()["jct_avg_h"]
+        cells, hours = [], {}
         for order in ("las", "las+guarantees", "srpt"):
-            h = idealized(trace, gpus, order, g) / 3600
+            h = hours[order] = idealized(trace, gpus, order, g) / 3600
             cells.append(f"{h:.2f} ({h / fifo:.2f}x)")
         run = statistics.fmean(j.duration for j in trace if j.gpus <= gpus) / 3600
-        print(f"| {gpus} | {fifo:.2f} | {' | '.join(cells)} | {run:.2f} ({run / fifo:.2f}x) |", flush=True)
+        print(f"| {gpus} | {fifo:.2f} | {ours:.2f} ({ours / fifo:.2f}x) | {' | '.join(cells)} "
+              f"| {run:.2f} ({run / fifo:.2f}x) | {ours / hours['las+guarantees']:.2f}x | {ours / hours['srpt']:.2f}x |",
+              flush=True)
 
 
 if __name__ == "__main__":
