@@ -21,28 +21,35 @@ class FreePool:
 
     @classmethod
     def of_parts(cls, names: list[str], index: dict[str, int], free: list[list[int]], cpus: list[float],
-                 mem: list[int]) -> FreePool:
-        """The pool ``FreePool(nodes)`` builds, from its parts (kept by round_cache.py from one
-        round to the next; ``names`` and ``index`` are shared, the rest is the pool's own)."""
+                 mem: list[int], buckets: list[set[int]], total_free: int) -> FreePool:
+        """The pool ``FreePool(nodes)`` builds, from parts kept from one round to the next
+        (round_cache.py): ``buckets`` as ``fresh_bucket`` builds each. Shared, not copied: the
+        names, the index, each node's free list (a change replaces it, never edits it) and each
+        bucket until this pool first changes it (then it takes a fresh copy of its own)."""
         pool = cls.__new__(cls)
         pool.names, pool.index = names, index
-        pool.free, pool.cpus, pool.mem = [list(f) for f in free], list(cpus), list(mem)
-        pool._fill()
+        pool.free, pool.cpus, pool.mem = list(free), list(cpus), list(mem)
+        pool.buckets, pool._shared = list(buckets), set(range(len(buckets)))
+        pool.width, pool.total_free = len(buckets) - 1, total_free
         return pool
 
     def _fill(self) -> None:
         """The buckets, filled in node order: ``place`` takes the first node of a bucket in
-        the set's order, so the same pool must always be built the same way."""
+        the set's order, so the same pool must always be built the same way (``fresh_bucket``)."""
         self.width = max(map(len, self.free), default=0)
-        self.buckets: list[set[int]] = [set() for _ in range(max(self.width, 64) + 1)]
-        for i in range(len(self.free)):
-            self._bucket(i).add(i)
+        buckets = self.buckets = [set() for _ in range(max(self.width, 64) + 1)]
+        for i, f in enumerate(self.free):  # every length is within the buckets: no _bucket() needed
+            buckets[len(f)].add(i)
         self.total_free = sum(map(len, self.free))
+        self._shared: set[int] | None = None
 
     def _bucket(self, i: int) -> set[int]:
         n = len(self.free[i])
         while n >= len(self.buckets):
             self.buckets.append(set())
+        if self._shared and n in self._shared:
+            self._shared.discard(n)
+            self.buckets[n] = fresh_bucket(self.buckets[n])
         return self.buckets[n]
 
     # -- changes -------------------------------------------------------------------
@@ -77,6 +84,7 @@ class FreePool:
         other.cpus = list(self.cpus)
         other.mem = list(self.mem)
         other.buckets = [set(b) for b in self.buckets]
+        other._shared = None
         other.total_free = self.total_free
         return other
 
@@ -178,3 +186,10 @@ class FreePool:
                 self.take(i, gpus, cpw, mpw)
                 placement.append(WorkerPlacement(len(placement), self.names[i], gpus, cpw, mpw))
         return tuple(placement)
+
+
+def fresh_bucket(nodes) -> set[int]:
+    """A bucket as ``_fill`` builds it: its nodes added in index order. A set's order depends
+    on how it was filled, and ``place`` takes a bucket's first node in that order: a bucket
+    kept from round to round must be rebuilt this way when it changes, not edited."""
+    return set(sorted(nodes))

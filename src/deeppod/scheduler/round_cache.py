@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, is_not
 
-from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.pool import FreePool, fresh_bucket
 from deeppod.scheduler.snapshot import Config, NodeState, PendingJob, RunningJob, Snapshot
 
 
@@ -102,26 +102,38 @@ class RoundCache:
 
     def pool(self, nodes: tuple[NodeState, ...]) -> tuple[FreePool, set[str], bool]:
         """``FreePool(nodes)``, the names of the healthy nodes and whether a GPU is sick, from
-        what was kept of the last round's nodes: only the rows that are new objects are read."""
+        what was kept of the last round's nodes: only the rows that are new objects are read,
+        and only the buckets they move between are built again."""
         rows = self._rows
         if len(nodes) != len(rows) or any(a.name != b.name for a, b in zip(nodes, rows) if a is not b):
             rows = self._rows = list(nodes)
-            self._names = [n.name for n in nodes]
-            self._index = {n.name: i for i, n in enumerate(nodes)}
-            self._free = [sorted(n.free_gpus) if n.healthy else [] for n in nodes]
-            self._cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
-            self._mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
+            base = FreePool(nodes)
+            self._names, self._index, self._free = base.names, base.index, base.free
+            self._cpus, self._mem, self._buckets, self._total = base.cpus, base.mem, base.buckets, base.total_free
             self._node_healthy = {n.name for n in nodes if n.healthy}
             self._sick = {n.name for n in nodes if n.sick_gpus}
         else:
+            moved: set[int] = set()
             for i in compress(range(len(nodes)), map(is_not, nodes, rows)):
                 n = rows[i] = nodes[i]
+                was = len(self._free[i])
                 self._free[i] = sorted(n.free_gpus) if n.healthy else []
                 self._cpus[i] = n.free_cpus if n.healthy else 0.0
                 self._mem[i] = n.free_memory_mb if n.healthy else 0
+                now = len(self._free[i])
+                self._total += now - was
+                if now != was:
+                    while now >= len(self._buckets):
+                        self._buckets.append(set())
+                    self._buckets[was].discard(i)
+                    self._buckets[now].add(i)
+                    moved |= {was, now}
                 (self._node_healthy.add if n.healthy else self._node_healthy.discard)(n.name)
                 (self._sick.add if n.sick_gpus else self._sick.discard)(n.name)
-        pool = FreePool.of_parts(self._names, self._index, self._free, self._cpus, self._mem)
+            for k in moved:  # as a fresh pool fills them: the order place() reads them in
+                self._buckets[k] = fresh_bucket(self._buckets[k])
+        pool = FreePool.of_parts(self._names, self._index, self._free, self._cpus, self._mem, self._buckets,
+                                 self._total)
         return pool, set(self._node_healthy), bool(self._sick)
 
     def plan_tables(self, plan, build) -> tuple:

@@ -182,7 +182,8 @@ class Simulator:
         self.skipped = len(trace) - len(self.jobs)
         self.elastic = any(j.max_w > j.min_w for j in self.jobs.values())
         self.free = {f"n{i}": set(range(gpn)) for i in range(cfg.nodes)}
-        self._node_rows: dict[str, NodeState] = {}
+        self._node_rows: list[NodeState | None] = [None] * len(self.free)  # in node order
+        self._node_at = {name: i for i, name in enumerate(self.free)}
         self._changed: set[str] = set(self.free)  # nodes whose free GPUs changed since the last snapshot
         self.g = {n.name: n.guaranteed for n, _, _ in plan.walk() if not n.children}
         self.usage: dict[str, int] = defaultdict(int)
@@ -236,11 +237,11 @@ class Simulator:
 
     def _snapshot(self, now: float) -> Snapshot:
         gpn = self.cfg.gpus_per_node
-        rows = self._node_rows
+        rows, at = self._node_rows, self._node_at
         for name in self._changed:
-            rows[name] = NodeState(name, tuple(sorted(self.free[name])), float(gpn), 1 << 30, True, gpn)
+            rows[at[name]] = NodeState(name, tuple(sorted(self.free[name])), float(gpn), 1 << 30, True, gpn)
         self._changed.clear()
-        nodes = tuple(rows[name] for name in self.free)
+        nodes = tuple(rows)
         queued = []
         for j in self.queued.values():
             if j.pending is None:
