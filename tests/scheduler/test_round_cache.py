@@ -74,3 +74,27 @@ def test_the_simulator_gives_the_same_figures_with_the_cache_switched_off():
     timing = {"wall_seconds", "round_ms_avg", "round_ms_p50", "round_ms_p95", "round_ms_p99", "round_ms_max"}
     assert {k: v for k, v in on.items() if k not in timing} == {k: v for k, v in off.items() if k not in timing}
     assert on["preemptions"] > 0 and on["resizes"] > 0  # reclaim and elastic paths were taken
+
+
+def test_the_kept_free_pool_is_the_pool_a_round_would_build_and_places_alike():
+    """Node rows change between rounds (GPUs taken and freed, a node down and up): the pool the
+    cache hands out has the fresh pool's free GPUs and its buckets in the same order (placement
+    takes a bucket's first node in that order), and the same placements follow from it."""
+    from deeppod.scheduler import NodeState
+    from deeppod.scheduler.pool import FreePool
+
+    rng = random.Random(5)
+    nodes = [NodeState(f"n{i}", tuple(range(8)), 64.0, 1 << 20, True, 8) for i in range(300)]
+    cache = RoundCache()
+    for _ in range(40):
+        for i in rng.sample(range(len(nodes)), 25):
+            free = tuple(sorted(rng.sample(range(8), rng.randint(0, 8))))
+            nodes[i] = replace(nodes[i], free_gpus=free, healthy=rng.random() > 0.05)
+        kept, healthy, sick = cache.pool(tuple(nodes))
+        fresh = FreePool(tuple(nodes))
+        assert kept.free == fresh.free and kept.total_free == fresh.total_free
+        assert healthy == {n.name for n in nodes if n.healthy} and not sick
+        assert [list(b) for b in kept.buckets if b] == [list(b) for b in fresh.buckets if b]
+        for gpw, workers in ((1, 3), (2, 2), (8, 1), (4, 5), (1, 40)):
+            assert kept.place(workers, gpw) == fresh.place(workers, gpw)
+        assert kept.free == fresh.free
