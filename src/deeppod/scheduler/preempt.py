@@ -35,6 +35,8 @@ class Preemption:
         incoming = max(0.0, st.stopping_gpus - st.claimed_incoming)
         if short > incoming:
             deficit = short - incoming
+            if not allow_preempt and not st.may_shrink():
+                return False  # only shrinks may make room, and no job can shrink: no donor to weigh
             donors = [v for v in st.victims if v != t and
                       (floor_of(v) > 0 or (allow_preempt and any(j.id in st.borrowers for j in st.victims[v])))]
             budget = {v: floor_of(v) for v in donors}

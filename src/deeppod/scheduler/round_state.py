@@ -145,6 +145,7 @@ class RoundState:
     derived: Derived | None = None  # what a RoundCache kept from the last round, brought up to date
     _spans: list | None = None  # built once a round, when first asked for
     _stopping: list | None = None
+    _may_shrink: bool | None = None
 
     @classmethod
     def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None) -> RoundState:
@@ -202,6 +203,14 @@ class RoundState:
         for t, q in self.queues.items():
             demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
         return demand
+
+    def may_shrink(self) -> bool:
+        """Whether any job that may be stopped could also be shrunk (it runs above its minimum
+        size). Asked once a round: the jobs that may be stopped only get fewer as it goes, so
+        a no stays a no (a yes is checked again job by job by whoever shrinks)."""
+        if self._may_shrink is None:
+            self._may_shrink = any(j.max_workers > j.min_workers for js in self.victims.values() for j in js)
+        return self._may_shrink
 
     def spans(self) -> list[tuple[RunningJob, tuple[tuple[int, int], ...]]]:
         """Each running job, in order, with :meth:`span`. Built once a round, when a gang's

@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import Callable
 
@@ -154,6 +155,9 @@ class _Job:
     running: RunningJob | None = None
 
 
+_PENDING, _RUNNING = attrgetter("pending"), attrgetter("running")
+
+
 def _percentile(xs: list[float], q: float) -> float:
     if not xs:
         return 0.0
@@ -185,6 +189,7 @@ class Simulator:
         self._node_rows: list[NodeState | None] = [None] * len(self.free)  # in node order
         self._node_at = {name: i for i, name in enumerate(self.free)}
         self._changed: set[str] = set(self.free)  # nodes whose free GPUs changed since the last snapshot
+        self._stale_rows: list[_Job] = []  # jobs whose rows changed since the last snapshot
         self.g = {n.name: n.guaranteed for n, _, _ in plan.walk() if not n.children}
         self.usage: dict[str, int] = defaultdict(int)
         self.queued: dict[int, _Job] = {}
@@ -221,7 +226,7 @@ class Simulator:
         for w in j.placement:
             self.free[w.node].update(w.gpus)
             self._changed.add(w.node)
-        j.running = None
+        self._stale(j)
         self.usage[j.t.tenant] -= j.workers * j.gpw
         self.busy -= j.workers * j.gpw
         j.placement = ()
@@ -235,28 +240,29 @@ class Simulator:
             need[j.t.tenant] = min(need.get(j.t.tenant, n), n)
         return {t for t, n in need.items() if self.usage[t] < self.g.get(t, 0) and self.usage[t] + n <= self.g.get(t, 0)}
 
+    def _stale(self, j: _Job) -> None:
+        """``j``'s rows no longer say what it is: the next snapshot builds them again."""
+        j.pending = j.running = None
+        self._stale_rows.append(j)
+
     def _snapshot(self, now: float) -> Snapshot:
         gpn = self.cfg.gpus_per_node
         rows, at = self._node_rows, self._node_at
         for name in self._changed:
             rows[at[name]] = NodeState(name, tuple(sorted(self.free[name])), float(gpn), 1 << 30, True, gpn)
         self._changed.clear()
-        nodes = tuple(rows)
-        queued = []
-        for j in self.queued.values():
-            if j.pending is None:
+        for j in self._stale_rows:
+            if j.t.id in self.queued and j.pending is None:
                 j.pending = PendingJob(j.t.id, j.t.tenant, j.min_w, j.gpw, 0.0, 0, 0, j.t.arrival,
                                        max_workers=j.max_w if j.max_w > j.min_w else None, resize_to=j.resize_to,
                                        attained=j.attained, queued_at=j.queued_at)
-            queued.append(j.pending)
-        running = []
-        for j in self.running.values():
-            if j.running is None:  # its service grows from j.started on: the row holds until the job changes
+            elif j.t.id in self.running and j.running is None:  # its service grows from j.started on
                 j.running = RunningJob(j.t.id, j.t.tenant, j.placement, j.gpw, j.min_w, j.max_w, 0, True, j.started,
                                        j.last_ckpt, j.state == "stopping", attained=j.attained,
                                        in_place=self.cfg.in_place and j.max_w > j.min_w, attained_since=j.started)
-            running.append(j.running)
-        return Snapshot(nodes, tuple(queued), tuple(running), self.plan, now, self.cfg.config)
+        self._stale_rows.clear()
+        return Snapshot(tuple(rows), tuple(map(_PENDING, self.queued.values())),
+                        tuple(map(_RUNNING, self.running.values())), self.plan, now, self.cfg.config)
 
     def _resize_in_place(self, j: _Job, r, now: float) -> bool:
         """Shrink: the last workers leave and free their GPUs; grow: new workers join on
@@ -275,7 +281,7 @@ class Simulator:
                 self.free[w.node].difference_update(w.gpus)
                 self._changed.add(w.node)
             j.placement = j.placement + tuple(r.added)
-        j.running = None
+        self._stale(j)
         delta = (r.workers - j.workers) * j.gpw
         self.usage[j.t.tenant] += delta
         self.busy += delta
@@ -307,7 +313,7 @@ class Simulator:
             j.attained += self._served(j, now)
             j.started = now  # counted: the stop delay is not service
             j.state = "stopping"
-            j.running = None
+            self._stale(j)
             j.version += 1
             if resize:
                 j.resize_to = p.workers
@@ -322,7 +328,7 @@ class Simulator:
                 self.free[w.node].difference_update(w.gpus)
                 self._changed.add(w.node)
             j.placement, j.workers, j.state = s.placement, len(s.placement), "running"
-            j.running = None
+            self._stale(j)
             j.resize_to = None
             overhead = self.cfg.restart_overhead if j.first_start is not None else 0.0
             self.lost_gpu_seconds += overhead * j.workers * j.gpw
@@ -362,7 +368,8 @@ class Simulator:
                 _, _, kind, jid, ver = heapq.heappop(self.events)
                 j = self.jobs.get(jid)
                 if kind == "arrive":
-                    j.state, j.queued_at, j.pending = "queued", now, None
+                    j.state, j.queued_at = "queued", now
+                    self._stale(j)
                     self.queued[jid] = j
                     need = j.min_w * j.gpw
                     j.within_guarantee = self.usage[j.t.tenant] + need <= self.g.get(j.t.tenant, 0)
@@ -371,7 +378,8 @@ class Simulator:
                     j.state, j.end, j.work = "done", now, 0.0
                 elif kind == "stopped" and ver == j.version:
                     self._release(j)
-                    j.state, j.queued_at, j.pending = "queued", now, None
+                    j.state, j.queued_at = "queued", now
+                    self._stale(j)
                     j.restarts += 1
                     self.queued[jid] = j
                 elif kind == "tick":
