@@ -111,7 +111,7 @@ class _Round:
     round_state.RoundState); making room for a waiting job is preempt.py's."""
 
     def __init__(self, snap: Snapshot, cache: RoundCache | None = None):
-        self.st = RoundState.of(snap, queue_key, cache, queue_key_until)
+        self.st = RoundState.of(snap, queue_key, cache, queue_key_until, waiting_class)
         self.preempt = Preemption(self.st)
 
     def run(self) -> Decisions:
@@ -158,7 +158,7 @@ class _Round:
         if st.derived is not None and st.derived.all_healthy:  # nothing gone: the cache's, as they are
             for t, jobs in st.derived.victims.items():
                 victims[t] = jobs
-                ids.update(map(id, jobs))
+            st.victim_ids = st.derived.victim_ids
             st.borrowers = st.derived.borrowers
             return
         for job in st.running:
@@ -269,7 +269,7 @@ class _Round:
             # instead, so that clearing nodes for them does not leave GPUs idle meanwhile
             if per_worker != 1:
                 continue
-            mine = waiting_class(head, st.now, cfg)
+            mine = st.waiting_class(head)
             if mine >= len(bars):
                 continue  # no class above the head's
             within = tenants.usage[t] + head_need <= max(tenants.guaranteed[t], st.entitled.get(t, 0)) + 1e-9
@@ -334,9 +334,9 @@ class _Round:
         head, *rest = st.queues[t][:max(1, cfg.las_jobs_per_round)]
         need = head.min_workers * head.gpus_per_worker
         if head.gpus_per_worker == 1:
-            mine = waiting_class(head, st.now, cfg)
+            mine = st.waiting_class(head)
             for j in rest:
-                if j.gpus_per_worker != 1 or j.priority != head.priority or waiting_class(j, st.now, cfg) != mine:
+                if j.gpus_per_worker != 1 or j.priority != head.priority or st.waiting_class(j) != mine:
                     break
                 need += j.min_workers
         return need
@@ -422,7 +422,7 @@ class _Round:
             return 1, st.share_used(t), 0.0, t
         if i >= len(q):
             return 2, 0, 0.0, t
-        return 1, waiting_class(q[i], st.now, st.cfg), q[i].submitted_at, t
+        return 1, st.waiting_class(q[i]), q[i].submitted_at, t
 
     def _try_start(self, t: str, job: PendingJob) -> bool:
         """Place ``job`` if it may start now; otherwise, if it is the first of its tenant
@@ -502,13 +502,15 @@ def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:
     """Hold the free GPUs of the nodes that will first add up to ``need``: the big job
     collects them round after round while smaller jobs backfill on the other nodes.
     At most ``limit`` GPUs: those earmarked for a reclaiming tenant are not taken."""
-    order = sorted(range(len(pool.names)), key=lambda i: (-len(pool.free[i]), i))
-    totals = {n.name: (n.total_gpus if n.total_gpus is not None else len(n.free_gpus)) for n in snap.nodes}
+    # the fullest nodes first, then by index: the buckets from the top, each in index order
+    # (as a sort of every node would give, without one: this stops after a few nodes)
+    order = (i for k in range(len(pool.buckets) - 1, -1, -1) for i in sorted(pool.buckets[k]))
     held, capacity = 0, 0
     for i in order:
         if capacity >= need:
             break
-        capacity += totals.get(pool.names[i], 0)
+        n = snap.nodes[i]  # the pool's nodes are the snapshot's, in order
+        capacity += n.total_gpus if n.total_gpus is not None else len(n.free_gpus)
         gpus = list(pool.free[i])[: max(0, limit - held)]
         if gpus:
             pool.take(i, gpus, 0, 0)

@@ -41,6 +41,8 @@ class Derived:
     borrowers: set[int]  # jobs that run only by borrowing
     stopping_jobs: list[RunningJob]  # in no particular order
     elastic: list[RunningJob]  # of the victims, those below their maximum size
+    victim_ids: set[int]  # id() of every victim
+    may_shrink: bool  # a victim runs above its minimum size
     all_healthy: bool  # every running job is on healthy nodes only (and no GPU is sick)
 
 
@@ -63,6 +65,8 @@ class RoundCache:
         self._victims: dict[str, dict[int, RunningJob]] = defaultdict(dict)
         self._stopping_jobs: dict[int, RunningJob] = {}
         self._elastic: dict[int, RunningJob] = {}
+        self._victim_ids: set[int] = set()
+        self._shrinkable = 0  # victims above their minimum size
         self._starts: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # tenant -> sorted (start, id, GPUs)
         self._borrowers: dict[str, set[int]] = {}
         self._off_healthy = 0  # jobs with a worker on a node that is not healthy (or not known)
@@ -98,6 +102,7 @@ class RoundCache:
             victims={t: list(js.values()) for t, js in self._victims.items() if js},
             borrowers=set().union(*self._borrowers.values()),
             stopping_jobs=list(self._stopping_jobs.values()), elastic=list(self._elastic.values()),
+            victim_ids=set(self._victim_ids), may_shrink=self._shrinkable > 0,
             all_healthy=not sick and self._off_healthy == 0)
 
     def pool(self, nodes: tuple[NodeState, ...]) -> tuple[FreePool, set[str], bool]:
@@ -145,7 +150,8 @@ class RoundCache:
     def sort_queue(self, q: list[PendingJob], top: int, now: float, cfg: Config, queue_key, key_until) -> None:
         """``q.sort(key=queue_key)``, with each job's key kept until it can change (its aged
         priority steps, its class is lifted, or its tenant's top priority moves): computing
-        the keys of thousands of waiting jobs was a third of a deep-queue round."""
+        the keys of thousands of waiting jobs was a third of a deep-queue round. The keys
+        stay for :meth:`waiting_class` to read in the same round."""
         if cfg is not self._cfg:
             self._keys, self._cfg = {}, cfg
         keys = self._keys
@@ -159,6 +165,11 @@ class RoundCache:
             return kept[3]
 
         q.sort(key=key)
+
+    def waiting_class(self, job: PendingJob) -> int | None:
+        """A queued job's class as its queue key of this round says it (None if not kept)."""
+        kept = self._keys.get(id(job))
+        return kept[3][1] if kept is not None and kept[0] is job else None
 
     def _count(self, job: RunningJob, sign: int) -> None:
         """Add ``job`` to what is kept (``sign`` 1) or take it off (-1)."""
@@ -179,12 +190,15 @@ class RoundCache:
             self._wants[t] += sign * (job.max_workers - len(placement)) * job.gpus_per_worker
         if job.preemptible and not job.stopping:
             elastic = job.max_workers > len(placement)
+            self._shrinkable += sign * (job.max_workers > job.min_workers)
             if sign > 0:
                 self._victims[t][id(job)] = job
+                self._victim_ids.add(id(job))
                 if elastic:
                     self._elastic[id(job)] = job
             else:
                 del self._victims[t][id(job)]
+                self._victim_ids.discard(id(job))
                 if elastic:
                     del self._elastic[id(job)]
         starts = self._starts[t]

@@ -146,9 +146,12 @@ class RoundState:
     _spans: list | None = None  # built once a round, when first asked for
     _stopping: list | None = None
     _may_shrink: bool | None = None
+    cache: RoundCache | None = None
+    klass: object = None  # policy.waiting_class
 
     @classmethod
-    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None) -> RoundState:
+    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None,
+           klass=None) -> RoundState:
         if cache is not None:
             pool, healthy, sick = cache.pool(snap.nodes)
         else:
@@ -189,7 +192,7 @@ class RoundState:
                 q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
-                 derived=derived)
+                 derived=derived, cache=cache, klass=klass)
         st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity,
                                    cache.plan_tables(snap.plan, plan_tables)[4] if cache is not None else None)
         return st
@@ -204,10 +207,21 @@ class RoundState:
             demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
         return demand
 
+    def waiting_class(self, job: PendingJob) -> int:
+        """policy.waiting_class of a queued job at this round's time: read from the queue key
+        the round cache kept for it, if there is one."""
+        if self.cache is not None:
+            kept = self.cache.waiting_class(job)
+            if kept is not None:
+                return kept
+        return self.klass(job, self.now, self.cfg)
+
     def may_shrink(self) -> bool:
         """Whether any job that may be stopped could also be shrunk (it runs above its minimum
         size). Asked once a round: the jobs that may be stopped only get fewer as it goes, so
         a no stays a no (a yes is checked again job by job by whoever shrinks)."""
+        if self._may_shrink is None and self.derived is not None:
+            self._may_shrink = self.derived.may_shrink
         if self._may_shrink is None:
             self._may_shrink = any(j.max_workers > j.min_workers for js in self.victims.values() for j in js)
         return self._may_shrink
