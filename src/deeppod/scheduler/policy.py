@@ -277,11 +277,11 @@ class _Round:
             # past the next threshold up (one comparison a victim, not a class each)
             bar = bars[mine]
             # its own tenant's jobs, and (across tenants) the others' borrowing jobs
-            others = cfg.las_across_tenants and within
-            cands = [j for v, jobs in (st.victims.items() if others else ((t, st.victims.get(t, ())),)) for j in jobs
-                     if (v == t or j.id in st.borrowers) and j.priority <= head.priority
-                     and j.placement and j.gpus_per_worker and st.now - j.started_at >= cfg.min_run_before_las_preempt
-                     and attained_at(j, st.now) >= bar]
+            others = [j for j in st.borrowing_victims() if j.tenant != t and id(j) in st.victim_ids] \
+                if cfg.las_across_tenants and within else []
+            cands = [j for j in [*st.victims.get(t, ()), *others]
+                     if j.priority <= head.priority and j.placement and j.gpus_per_worker
+                     and st.now - j.started_at >= cfg.min_run_before_las_preempt and attained_at(j, st.now) >= bar]
             if not cands:
                 continue
             served = {id(j): attained_at(j, st.now) for j in cands}
@@ -352,7 +352,8 @@ class _Round:
         st.reserved = False
         cpu_only = any(j.gpus_per_worker == 0 for j in st.snap.queued)
         st.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
-        st.reported = {t for t, q in st.queues.items() if any(w.job_id == q[0].id for w in st.out.waits)}
+        waited = {w.job_id for w in st.out.waits}
+        st.reported = {t for t, q in st.queues.items() if q[0].id in waited}
         while heap:
             t = heapq.heappop(heap)[-1]
             q = st.queues[t]

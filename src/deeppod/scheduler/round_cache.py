@@ -69,6 +69,9 @@ class RoundCache:
         self._shrinkable = 0  # victims above their minimum size
         self._starts: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # tenant -> sorted (start, id, GPUs)
         self._borrowers: dict[str, set[int]] = {}
+        self._all_borrowers: set[int] = set()
+        self._victim_lists: dict[str, list[RunningJob]] = {}  # per tenant, kept until its jobs change
+        self._queues: dict[str, tuple] = {}  # tenant -> (ids, sorted queue, until, demand)
         self._off_healthy = 0  # jobs with a worker on a node that is not healthy (or not known)
 
     def derive(self, snap: Snapshot, healthy: set[str], guaranteed: dict[str, float], sick: bool) -> Derived:
@@ -92,15 +95,23 @@ class RoundCache:
             changed.add(job.tenant)
         self._jobs = now
         for t in changed:
-            self._borrowers[t] = self._borrowing(t)
+            old, new = self._borrowers.get(t, set()), self._borrowing(t)
+            self._all_borrowers -= old
+            self._all_borrowers |= new
+            self._borrowers[t] = new
+            self._victim_lists.pop(t, None)
+        lists = self._victim_lists
+        for t, js in self._victims.items():
+            if js and t not in lists:
+                lists[t] = list(js.values())
         # in the order the tenants first appear among the running jobs, as a walk of them would
         # give it: the entitlements' water-filling visits tenants in that order
         order = dict.fromkeys(map(_tenant, snap.running))
         return Derived(
             used={t: self._used[t] for t in order}, wants={t: self._wants[t] for t in order if self._wants[t]},
             busy=self._busy, stopping=self._stopping,
-            victims={t: list(js.values()) for t, js in self._victims.items() if js},
-            borrowers=set().union(*self._borrowers.values()),
+            victims={t: lists[t] for t, js in self._victims.items() if js},  # shared: the round copies one it changes
+            borrowers=self._all_borrowers,  # shared: a round only reads it
             stopping_jobs=list(self._stopping_jobs.values()), elastic=list(self._elastic.values()),
             victim_ids=set(self._victim_ids), may_shrink=self._shrinkable > 0,
             all_healthy=not sick and self._off_healthy == 0)
@@ -165,6 +176,24 @@ class RoundCache:
             return kept[3]
 
         q.sort(key=key)
+
+    def queue(self, t: str, q: list[PendingJob], now: float, cfg: Config, queue_key, key_until) -> int:
+        """Sort tenant ``t``'s queue ``q`` in place, as ``sort_queue`` would, and return the GPUs
+        it asks for (``RoundState.demand``'s part of it). Kept whole while the tenant's waiting
+        jobs are the same objects and none of their keys can change yet: then the last order
+        is this one (a deep queue that did not change costs a set of ids, not a key a job)."""
+        ids = set(map(id, q))
+        kept = self._queues.get(t)
+        if kept is not None and kept[0] == ids and now < kept[2] and cfg is self._cfg:
+            q[:] = kept[1]
+            return kept[3]
+        top = max(j.priority for j in q)
+        self.sort_queue(q, top, now, cfg, queue_key, key_until)
+        keys = self._keys
+        until = min(keys[id(j)][2] for j in q)
+        demand = sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+        self._queues[t] = (ids, list(q), until, demand, q)  # q held: the ids stay unique
+        return demand
 
     def waiting_class(self, job: PendingJob) -> int | None:
         """A queued job's class as its queue key of this round says it (None if not kept)."""

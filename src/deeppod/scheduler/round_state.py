@@ -146,6 +146,8 @@ class RoundState:
     _spans: list | None = None  # built once a round, when first asked for
     _stopping: list | None = None
     _may_shrink: bool | None = None
+    _own_victims: set[str] = field(default_factory=set)  # tenants whose victims list this round copied
+    _borrowing_victims: list[RunningJob] | None = None
     cache: RoundCache | None = None
     klass: object = None  # policy.waiting_class
 
@@ -184,27 +186,30 @@ class RoundState:
         queues: dict[str, list[PendingJob]] = defaultdict(list)
         for job in snap.queued:
             queues[job.tenant].append(job)
-        for q in queues.values():
-            top = max(j.priority for j in q)
-            if cache is not None and key_until is not None:
-                cache.sort_queue(q, top, snap.now, snap.config, queue_key, key_until)
+        asks: dict[str, int] | None = {} if cache is not None and key_until is not None else None
+        for t, q in queues.items():
+            if asks is not None:
+                asks[t] = cache.queue(t, q, snap.now, snap.config, queue_key, key_until)
             else:
+                top = max(j.priority for j in q)
                 q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
                  derived=derived, cache=cache, klass=klass)
-        st.entitled = entitlements(snap.plan, st.demand(used, wants), capacity,
+        st.entitled = entitlements(snap.plan, st.demand(used, wants, asks), capacity,
                                    cache.plan_tables(snap.plan, plan_tables)[4] if cache is not None else None)
         return st
 
-    def demand(self, used: dict[str, int], wants: dict[str, int]) -> dict[str, float]:
+    def demand(self, used: dict[str, int], wants: dict[str, int], asks: dict[str, int] | None = None
+               ) -> dict[str, float]:
         """GPUs each tenant could use: what it runs (``used``), what its elastic jobs could
-        grow by (``wants``), its queue."""
+        grow by (``wants``), its queue (``asks``, if the round cache summed it)."""
         demand: dict[str, float] = defaultdict(float)
         for t in used:
             demand[t] += used[t] + wants.get(t, 0)
         for t, q in self.queues.items():
-            demand[t] += sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+            demand[t] += asks[t] if asks is not None else sum((j.resize_to or j.top_workers) * j.gpus_per_worker
+                                                             for j in q)
         return demand
 
     def waiting_class(self, job: PendingJob) -> int:
@@ -215,6 +220,13 @@ class RoundState:
             if kept is not None:
                 return kept
         return self.klass(job, self.now, self.cfg)
+
+    def borrowing_victims(self) -> list[RunningJob]:
+        """The jobs that may be stopped and run by borrowing, as of the first time a round asks
+        (a job stopped since is no longer in ``victim_ids``: check it there)."""
+        if self._borrowing_victims is None:
+            self._borrowing_victims = [j for js in self.victims.values() for j in js if j.id in self.borrowers]
+        return self._borrowing_victims
 
     def may_shrink(self) -> bool:
         """Whether any job that may be stopped could also be shrunk (it runs above its minimum
@@ -263,6 +275,9 @@ class RoundState:
         if job.id not in self.leaving:
             self.leaving.add(job.id)
             self.left.append(job)
+        if self.derived is not None and job.tenant not in self._own_victims:  # the cache's list: copy it first
+            self.victims[job.tenant] = list(self.victims[job.tenant])
+            self._own_victims.add(job.tenant)
         self.victims[job.tenant].remove(job)
         self.victim_ids.discard(id(job))
 
