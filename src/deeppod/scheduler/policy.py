@@ -41,62 +41,13 @@ from dataclasses import replace
 
 from deeppod.scheduler.pool import FreePool
 from deeppod.scheduler.preempt import Preemption
+from deeppod.scheduler.queue_order import effective_priority, queue_key, service_class, waiting_class
 from deeppod.scheduler.round_cache import RoundCache
 from deeppod.scheduler.round_state import RoundState, borrowing_jobs, loss_key, slots
-from deeppod.scheduler.snapshot import (Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot, Start,
-                                        Wait, attained_at)
+from deeppod.scheduler.snapshot import (Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot, Start, Wait,
+                                        attained_at)
 
 __all__ = ["borrowing_jobs", "effective_priority", "queue_key", "schedule", "service_class", "waiting_class"]
-
-
-def effective_priority(job: PendingJob, now: float, aging_seconds: float) -> int:
-    if aging_seconds <= 0:
-        return job.priority
-    return job.priority + int(max(0.0, now - job.submitted_at) // aging_seconds)
-
-
-def service_class(attained: float, thresholds: tuple[float, ...]) -> int:
-    """How many attained-service thresholds (GPU-seconds) a job has passed."""
-    return sum(attained >= x for x in thresholds)
-
-
-def waiting_class(job: PendingJob, now: float, cfg: Config) -> int:
-    """A queued job's class; back to 0 once it has waited ``starve_factor`` times the
-    wall time it has run (and at least ``starve_after``) since it was last queued."""
-    c = service_class(job.attained, cfg.las_thresholds)
-    if c:
-        ran = job.attained / max(1, job.min_workers * job.gpus_per_worker)
-        since = job.queued_at if job.queued_at is not None else job.submitted_at
-        if now - since >= max(cfg.starve_after, cfg.starve_factor * ran):
-            return 0
-    return c
-
-
-def queue_key(job: PendingJob, now: float, cfg: Config, top: int) -> tuple:
-    """A tenant's queue order: priority aged up to ``top`` (the highest waiting), service
-    class, submit time."""
-    aged = min(effective_priority(job, now, cfg.aging_seconds), max(top, job.priority))
-    return -aged, waiting_class(job, now, cfg), job.submitted_at, job.id
-
-
-_MARGIN = 1e-3  # seconds: far above the rounding of a time, far below a round's spacing
-
-
-def queue_key_until(job: PendingJob, now: float, cfg: Config) -> float:
-    """A time before which ``queue_key(job, t, cfg, top)`` is the same as at ``now`` for the
-    same ``top``: the next step of its aged priority, or the moment a sunk class is lifted
-    back to 0 (a little before either, so that rounding cannot cross one)."""
-    until = math.inf
-    if cfg.aging_seconds > 0:
-        steps = max(0.0, now - job.submitted_at) // cfg.aging_seconds
-        until = job.submitted_at + (steps + 1) * cfg.aging_seconds
-    if service_class(job.attained, cfg.las_thresholds):
-        ran = job.attained / max(1, job.min_workers * job.gpus_per_worker)
-        since = job.queued_at if job.queued_at is not None else job.submitted_at
-        lifted = since + max(cfg.starve_after, cfg.starve_factor * ran)
-        if now < lifted:
-            until = min(until, lifted)
-    return until - _MARGIN
 
 
 def schedule(snap: Snapshot, cache: RoundCache | None = None) -> Decisions:
@@ -111,7 +62,7 @@ class _Round:
     round_state.RoundState); making room for a waiting job is preempt.py's."""
 
     def __init__(self, snap: Snapshot, cache: RoundCache | None = None):
-        self.st = RoundState.of(snap, queue_key, cache, queue_key_until, waiting_class)
+        self.st = RoundState.of(snap, cache)
         self.preempt = Preemption(self.st)
 
     def run(self) -> Decisions:

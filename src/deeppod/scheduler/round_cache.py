@@ -23,6 +23,7 @@ from itertools import compress
 from operator import attrgetter, is_not
 
 from deeppod.scheduler.pool import FreePool, fresh_bucket
+from deeppod.scheduler.queue_order import queue_key, queue_key_until
 from deeppod.scheduler.snapshot import Config, NodeState, PendingJob, RunningJob, Snapshot
 
 
@@ -158,7 +159,7 @@ class RoundCache:
             self._plan, self._tables = plan, build(plan)
         return self._tables
 
-    def sort_queue(self, q: list[PendingJob], top: int, now: float, cfg: Config, queue_key, key_until) -> None:
+    def _sort_queue(self, q: list[PendingJob], top: int, now: float, cfg: Config) -> None:
         """``q.sort(key=queue_key)``, with each job's key kept until it can change (its aged
         priority steps, its class is lifted, or its tenant's top priority moves): computing
         the keys of thousands of waiting jobs was a third of a deep-queue round. The keys
@@ -172,13 +173,13 @@ class RoundCache:
         def key(job: PendingJob):
             kept = keys.get(id(job))
             if kept is None or kept[0] is not job or kept[1] != top or now >= kept[2]:
-                kept = keys[id(job)] = (job, top, key_until(job, now, cfg), queue_key(job, now, cfg, top))
+                kept = keys[id(job)] = (job, top, queue_key_until(job, now, cfg), queue_key(job, now, cfg, top))
             return kept[3]
 
         q.sort(key=key)
 
-    def queue(self, t: str, q: list[PendingJob], now: float, cfg: Config, queue_key, key_until) -> int:
-        """Sort tenant ``t``'s queue ``q`` in place, as ``sort_queue`` would, and return the GPUs
+    def queue(self, t: str, q: list[PendingJob], now: float, cfg: Config) -> int:
+        """Sort tenant ``t``'s queue ``q`` in place, as ``_sort_queue`` would, and return the GPUs
         it asks for (``RoundState.demand``'s part of it). Kept whole while the tenant's waiting
         jobs are the same objects and none of their keys can change yet: then the last order
         is this one (a deep queue that did not change costs a set of ids, not a key a job)."""
@@ -188,7 +189,7 @@ class RoundCache:
             q[:] = kept[1]
             return kept[3]
         top = max(j.priority for j in q)
-        self.sort_queue(q, top, now, cfg, queue_key, key_until)
+        self._sort_queue(q, top, now, cfg)
         keys = self._keys
         until = min(keys[id(j)][2] for j in q)
         demand = sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)

@@ -11,6 +11,7 @@ from operator import attrgetter
 
 from deeppod.scheduler.plan import entitlements, flat_plan
 from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.queue_order import queue_key, waiting_class
 from deeppod.scheduler.round_cache import Derived, RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
 
@@ -149,11 +150,9 @@ class RoundState:
     _own_victims: set[str] = field(default_factory=set)  # tenants whose victims list this round copied
     _borrowing_victims: list[RunningJob] | None = None
     cache: RoundCache | None = None
-    klass: object = None  # policy.waiting_class
 
     @classmethod
-    def of(cls, snap: Snapshot, queue_key, cache: RoundCache | None = None, key_until=None,
-           klass=None) -> RoundState:
+    def of(cls, snap: Snapshot, cache: RoundCache | None = None) -> RoundState:
         if cache is not None:
             pool, healthy, sick = cache.pool(snap.nodes)
         else:
@@ -186,16 +185,16 @@ class RoundState:
         queues: dict[str, list[PendingJob]] = defaultdict(list)
         for job in snap.queued:
             queues[job.tenant].append(job)
-        asks: dict[str, int] | None = {} if cache is not None and key_until is not None else None
+        asks: dict[str, int] | None = {} if cache is not None else None
         for t, q in queues.items():
             if asks is not None:
-                asks[t] = cache.queue(t, q, snap.now, snap.config, queue_key, key_until)
+                asks[t] = cache.queue(t, q, snap.now, snap.config)
             else:
                 top = max(j.priority for j in q)
                 q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
-                 derived=derived, cache=cache, klass=klass)
+                 derived=derived, cache=cache)
         st.entitled = entitlements(snap.plan, st.demand(used, wants, asks), capacity,
                                    cache.plan_tables(snap.plan, plan_tables)[4] if cache is not None else None)
         return st
@@ -213,13 +212,13 @@ class RoundState:
         return demand
 
     def waiting_class(self, job: PendingJob) -> int:
-        """policy.waiting_class of a queued job at this round's time: read from the queue key
-        the round cache kept for it, if there is one."""
+        """``queue_order.waiting_class`` of a queued job at this round's time: read from the
+        queue key the round cache kept for it, if there is one."""
         if self.cache is not None:
             kept = self.cache.waiting_class(job)
             if kept is not None:
                 return kept
-        return self.klass(job, self.now, self.cfg)
+        return waiting_class(job, self.now, self.cfg)
 
     def borrowing_victims(self) -> list[RunningJob]:
         """The jobs that may be stopped and run by borrowing, as of the first time a round asks
