@@ -128,6 +128,29 @@ async def readers(url: str, headers: dict, clients: int, seconds: float, ids: in
     return tally
 
 
+async def storm(url: str, headers: dict, clients: int, waves: int, ids: int) -> tuple[Tally, float]:
+    """A thundering start: ``clients`` new connections in the same instant (a class opening
+    the console at 9:00, a search's workers starting together), each asking for a job;
+    ``waves`` times, a new connection each. The time counts from before the connection is
+    made to the answer; also returned: the seconds the waves took."""
+    tally, took = Tally(), 0.0
+
+    async def one(go: asyncio.Event) -> None:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as c:
+            await go.wait()
+            await _get(c, tally, f"/v1/jobs/{random.randint(1, ids)}")
+
+    for _ in range(waves):
+        go = asyncio.Event()
+        tasks = [asyncio.create_task(one(go)) for _ in range(clients)]
+        await asyncio.sleep(0.2)  # every client is set up and waiting
+        began = time.perf_counter()
+        go.set()
+        await asyncio.gather(*tasks)
+        took += time.perf_counter() - began
+    return tally, took
+
+
 async def submitters(url: str, headers: dict, clients: int, total: int) -> tuple[Tally, float]:
     tally = Tally()
     left = [total]
@@ -227,7 +250,8 @@ def run_database(kind: str, a) -> dict:
     drop = None
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
-        env = {"DEEPPOD_RECONCILE_INTERVAL": "0.5"}  # the default (tests' servers poll faster)
+        env = {"DEEPPOD_RECONCILE_INTERVAL": "0.5",  # the default (tests' servers poll faster)
+               **dict(kv.split("=", 1) for kv in a.server_env)}
         if kind == "postgresql":
             db_url, drop = pg_database()
             env["DEEPPOD_DATABASE_URL"] = db_url
@@ -249,21 +273,32 @@ def run_database(kind: str, a) -> dict:
                     print(row(f"deeppod {_load(level, think)} (round {n + 1})", t, a.seconds), flush=True)
                     print(row("  /healthz meanwhile", probe, a.seconds), flush=True)
                     out[("deeppod", level, think, n)] = t
-            before = leader_changes(server.output)
-            cpu = process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])
-            (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
-            print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
-            ms = [1000 * (now - was) / max(1, len(t.times)) for now, was in
-                  zip((process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])), cpu)]
-            print(f"  CPU per submit: server {ms[0]:.1f} ms, postgres {ms[1]:.1f} ms, load generator {ms[2]:.1f} ms",
-                  flush=True)
-            print(row("  /healthz meanwhile", probe, took), flush=True)
-            changes = leader_changes(server.output) - before
-            print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}", flush=True)
-            out["submits"] = (len(t.times) / took, t.errors, changes)
+            if a.storm:
+                (t, took), probe = asyncio.run(with_probe(server.url, storm(server.url, headers, a.storm,
+                                                                            a.rounds * 3, a.jobs)))
+                print(row(f"deeppod {a.storm} connecting at once ({a.rounds * 3} waves)", t, took), flush=True)
+                print(row("  /healthz meanwhile", probe, took), flush=True)
+                out["storm"] = t
+            if a.submits:
+                before = leader_changes(server.output)
+                cpu = process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])
+                (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
+                print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
+                ms = [1000 * (now - was) / max(1, len(t.times)) for now, was in
+                      zip((process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])), cpu)]
+                print(f"  CPU per submit: server {ms[0]:.1f} ms, postgres {ms[1]:.1f} ms, load generator {ms[2]:.1f} ms",
+                      flush=True)
+                print(row("  /healthz meanwhile", probe, took), flush=True)
+                changes = leader_changes(server.output) - before
+                print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}", flush=True)
+                out["submits"] = (len(t.times) / took, t.errors, changes)
         finally:
             server.stop()
             server.cleanup_jobs()
+        if a.no_floor:
+            if drop:
+                drop()
+            return out
         port = free_port()
         floor = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "api_floor.py"), db_url, str(port),
                                   str(home / "secret.key")])
@@ -280,6 +315,10 @@ def run_database(kind: str, a) -> dict:
                     t = asyncio.run(readers(url, {}, level, a.seconds, a.jobs, think))
                     print(row(f"floor {_load(level, think)} (round {n + 1})", t, a.seconds), flush=True)
                     out[("floor", level, think, n)] = t
+            if a.storm:
+                t, took = asyncio.run(storm(url, {}, a.storm, a.rounds * 3, a.jobs))
+                print(row(f"floor {a.storm} connecting at once ({a.rounds * 3} waves)", t, took), flush=True)
+                out["floor storm"] = t
         finally:
             floor.terminate()
             floor.wait()
@@ -294,6 +333,10 @@ def run_database(kind: str, a) -> dict:
             print(f"   {_load(level, think)}: throughput {rate:.2f} of the floor's; p95 {p95:.2f}x the floor's; "
                   f"deeppod p95 {statistics.mean(t.p(0.95) for t in ours):.0f} ms, errors "
                   f"{sum(t.errors for t in ours)}, 503 {sum(t.shed for t in ours)}")
+        if a.storm:
+            ours, base = out["storm"], out["floor storm"]
+            print(f"   {a.storm} connecting at once: p95 {ours.p(0.95):.0f} ms ({ours.p(0.95) / base.p(0.95):.2f}x the "
+                  f"floor's), max {ours.p(1.0):.0f} ms, errors {ours.errors}, 503 {ours.shed}")
         return out
 
 
@@ -429,6 +472,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--submits", type=int, default=1500)
+    ap.add_argument("--storm", type=int, default=100, help="clients connecting in the same instant (0: none)")
+    ap.add_argument("--server-env", action="append", default=[], metavar="DEEPPOD_X=V",
+                    help="a setting for the DeepPod server (repeatable), e.g. DEEPPOD_API_CONCURRENCY=8")
+    ap.add_argument("--no-floor", action="store_true", help="measure DeepPod only (settings compared side by side)")
     ap.add_argument("--databases", default="sqlite,postgresql")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of 30 console users and a 16-way search")
     a = ap.parse_args()

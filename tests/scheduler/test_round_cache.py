@@ -98,3 +98,35 @@ def test_the_kept_free_pool_is_the_pool_a_round_would_build_and_places_alike():
         for gpw, workers in ((1, 3), (2, 2), (8, 1), (4, 5), (1, 40)):
             assert kept.place(workers, gpw) == fresh.place(workers, gpw)
         assert kept.free == fresh.free
+
+
+def test_what_the_cache_knows_of_a_tenants_jobs_holds_only_until_time_or_a_change_moves_it():
+    """The cache remembers, per tenant, when its running jobs could first be taken by least
+    attained service, their lowest priority, and how many GPUs its queue's head class needs;
+    the rows stay the same objects round after round while the clock moves. A job that grows
+    old enough and served enough is taken at the first round it may be, and a new head of a
+    higher priority preempts at once: with the cache as without it."""
+    from deeppod.scheduler import Config, NodeState, PendingJob, Snapshot, WorkerPlacement
+
+    cfg = Config(las_thresholds=(3600.0, 36000.0), min_run_before_las_preempt=600.0)
+    nodes = (NodeState("n", (), 64.0, 1 << 20, True, total_gpus=2),)
+    mine = [RunningJob(i, "a", (WorkerPlacement(0, "n", (i - 1,), 0.0, 0),), 1, 1, 1, 0, True, 1000.0,
+                       attained=1000.0 * i, attained_since=1000.0) for i in (1, 2)]
+    head = PendingJob(10, "a", 1, 1, 0.0, 0, 0, 900.0)
+    cache = RoundCache()
+    taken_at = None
+    # job 2 reaches 3,600 GPU-seconds at 2,600 s; both have run 600 s at 1,600 s
+    for now in (1000.0, 1500.0, 1599.0, 2000.0, 2599.0, 2600.5, 2700.0):
+        s = Snapshot(nodes, (head,), tuple(mine), Plan(), now, cfg)
+        d = schedule(s, cache)
+        assert d == schedule(s)
+        if d.preempts and taken_at is None:
+            taken_at = now
+            assert [p.job_id for p in d.preempts] == [2]
+            assert d.preempts[0].reason.startswith("least attained service")
+    assert taken_at == 2600.5
+    # the same rows, a head of a higher priority: priority preemption, not held back by what was known
+    urgent = PendingJob(11, "a", 1, 1, 0.0, 0, 5, 2700.0)
+    s = Snapshot(nodes, (head, urgent), tuple(mine), Plan(), 2700.0, cfg)
+    d = schedule(s, cache)
+    assert d == schedule(s) and d.preempts and "higher priority" in d.preempts[0].reason

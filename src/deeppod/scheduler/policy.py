@@ -184,6 +184,8 @@ class _Round:
             need = head.min_workers * head.gpus_per_worker
             if need == 0 or st.avail() + st.held_for[t] >= need:
                 continue
+            if st.cache is not None and st.cache.lowest_priority(t, st.victims.get(t, ())) >= head.priority:
+                continue  # none of its jobs has a lower priority (then nothing below happens)
             lower = sorted((j for j in st.victims.get(t, []) if j.priority < head.priority),
                            key=lambda j: (j.priority, *loss_key(j, st.now)))
             short, chosen = need - st.avail() - st.held_for[t], []
@@ -208,14 +210,26 @@ class _Round:
         have it, for as many as can, the head at least."""
         st = self.st
         tenants, cfg = st.tenants, st.cfg
-        needs = {t: self._las_need(t) for t in st.queues}
-        blocked = {t: self._start_rank(t) for t in st.queues
-                   if 0 < needs[t] and st.avail() + st.held_for[t] < needs[t]}
+        # a tenant is blocked when the GPUs for its head and the jobs of its class behind it
+        # (``_las_need``: up to ``las_jobs_per_round`` of them) are not there; where even the
+        # head's are not, it is blocked without counting the rest (most tenants, most rounds)
+        needs: dict[str, int] = {}
+        blocked: dict[str, tuple] = {}
+        avail = st.avail()
+        for t, q in st.queues.items():
+            head_need = q[0].min_workers * q[0].gpus_per_worker
+            if head_need <= 0:
+                continue  # no GPUs asked, nothing to take (and then no jobs behind it count)
+            if head_need <= avail + st.held_for[t]:
+                needs[t] = self._las_need(t)
+                if needs[t] <= avail + st.held_for[t]:
+                    continue
+            blocked[t] = self._start_rank(t)
         bars = sorted(cfg.las_thresholds)
         for t in sorted(blocked, key=blocked.get):
             head = st.queues[t][0]
             per_worker = head.gpus_per_worker
-            need, head_need = needs[t], head.min_workers * per_worker
+            head_need = head.min_workers * per_worker
             # workers of several GPUs need whole nodes cleared: they wait for a reservation
             # instead, so that clearing nodes for them does not leave GPUs idle meanwhile
             if per_worker != 1:
@@ -223,6 +237,7 @@ class _Round:
             mine = st.waiting_class(head)
             if mine >= len(bars):
                 continue  # no class above the head's
+            need = needs[t] if t in needs else self._las_need(t)
             within = tenants.usage[t] + head_need <= max(tenants.guaranteed[t], st.entitled.get(t, 0)) + 1e-9
             # a class above ``mine`` is more than ``mine`` thresholds passed: attained at or
             # past the next threshold up (one comparison a victim, not a class each)
@@ -230,6 +245,9 @@ class _Round:
             # its own tenant's jobs, and (across tenants) the others' borrowing jobs
             others = [j for j in st.borrowing_victims() if j.tenant != t and id(j) in st.victim_ids] \
                 if cfg.las_across_tenants and within else []
+            if not others and st.cache is not None and st.now < st.cache.las_ready_at(
+                    t, st.victims.get(t, ()), bar, head.priority, cfg.min_run_before_las_preempt) - 1e-3:
+                continue  # none of its own jobs passes the filter below yet (1 ms: rounding)
             cands = [j for j in [*st.victims.get(t, ()), *others]
                      if j.priority <= head.priority and j.placement and j.gpus_per_worker
                      and st.now - j.started_at >= cfg.min_run_before_las_preempt and attained_at(j, st.now) >= bar]
@@ -282,6 +300,9 @@ class _Round:
         same priority and class (up to ``las_jobs_per_round`` jobs)."""
         st = self.st
         cfg = st.cfg
+        memo = st.cache.queue_memo(t, st.queues[t]) if st.cache is not None else None
+        if memo is not None and ("las", cfg.las_jobs_per_round) in memo:
+            return memo["las", cfg.las_jobs_per_round]  # the same order and classes: the same count
         head, *rest = st.queues[t][:max(1, cfg.las_jobs_per_round)]
         need = head.min_workers * head.gpus_per_worker
         if head.gpus_per_worker == 1:
@@ -290,6 +311,8 @@ class _Round:
                 if j.gpus_per_worker != 1 or j.priority != head.priority or st.waiting_class(j) != mine:
                     break
                 need += j.min_workers
+        if memo is not None:
+            memo["las", cfg.las_jobs_per_round] = need
         return need
 
     def starts(self) -> None:
@@ -301,18 +324,25 @@ class _Round:
         heapq.heapify(heap)
         pos = {t: 0 for t in st.queues}
         st.reserved = False
-        cpu_only = any(j.gpus_per_worker == 0 for j in st.snap.queued)
+        cpu_only = st.cpu_only
         st.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
         waited = {w.job_id for w in st.out.waits}
         st.reported = {t for t, q in st.queues.items() if q[0].id in waited}
         while heap:
             t = heapq.heappop(heap)[-1]
             q = st.queues[t]
+            least = st.cache.least_needs(t, q) if st.cache is not None else None
             while pos[t] < len(q):
                 job = q[pos[t]]
                 pos[t] += 1
                 if self._try_start(t, job):
                     heapq.heappush(heap, self._start_rank(t, pos[t]))
+                    break
+                # none of the rest can start when each asks for more GPUs than the tenant may
+                # use (_try_start's first test; only a held node given back could change that)
+                # and its first waiting job has been told why (no reason is left to give)
+                if least is not None and pos[t] < len(q) and least[pos[t]] > max(0.0, st.free_for(t)) \
+                        and t in st.reported and t not in st.node_hold:
                     break
             if st.pool.total_free <= 0 and not cpu_only and not st.node_hold:
                 break

@@ -17,9 +17,10 @@ from it; the simulator keeps its rows and passes one.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, filterfalse
 from operator import attrgetter, is_not
 
 from deeppod.scheduler.pool import FreePool, fresh_bucket
@@ -63,6 +64,7 @@ class RoundCache:
         self._used: dict[str, int] = defaultdict(int)
         self._wants: dict[str, int] = defaultdict(int)
         self._busy = self._stopping = 0
+        self._running_tenants: dict[str, int] = {}  # tenant -> its running jobs (those with one)
         self._victims: dict[str, dict[int, RunningJob]] = defaultdict(dict)
         self._stopping_jobs: dict[int, RunningJob] = {}
         self._elastic: dict[int, RunningJob] = {}
@@ -72,7 +74,11 @@ class RoundCache:
         self._borrowers: dict[str, set[int]] = {}
         self._all_borrowers: set[int] = set()
         self._victim_lists: dict[str, list[RunningJob]] = {}  # per tenant, kept until its jobs change
-        self._queues: dict[str, tuple] = {}  # tenant -> (ids, sorted queue, until, demand)
+        self._queued: dict[int, PendingJob] = {}  # id(job) -> job, the waiting jobs as of the last round
+        self._waiting: dict[str, dict[int, PendingJob]] = {}  # tenant -> its waiting jobs (id -> job)
+        self._cpu_only = 0  # waiting jobs that ask for no GPU
+        self._queues: dict[str, tuple] = {}  # tenant -> (sorted queue, until, demand, memo)
+        self._victim_facts: dict[str, tuple] = {}  # tenant -> (its victims list, what is known of it)
         self._off_healthy = 0  # jobs with a worker on a node that is not healthy (or not known)
 
     def derive(self, snap: Snapshot, healthy: set[str], guaranteed: dict[str, float], sick: bool) -> Derived:
@@ -84,8 +90,10 @@ class RoundCache:
             self.rebuilds += 1
         else:
             self.updates += 1
-        gone = self._jobs.keys() - now.keys()
-        came = [now[k] for k in now.keys() - self._jobs.keys()]
+        old = self._jobs
+        came = [now[k] for k in filterfalse(old.__contains__, now)]  # in the snapshot's order
+        # the jobs gone are looked for only if some are (every old one is still here otherwise)
+        gone = list(filterfalse(now.__contains__, old)) if len(now) - len(came) != len(old) else ()
         changed: set[str] = set()
         for k in gone:
             job = self._jobs[k]
@@ -105,16 +113,20 @@ class RoundCache:
         for t, js in self._victims.items():
             if js and t not in lists:
                 lists[t] = list(js.values())
-        # in the order the tenants first appear among the running jobs, as a walk of them would
-        # give it: the entitlements' water-filling visits tenants in that order
-        order = dict.fromkeys(map(_tenant, snap.running))
+        # the tenants that run: in the order they first appear among the running jobs, as a walk
+        # of them gives it, where a tenant the plan does not name runs (the entitlements put
+        # those in that order); else in any order (they take the plan's: a walk saved a round)
+        order = self._running_tenants
+        if any(t not in guaranteed for t in order):
+            order = dict.fromkeys(map(_tenant, snap.running))
         return Derived(
             used={t: self._used[t] for t in order}, wants={t: self._wants[t] for t in order if self._wants[t]},
             busy=self._busy, stopping=self._stopping,
             victims={t: lists[t] for t, js in self._victims.items() if js},  # shared: the round copies one it changes
             borrowers=self._all_borrowers,  # shared: a round only reads it
             stopping_jobs=list(self._stopping_jobs.values()), elastic=list(self._elastic.values()),
-            victim_ids=set(self._victim_ids), may_shrink=self._shrinkable > 0,
+            victim_ids=self._victim_ids,  # shared: a round copies it before it stops a job (RoundState.stop)
+            may_shrink=self._shrinkable > 0,
             all_healthy=not sick and self._off_healthy == 0)
 
     def pool(self, nodes: tuple[NodeState, ...]) -> tuple[FreePool, set[str], bool]:
@@ -178,23 +190,109 @@ class RoundCache:
 
         q.sort(key=key)
 
-    def queue(self, t: str, q: list[PendingJob], now: float, cfg: Config) -> int:
-        """Sort tenant ``t``'s queue ``q`` in place, as ``_sort_queue`` would, and return the GPUs
-        it asks for (``RoundState.demand``'s part of it). Kept whole while the tenant's waiting
-        jobs are the same objects and none of their keys can change yet: then the last order
-        is this one (a deep queue that did not change costs a set of ids, not a key a job)."""
-        ids = set(map(id, q))
+    def queues(self, snap: Snapshot) -> tuple[dict[str, list[PendingJob]], dict[str, int], bool]:
+        """Each tenant's waiting jobs in queue order, as sorting by ``queue_key`` gives them
+        (tenants in the order they first appear among ``snap.queued``, as a walk of it gives
+        them), the GPUs each queue asks for (``RoundState.demand``'s part of it), and whether a
+        job asks for no GPU. A tenant's sorted queue is kept while its waiting jobs are the
+        same objects and none of their keys can change yet: a deep queue that did not change
+        costs nothing but finding that none of its jobs came or went. The lists are the
+        cache's: a round reads them and does not change them."""
+        queued, now, cfg = snap.queued, snap.now, snap.config
+        if cfg is not self._cfg:
+            self._queues.clear()
+        old, waiting, kept_queues = self._queued, self._waiting, self._queues
+        cur = dict(zip(map(id, queued), queued))
+        came = [cur[k] for k in filterfalse(old.__contains__, cur)]  # in the snapshot's order
+        gone = [old[k] for k in filterfalse(cur.__contains__, old)] if len(cur) - len(came) != len(old) else ()
+        for j in gone:
+            jobs = waiting[j.tenant]
+            del jobs[id(j)]
+            if not jobs:
+                del waiting[j.tenant]
+            kept_queues.pop(j.tenant, None)
+            self._cpu_only -= j.gpus_per_worker == 0
+        for j in came:
+            waiting.setdefault(j.tenant, {})[id(j)] = j
+            kept_queues.pop(j.tenant, None)
+            self._cpu_only += j.gpus_per_worker == 0
+        self._queued = cur
+        queues: dict[str, list[PendingJob]] = {}
+        asks: dict[str, int] = {}
+        for t in dict.fromkeys(map(_tenant, queued)):
+            kept = kept_queues.get(t)
+            if kept is None or now >= kept[1]:
+                q = list(waiting[t].values())
+                self._sort_queue(q, max(j.priority for j in q), now, cfg)
+                keys = self._keys
+                until = min(keys[id(j)][2] for j in q)
+                demand = sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+                kept = kept_queues[t] = (q, until, demand, {})  # the list holds its jobs: their ids stay unique
+            queues[t], asks[t] = kept[0], kept[2]
+        return queues, asks, self._cpu_only > 0
+
+    def queue_memo(self, t: str, q: list[PendingJob]) -> dict | None:
+        """What the round worked out from tenant ``t``'s queue ``q`` (its order and its jobs'
+        classes, nothing else), kept with the sorted queue while it holds; None if ``q`` is not
+        the list :meth:`queues` gave for ``t`` this round."""
         kept = self._queues.get(t)
-        if kept is not None and kept[0] == ids and now < kept[2] and cfg is self._cfg:
-            q[:] = kept[1]
-            return kept[3]
-        top = max(j.priority for j in q)
-        self._sort_queue(q, top, now, cfg)
-        keys = self._keys
-        until = min(keys[id(j)][2] for j in q)
-        demand = sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
-        self._queues[t] = (ids, list(q), until, demand, q)  # q held: the ids stay unique
-        return demand
+        return kept[3] if kept is not None and kept[0] is q else None
+
+    def least_needs(self, t: str, q: list[PendingJob]) -> list[int] | None:
+        """For tenant ``t``'s queue ``q`` as :meth:`queue` sorted it this round: at each position,
+        the fewest GPUs any job from there on asks to start with (None if ``q`` is not that
+        list). A walk of the queue that can start none of the rest stops there instead of
+        trying each (policy.starts)."""
+        memo = self.queue_memo(t, q)
+        if memo is None:
+            return None
+        if "least" not in memo:
+            least, out = 1 << 62, [0] * len(q)
+            for i in range(len(q) - 1, -1, -1):
+                least = out[i] = min(least, q[i].min_workers * q[i].gpus_per_worker)
+            memo["least"] = out
+        return memo["least"]
+
+    def las_ready_at(self, t: str, victims: list[RunningJob], bar: float, priority: int, min_run: float) -> float:
+        """The earliest time one of ``victims`` (tenant ``t``'s jobs that may be stopped) could be
+        taken by least attained service for a head of ``priority``: run ``min_run`` seconds,
+        attained service at ``bar`` (policy.least_attained's filter, solved for the time). Kept
+        while the list is the same object (the cache hands out one per tenant until its jobs
+        change; a round copies one it changes). Tenants blocked round after round whose jobs
+        are all too young or too little served cost one comparison, not a walk of their jobs."""
+        facts = self._about(t, victims)
+        key = ("las", bar, priority, min_run)
+        if key in facts:
+            return facts[key]
+        at = math.inf
+        for j in victims:
+            if j.priority > priority or not j.placement or not j.gpus_per_worker:
+                continue
+            if j.attained >= bar:
+                reach = -math.inf
+            elif j.attained_since is None:
+                continue  # its service does not grow
+            else:
+                reach = j.attained_since + (bar - j.attained) / (len(j.placement) * j.gpus_per_worker)
+            at = min(at, max(j.started_at + min_run, reach))
+        facts[key] = at
+        return at
+
+    def lowest_priority(self, t: str, victims: list[RunningJob]) -> float:
+        """The lowest priority among ``victims`` (tenant ``t``'s jobs that may be stopped; inf if
+        none), kept as :meth:`las_ready_at` is: a head preempts within its tenant only jobs
+        of a lower priority, and most tenants have none."""
+        facts = self._about(t, victims)
+        if "lowest" not in facts:
+            facts["lowest"] = min((j.priority for j in victims), default=math.inf)
+        return facts["lowest"]
+
+    def _about(self, t: str, victims: list[RunningJob]) -> dict:
+        """What is known of tenant ``t``'s victims list while it is the same object."""
+        kept = self._victim_facts.get(t)
+        if kept is None or kept[0] is not victims:
+            kept = self._victim_facts[t] = (victims, {})
+        return kept[1]
 
     def waiting_class(self, job: PendingJob) -> int | None:
         """A queued job's class as its queue key of this round says it (None if not kept)."""
@@ -207,6 +305,9 @@ class RoundCache:
         gpus = len(placement) * job.gpus_per_worker
         on_healthy = sum(len(w.gpus) for w in placement if w.node in healthy)
         self._used[t] += sign * gpus
+        n = self._running_tenants[t] = self._running_tenants.get(t, 0) + sign
+        if not n:
+            del self._running_tenants[t]
         self._busy += sign * on_healthy
         if not all(w.node in healthy for w in placement):
             self._off_healthy += sign

@@ -150,21 +150,23 @@ class RoundState:
     _own_victims: set[str] = field(default_factory=set)  # tenants whose victims list this round copied
     _borrowing_victims: list[RunningJob] | None = None
     cache: RoundCache | None = None
+    cpu_only: bool = False  # a waiting job asks for no GPU
 
     @classmethod
     def of(cls, snap: Snapshot, cache: RoundCache | None = None) -> RoundState:
-        if cache is not None:
-            pool, healthy, sick = cache.pool(snap.nodes)
-        else:
-            pool, healthy = FreePool(snap.nodes), {n.name for n in snap.nodes if n.healthy}
-        tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)),
-                              cache.plan_tables(snap.plan, plan_tables) if cache is not None else None)
         running = list(snap.running)
         derived = None
         if cache is not None:
-            derived = cache.derive(snap, healthy, tenants.guaranteed, sick)
+            pool, healthy, sick = cache.pool(snap.nodes)
+            tables = cache.plan_tables(snap.plan, plan_tables)
+            # the plan's guarantees: a tenant it does not name has none (TenantUsage gives it 0)
+            derived = cache.derive(snap, healthy, tables[1], sick)
             used, wants, busy, stopping = derived.used, derived.wants, derived.busy, derived.stopping
+            queues, asks, cpu_only = cache.queues(snap)
+            tenants = TenantUsage(snap, set(queues) | used.keys(), tables)
         else:
+            pool, healthy = FreePool(snap.nodes), {n.name for n in snap.nodes if n.healthy}
+            tenants = TenantUsage(snap, set(map(_tenant, snap.queued)) | set(map(_tenant, snap.running)))
             # one walk of the running jobs (thousands, every round): per tenant first, then the
             # plan's chain once per tenant; whole GPUs, so the sums are exact in any order
             stopping, busy = 0, 0
@@ -179,24 +181,21 @@ class RoundState:
                     stopping += on_healthy
                 elif job.max_workers > len(placement):
                     wants[job.tenant] += (job.max_workers - len(placement)) * per
+            queues = defaultdict(list)
+            for job in snap.queued:
+                queues[job.tenant].append(job)
+            for t, q in queues.items():
+                top = max(j.priority for j in q)
+                q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
+            queues, asks, cpu_only = dict(queues), None, any(j.gpus_per_worker == 0 for j in snap.queued)
         for t, gpus in used.items():
             tenants.add(t, gpus)
         capacity = pool.total_free + busy
-        queues: dict[str, list[PendingJob]] = defaultdict(list)
-        for job in snap.queued:
-            queues[job.tenant].append(job)
-        asks: dict[str, int] | None = {} if cache is not None else None
-        for t, q in queues.items():
-            if asks is not None:
-                asks[t] = cache.queue(t, q, snap.now, snap.config)
-            else:
-                top = max(j.priority for j in q)
-                q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
         st = cls(snap=snap, cfg=snap.config, now=snap.now, out=Decisions(), pool=pool, healthy=healthy,
                  tenants=tenants, running=running, queues=queues, capacity=capacity, stopping_gpus=float(stopping),
-                 derived=derived, cache=cache)
+                 derived=derived, cache=cache, cpu_only=cpu_only)
         st.entitled = entitlements(snap.plan, st.demand(used, wants, asks), capacity,
-                                   cache.plan_tables(snap.plan, plan_tables)[4] if cache is not None else None)
+                                   tables[4] if cache is not None else None)
         return st
 
     def demand(self, used: dict[str, int], wants: dict[str, int], asks: dict[str, int] | None = None
@@ -278,6 +277,8 @@ class RoundState:
             self.victims[job.tenant] = list(self.victims[job.tenant])
             self._own_victims.add(job.tenant)
         self.victims[job.tenant].remove(job)
+        if self.derived is not None and self.victim_ids is self.derived.victim_ids:  # the cache's set: copy it first
+            self.victim_ids = set(self.victim_ids)
         self.victim_ids.discard(id(job))
 
     def shrink(self, job: RunningJob, new: int, why: str) -> None:

@@ -21,7 +21,7 @@ import math
 import random
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -193,6 +193,9 @@ class Simulator:
         self.g = {n.name: n.guaranteed for n, _, _ in plan.walk() if not n.children}
         self.usage: dict[str, int] = defaultdict(int)
         self.queued: dict[int, _Job] = {}
+        # per tenant, how many of its queued jobs ask for each number of GPUs (_starved reads
+        # the least of them every event: a walk of thousands of queued jobs otherwise)
+        self._needs: dict[str, Counter] = defaultdict(Counter)
         self.running: dict[int, _Job] = {}
         self.events: list = []
         self.seq = 0
@@ -234,11 +237,27 @@ class Simulator:
 
     def _starved(self) -> set[str]:
         """Tenants below their guarantee with a queued job that fits in it."""
-        need: dict[str, int] = {}
-        for j in self.queued.values():
-            n = j.min_w * j.gpw
-            need[j.t.tenant] = min(need.get(j.t.tenant, n), n)
-        return {t for t, n in need.items() if self.usage[t] < self.g.get(t, 0) and self.usage[t] + n <= self.g.get(t, 0)}
+        out = set()
+        for t, needs in self._needs.items():
+            g, used = self.g.get(t, 0), self.usage[t]
+            if used < g and used + min(needs) <= g:
+                out.add(t)
+        return out
+
+    def _enqueue(self, j: _Job) -> None:
+        self.queued[j.t.id] = j
+        self._needs[j.t.tenant][j.min_w * j.gpw] += 1
+
+    def _dequeue(self, job_id: int) -> _Job:
+        j = self.queued.pop(job_id)
+        needs = self._needs[j.t.tenant]
+        n = j.min_w * j.gpw
+        needs[n] -= 1
+        if not needs[n]:
+            del needs[n]
+            if not needs:
+                del self._needs[j.t.tenant]
+        return j
 
     def _stale(self, j: _Job) -> None:
         """``j``'s rows no longer say what it is: the next snapshot builds them again."""
@@ -323,7 +342,7 @@ class Simulator:
                 self.preemptions += 1
             self._push(now + self.cfg.stop_delay, "stopped", j.t.id, j.version)
         for s in d.starts:
-            j = self.queued.pop(s.job_id)
+            j = self._dequeue(s.job_id)
             for w in s.placement:
                 self.free[w.node].difference_update(w.gpus)
                 self._changed.add(w.node)
@@ -370,7 +389,7 @@ class Simulator:
                 if kind == "arrive":
                     j.state, j.queued_at = "queued", now
                     self._stale(j)
-                    self.queued[jid] = j
+                    self._enqueue(j)
                     need = j.min_w * j.gpw
                     j.within_guarantee = self.usage[j.t.tenant] + need <= self.g.get(j.t.tenant, 0)
                 elif kind == "done" and ver == j.version and j.state == "running":
@@ -381,7 +400,7 @@ class Simulator:
                     j.state, j.queued_at = "queued", now
                     self._stale(j)
                     j.restarts += 1
-                    self.queued[jid] = j
+                    self._enqueue(j)
                 elif kind == "tick":
                     tick_pending = False
             # as the control plane (jobs/controller.py): no round while nothing waits and no
