@@ -8,7 +8,7 @@ PostgreSQL (--database-url):
   (a request, then --think seconds; the console polls every 2-5 s) at --levels, and back to
   back (as fast as answers come: what the machine can serve) at --saturate;
 - submitters: 16 concurrent clients submitting jobs (queued behind the one GPU);
-- /healthz probed 20 times a second throughout;
+- /healthz probed 20 times a second throughout, from a process of its own (--probe);
 - the floor: a bare FastAPI + SQLAlchemy app (benchmarks/api_floor.py) doing the same two
   queries on the same database under the same reader load; the ratio is printed.
 
@@ -173,8 +173,56 @@ async def submitters(url: str, headers: dict, clients: int, total: int) -> tuple
     return tally, time.perf_counter() - began
 
 
+PROBE = "process"  # --probe: where /healthz is asked from
+
+
 async def with_probe(url: str, work):
-    """Run ``work`` while /healthz is asked 20 times a second; (work's result, the probe's tally)."""
+    """Run ``work`` while /healthz is asked 20 times a second; (work's result, the probe's tally).
+
+    The probe runs in a process of its own (``--probe process``, the default), as a load
+    balancer's health check does: asked from the load generator's own event loop (``--probe
+    loop``, the figures before session 12), its times also held the generator's wait for
+    its loop, busy with 100 clients of its own."""
+    if PROBE == "loop":
+        return await _with_loop_probe(url, work)
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe-only", url,
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    await proc.stdout.readline()  # "ready": its first answer is had
+    try:
+        result = await work
+    finally:
+        proc.stdin.close()
+        out, _ = await proc.communicate()
+    probe = Tally()
+    for line in out.decode().splitlines():
+        status, seconds, why = line.split(" ", 2)
+        probe.add(time.perf_counter() - float(seconds), None if status == "-" else int(status), why)
+    return result, probe
+
+
+def probe_only(url: str) -> None:
+    """--probe-only URL: ask /healthz 20 times a second until stdin closes; print one line an
+    answer (status, seconds, error)."""
+    import threading
+
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    lines = []
+    with httpx.Client(base_url=url, timeout=60) as c:
+        c.get("/healthz")
+        print("ready", flush=True)
+        while not stop.is_set():
+            began = time.perf_counter()
+            try:
+                status, why = c.get("/healthz").status_code, ""
+            except httpx.HTTPError as exc:
+                status, why = "-", type(exc).__name__
+            lines.append(f"{status} {time.perf_counter() - began:.6f} {why}")
+            stop.wait(0.05)
+    print("\n".join(lines), flush=True)
+
+
+async def _with_loop_probe(url: str, work):
     probe = Tally()
     done = asyncio.Event()
 
@@ -478,7 +526,15 @@ def main() -> None:
     ap.add_argument("--no-floor", action="store_true", help="measure DeepPod only (settings compared side by side)")
     ap.add_argument("--databases", default="sqlite,postgresql")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of 30 console users and a 16-way search")
+    ap.add_argument("--probe", choices=("process", "loop"), default="process",
+                    help="ask /healthz from a process of its own, or from the load generator's event loop")
+    ap.add_argument("--probe-only", metavar="URL", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.probe_only:
+        probe_only(a.probe_only)
+        return
+    global PROBE
+    PROBE = a.probe
     a.loads = [(int(x), a.think) for x in a.levels.split(",") if x] + \
         [(int(x), 0.0) for x in a.saturate.split(",") if x]
     print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}")

@@ -84,7 +84,8 @@ class Settings:
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL, for jobs and serving replicas that do not say
     reconcile_interval: float = 0.5  # seconds between rounds of the job and deployment controllers
     # requests inside the API at once (0: what the database pool serves beside the control
-    # loops); past it a request waits up to api_queue_seconds, then gets 503 busy (api/admission.py)
+    # loops, at most 3 per CPU: api/app.admission_slots); past it a request waits up to
+    # api_queue_seconds, then gets 503 busy (api/admission.py)
     api_concurrency: int = 0
     api_queue_seconds: float = 2.0
     # where jobs run: "local" (this machine) or "ray" (the Ray cluster at ray_address, HOST:PORT;

@@ -102,3 +102,21 @@ def test_healthz_answers_while_every_thread_of_the_pool_is_taken(api):
 
     health = asyncio.run(scenario())
     assert health.status_code == 200 and health.json()["ok"] is True
+
+
+def test_the_slots_are_what_the_pool_serves_and_at_most_three_a_cpu(tmp_path):
+    from types import SimpleNamespace
+
+    from deeppod.api.app import BACKGROUND_CONNECTIONS, admission_slots
+    from deeppod.store.db import make_engine, pool_capacity
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'd.db'}")
+    pool = pool_capacity(engine) - BACKGROUND_CONNECTIONS
+    ctx = SimpleNamespace(engine=engine, settings=SimpleNamespace(api_concurrency=0))
+    assert admission_slots(ctx, cpus=2) == 6  # this machine's kind: 3 a core, not the pool's 24
+    assert admission_slots(ctx, cpus=1) == 4  # never fewer than 4
+    assert admission_slots(ctx, cpus=64) == pool  # many cores: the pool is the bound
+    assert admission_slots(ctx) >= 4  # the server's own CPUs
+    ctx.settings.api_concurrency = 40
+    assert admission_slots(ctx, cpus=2) == 40  # DEEPPOD_API_CONCURRENCY decides
+    engine.dispose()
