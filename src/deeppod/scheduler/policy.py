@@ -210,21 +210,7 @@ class _Round:
         have it, for as many as can, the head at least."""
         st = self.st
         tenants, cfg = st.tenants, st.cfg
-        # a tenant is blocked when the GPUs for its head and the jobs of its class behind it
-        # (``_las_need``: up to ``las_jobs_per_round`` of them) are not there; where even the
-        # head's are not, it is blocked without counting the rest (most tenants, most rounds)
-        needs: dict[str, int] = {}
-        blocked: dict[str, tuple] = {}
-        avail = st.avail()
-        for t, q in st.queues.items():
-            head_need = q[0].min_workers * q[0].gpus_per_worker
-            if head_need <= 0:
-                continue  # no GPUs asked, nothing to take (and then no jobs behind it count)
-            if head_need <= avail + st.held_for[t]:
-                needs[t] = self._las_need(t)
-                if needs[t] <= avail + st.held_for[t]:
-                    continue
-            blocked[t] = self._start_rank(t)
+        needs, blocked = self._las_blocked()
         bars = sorted(cfg.las_thresholds)
         for t in sorted(blocked, key=blocked.get):
             head = st.queues[t][0]
@@ -294,6 +280,26 @@ class _Round:
                 else:
                     st.shrink(job, new, why + ran)
             st.held_for[t] += now_free
+
+    def _las_blocked(self) -> tuple[dict[str, int], dict[str, tuple]]:
+        """The tenants least attained service is for, with their start ranks: those the GPUs
+        for their head and the jobs of its class behind it (``_las_need``) are not there for.
+        Where even the head's are not, a tenant is blocked without counting the rest (most
+        tenants, most rounds); the needs counted are returned too."""
+        st = self.st
+        needs: dict[str, int] = {}
+        blocked: dict[str, tuple] = {}
+        avail = st.avail()
+        for t, q in st.queues.items():
+            head_need = q[0].min_workers * q[0].gpus_per_worker
+            if head_need <= 0:
+                continue  # no GPUs asked, nothing to take (and then no jobs behind it count)
+            if head_need <= avail + st.held_for[t]:
+                needs[t] = self._las_need(t)
+                if needs[t] <= avail + st.held_for[t]:
+                    continue
+            blocked[t] = self._start_rank(t)
+        return needs, blocked
 
     def _las_need(self, t: str) -> int:
         """GPUs for tenant ``t``'s head and the 1-GPU-per-worker jobs right behind it in the
