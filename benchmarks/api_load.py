@@ -17,7 +17,9 @@ shedding load, with Retry-After) are counted apart. Leadership changes are read 
 server's log.
 
     python benchmarks/api_load.py [--jobs 10000] [--levels 10,50,100] [--think 1] [--saturate 16,100]
-                                  [--seconds 10] [--rounds 2] [--submits 1500] [--databases sqlite,postgresql]
+                                  [--seconds 10] [--rounds 2] [--submits 1500] [--storm 100]
+                                  [--databases sqlite,postgresql] [--probe process|loop] [--no-floor]
+                                  [--server-env DEEPPOD_X=V ...]
     python benchmarks/api_load.py --soak 600      # 30 console users and a 16-way search
 """
 
@@ -173,17 +175,14 @@ async def submitters(url: str, headers: dict, clients: int, total: int) -> tuple
     return tally, time.perf_counter() - began
 
 
-PROBE = "process"  # --probe: where /healthz is asked from
-
-
-async def with_probe(url: str, work):
+async def with_probe(url: str, work, how: str = "process"):
     """Run ``work`` while /healthz is asked 20 times a second; (work's result, the probe's tally).
 
-    The probe runs in a process of its own (``--probe process``, the default), as a load
-    balancer's health check does: asked from the load generator's own event loop (``--probe
-    loop``, the figures before session 12), its times also held the generator's wait for
-    its loop, busy with 100 clients of its own."""
-    if PROBE == "loop":
+    ``how`` (``--probe``): "process", the default, asks from a process of its own, as a load
+    balancer's health check does; "loop" asks from the load generator's own event loop (the
+    figures before session 12), where the times also held the generator's wait for its
+    loop, busy with 100 clients of its own."""
+    if how == "loop":
         return await _with_loop_probe(url, work)
     proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe-only", url,
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -317,20 +316,21 @@ def run_database(kind: str, a) -> dict:
             for level, think in a.loads:
                 for n in range(a.rounds):
                     t, probe = asyncio.run(with_probe(server.url, readers(server.url, headers, level, a.seconds,
-                                                                          a.jobs, think)))
+                                                                          a.jobs, think), a.probe))
                     print(row(f"deeppod {_load(level, think)} (round {n + 1})", t, a.seconds), flush=True)
                     print(row("  /healthz meanwhile", probe, a.seconds), flush=True)
                     out[("deeppod", level, think, n)] = t
             if a.storm:
                 (t, took), probe = asyncio.run(with_probe(server.url, storm(server.url, headers, a.storm,
-                                                                            a.rounds * 3, a.jobs)))
+                                                                            a.rounds * 3, a.jobs), a.probe))
                 print(row(f"deeppod {a.storm} connecting at once ({a.rounds * 3} waves)", t, took), flush=True)
                 print(row("  /healthz meanwhile", probe, took), flush=True)
                 out["storm"] = t
             if a.submits:
                 before = leader_changes(server.output)
                 cpu = process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])
-                (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits)))
+                (t, took), probe = asyncio.run(with_probe(server.url, submitters(server.url, headers, 16, a.submits),
+                                                                 a.probe))
                 print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
                 ms = [1000 * (now - was) / max(1, len(t.times)) for now, was in
                       zip((process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])), cpu)]
@@ -533,8 +533,6 @@ def main() -> None:
     if a.probe_only:
         probe_only(a.probe_only)
         return
-    global PROBE
-    PROBE = a.probe
     a.loads = [(int(x), a.think) for x in a.levels.split(",") if x] + \
         [(int(x), 0.0) for x in a.saturate.split(",") if x]
     print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}")

@@ -120,3 +120,26 @@ def test_the_slots_are_what_the_pool_serves_and_at_most_three_a_cpu(tmp_path):
     ctx.settings.api_concurrency = 40
     assert admission_slots(ctx, cpus=2) == 40  # DEEPPOD_API_CONCURRENCY decides
     engine.dispose()
+
+
+def test_metrics_say_how_many_requests_get_in_and_how_many_were_shed(api):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from deeppod.api.app import admission_slots
+
+    shed = []
+    gate = Admission(held_app([], asyncio.Event()), slots=1, wait_s=0.05, on_shed=lambda: shed.append(1))
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as c:
+            held = asyncio.create_task(c.get("/v1/jobs/1"))
+            await asyncio.sleep(0.05)
+            busy = await c.get("/v1/jobs/2")
+            held.cancel()
+            return busy
+
+    assert asyncio.run(scenario()).status_code == 503 and shed == [1]
+    r = api.http.get("/metrics", headers=api.as_(api.admin))
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert fams["deeppod_api_concurrency_limit"].samples[0].value == admission_slots(api.ctx)
+    assert "deeppod_api_shed" in fams

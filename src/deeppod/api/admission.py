@@ -29,10 +29,12 @@ def _passes(path: str) -> bool:
 
 
 class Admission:
-    """ASGI middleware: ``slots`` requests at a time; the rest wait up to ``wait_s`` seconds."""
+    """ASGI middleware: ``slots`` requests at a time; the rest wait up to ``wait_s`` seconds,
+    then a 503 (``on_shed`` is told)."""
 
-    def __init__(self, app, slots: int, wait_s: float):
+    def __init__(self, app, slots: int, wait_s: float, on_shed=None):
         self.app, self.slots, self.wait_s = app, slots, wait_s
+        self._on_shed = on_shed  # called for each 503 (the /metrics counter)
         self._free = asyncio.Semaphore(slots)
         self.shed = 0  # answered 503 (for /metrics and tests)
         self._said = 0.0
@@ -54,6 +56,8 @@ class Admission:
 
     async def _busy(self, send) -> None:
         self.shed += 1
+        if self._on_shed is not None:
+            self._on_shed()
         now = time.monotonic()
         if now - self._said > 10:  # said once in a while, not per request
             self._said = now

@@ -72,7 +72,9 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or any(p.is_upload(method, path) for p in parts))
     errors.document(app)
-    app.add_middleware(Admission, slots=admission_slots(ctx), wait_s=ctx.settings.api_queue_seconds)
+    slots = admission_slots(ctx)
+    latency.slots.set(slots)
+    app.add_middleware(Admission, slots=slots, wait_s=ctx.settings.api_queue_seconds, on_shed=latency.shed.inc)
     app.add_middleware(PredictPath)  # the data path skips the routing every other call pays
     app.add_middleware(AuditMiddleware, audit=ctx.audit)  # outermost: sees every answer, 413s included
     app.add_middleware(Latency, record=latency.observe)

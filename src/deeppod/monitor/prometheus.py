@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import Counter as CounterMetric
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,11 +28,16 @@ GPU_GAUGES = (("util", "deeppod_gpu_utilization_percent", "GPU utilization"),
 
 
 class ApiLatency:
-    """API request latency by method, route template and status (one per app)."""
+    """API request latency by method, route template and status (one per app), and its
+    admission: how many requests it lets in at once and how many it answered 503 busy."""
 
     def __init__(self, registry: CollectorRegistry):
         self.hist = Histogram("deeppod_api_request_seconds", "API request latency", ["method", "route", "status"],
                               registry=registry, buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.slots = Gauge("deeppod_api_concurrency_limit", "requests the API lets in at once (admission)",
+                           registry=registry)
+        self.shed = CounterMetric("deeppod_api_shed", "requests answered 503 busy: no turn came in time",
+                            registry=registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.hist.labels(method, route, str(status)).observe(seconds)

@@ -184,8 +184,8 @@ class _Round:
             need = head.min_workers * head.gpus_per_worker
             if need == 0 or st.avail() + st.held_for[t] >= need:
                 continue
-            if st.cache is not None and st.cache.lowest_priority(t, st.victims.get(t, ())) >= head.priority:
-                continue  # none of its jobs has a lower priority (then nothing below happens)
+            if not st.has_lower_victim(t, head.priority):
+                continue  # none of its jobs has a lower priority: nothing to preempt
             lower = sorted((j for j in st.victims.get(t, []) if j.priority < head.priority),
                            key=lambda j: (j.priority, *loss_key(j, st.now)))
             short, chosen = need - st.avail() - st.held_for[t], []
@@ -231,8 +231,7 @@ class _Round:
             # its own tenant's jobs, and (across tenants) the others' borrowing jobs
             others = [j for j in st.borrowing_victims() if j.tenant != t and id(j) in st.victim_ids] \
                 if cfg.las_across_tenants and within else []
-            if not others and st.cache is not None and st.now < st.cache.las_ready_at(
-                    t, st.victims.get(t, ()), bar, head.priority, cfg.min_run_before_las_preempt) - 1e-3:
+            if not others and st.now < st.las_ready_at(t, bar, head.priority) - 1e-3:
                 continue  # none of its own jobs passes the filter below yet (1 ms: rounding)
             cands = [j for j in [*st.victims.get(t, ()), *others]
                      if j.priority <= head.priority and j.placement and j.gpus_per_worker
@@ -306,7 +305,7 @@ class _Round:
         same priority and class (up to ``las_jobs_per_round`` jobs)."""
         st = self.st
         cfg = st.cfg
-        memo = st.cache.queue_memo(t, st.queues[t]) if st.cache is not None else None
+        memo = st.queue_memo(t)
         if memo is not None and ("las", cfg.las_jobs_per_round) in memo:
             return memo["las", cfg.las_jobs_per_round]  # the same order and classes: the same count
         head, *rest = st.queues[t][:max(1, cfg.las_jobs_per_round)]
@@ -337,7 +336,7 @@ class _Round:
         while heap:
             t = heapq.heappop(heap)[-1]
             q = st.queues[t]
-            least = st.cache.least_needs(t, q) if st.cache is not None else None
+            least = st.least_needs(t)
             while pos[t] < len(q):
                 job = q[pos[t]]
                 pos[t] += 1

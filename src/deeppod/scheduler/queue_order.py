@@ -63,3 +63,9 @@ def queue_key_until(job: PendingJob, now: float, cfg: Config) -> float:
         if now < lifted:
             until = min(until, lifted)
     return until - _MARGIN
+
+
+def queue_gpus(q) -> int:
+    """The GPUs a tenant's waiting jobs ``q`` ask for at their largest (a tenant's demand)."""
+    return sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+

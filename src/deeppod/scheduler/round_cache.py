@@ -24,7 +24,7 @@ from itertools import compress, filterfalse
 from operator import attrgetter, is_not
 
 from deeppod.scheduler.pool import FreePool, fresh_bucket
-from deeppod.scheduler.queue_order import queue_key, queue_key_until
+from deeppod.scheduler.queue_order import queue_gpus, queue_key, queue_key_until
 from deeppod.scheduler.snapshot import Config, NodeState, PendingJob, RunningJob, Snapshot
 
 
@@ -226,7 +226,7 @@ class RoundCache:
                 self._sort_queue(q, max(j.priority for j in q), now, cfg)
                 keys = self._keys
                 until = min(keys[id(j)][2] for j in q)
-                demand = sum((j.resize_to or j.top_workers) * j.gpus_per_worker for j in q)
+                demand = queue_gpus(q)
                 kept = kept_queues[t] = (q, until, demand, {})  # the list holds its jobs: their ids stay unique
             queues[t], asks[t] = kept[0], kept[2]
         return queues, asks, self._cpu_only > 0
@@ -239,7 +239,7 @@ class RoundCache:
         return kept[3] if kept is not None and kept[0] is q else None
 
     def least_needs(self, t: str, q: list[PendingJob]) -> list[int] | None:
-        """For tenant ``t``'s queue ``q`` as :meth:`queue` sorted it this round: at each position,
+        """For tenant ``t``'s queue ``q`` as :meth:`queues` gave it this round: at each position,
         the fewest GPUs any job from there on asks to start with (None if ``q`` is not that
         list). A walk of the queue that can start none of the rest stops there instead of
         trying each (policy.starts)."""

@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from deeppod.scheduler.plan import entitlements, flat_plan
 from deeppod.scheduler.pool import FreePool
-from deeppod.scheduler.queue_order import queue_key, waiting_class
+from deeppod.scheduler.queue_order import queue_gpus, queue_key, waiting_class
 from deeppod.scheduler.round_cache import Derived, RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
 
@@ -187,7 +187,8 @@ class RoundState:
             for t, q in queues.items():
                 top = max(j.priority for j in q)
                 q.sort(key=lambda j: queue_key(j, snap.now, snap.config, top))
-            queues, asks, cpu_only = dict(queues), None, any(j.gpus_per_worker == 0 for j in snap.queued)
+            queues, cpu_only = dict(queues), any(j.gpus_per_worker == 0 for j in snap.queued)
+            asks = {t: queue_gpus(q) for t, q in queues.items()}
         for t, gpus in used.items():
             tenants.add(t, gpus)
         capacity = pool.total_free + busy
@@ -198,17 +199,41 @@ class RoundState:
                                    tables[4] if cache is not None else None)
         return st
 
-    def demand(self, used: dict[str, int], wants: dict[str, int], asks: dict[str, int] | None = None
-               ) -> dict[str, float]:
+    def demand(self, used: dict[str, int], wants: dict[str, int], asks: dict[str, int]) -> dict[str, float]:
         """GPUs each tenant could use: what it runs (``used``), what its elastic jobs could
-        grow by (``wants``), its queue (``asks``, if the round cache summed it)."""
+        grow by (``wants``), what its queue asks for (``asks``: queue_order.queue_gpus)."""
         demand: dict[str, float] = defaultdict(float)
         for t in used:
             demand[t] += used[t] + wants.get(t, 0)
-        for t, q in self.queues.items():
-            demand[t] += asks[t] if asks is not None else sum((j.resize_to or j.top_workers) * j.gpus_per_worker
-                                                             for j in q)
+        for t in self.queues:
+            demand[t] += asks[t]
         return demand
+
+    # what the round cache kept, where there is one: each answers as a walk would without it
+    def queue_memo(self, t: str) -> dict | None:
+        """What this round may keep about tenant ``t``'s queue (its order and its jobs'
+        classes) for later rounds; None without the round cache."""
+        return self.cache.queue_memo(t, self.queues[t]) if self.cache is not None else None
+
+    def least_needs(self, t: str) -> list[int] | None:
+        """At each position of tenant ``t``'s queue, the fewest GPUs a job from there on asks
+        to start with (RoundCache.least_needs); None without the round cache."""
+        return self.cache.least_needs(t, self.queues[t]) if self.cache is not None else None
+
+    def has_lower_victim(self, t: str, priority: int) -> bool:
+        """Whether a job of tenant ``t`` that may be stopped runs at a priority below ``priority``."""
+        victims = self.victims.get(t, ())
+        if self.cache is not None:
+            return self.cache.lowest_priority(t, victims) < priority
+        return any(j.priority < priority for j in victims)
+
+    def las_ready_at(self, t: str, bar: float, priority: int) -> float:
+        """No job of tenant ``t``'s own can be taken by least attained service for a head of
+        ``priority`` below class ``bar`` before this time (RoundCache.las_ready_at); -inf
+        without the round cache (then each round looks)."""
+        if self.cache is None:
+            return -math.inf
+        return self.cache.las_ready_at(t, self.victims.get(t, ()), bar, priority, self.cfg.min_run_before_las_preempt)
 
     def waiting_class(self, job: PendingJob) -> int:
         """``queue_order.waiting_class`` of a queued job at this round's time: read from the
