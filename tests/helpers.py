@@ -98,7 +98,13 @@ class LiveServer:
             except httpx.TransportError:
                 return False
 
-        wait_until(up, 60, what="the server to answer")
+        try:
+            wait_until(up, 60, what="the server to answer")
+        except AssertionError:  # a server that never answered must not outlive the test
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise
         return self
 
     @property

@@ -9,6 +9,7 @@ test checks that it stays so.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import signal
 import socket
@@ -86,6 +87,9 @@ ENV_SPARE = "DEEPPOD_SPARE"
 SPARE_PARKED = ".spare-parked-{n}"  # in the checkpoint folder while spare N waits
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
+ENV_TRIAL = "DEEPPOD_TRIAL"  # the trial number a search's job was started for
+ENV_TRIAL_PARAMS = "DEEPPOD_TRIAL_PARAMS"  # that trial's parameters, as JSON (typed, unlike DEEPPOD_PARAM_*)
+ENV_TRIAL_HOST = "DEEPPOD_TRIAL_HOST"  # "1": the search reuses this process for trial after trial
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner
 ENV_METRICS_FLUSH = "DEEPPOD_METRICS_FLUSH_SECONDS"
 TRIAL_METRICS_FLUSH_S = 0.2
@@ -217,6 +221,7 @@ def worker_env(
     env.update(user_env)
     env.update({param_env_key(k): str(v) for k, v in (params or {}).items()})
     if params is not None:
+        env[ENV_TRIAL_PARAMS] = json.dumps(params)
         env.setdefault(ENV_METRICS_FLUSH, str(TRIAL_METRICS_FLUSH_S))
     threads = str(max(1, int(cpus)))
     # Honour the CPU request: math libraries size their thread pools from these.

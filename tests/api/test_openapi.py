@@ -52,7 +52,7 @@ def world(api, tmp_path):
     api.ctx.jobs.tick()
     roles["job"] = api.ctx.executor.launched[mine].workers[0].env["DEEPPOD_TOKEN"]
     params = {"job_id": job.json()["id"], "name": "b-model", "ref": "b-model@1", "token_id": tok["id"],
-              "key_id": key.json().get("id", 1), "alias": "champion",
+              "key_id": key.json().get("id", 1), "alias": "champion", "number": 0,
               "digest": code.digest, "key": _env_of(api, B)}
     return B, roles, params
 

@@ -333,3 +333,33 @@ def test_a_search_asks_for_its_next_trial_as_soon_as_the_last_starts(api, tmp_pa
     assert ctx.jobs.hurry.is_set()
     with ctx.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Trial)) == 2
+
+
+def test_a_round_reads_only_the_live_trials_not_every_one_the_search_asked(h):
+    """A search thousands of trials long must not load every trial and its job each round
+    (the soak's memory grew with the trials asked)."""
+    from sqlalchemy import event
+
+    exp_id = h.create(trials=12, parallel=2)
+    for _ in range(200):
+        h.round(rising, 2)
+        if sum(t.state == "completed" for t, _ in h.trials(exp_id)) >= 6:
+            break
+    rows = h.trials(exp_id)
+    live = {t.id for t, _ in rows if t.state in ("running", "pruning")}
+    assert len(rows) - len(live) >= 6
+    loaded = []
+
+    def seen(session, instance):
+        if isinstance(instance, (Trial, Job)) and getattr(instance, "kind", "trial") == "trial":
+            loaded.append(instance)
+
+    event.listen(h.sessions, "loaded_as_persistent", seen)
+    try:
+        h.tune.tick()
+    finally:
+        event.remove(h.sessions, "loaded_as_persistent", seen)
+    trials_read = {t.id for t in loaded if isinstance(t, Trial)}
+    assert trials_read and trials_read <= live, (trials_read, live)
+    assert h.run(exp_id, rising, steps=2).state == "completed"
+    assert sum(t.state == "completed" for t, _ in h.trials(exp_id)) == 12

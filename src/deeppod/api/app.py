@@ -56,6 +56,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
               experiments, monitor, envs, images):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
+    app.include_router(experiments.host_router)
     app.include_router(deployments.page_router)
     for part in parts:
         part.install(app)

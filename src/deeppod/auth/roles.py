@@ -40,6 +40,8 @@ JOB_ROUTES = frozenset({
     ("GET", "/v1/jobs/{job_id}/metrics"),
     ("POST", "/v1/jobs/{job_id}/metrics"),
     ("GET", "/v1/jobs/{job_id}/histograms"),
+    ("POST", "/v1/jobs/{job_id}/trial"),  # a search's process asks for its next trial (runtime.trials())
+    ("GET", "/v1/jobs/{job_id}/trial/{number}"),  # and whether a pruner stopped the one it runs
     ("POST", "/v1/models/{name}/versions"),  # the models service checks the body names this job
 })
 REPLICA_ROUTES = frozenset({("PUT", "/v1/replicas/{job_id}")})

@@ -42,6 +42,8 @@ Pruner = Annotated[str, typer.Option(help="asha, hyperband, median or none")]
 Register = Annotated[Optional[str], typer.Option(help="register the best trial's model as a version of model NAME")]
 AtChance = Annotated[bool, typer.Option("--register-at-chance", help="register it even when its accuracy is no "
                                                                      "better than chance (1 / classes)")]
+Reuse = Annotated[bool, typer.Option("--reuse", help="a trial's process runs the next trial when the script loops "
+                                                     "over runtime.trials(): torch imported and data loaded once")]
 
 
 def read_space(path: Path) -> dict:
@@ -63,7 +65,7 @@ def create(
     command: Annotated[list[str], typer.Argument(help="each trial's command after '--', with {param} placeholders")],
     space: Space = None, metric: Metric = "val_acc", mode: Mode = "max", trials: Trials = 20,
     parallel: Parallel = 4, sampler: Sampler = "tpe", pruner: Pruner = "asha", seed: Optional[int] = None,
-    register: Register = None, register_at_chance: AtChance = False,
+    register: Register = None, register_at_chance: AtChance = False, reuse: Reuse = False,
     workers: Annotated[str, typer.Option("--workers", "-n", help="workers per trial: N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(help="default: 1 when the cluster has GPUs, else 0",
                                                            show_default=False)] = None,
@@ -90,7 +92,8 @@ def create(
     c = client(url, token)
     exp = c.create_experiment(
         name, command, space=read_space(space), metric=metric, mode=mode, trials=trials, parallel=parallel,
-        sampler=sampler, pruner=pruner, seed=seed, register=register, register_at_chance=register_at_chance, workers=low, max_workers=high,
+        sampler=sampler, pruner=pruner, seed=seed, register=register, register_at_chance=register_at_chance,
+        reuse=reuse, workers=low, max_workers=high,
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
         env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,

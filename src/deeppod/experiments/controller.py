@@ -66,28 +66,36 @@ class ExperimentController:
 
     def step(self, s: Session, exp: Experiment) -> None:
         study = self.study(s, exp)
-        rows = service.trials(s, exp)
+        rows = service.live_trials(s, exp)
         for trial, job in rows:
-            if trial.state in LIVE_TRIALS:
-                self._follow(s, exp, study, trial, job)
-        live = [(t, j) for t, j in rows if t.state in LIVE_TRIALS]
+            self._follow(s, exp, study, trial, job)
+        live = [(t, j) for t, j in rows if t.state in LIVE_TRIALS]  # those that did not end just now
+        asked = service.trials_asked(s, exp)
         if exp.state == ExperimentState.STOPPING:
             if not live:
                 service.finish(exp, ExperimentState.STOPPED, exp.reason or "stopped")
             return
-        # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
-        # and waits for them, rather than after the trial's exit is seen
-        busy = [(t, j) for t, j in live if t.state != TrialState.PRUNING]
-        if len(rows) < exp.trials and len(busy) < exp.parallel and not _waiting(live):
+        if exp.reuse:
+            for host in service.idle_hosts(s, exp) if asked < exp.trials else ():
+                live.append((service.assign_trial(s, exp, study, host), host))
+                asked += 1
+                if asked >= exp.trials:
+                    break
+            busy = range(service.hosts(s, exp))  # a process that runs trial after trial is busy until it exits
+        else:
+            # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
+            # and waits for them, rather than after the trial's exit is seen
+            busy = [(t, j) for t, j in live if t.state != TrialState.PRUNING]
+        if asked < exp.trials and len(busy) < exp.parallel and not _waiting(live):
             owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
             try:
                 with s.begin_nested():
                     service.add_trial(s, owner, exp, study, self.launcher)
             except DeepPodError as exc:  # the template no longer works (a dataset removed, a quota...)
-                service.finish(exp, ExperimentState.FAILED, f"could not start trial {len(rows)}: {exc}")
+                service.finish(exp, ExperimentState.FAILED, f"could not start trial {asked}: {exc}")
                 log.warning("experiment %s failed: %s", exp.name, exc)
             return
-        if not live and len(rows) >= exp.trials:
+        if not live and asked >= exp.trials:
             self._complete(s, exp)
 
     def _follow(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job | None) -> None:
@@ -97,7 +105,7 @@ class ExperimentController:
             return
         rows = s.execute(select(JobMetric.step, JobMetric.value)
                          .where(JobMetric.job_id == job.id, JobMetric.name == exp.metric, JobMetric.step > trial.step,
-                                JobMetric.value.is_not(None))
+                                JobMetric.value.is_not(None), *_of_trial(exp, trial))
                          .order_by(JobMetric.step, JobMetric.id))
         ordered = list({step: value for step, value in rows}.items())  # one per step, in order: its latest report
         if ordered:
@@ -111,23 +119,32 @@ class ExperimentController:
             trial.best = max(values) if exp.mode == "max" else min(values)
             if pruned_at is not None:
                 self._prune(s, exp, trial, job, pruned_at)
-        if job.state in FINAL_STATES:
+        if trial.done_at is not None or job.state in FINAL_STATES:
             self._ended(s, exp, study, trial, job)
 
     def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
         why = f"pruned by {exp.pruner} at step {last[0]} ({exp.metric} {last[1]:g})"
-        job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
         trial.state, trial.reason = TrialState.PRUNING, why
+        if trial.claimed_at is not None:  # its process runs trials one after another: it stops this one only
+            add_event(s, job, "pruning", f"trial {trial.number} {why}; the job's process goes on to the next trial")
+            log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
+            return
+        job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
         add_event(s, job, "pruning", f"{why}; its workers get SIGTERM and its GPUs go back")
         log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
 
     def _ended(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job) -> None:
         trial.ended_at = utcnow()
-        if job.state == JobState.PRUNED:
+        ended_as = job.state
+        # a process that runs trial after trial ended this one (or exited after it): as a job's end would say
+        if trial.done_at is not None or (trial.claimed_at is not None and job.state == JobState.SUCCEEDED):
+            ended_as = JobState.PRUNED if trial.state == TrialState.PRUNING else JobState.SUCCEEDED
+        if ended_as == JobState.PRUNED:
             trial.state = TrialState.PRUNED
             study.tell(trial.number, "pruned")
-        elif job.state == JobState.SUCCEEDED:
-            last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric)
+        elif ended_as == JobState.SUCCEEDED:
+            last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric,
+                                                           *_of_trial(exp, trial))
                              .order_by(JobMetric.step.desc(), JobMetric.id.desc()).limit(1)).scalar()
             if last is None:
                 trial.state = TrialState.FAILED
@@ -189,6 +206,11 @@ class ExperimentController:
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
         run_rounds(self.tick, stop, interval, "experiments", wake=self.wake, hurry=self.hurry)
+
+
+def _of_trial(exp: Experiment, trial: Trial) -> tuple:
+    """Where a search reuses processes, its jobs' metrics say which trial they are of."""
+    return (JobMetric.trial == trial.number,) if exp.reuse else ()
 
 
 def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
-from deeppod.contract import FINAL_STATES, JobState
+from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, FINAL_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
@@ -44,6 +44,7 @@ class ExperimentRequest:
     seed: int | None = None
     register: str | None = None  # model name: the best trial's model becomes a version of it
     register_at_chance: bool = False  # even when it is no better than guessing
+    reuse: bool = False  # a trial's process runs the next (runtime.trials()), as Ray Tune's reuse_actors
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Launcher:
                           code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,
                           image_dir=self.image_dir)
         job.kind, job.params, job.preemptible = "trial", dict(params), True
+        job.env = {**job.env, ENV_TRIAL: str(number), **({ENV_TRIAL_HOST: "1"} if exp.reuse else {})}
         return job
 
 
@@ -96,12 +98,16 @@ def check_request(req: ExperimentRequest) -> dict:
         raise InvalidRequest(f"--parallel must be between 1 and 1024 (got {req.parallel})")
     if req.register is not None:
         check_name("model", req.register)
+        if req.reuse:
+            raise InvalidRequest("--register takes the best trial's model from its job's folder, and a reused "
+                                 "process's trials share one: leave out --reuse, or register the model yourself "
+                                 "('deeppod model register')")
     space = parse_space(req.space)
     command = req.job.get("command")
     if not command:
         raise InvalidRequest("the search has no command: put it after '--', e.g. "
                              "deeppod tune create NAME ... -- python train.py --lr {lr}")
-    check_command(command, space)
+    check_command(command, space, req.reuse)
     check_choice(req.sampler, req.pruner, space)
     return space
 
@@ -118,7 +124,7 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
                      metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
                      sampler=req.sampler, pruner=req.pruner, seed=req.seed,
                      space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register,
-                     register_at_chance=req.register_at_chance)
+                     register_at_chance=req.register_at_chance, reuse=req.reuse)
     session.add(exp)
     session.flush()
     folder = launcher.folder(exp.id)
@@ -188,6 +194,84 @@ def trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | None]]:
     rows = session.execute(select(Trial, Job).outerjoin(Job, Trial.job_id == Job.id)
                            .where(Trial.experiment_id == exp.id).order_by(Trial.number))
     return [(t, j) for t, j in rows]
+
+
+def live_trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | None]]:
+    """The trials still running or being pruned, with their jobs: all a controller round
+    follows. A search thousands of trials long reads its few live ones, not every row."""
+    rows = session.execute(select(Trial, Job).outerjoin(Job, Trial.job_id == Job.id)
+                           .where(Trial.experiment_id == exp.id, Trial.state.in_(LIVE_TRIALS))
+                           .order_by(Trial.number))
+    return [(t, j) for t, j in rows]
+
+
+def trials_asked(session: Session, exp: Experiment) -> int:
+    return session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
+
+
+def host_trial(session: Session, principal: Principal, job_id: int, done: int | None = None) -> dict:
+    """What a search's process runs next (``runtime.trials()``): it says which trial it ended
+    (``done``), and gets the trial the controller gave it ({"number", "params", "state"}),
+    {"wait": true} while none is given yet, or {"finished": true} when it should exit: the
+    search is over, stopping, or does not reuse processes (one trial a job)."""
+    job = jobs.manage_job(session, principal, job_id, "run trials in")
+    if job.kind != "trial":
+        raise InvalidRequest(f"job {job_id} is not a search's trial: outside a search runtime.trials() gives one "
+                             "trial, from the job's environment")
+    if done is not None:
+        ended = session.scalar(select(Trial).where(Trial.job_id == job.id, Trial.number == done))
+        if ended is None:
+            raise InvalidRequest(f"trial {done} did not run in job {job_id}")
+        if ended.done_at is None and ended.state in LIVE_TRIALS:
+            ended.done_at = utcnow()
+    current = session.scalar(select(Trial).where(Trial.job_id == job.id, Trial.state.in_(LIVE_TRIALS),
+                                                 Trial.done_at.is_(None)).order_by(Trial.number).limit(1))
+    if current is not None:
+        if current.claimed_at is None:  # from now on a pruner tells this process, not its job, to stop
+            current.claimed_at = utcnow()
+        return {"number": current.number, "params": dict(current.params), "state": current.state}
+    exp = session.scalar(select(Experiment).join(Trial, Trial.experiment_id == Experiment.id)
+                         .where(Trial.job_id == job.id).limit(1))
+    if (exp is None or not exp.reuse or exp.state != ExperimentState.RUNNING or job.stop_reason
+            or job.state in FINAL_STATES or trials_asked(session, exp) >= exp.trials):
+        return {"finished": True}
+    return {"wait": True}
+
+
+def trial_state(session: Session, principal: Principal, job_id: int, number: int) -> str:
+    """The state of trial ``number`` of this job (a reused process asks if it was pruned)."""
+    job = jobs.manage_job(session, principal, job_id, "run trials in")
+    state = session.scalar(select(Trial.state).where(Trial.job_id == job.id, Trial.number == number))
+    if state is None:
+        raise NotFound(f"trial {number} did not run in job {job_id}")
+    return state
+
+
+def idle_hosts(session: Session, exp: Experiment) -> list[Job]:
+    """A reusing search's running jobs whose process has no trial to run: each takes the next."""
+    busy = select(Trial.job_id).where(Trial.experiment_id == exp.id, Trial.state.in_(LIVE_TRIALS),
+                                      Trial.done_at.is_(None))
+    return list(session.scalars(
+        select(Job).where(Job.id.in_(select(Trial.job_id).where(Trial.experiment_id == exp.id)),
+                          Job.state == JobState.RUNNING, Job.stop_reason.is_(None), Job.id.not_in(busy))
+        .order_by(Job.id)))
+
+
+def hosts(session: Session, exp: Experiment) -> int:
+    """How many of the search's jobs are not over (each a process that runs its trials)."""
+    return session.scalar(select(func.count(func.distinct(Trial.job_id))).join(Job, Trial.job_id == Job.id)
+                          .where(Trial.experiment_id == exp.id, Job.state.not_in(FINAL_STATES))) or 0
+
+
+def assign_trial(session: Session, exp: Experiment, study: Study, host: Job) -> Trial:
+    """The next trial, to a running process of the search that asks for one."""
+    number, trial_id, params = study.ask()
+    trial = Trial(experiment_id=exp.id, number=number, study_trial_id=trial_id, job_id=host.id, params=params)
+    session.add(trial)
+    session.flush()
+    jobs.add_event(session, host, "trial", f"trial {number} of experiment {exp.name}, in this job's process: "
+                                           + ", ".join(f"{k}={v}" for k, v in params.items()))
+    return trial
 
 
 def best(session: Session, exp: Experiment) -> Trial | None:

@@ -144,9 +144,18 @@ def placeholders(command: list[str]) -> list[str]:
     return out
 
 
-def check_command(command: list[str], space: dict[str, Param]) -> None:
-    """Every placeholder names a parameter, and every parameter is used (or marked env_only)."""
+def check_command(command: list[str], space: dict[str, Param], reuse: bool = False) -> None:
+    """Every placeholder names a parameter, and every parameter is used (or marked env_only).
+    A search that reuses processes takes no placeholders: its trials' values come from
+    ``runtime.trials()``, and the command line would hold only the first trial's."""
     used = placeholders(command)
+    if reuse:
+        if used:
+            name = sorted(used)[0]
+            raise InvalidRequest(f"with --reuse one process runs trial after trial, so {{{name}}} in the command "
+                                 f"would be the first trial's value for every trial: remove the placeholders and "
+                                 f"read trial.params['{name}'] in 'for trial in runtime.trials():'")
+        return
     for name in used:
         if name not in space:
             known = ", ".join(sorted(space)) or "none"

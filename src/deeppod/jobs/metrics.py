@@ -37,8 +37,11 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
         step = p.get("step")
         if not isinstance(step, int) or step < 0:
             raise InvalidRequest(f"every point needs a whole-number step >= 0 (got {step!r})")
+        trial = p.get("trial")  # a search's process that runs trial after trial says which
+        if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
+            raise InvalidRequest(f"a point's trial must be a whole number >= 0 (got {trial!r})")
         for name, value in (p.get("metrics") or {}).items():
-            rows.append(JobMetric(job_id=job.id, name=str(name)[:128], step=step, value=_number(value)))
+            rows.append(JobMetric(job_id=job.id, name=str(name)[:128], step=step, value=_number(value), trial=trial))
             touched.add(str(name)[:128])
             stored += 1
         for name, h in (p.get("histograms") or {}).items():
@@ -63,18 +66,20 @@ def _supersede(session: Session, job_id: int, rows: list[JobMetric]) -> None:
     """A run that resumed from a checkpoint reports its steps again: from the first step it
     reports, its values replace the earlier run's (whose work since then was lost), so a series
     is one timeline, never a line going back in steps or two runs' values at one step."""
-    first: dict[str, int] = {}
+    first: dict[tuple[str, int | None], int] = {}  # a reused process's trials are each a series of its own
     for r in rows:
-        first[r.name] = min(r.step, first.get(r.name, r.step))
+        first[r.name, r.trial] = min(r.step, first.get((r.name, r.trial), r.step))
     if not first:
         return
-    stored = session.execute(select(JobMetric.name, func.max(JobMetric.step))
-                             .where(JobMetric.job_id == job_id, JobMetric.name.in_(first))
-                             .group_by(JobMetric.name)).all()
-    for name, top in stored:
-        if top >= first[name]:  # only after a restart (or a step reported twice): rare
+    stored = session.execute(select(JobMetric.name, JobMetric.trial, func.max(JobMetric.step))
+                             .where(JobMetric.job_id == job_id, JobMetric.name.in_({n for n, _ in first}))
+                             .group_by(JobMetric.name, JobMetric.trial)).all()
+    for name, trial, top in stored:
+        if (name, trial) in first and top >= first[name, trial]:  # only after a restart (or a step reported twice)
             session.execute(delete(JobMetric).where(JobMetric.job_id == job_id, JobMetric.name == name,
-                                                    JobMetric.step >= first[name]))
+                                                    JobMetric.trial.is_(None) if trial is None
+                                                    else JobMetric.trial == trial,
+                                                    JobMetric.step >= first[name, trial]))
 
 
 def series(session: Session, principal: Principal, job_id: int, names: list[str] | None = None,

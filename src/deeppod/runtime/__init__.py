@@ -37,6 +37,8 @@ _EXPORTS = {
     "model_histograms": "deeppod.runtime.metrics",
     "histogram": "deeppod.runtime.metrics",
     "ActivationRecorder": "deeppod.runtime.metrics",
+    "trials": "deeppod.runtime.trial",
+    "Trial": "deeppod.runtime.trial",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, open_first, server_urls
+from deeppod.contract import ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, open_first, server_urls
 from deeppod.job_folder import JobFolder
 from deeppod.runtime.context import job_context
 
@@ -63,6 +63,9 @@ class Reporter:
         self.token = token if token is not None else os.environ.get(ENV_TOKEN)
         self.job_id = job_id if job_id is not None else ctx.job_id
         self.enabled = ctx.rank == 0 if enabled is None else enabled
+        trial = os.environ.get(ENV_TRIAL, "")
+        self.trial: int | None = int(trial) if trial.isdigit() else None  # the search trial reports are for
+        self._send_lock = threading.Lock()  # flush() sends from the caller's thread too
         self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -84,19 +87,20 @@ class Reporter:
     # called from the training loop: cheap
     def report(self, step: int, **metrics) -> None:
         if self.enabled:
-            self._q.put(("m", step, time.time(), metrics))
+            self._q.put(("m", step, time.time(), metrics, self.trial))
 
     def histograms(self, step: int, tensors: dict) -> None:
         if self.enabled:
-            self._q.put(("h", step, time.time(), {k: histogram(v) for k, v in tensors.items()}))
+            self._q.put(("h", step, time.time(), {k: histogram(v) for k, v in tensors.items()}, self.trial))
 
     # the background side
     def _drain(self) -> None:
         while True:
             try:
-                kind, step, at, payload = self._q.get_nowait()
+                kind, step, at, payload, trial = self._q.get_nowait()
             except queue.Empty:
                 return
+            tag = {} if trial is None else {"trial": trial}
             if kind == "m":
                 values = {}
                 for k, v in payload.items():
@@ -107,15 +111,19 @@ class Reporter:
                 if self._tb is not None:
                     self._tb.scalars(step, values, at)
                 self._pending.append({"step": step, "at": at, "metrics": {
-                    k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}})
+                    k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}, **tag})
             else:
-                self._pending.append({"step": step, "at": at, "histograms": payload})
+                self._pending.append({"step": step, "at": at, "histograms": payload, **tag})
         # bounded: under a long outage keep the newest
         if len(self._pending) > self.max_buffer:
             self.dropped += len(self._pending) - self.max_buffer
             del self._pending[: len(self._pending) - self.max_buffer]
 
     def _send(self) -> bool:
+        with self._send_lock:  # two senders would send a batch twice and drop the next one unsent
+            return self._send_batch()
+
+    def _send_batch(self) -> bool:
         if not (self.api_url and self.job_id is not None):
             self._pending.clear()  # not under DeepPod: TensorBoard files only
             return True

@@ -56,6 +56,15 @@ def should_stop(sync: bool = True) -> bool:
     local = _requested.is_set()
     if not sync:
         return local
+    agreed = agree(local)
+    if agreed and not local:
+        request_stop("another worker was asked to stop")
+    return agreed
+
+
+def agree(local: bool) -> bool:
+    """True on every worker when it is true on any (one tiny all-reduce under
+    ``torch.distributed``; the value itself in a single process)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return local
@@ -65,8 +74,6 @@ def should_stop(sync: bool = True) -> bool:
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     flag = torch.tensor([1 if local else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if flag.item() and not local:
-        request_stop("another worker was asked to stop")
     return bool(flag.item())
 
 

@@ -207,13 +207,15 @@ class Client:
     def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
                           trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",
                           seed: int | None = None, register: str | None = None, register_at_chance: bool = False,
-                          **job) -> dict:
+                          reuse: bool = False, **job) -> dict:
         """A search whose trials run ``command`` ({param} placeholders, DEEPPOD_PARAM_<NAME>) as
-        jobs; ``job`` takes :meth:`submit`'s arguments (workers, gpus_per_worker, datasets, ...)."""
+        jobs; ``job`` takes :meth:`submit`'s arguments (workers, gpus_per_worker, datasets, ...).
+        ``reuse``: a trial's process runs the next trial when the script loops over
+        ``runtime.trials()`` (torch imported and data loaded once)."""
         return self._request("POST", "/v1/experiments", json={
             "name": name, "space": space, "metric": metric, "mode": mode, "trials": trials, "parallel": parallel,
             "sampler": sampler, "pruner": pruner, "seed": seed, "register": register,
-            "register_at_chance": register_at_chance, "job": self.job_body(command, **job)})
+            "register_at_chance": register_at_chance, "reuse": reuse, "job": self.job_body(command, **job)})
 
     def _list_experiments(self) -> list[dict]:
         return self._request("GET", "/v1/experiments")

@@ -237,6 +237,7 @@ class JobMetric(Base):
     step: Mapped[int] = mapped_column(Integer)
     value: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: NaN or infinite
     at: Mapped[datetime] = mapped_column(default=utcnow)
+    trial: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the trial it was reported for (a search's)
 
 
 class JobHistogram(Base):
@@ -411,6 +412,7 @@ class Experiment(Base):
     register: Mapped[str | None] = mapped_column(String(64), nullable=True)  # model name for the best trial
     registered: Mapped[str | None] = mapped_column(String(160), nullable=True)  # NAME@VERSION once registered
     register_at_chance: Mapped[bool] = mapped_column(default=False)  # register a best model no better than chance
+    reuse: Mapped[bool] = mapped_column(default=False)  # a trial's process runs the next trial (runtime.trials())
     best_trial: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its trial number
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -432,6 +434,8 @@ class Trial(Base):
     value: Mapped[float | None] = mapped_column(Float, nullable=True)  # the final value told to the study
     best: Mapped[float | None] = mapped_column(Float, nullable=True)  # best reported value so far
     step: Mapped[int] = mapped_column(Integer, default=-1)  # last reported step passed to the pruner
+    claimed_at: Mapped[datetime | None] = mapped_column(nullable=True)  # its process took it (runtime.trials())
+    done_at: Mapped[datetime | None] = mapped_column(nullable=True)  # that process said it ended it
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)

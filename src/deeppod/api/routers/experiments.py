@@ -4,11 +4,14 @@ from collections import Counter
 
 from fastapi import APIRouter, Request
 
-from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.experiments import ExperimentCreate, ExperimentOut, experiment_out
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
+from deeppod.api.schemas.experiments import (ExperimentCreate, ExperimentOut, HostTrialIn, HostTrialOut,
+                                             experiment_out)
 from deeppod.experiments import service
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+# a search's process that runs trial after trial (runtime.trials()), with its job's token
+host_router = APIRouter(prefix="/v1/jobs/{job_id}/trial", tags=["experiments"])
 
 
 def _show(session, principal, name: str, tenant: str | None = None) -> ExperimentOut:
@@ -48,3 +51,19 @@ def stop(name: str, session: SessionDep, principal: PrincipalDep) -> ExperimentO
 def resume(name: str, session: SessionDep, principal: PrincipalDep) -> ExperimentOut:
     service.resume(session, principal, name)
     return _show(session, principal, name)
+
+
+@host_router.post("", response_model=HostTrialOut, response_model_exclude_none=True)
+def next_trial(job_id: Id, body: HostTrialIn, request: Request, session: SessionDep,
+               principal: PrincipalDep) -> HostTrialOut:
+    """The trial this job's process runs next, once it says which one it ended."""
+    out = HostTrialOut(**service.host_trial(session, principal, job_id, body.done))
+    if body.done is not None or out.wait:
+        get_ctx(request).experiments.hurry.set()  # the controller's next round now: it ends one, gives one
+    return out
+
+
+@host_router.get("/{number}", response_model=HostTrialOut, response_model_exclude_none=True)
+def trial_state(job_id: Id, number: int, session: SessionDep, principal: PrincipalDep) -> HostTrialOut:
+    """Whether trial ``number`` still runs (the process asks if a pruner stopped it)."""
+    return HostTrialOut(number=number, state=service.trial_state(session, principal, job_id, number))

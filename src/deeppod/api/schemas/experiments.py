@@ -22,7 +22,22 @@ class ExperimentCreate(Strict):
                                     description="register the best trial's model as a new version of this model")
     register_at_chance: bool = Field(default=False, description="register it even when its accuracy is no better "
                                                                 "than chance (1 / classes)")
+    reuse: bool = Field(default=False, description="a trial's process runs the next trial when its script loops "
+                                                   "over runtime.trials() (torch imported and data loaded once); "
+                                                   "a script that does not gets a process per trial")
     job: JobCreate = Field(description="every trial's job; {param} in the command is the trial's value")
+
+
+class HostTrialIn(Strict):
+    done: int | None = Field(default=None, ge=0, description="the trial this process just ended")
+
+
+class HostTrialOut(Out):
+    number: int | None = None
+    params: dict | None = None
+    state: str | None = None
+    wait: bool | None = Field(default=None, description="no trial for it yet: ask again in a moment")
+    finished: bool | None = Field(default=None, description="no more trials for this process: it should exit")
 
 
 class TrialOut(Out):
@@ -54,6 +69,7 @@ class ExperimentOut(Out):
     command: list[str]
     register_as: str | None = Field(alias="register")
     registered: str | None
+    reuse: bool = False
     best_trial: int | None
     best_value: float | None = None
     best_params: dict | None = None
@@ -75,6 +91,7 @@ def experiment_out(exp, tenant: str, user: str, counts: dict, best=None, rows=No
         id=exp.id, name=exp.name, tenant=tenant, user=user, state=exp.state, metric=exp.metric, mode=exp.mode,
         trials=exp.trials, parallel=exp.parallel, sampler=exp.sampler, pruner=exp.pruner, space=exp.space,
         command=list(exp.job.get("command", [])), register=exp.register, registered=exp.registered,
+        reuse=bool(exp.reuse),
         best_trial=best.number if best else exp.best_trial, best_value=best.value if best else None,
         best_params=best.params if best else None, reason=exp.reason, counts=counts,
         created_at=exp.created_at, ended_at=exp.ended_at, trial_table=trial_table)

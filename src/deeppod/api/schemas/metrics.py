@@ -8,6 +8,7 @@ class MetricPoint(Strict):
     at: float | None = None
     metrics: dict[str, float | str] | None = None
     histograms: dict[str, dict] | None = None
+    trial: int | None = Field(None, ge=0)  # the search trial it belongs to (a process that runs several)
 
 
 class MetricsIn(Strict):

@@ -1,0 +1,181 @@
+"""A search that reuses processes (--reuse, runtime.trials()), with the tune and job controllers
+and the fake executor, on SQLite and PostgreSQL: the process a trial started in asks for the
+next trial and runs it; a pruner stops the trial, not the job; a script that never asks gets
+a process per trial; what is refused."""
+
+import sys
+
+import pytest
+from sqlalchemy import func, select
+
+from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_PARAMS
+from deeppod.errors import InvalidRequest, NotFound
+from deeppod.jobs import metrics
+from deeppod.store.models import Job, JobMetric, Trial
+from deeppod.experiments import service
+from tests.experiments.test_controller import Harness, rising
+from tests.fixtures import submit_job
+
+
+class ReuseHarness(Harness):
+    def create(self, who=None, **kw):
+        """A reusing search's command names no {param}: its trials' values come from runtime.trials()."""
+        if kw.get("reuse"):
+            kw.setdefault("job", {"command": [sys.executable, "-c", "pass"], "workdir": str(self.tmp),
+                                  "gpus_per_worker": 1})
+        return super().create(who, **kw)
+
+
+@pytest.fixture
+def h(sessions, tmp_path):
+    return ReuseHarness(sessions, tmp_path)
+
+
+class Process:
+    """What runtime.trials() does in one job's process, one call at a time."""
+
+    def __init__(self, h, job_id):
+        self.h, self.job_id, self.done, self.ran = h, job_id, None, []
+
+    def ask(self):
+        with self.h.sessions.begin() as s:
+            answer = service.host_trial(s, self.h.world.alice, self.job_id, self.done)
+        self.done = None
+        return answer
+
+    def report(self, number, step, value):
+        with self.h.sessions.begin() as s:
+            metrics.ingest(s, self.h.world.alice, self.job_id,
+                           [{"step": step, "trial": number, "metrics": {"score": value}}])
+
+    def run(self, answer, curve, steps):
+        """One trial, step by step, a controller round between steps; stops when pruned."""
+        number = answer["number"]
+        self.ran.append(number)
+        for k in range(steps(number) if callable(steps) else steps):
+            self.report(number, k, curve(answer["params"], k))
+            self.h.jobs.tick()
+            self.h.tune.tick()
+            with self.h.sessions() as s:
+                if service.trial_state(s, self.h.world.alice, self.job_id, number) == "pruning":
+                    break
+        self.done = number
+
+
+def hosts(h, exp_id):
+    with h.sessions() as s:
+        return list(s.scalars(select(Job).where(Job.id.in_(select(Trial.job_id).where(Trial.experiment_id == exp_id)))
+                              .order_by(Job.id)))
+
+
+def drive(h, exp_id, curve, steps=3, rounds=300):
+    """Every started job's process runs trial after trial until told it is finished."""
+    procs: dict[int, Process] = {}
+    finished: set[int] = set()
+    for _ in range(rounds):
+        h.jobs.tick()
+        h.tune.tick()
+        for job in hosts(h, exp_id):
+            if job.state != "running" or job.id in finished:
+                continue
+            p = procs.setdefault(job.id, Process(h, job.id))
+            answer = p.ask()
+            if answer.get("finished"):
+                finished.add(job.id)
+                h.fake.finish(job.id, {0: 0})
+            elif answer.get("number") is not None:
+                p.run(answer, curve, steps)
+        if h.experiment(exp_id).state not in ("running", "stopping"):
+            return procs
+    raise AssertionError(f"experiment still {h.experiment(exp_id).state}")
+
+
+def test_one_process_runs_trial_after_trial(h):
+    exp_id = h.create(trials=5, parallel=1, reuse=True)
+    procs = drive(h, exp_id, rising, steps=lambda n: 5 - n)  # each trial shorter than the last
+    exp = h.experiment(exp_id)
+    assert exp.state == "completed", exp.reason
+    jobs = hosts(h, exp_id)
+    assert len(jobs) == 1 and len(h.fake.launched) == 1  # five trials, one process
+    env = h.fake.launched[jobs[0].id].workers[0].env
+    assert env[ENV_TRIAL_HOST] == "1" and env[ENV_TRIAL] == "0" and "x" in env[ENV_TRIAL_PARAMS]
+    assert procs[jobs[0].id].ran == [0, 1, 2, 3, 4]
+    rows = h.trials(exp_id)
+    assert [t.state for t, _ in rows] == ["completed"] * 5
+    for t, _ in rows:  # each trial's value is its own last report, not the longer one's before it
+        assert t.value == pytest.approx(t.params["x"] * (5 - t.number)) and t.claimed_at and t.done_at
+        assert t.step == 4 - t.number
+    top = max((t for t, _ in rows), key=lambda t: t.value)
+    assert exp.best_trial == top.number
+    with h.sessions() as s:  # every trial's series kept whole: 5 + 4 + 3 + 2 + 1 steps
+        assert s.scalar(select(func.count()).select_from(JobMetric).where(JobMetric.job_id == jobs[0].id)) == 15
+    assert h.fake.status[jobs[0].id].finished  # told it was finished, it exited
+
+
+def test_parallel_processes_never_exceed_parallel(h):
+    exp_id = h.create(trials=8, parallel=2, reuse=True)
+    drive(h, exp_id, rising)
+    assert h.experiment(exp_id).state == "completed"
+    assert len(hosts(h, exp_id)) == 2
+    assert sum(t.state == "completed" for t, _ in h.trials(exp_id)) == 8
+
+
+def test_a_pruner_stops_the_trial_and_the_process_goes_on(h):
+    exp_id = h.create(trials=8, parallel=1, reuse=True, pruner="median", seed=4)
+    drive(h, exp_id, rising, steps=5)
+    rows = h.trials(exp_id)
+    assert h.experiment(exp_id).state == "completed"
+    pruned = [t for t, _ in rows if t.state == "pruned"]
+    assert pruned, [(t.state, t.params) for t, _ in rows]
+    assert all("pruned by median" in t.reason for t in pruned)
+    jobs = hosts(h, exp_id)
+    assert len(jobs) == 1 and jobs[0].stop_reason is None  # the job was never stopped for it
+    assert jobs[0].state == "succeeded"
+
+
+def test_a_script_that_never_asks_gets_a_process_per_trial(h):
+    exp_id = h.create(trials=3, parallel=1, reuse=True)
+    for _ in range(100):
+        h.jobs.tick()
+        h.tune.tick()
+        with h.sessions.begin() as s:
+            for job in s.scalars(select(Job).where(Job.kind == "trial", Job.state == "running")):
+                if not h.fake.status[job.id].finished:
+                    number = int(h.fake.launched[job.id].workers[0].env[ENV_TRIAL])  # what the runtime tags
+                    metrics.ingest(s, h.world.alice, job.id, [{"step": 0, "trial": number, "metrics": {"score": 1}}])
+                    h.fake.finish(job.id, {0: 0})
+        if h.experiment(exp_id).state == "completed":
+            break
+    assert h.experiment(exp_id).state == "completed"
+    assert len(hosts(h, exp_id)) == 3
+    assert [t.state for t, _ in h.trials(exp_id)] == ["completed"] * 3
+
+
+def test_what_is_refused(h):
+    with pytest.raises(InvalidRequest, match="leave out --reuse"):
+        h.create(reuse=True, register="best")
+    with pytest.raises(InvalidRequest, match=r"read trial.params\['x'\]"):
+        h.create(reuse=True, job={"command": [sys.executable, "-c", "pass", "{x}"], "workdir": str(h.tmp)})
+    exp_id = h.create(trials=2, parallel=1, reuse=True)
+    h.jobs.tick()
+    job_id = hosts(h, exp_id)[0].id
+    with h.sessions.begin() as s, pytest.raises(NotFound):  # another tenant's: as if missing
+        service.host_trial(s, h.world.bob, job_id)
+    with h.sessions.begin() as s, pytest.raises(InvalidRequest, match="did not run in job"):
+        service.host_trial(s, h.world.alice, job_id, done=7)
+    plain_id = submit_job(h.sessions, h.world.alice, str(h.tmp))  # a plain job has no trials to hand out
+    with h.sessions.begin() as s, pytest.raises(InvalidRequest, match="not a search's trial"):
+        service.host_trial(s, h.world.alice, plain_id)
+    with h.sessions.begin() as s, pytest.raises(InvalidRequest, match="trial must be a whole number"):
+        metrics.ingest(s, h.world.alice, job_id, [{"step": 0, "trial": -1, "metrics": {"score": 1}}])
+
+
+def test_without_reuse_the_only_trial_is_handed_once_then_finished(h):
+    exp_id = h.create(trials=2, parallel=1)
+    h.jobs.tick()
+    job_id = hosts(h, exp_id)[0].id
+    with h.sessions.begin() as s:
+        first = service.host_trial(s, h.world.alice, job_id)
+    assert first["number"] == 0 and first["state"] == "running"
+    with h.sessions.begin() as s:
+        assert service.host_trial(s, h.world.alice, job_id, done=0) == {"finished": True}
