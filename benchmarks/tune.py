@@ -11,6 +11,8 @@ most, 5 hyperparameters), same trial budget, same TPE sampler and seed:
   defaults otherwise), ``Client.create_experiment(..., sampler="tpe", pruner="asha",
   parallel=P)``; every trial is a job (a process of its own) with the server's default CPU
   share.
+- ``deeppod-reuse``: the same search with ``reuse=True``: at most P processes, each runs trial
+  after trial (``runtime.trials()``), torch imported and the data read once per process.
 - ``ray``: ``Tuner`` with ``OptunaSearch`` (TPE, same seed), ``ASHAScheduler`` (grace 1 epoch,
   reduction factor 3, max 27 epochs), P concurrent trials of 1 CPU each.
 
@@ -20,7 +22,11 @@ trial at or above the target. The whole search's time and the best accuracy of a
 ran all its epochs are printed too (same final accuracy is part of the aim).
 
     python benchmarks/tune.py [--task digits gratings] [--trials 20] [--parallel 2] [--seeds 1 2 3]
-        [--ray-python /path/to/python-with-ray-tune]
+        [--systems optuna,deeppod,deeppod-reuse] [--ray-python /path/to/python-with-ray-tune]
+
+Each seed is a round: every system runs it once, one after another, so a busy moment costs
+them all; the ratio to Optuna is printed per round with its median and worst round (a claim
+is met when the worst round meets it), and the CPU other processes used meanwhile.
 
 A Python for Ray: ``python3.11 -m venv /tmp/rt && /tmp/rt/bin/pip install "ray[tune]==2.60.0"
 torch==2.14.1 scikit-learn optuna``.
@@ -36,6 +42,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from deeppod.bench.spread import LoadMeter, Spread, machine
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {"digits": 0.98, "gratings": 0.81}
@@ -105,18 +113,21 @@ def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: st
     ray.shutdown()
 
 
-def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str, data: str) -> None:
+def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str, data: str,
+                reuse: bool = False) -> None:
     from deeppod import Client
 
     import tune_task
 
     c = Client(server.url, server.admin_token)
-    flags = [a for name in tune_task.SPACE for a in ("--" + name.replace("_", "-"), "{" + name + "}")]
+    flags = ["--reuse"] if reuse else \
+        [a for name in tune_task.SPACE for a in ("--" + name.replace("_", "-"), "{" + name + "}")]
+    space = {k: {**p, "env_only": True} if reuse else p for k, p in tune_task.SPACE.items()}
     name = f"bench-{task}-{seed}-{time.time_ns()}"
     c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, "--data", data,
                          *flags],
-                        space=tune_task.SPACE, metric="val_acc", mode="max", trials=trials, parallel=parallel,
-                        sampler="tpe", pruner="asha", seed=seed, workdir=str(HERE))
+                        space=space, metric="val_acc", mode="max", trials=trials, parallel=parallel,
+                        sampler="tpe", pruner="asha", seed=seed, workdir=str(HERE), reuse=reuse)
     while (e := c.experiment(name))["state"] in ("running", "stopping"):
         time.sleep(0.5)
     if e["state"] != "completed":
@@ -151,7 +162,7 @@ def measure(system: str, task: str, seed: int, args, root: Path, server) -> dict
                        stdout=subprocess.DEVNULL, stderr=open(root / f"ray-{task}-{seed}.err", "w"),
                        env={**os.environ, "HOME": str(root / "ray-home")})
     else:
-        run_deeppod(server, task, args.trials, args.parallel, seed, log, data)
+        run_deeppod(server, task, args.trials, args.parallel, seed, log, data, reuse=system == "deeppod-reuse")
     r = summarize(log, began, time.time(), args.target or TARGETS[task], tune_task.EPOCHS)
     print(f"  {task} seed {seed} {system}: {json.dumps(r)}", flush=True)
     if args.keep:
@@ -179,6 +190,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--target", type=float, help="validation accuracy to reach (default: per task)")
     ap.add_argument("--ray-python", help="a Python with ray[tune], torch, scikit-learn and optuna")
+    ap.add_argument("--systems", default="optuna,deeppod,deeppod-reuse",
+                    help="deeppod-reuse: a trial's process runs the next (--reuse, runtime.trials())")
     ap.add_argument("--keep", help="a folder to copy every run's per-epoch log to")
     ap.add_argument("--log")
     ap.add_argument("--data")
@@ -192,7 +205,9 @@ def main() -> None:
 
     from deeppod.bench.server import Server
 
-    systems = ["optuna", "deeppod"] + (["ray"] if args.ray_python else [])
+    systems = args.systems.split(",") + (["ray"] if args.ray_python else [])
+    meter = LoadMeter()
+    print(machine())
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         root = Path(tmp)
         for task in args.task:
@@ -223,6 +238,17 @@ def main() -> None:
             print(f"{task}: {s} vs optuna: time to target {med['optuna']['to_target_s'] / med[s]['to_target_s']:.2f}x,"
                   f" whole search {med['optuna']['search_s'] / med[s]['search_s']:.2f}x, best accuracy "
                   f"{med[s]['best_full']:.3f} vs {med['optuna']['best_full']:.3f}")
+    print("\nper seed (each seed a round: every system once), time to target vs optuna:")
+    for task, rs in results.items():
+        for s in systems[1:]:
+            ratios = [to_target(o) / to_target(r) for o, r in zip(rs["optuna"], rs[s])]
+            print(f"  {task}: " + Spread.of(ratios).line(f"{s} / optuna", aim=3.0))
+    print(meter.line())
+
+
+def to_target(r: dict) -> float:
+    """Seconds to the target; a run that never reached it counts its whole search."""
+    return r["to_target_s"] if r["to_target_s"] is not None else r["search_s"]
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ same clock for every system.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
+import sys
 import time
 
 import numpy as np
@@ -64,9 +66,11 @@ def prepare(task: str, path: str) -> None:
     np.savez(path, *_generate(task))
 
 
+@functools.lru_cache(maxsize=4)
 def load(task: str, data: str | None = None):
     """(train_x, train_y, val_x, val_y) as tensors of shape (N, 1, H, W), from ``data`` (see
-    :func:`prepare`) when given."""
+    :func:`prepare`) when given. Kept: a process that runs trial after trial (Optuna's loop, a
+    reused DeepPod process) reads it once; training never writes to it."""
     if data:
         with np.load(data) as f:
             parts = tuple(f[f"arr_{i}"] for i in range(4))
@@ -147,14 +151,28 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--log")
     ap.add_argument("--data", help="the task's split written by prepare()")
+    ap.add_argument("--reuse", action="store_true", help="trial after trial from runtime.trials(), no flags")
     for name, p in SPACE.items():
-        ap.add_argument("--" + name.replace("_", "-"), type=int if p["type"] == "categorical" else float, required=True)
+        ap.add_argument("--" + name.replace("_", "-"), type=int if p["type"] == "categorical" else float,
+                        required="--reuse" not in sys.argv)
     args = ap.parse_args()
+    job = os.environ.get("DEEPPOD_JOB_ID", "?")
+    if args.reuse:  # torch imported and the data read once; each trial's values from the search
+        load(args.task, args.data)
+        for trial in runtime.trials():
+            tag = f"{job}-{trial.number}"
+
+            def on_epoch(epoch: int, acc: float, tag=tag, trial=trial) -> bool:
+                log_line(args.log, tag, epoch, acc)
+                runtime.report(epoch, val_acc=acc)
+                return trial.should_stop()
+
+            train(trial.params, args.task, args.epochs, on_epoch, args.data)
+        return
     params = {name: getattr(args, name) for name in SPACE}
-    trial = os.environ.get("DEEPPOD_JOB_ID", "?")
 
     def on_epoch(epoch: int, acc: float) -> bool:
-        log_line(args.log, trial, epoch, acc)
+        log_line(args.log, job, epoch, acc)
         runtime.report(epoch, val_acc=acc)
         return runtime.should_stop()
 
