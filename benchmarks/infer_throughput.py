@@ -35,6 +35,7 @@ import httpx
 
 from deeppod.bench.infer import PlainServer, closed_loop, export_model
 from deeppod.bench.server import Server
+from deeppod.bench.spread import LoadMeter, Spread, machine
 from deeppod.contract import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,6 +139,8 @@ def main() -> None:
     body = jpeg(args.image_size)
     export_model(home / "artifact", args.model, args.image_size)
 
+    meter = LoadMeter()
+    print(machine())
     server = Server(home / "server").start()
     plain = ray = None
     try:
@@ -219,6 +222,15 @@ def main() -> None:
         ratios[other] = {c: round(table["platform"][c]["throughput_rps"] / table[other][c]["throughput_rps"], 3)
                          for c in levels}
         print(f"platform / {other:9s} " + "  ".join(f"c={c}: {v:.2f}x" for c, v in ratios[other].items()))
+    print("\nper round (every system once a round), the platform's req/s over each other's: median (worst-best)")
+    spreads: dict = {}
+    for other in [s for s in table if s != "platform"]:
+        for c in levels:
+            sp = Spread.of([p["throughput_rps"] / o["throughput_rps"]
+                            for p, o in zip(runs["platform"][c], runs[other][c])])
+            spreads.setdefault(other, {})[c] = sp.as_dict()
+            print(f"  c={c:<3} " + sp.line(f"platform / {other}", aim=0.95 if other == "replica" else None))
+    print(meter.line())
     if 1 in levels:
         gap = table["platform"][1]["p99_ms"] - table["fastapi"][1]["p99_ms"]
         print(f"p99 at c=1: platform {table['platform'][1]['p99_ms']:.1f} ms, plain FastAPI "
@@ -226,7 +238,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"model": args.model, "image_bytes": len(body), "cpus_per_replica":
                                     args.cpus_per_replica, "rounds": args.rounds, "duration_s": args.duration,
-                                    "machine": f"{os.cpu_count()} CPUs", "median": table, "ratios": ratios,
+                                    "machine": machine(), "other_cores": round(meter.cores(), 2),
+                                    "median": table, "ratios": ratios, "spread": spreads,
                                     "runs": runs}, indent=1))
     print(f"results: {args.out}")
 

@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from deeppod.bench.spread import LoadMeter, Spread, machine  # noqa: E402
 from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,  # noqa: E402
                               SPARE_PARKED, WORLD_ACK, free_port, worker_env)
 from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
@@ -163,7 +164,7 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=8, help="global batch at the starting size")
     ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
-    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds: every path once a round, interleaved")
     ap.add_argument("--cpus", type=float, default=1.0,
                     help="CPU request per worker, its thread count (default: the platform's for a CPU worker; "
                          "0: the machine's cores over the workers, so a restart at a smaller size gets more "
@@ -171,6 +172,8 @@ def main() -> None:
     ap.add_argument("--spares", type=int, default=Settings().spare_workers,
                     help="warm spares a growing job keeps (DEEPPOD_SPARE_WORKERS' default)")
     a = ap.parse_args()
+    meter = LoadMeter()
+    print(machine())
     rows = []
     with tempfile.TemporaryDirectory(prefix="deeppod-resize-") as tmp:
         work = Path(tmp)
@@ -216,9 +219,18 @@ def main() -> None:
             cold_s = "-" if cold is None else f"{cold:.2f}"
             print(f"| {model} | {old} -> {new} | {ip:.2f} / {cold_s} / {rs:.2f} | {rs / ip:.1f}x | {ipp:.2f} / "
                   f"{rsp:.2f} | {rsp / max(ipp, 1e-3):.0f}x |")
+    print(f"\nper round (--repeat {a.repeat}: every path once a round), restart / in place: median (worst-best)")
+    for entry in summary:
+        def times(how, e=entry):
+            return [r["seconds"] for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
+                    (e["model"], e["from"], e["to"], how)]
+        sp = Spread.of([rs / ip for ip, rs in zip(times("in-place"), times("restart"))])
+        entry["spread"] = sp.as_dict()
+        print(f"  {entry['model']} {entry['from']} -> {entry['to']}: " + sp.line("restart / in place", aim=5.0))
+    print(meter.line())
     out = ROOT / "benchmarks" / "results" / "resize.json"
-    out.write_text(json.dumps({"device": device, "cpus_per_worker": a.cpus, "runs": rows, "summary": summary},
-                              indent=1))
+    out.write_text(json.dumps({"device": device, "machine": machine(), "other_cores": round(meter.cores(), 2),
+                               "cpus_per_worker": a.cpus, "runs": rows, "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ class Process:
     """What runtime.trials() does in one job's process, one call at a time."""
 
     def __init__(self, h, job_id):
-        self.h, self.job_id, self.done, self.ran = h, job_id, None, []
+        self.h, self.job_id, self.done, self.ran, self.pruned = h, job_id, None, [], []
 
     def ask(self):
         with self.h.sessions.begin() as s:
@@ -57,7 +57,11 @@ class Process:
             self.h.jobs.tick()
             self.h.tune.tick()
             with self.h.sessions() as s:
-                if service.trial_state(s, self.h.world.alice, self.job_id, number) == "pruning":
+                state = service.trial_state(s, self.h.world.alice, self.job_id, number)
+                # what the answer to its next metrics says, and what it asks when it has not reported
+                assert (number in service.pruning(s, self.job_id)) == (state == "pruning")
+                if state == "pruning":
+                    self.pruned.append(number)
                     break
         self.done = number
 
@@ -122,15 +126,18 @@ def test_parallel_processes_never_exceed_parallel(h):
 
 def test_a_pruner_stops_the_trial_and_the_process_goes_on(h):
     exp_id = h.create(trials=8, parallel=1, reuse=True, pruner="median", seed=4)
-    drive(h, exp_id, rising, steps=5)
+    procs = drive(h, exp_id, rising, steps=5)
     rows = h.trials(exp_id)
     assert h.experiment(exp_id).state == "completed"
     pruned = [t for t, _ in rows if t.state == "pruned"]
     assert pruned, [(t.state, t.params) for t, _ in rows]
+    assert sorted(n for p in procs.values() for n in p.pruned) == [t.number for t in pruned]
     assert all("pruned by median" in t.reason for t in pruned)
     jobs = hosts(h, exp_id)
     assert len(jobs) == 1 and jobs[0].stop_reason is None  # the job was never stopped for it
     assert jobs[0].state == "succeeded"
+    with h.sessions() as s:
+        assert service.pruning(s, jobs[0].id) == []  # ended: nothing left to tell the process
 
 
 def test_a_script_that_never_asks_gets_a_process_per_trial(h):

@@ -48,3 +48,33 @@ def test_the_reporter_tags_each_point_with_its_trial(monkeypatch):
         rep.close()
     finally:
         sink.close()
+
+
+def test_the_reporter_hears_which_trials_a_pruner_stopped_from_the_answer_to_its_metrics():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(202)
+            self.end_headers()
+            self.wfile.write(json.dumps({"stored": 1, "pruning": [4]}).encode())
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                       flush_seconds=0.05, enabled=True)
+        assert rep.pruning == frozenset()
+        rep.report(0, loss=1.0)
+        assert rep.flush()
+        assert rep.pruning == frozenset({4})
+        rep.close()
+    finally:
+        server.shutdown()
+        server.server_close()

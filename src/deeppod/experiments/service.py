@@ -247,6 +247,13 @@ def trial_state(session: Session, principal: Principal, job_id: int, number: int
     return state
 
 
+def pruning(session: Session, job_id: int) -> list[int]:
+    """The trials a pruner stopped that this job's process runs (it took them: runtime.trials())
+    and has not yet said it ended; none for any other job. The caller may see the job."""
+    return list(session.scalars(select(Trial.number).where(Trial.job_id == job_id, Trial.state == TrialState.PRUNING,
+                                                           Trial.claimed_at.is_not(None), Trial.done_at.is_(None))))
+
+
 def idle_hosts(session: Session, exp: Experiment) -> list[Job]:
     """A reusing search's running jobs whose process has no trial to run: each takes the next."""
     busy = select(Trial.job_id).where(Trial.experiment_id == exp.id, Trial.state.in_(LIVE_TRIALS),

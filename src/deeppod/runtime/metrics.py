@@ -66,6 +66,7 @@ class Reporter:
         trial = os.environ.get(ENV_TRIAL, "")
         self.trial: int | None = int(trial) if trial.isdigit() else None  # the search trial reports are for
         self._send_lock = threading.Lock()  # flush() sends from the caller's thread too
+        self.pruning: frozenset[int] = frozenset()  # trials of this process a pruner stopped (the server says)
         self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -136,7 +137,7 @@ class Reporter:
                 break
             batch.append(p)
         try:  # api_url may name several servers (a failover control plane): the first that answers
-            open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
+            answer = open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
                        data=json.dumps({"points": batch}).encode(), timeout=10, cafile=os.environ.get(ENV_CA_CERT),
                        headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         except urllib.error.HTTPError as exc:
@@ -150,6 +151,10 @@ class Reporter:
             return False
         del self._pending[:len(batch)]
         self.sent += len(batch)
+        try:
+            self.pruning = frozenset(json.loads(answer or b"{}").get("pruning") or ())
+        except (ValueError, AttributeError, TypeError):
+            pass  # an older server's answer: the trial asks for itself (runtime.trial)
         return True
 
     def _run(self) -> None:

@@ -35,7 +35,9 @@ from deeppod.contract import (ENV_CA_CERT, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_HOST,
 from deeppod.runtime import metrics, stop
 from deeppod.runtime.context import job_context
 
-ASK_EVERY_S = 0.5  # how often should_stop() asks the control plane whether a pruner stopped the trial
+# how often should_stop() asks the control plane whether a pruner stopped the trial, besides
+# what the answers to its metrics say (a trial that reports hears it within a send)
+ASK_EVERY_S = 1.0
 WAIT_S = 0.05  # between asks for the next trial while the controller has none for this process yet
 
 
@@ -87,14 +89,17 @@ class Trial:
     params: dict = field(default_factory=dict)
     _host: _Host | None = field(default=None, repr=False)
     _pruned: bool = field(default=False, repr=False)
-    _asked_at: float = field(default=0.0, repr=False)
+    _asked_at: float = field(default_factory=time.monotonic, repr=False)
 
     def should_stop(self) -> bool:
         """True once its pruner stopped it or the job is being stopped (preemption, a stop).
         Every worker of a job gets the same answer in the same step (see runtime.should_stop)."""
-        if self._host is not None and not self._pruned and time.monotonic() - self._asked_at >= ASK_EVERY_S:
-            self._asked_at = time.monotonic()
-            self._pruned = self._host.state(self.number) == "pruning"
+        if self._host is not None and not self._pruned:
+            # the answer to its last reports says so; asked for when it has not reported lately
+            self._pruned = self.number in metrics.reporter().pruning
+            if not self._pruned and time.monotonic() - self._asked_at >= ASK_EVERY_S:
+                self._asked_at = time.monotonic()
+                self._pruned = self._host.state(self.number) == "pruning"
         return stop.agree(self._pruned or stop.should_stop(sync=False))
 
 

@@ -2,15 +2,18 @@ from fastapi import APIRouter, Query
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep
 from deeppod.api.schemas.metrics import HistogramOut, MetricsAccepted, MetricsIn, MetricsOut
+from deeppod.experiments import service as experiments
 from deeppod.jobs import metrics
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["metrics"])
 
 
-@router.post("/metrics", status_code=202, response_model=MetricsAccepted)
+@router.post("/metrics", status_code=202, response_model=MetricsAccepted, response_model_exclude_defaults=True)
 def ingest(job_id: Id, body: MetricsIn, session: SessionDep, principal: PrincipalDep) -> MetricsAccepted:
     points = [p.model_dump() for p in body.points]
-    return MetricsAccepted(stored=metrics.ingest(session, principal, job_id, points))
+    stored = metrics.ingest(session, principal, job_id, points)
+    # a search's process that runs trial after trial hears here that a pruner stopped its trial
+    return MetricsAccepted(stored=stored, pruning=experiments.pruning(session, job_id))
 
 
 @router.get("/metrics", response_model=MetricsOut)

@@ -17,6 +17,7 @@ class MetricsIn(Strict):
 
 class MetricsAccepted(BaseModel):
     stored: int
+    pruning: list[int] = Field(default_factory=list, description="trials of this job's process a pruner stopped")
 
 
 class MetricSeries(BaseModel):
