@@ -145,10 +145,16 @@ def add_trial(session: Session, principal: Principal, exp: Experiment, study: St
     except BaseException:
         study.tell(number, "fail")
         raise
+    return _record(session, exp, job, (number, trial_id, params), "")
+
+
+def _record(session: Session, exp: Experiment, job: Job, asked: tuple[int, int, dict], where: str) -> Trial:
+    """The study's new trial (``asked``: number, storage id, values), run by ``job``."""
+    number, trial_id, params = asked
     trial = Trial(experiment_id=exp.id, number=number, study_trial_id=trial_id, job_id=job.id, params=params)
     session.add(trial)
     session.flush()
-    jobs.add_event(session, job, "trial", f"trial {number} of experiment {exp.name}: "
+    jobs.add_event(session, job, "trial", f"trial {number} of experiment {exp.name}{where}: "
                                           + ", ".join(f"{k}={v}" for k, v in params.items()))
     return trial
 
@@ -272,13 +278,7 @@ def hosts(session: Session, exp: Experiment) -> int:
 
 def assign_trial(session: Session, exp: Experiment, study: Study, host: Job) -> Trial:
     """The next trial, to a running process of the search that asks for one."""
-    number, trial_id, params = study.ask()
-    trial = Trial(experiment_id=exp.id, number=number, study_trial_id=trial_id, job_id=host.id, params=params)
-    session.add(trial)
-    session.flush()
-    jobs.add_event(session, host, "trial", f"trial {number} of experiment {exp.name}, in this job's process: "
-                                           + ", ".join(f"{k}={v}" for k, v in params.items()))
-    return trial
+    return _record(session, exp, host, study.ask(), ", in this job's process")
 
 
 def best(session: Session, exp: Experiment) -> Trial | None:
