@@ -186,3 +186,20 @@ def test_without_reuse_the_only_trial_is_handed_once_then_finished(h):
     assert first["number"] == 0 and first["state"] == "running"
     with h.sessions.begin() as s:
         assert service.host_trial(s, h.world.alice, job_id, done=0) == {"finished": True}
+
+
+def test_a_reused_process_shows_its_latest_trials_series_not_every_trials_mixed(h):
+    exp_id = h.create(trials=3, parallel=1, reuse=True)
+    drive(h, exp_id, rising, steps=lambda n: 4 - n)  # 4, 3 and 2 steps
+    job_id = hosts(h, exp_id)[0].id
+    with h.sessions() as s:
+        shown = metrics.series(s, h.world.alice, job_id)
+        last = s.scalar(select(Trial).where(Trial.job_id == job_id, Trial.number == 2))
+    assert shown["trial"] == 2
+    assert [st for st, _ in shown["metrics"]["score"]["series"]] == [0, 1]  # one series, in step order
+    assert shown["metrics"]["score"]["last"][1] == pytest.approx(last.params["x"] * 2)
+    plain = submit_job(h.sessions, h.world.alice, str(h.tmp))
+    with h.sessions.begin() as s:
+        metrics.ingest(s, h.world.alice, plain, [{"step": 0, "metrics": {"loss": 1.0}}])
+    with h.sessions() as s:
+        assert "trial" not in metrics.series(s, h.world.alice, plain)

@@ -14,7 +14,7 @@ from deeppod.contract import JobState
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
 from deeppod.jobs.stop_rules import triggered
-from deeppod.store.models import JobHistogram, JobMetric
+from deeppod.store.models import JobHistogram, JobMetric, Trial
 
 
 def _number(v) -> float | None:
@@ -87,34 +87,45 @@ def series(session: Session, principal: Principal, job_id: int, names: list[str]
     """Each metric's (step, value) points; a longer series is averaged into at most
     ``max_points`` buckets of steps by the database (the last point is always kept exactly),
     so a chart of 100,000 points costs a few hundred rows."""
-    get_job(session, principal, job_id)
+    job = get_job(session, principal, job_id)
     if not 2 <= max_points <= 100_000:
         raise InvalidRequest("max_points must be between 2 and 100000")
-    mine = [JobMetric.job_id == job_id, *([JobMetric.name.in_(names)] if names else [])]
+    trial = _shown_trial(session, job)
+    scope = [JobMetric.job_id == job_id, *([JobMetric.trial == trial] if trial is not None else [])]
+    mine = [*scope, *([JobMetric.name.in_(names)] if names else [])]
     shapes = session.execute(select(JobMetric.name, func.count(), func.min(JobMetric.step), func.max(JobMetric.step))
                              .where(*mine).group_by(JobMetric.name).order_by(JobMetric.name))
     out = {}
     for name, count, lo, hi in shapes.all():
         last = session.execute(select(JobMetric.step, JobMetric.value)
-                               .where(JobMetric.job_id == job_id, JobMetric.name == name, JobMetric.step == hi)
+                               .where(*scope, JobMetric.name == name, JobMetric.step == hi)
                                .order_by(JobMetric.id.desc()).limit(1)).one()
         if count <= max_points:
             pts = [[st, v] for st, v in session.execute(
-                select(JobMetric.step, JobMetric.value).where(JobMetric.job_id == job_id, JobMetric.name == name)
+                select(JobMetric.step, JobMetric.value).where(*scope, JobMetric.name == name)
                 .order_by(JobMetric.step, JobMetric.id))]
         else:
-            pts = _buckets(session, job_id, name, lo, hi, max_points - 1) + [[last[0], last[1]]]
+            pts = _buckets(session, scope, name, lo, hi, max_points - 1) + [[last[0], last[1]]]
         out[name] = {"points": count, "last": [last[0], last[1]], "series": pts}
-    return {"job_id": job_id, "metrics": out}
+    return {"job_id": job_id, "metrics": out, **({"trial": trial} if trial is not None else {})}
 
 
-def _buckets(session: Session, job_id: int, name: str, lo: int, hi: int, n: int) -> list[list]:
+def _shown_trial(session: Session, job) -> int | None:
+    """A search's process that ran several trials (--reuse) holds a series per trial: its
+    latest trial's is the one shown. None for every other job (all its points are one series)."""
+    if job.kind != "trial" or (session.scalar(select(func.count()).select_from(Trial)
+                                              .where(Trial.job_id == job.id)) or 0) < 2:
+        return None
+    return session.scalar(select(func.max(JobMetric.trial)).where(JobMetric.job_id == job.id))
+
+
+def _buckets(session: Session, scope: list, name: str, lo: int, hi: int, n: int) -> list[list]:
     """The points before the last step in ``n`` equal step ranges: each range's last step and
     mean value (integer division: the same buckets on SQLite and PostgreSQL)."""
     span = max(1, hi - lo)
     bucket = ((JobMetric.step - lo) * n).op("/")(span)  # SQL's integer division on both databases
     rows = session.execute(select(func.max(JobMetric.step), func.avg(JobMetric.value))
-                           .where(JobMetric.job_id == job_id, JobMetric.name == name, JobMetric.step < hi)
+                           .where(*scope, JobMetric.name == name, JobMetric.step < hi)
                            .group_by(bucket).order_by(bucket))
     return [[st, None if v is None else float(v)] for st, v in rows]
 

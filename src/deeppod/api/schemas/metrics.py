@@ -29,6 +29,7 @@ class MetricSeries(BaseModel):
 class MetricsOut(BaseModel):
     job_id: int
     metrics: dict[str, MetricSeries]
+    trial: int | None = Field(None, description="the search trial shown, for a process that ran several (--reuse)")
 
 
 class HistogramOut(BaseModel):
