@@ -24,6 +24,7 @@ import argparse
 import io
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,7 @@ import httpx
 from deeppod.bench.infer import PlainServer, closed_loop, export_model
 from deeppod.bench.server import Server
 from deeppod.bench.spread import LoadMeter, Spread, machine
-from deeppod.contract import free_port
+from deeppod.contract import ENV_REPLICA_SECRET, REPLICA_SECRET_HEADER, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +163,16 @@ def main() -> None:
                 raise SystemExit(f"the deployment never became ready: {dep}")
             time.sleep(1)
         replica_url = routed[0]["endpoint"] + "/predict"
-        systems = {"platform": (dep["predict_url"], auth), "replica": (replica_url, {})}
+        # a replica answers only callers with the secret the platform gave it (the balancer sends it):
+        # the direct baseline reads it where the platform keeps it, the job's environment
+        with sqlite3.connect(server.home / "deeppod.db") as db:
+            env = json.loads(db.execute("SELECT env FROM jobs WHERE id = ?", (routed[0]["job_id"],)).fetchone()[0])
+        if set(env) == {"sealed"}:  # sealed at rest with the server's key (store/sealed.py)
+            from cryptography.fernet import Fernet
+
+            env = json.loads(Fernet((server.home / "secret.key").read_bytes().strip()).decrypt(env["sealed"].encode()))
+        systems = {"platform": (dep["predict_url"], auth),
+                   "replica": (replica_url, {REPLICA_SECRET_HEADER: env.get(ENV_REPLICA_SECRET, "")})}
         plain = PlainServer(home / "artifact")
         systems["fastapi"] = (plain.url, {})
         if args.ray_python:
