@@ -81,12 +81,12 @@ class ExperimentController:
                 asked += 1
                 if asked >= exp.trials:
                     break
-            busy = range(service.hosts(s, exp))  # a process that runs trial after trial is busy until it exits
+            busy = service.hosts(s, exp)  # a process that runs trial after trial is busy until it exits
         else:
             # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
             # and waits for them, rather than after the trial's exit is seen
-            busy = [(t, j) for t, j in live if t.state != TrialState.PRUNING]
-        if asked < exp.trials and len(busy) < exp.parallel and not _waiting(live):
+            busy = sum(t.state != TrialState.PRUNING for t, _ in live)
+        if asked < exp.trials and busy < exp.parallel and not _waiting(live):
             owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
             try:
                 with s.begin_nested():
@@ -125,13 +125,12 @@ class ExperimentController:
     def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
         why = f"pruned by {exp.pruner} at step {last[0]} ({exp.metric} {last[1]:g})"
         trial.state, trial.reason = TrialState.PRUNING, why
+        log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
         if trial.claimed_at is not None:  # its process runs trials one after another: it stops this one only
             add_event(s, job, "pruning", f"trial {trial.number} {why}; the job's process goes on to the next trial")
-            log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
             return
         job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
         add_event(s, job, "pruning", f"{why}; its workers get SIGTERM and its GPUs go back")
-        log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
 
     def _ended(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job) -> None:
         trial.ended_at = utcnow()
