@@ -2,14 +2,19 @@
 
 - DeepPod through the control plane's public predict endpoint (auth, least-loaded routing,
   retries), as users call it;
-- the same DeepPod replica hit directly (what the hop costs);
+- DeepPod with a direct token (``POST /v1/deployments/NAME/direct``): the client calls the
+  replica itself, which checks the token the control plane signed (serve/direct.py);
+- the same DeepPod replica hit directly with its platform secret (what the hop costs);
 - plain FastAPI + torch, one request per forward pass (deeppod.bench.plain_server);
 - Ray Serve with @serve.batch (benchmarks/ray_serve_app.py), when --ray-python names a Python
   with ray[serve] (its own environment: ``python -m venv E && E/bin/pip install "ray[serve]"``).
 
-Systems are interleaved: each round runs every system at every concurrency, one at a time;
-the figures are the median over rounds. Aims (issue 18): the platform path at >= 0.95x the
-direct replica at c=8 and c=32, and its p99 at c=1 within 5 ms of plain FastAPI's.
+Systems are interleaved: in each round, at each concurrency, every system runs ``--slices``
+times for duration/slices seconds, taking turns with the others, in turned order every other
+round (Ray Serve, started for its turn only, runs after the others); the figures are the
+median over rounds. Aims (issues 18, 45): the platform path at >= 0.95x
+the direct replica at c=1, 8 and 32 in the worst round (the proxied hop and the direct token
+are both shown), and its p99 at c=1 within 5 ms of plain FastAPI's.
 
     python benchmarks/infer_throughput.py [--model mobilenet_v3_small] [--concurrency 1,8,32]
         [--duration 15] [--rounds 4] [--cpus-per-replica 1] [--ray-python PATH] [--out FILE]
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from deeppod.bench.infer import PlainServer, closed_loop, export_model
+from deeppod.bench.infer import PlainServer, closed_loop, export_model, merged
 from deeppod.bench.server import Server
 from deeppod.bench.spread import LoadMeter, Spread, machine
 from deeppod.contract import ENV_REPLICA_SECRET, REPLICA_SECRET_HEADER, free_port
@@ -84,7 +89,7 @@ def serving_processes(name: str, server: Server, plain: PlainServer | None) -> d
     import psutil
 
     replica = [p for p in psutil.process_iter(["cmdline"]) if "deeppod.serve.replica" in (p.info["cmdline"] or [])]
-    if name == "platform":
+    if name in ("platform", "direct"):  # direct: the control plane takes the replicas' syncs
         return {"control_plane": [psutil.Process(server.proc.pid)], "replica": replica}
     if name == "replica":
         return {"replica": replica}
@@ -121,6 +126,23 @@ def stop_ray(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def time_revocation(url: str, auth: dict, body: bytes) -> float:
+    """Milliseconds from revoking a deployment key to its direct token being refused."""
+    key = httpx.post(f"{url}/v1/deployments/bench/keys", json={"name": "revocation"}, headers=auth, timeout=30).json()
+    grant = httpx.post(f"{url}/v1/deployments/bench/direct", headers={"X-DeepPod-Key": key["key"]}, timeout=30).json()
+    target = grant["replicas"][0]["url"] + "/predict"
+    headers = {"Authorization": f"Bearer {grant['token']}", "content-type": "image/jpeg"}
+    if httpx.post(target, content=body, headers=headers, timeout=30).status_code != 200:
+        raise SystemExit("the key's direct token was refused before the key was revoked")
+    httpx.delete(f"{url}/v1/deployments/bench/keys/{key['id']}", headers=auth, timeout=30).raise_for_status()
+    began = time.monotonic()
+    while httpx.post(target, content=b"", headers=headers, timeout=30).status_code != 401:
+        if time.monotonic() - began > 10:
+            raise SystemExit("the revoked key's direct token still works after 10 s")
+        time.sleep(0.005)
+    return 1000 * (time.monotonic() - began)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mobilenet_v3_small")
@@ -132,6 +154,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per system, concurrency and round")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--slices", type=int, default=4, help="turns each system takes per round and concurrency "
+                                                          "(the others' between them)")
     ap.add_argument("--ray-python", default=None, help="a Python with ray[serve] installed (its own venv)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "infer_cpu.json")
     args = ap.parse_args()
@@ -171,7 +195,10 @@ def main() -> None:
             from cryptography.fernet import Fernet
 
             env = json.loads(Fernet((server.home / "secret.key").read_bytes().strip()).decrypt(env["sealed"].encode()))
+        grant = httpx.post(f"{server.url}/v1/deployments/bench/direct", json={"ttl_seconds": 86400}, headers=auth,
+                           timeout=30).json()
         systems = {"platform": (dep["predict_url"], auth),
+                   "direct": (grant["replicas"][0]["url"] + "/predict", {"Authorization": f"Bearer {grant['token']}"}),
                    "replica": (replica_url, {REPLICA_SECRET_HEADER: env.get(ENV_REPLICA_SECRET, "")})}
         plain = PlainServer(home / "artifact")
         systems["fastapi"] = (plain.url, {})
@@ -183,28 +210,53 @@ def main() -> None:
             if r.status_code != 200:
                 raise SystemExit(f"{name} answered {r.status_code}: {r.text[:300]}")
 
+        revocation_ms = time_revocation(server.url, auth, body)
+        print(f"a deployment key's direct token refused {revocation_ms:.0f} ms after the key was revoked")
         runs: dict[str, dict[int, list[dict]]] = {s: {c: [] for c in levels} for s in systems}
+
+        def measure(rnd: int, name: str, url: str, headers: dict, c: int, slices: int) -> None:
+            """``slices`` runs of duration/slices seconds each, as one; between two slices of one
+            system the others take theirs (see the loop below)."""
+            took: list[dict] = []
+            cpu = {}
+            for _ in range(slices):
+                yield  # the others' turn
+                procs = serving_processes(name, server, plain)
+                before = cpu_seconds(procs)
+                took.append(closed_loop(url, body, "image/jpeg", concurrency=c, duration=args.duration / slices,
+                                        headers=headers, warmup=0.5, keep_latencies=True))
+                after = cpu_seconds(procs)
+                cpu = {k: cpu.get(k, 0.0) + after[k] - before[k] for k in procs}
+            r = merged(took, args.duration)
+            if cpu and r["requests"]:  # CPU per answered request, warm-ups included
+                r["cpu_ms_per_request"] = {k: round(1000 * v / (r["requests"] * (args.duration + 0.5 * slices) /
+                                                                args.duration), 2) for k, v in cpu.items()}
+            runs[name][c].append(r)
+            print(f"round {rnd + 1} {name:9s} c={c:<3} {r['throughput_rps']:7.1f} req/s  "
+                  f"p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", flush=True)
+
+        def run_all(rnd: int, names: list[str], c: int, slices: int) -> None:
+            turns = [measure(rnd, n, *systems[n], c, slices) for n in names]
+            for _ in range(slices + 1):  # slice by slice, every system in turn
+                for t in turns:
+                    next(t, None)
+
+        always_up = [n for n in systems if n != "ray_serve"]
+        for name in always_up:
+            check(name, *systems[name])
         for rnd in range(args.rounds):
-            for name, (url, headers) in systems.items():
-                if name == "ray_serve":
-                    ray, url = start_ray(args.ray_python, home / "artifact", args.cpus_per_replica, args.max_batch,
-                                         args.max_wait_ms, home / f"ray-{rnd}.log")
-                check(name, url, headers)
+            # at each concurrency the systems take turns in short slices, in turned order every
+            # other round: what the machine drifts by in a few seconds falls on all of them alike
+            for c in levels:
+                run_all(rnd, always_up if rnd % 2 == 0 else always_up[::-1], c, args.slices)
+            if "ray_serve" in systems:
+                ray, url = start_ray(args.ray_python, home / "artifact", args.cpus_per_replica, args.max_batch,
+                                     args.max_wait_ms, home / f"ray-{rnd}.log")
+                check("ray_serve", url, {})
                 for c in levels:
-                    procs = serving_processes(name, server, plain)
-                    before = cpu_seconds(procs)
-                    r = closed_loop(url, body, "image/jpeg", concurrency=c, duration=args.duration, headers=headers,
-                                    warmup=1.0)
-                    if procs and r["requests"]:  # CPU per answered request, warm-up included in both
-                        r["cpu_ms_per_request"] = {k: round(1000 * (cpu_seconds({k: v})[k] - before[k]) /
-                                                            (r["requests"] * (args.duration + 1.0) / args.duration), 2)
-                                                   for k, v in procs.items()}
-                    runs[name][c].append(r)
-                    print(f"round {rnd + 1} {name:9s} c={c:<3} {r['throughput_rps']:7.1f} req/s  "
-                          f"p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", flush=True)
-                if name == "ray_serve":
-                    stop_ray(ray)
-                    ray = None
+                    run_all(rnd, ["ray_serve"], c, 1)
+                stop_ray(ray)
+                ray = None
     finally:
         if ray is not None:
             stop_ray(ray)
@@ -234,12 +286,14 @@ def main() -> None:
         print(f"platform / {other:9s} " + "  ".join(f"c={c}: {v:.2f}x" for c, v in ratios[other].items()))
     print("\nper round (every system once a round), the platform's req/s over each other's: median (worst-best)")
     spreads: dict = {}
-    for other in [s for s in table if s != "platform"]:
+    pairs = [("platform", o) for o in table if o != "platform"] + [("direct", o) for o in table
+                                                                    if o not in ("platform", "direct")]
+    for mine, other in pairs:
         for c in levels:
             sp = Spread.of([p["throughput_rps"] / o["throughput_rps"]
-                            for p, o in zip(runs["platform"][c], runs[other][c])])
-            spreads.setdefault(other, {})[c] = sp.as_dict()
-            print(f"  c={c:<3} " + sp.line(f"platform / {other}", aim=0.95 if other == "replica" else None))
+                            for p, o in zip(runs[mine][c], runs[other][c])])
+            spreads.setdefault(other if mine == "platform" else f"{mine}/{other}", {})[c] = sp.as_dict()
+            print(f"  c={c:<3} " + sp.line(f"{mine} / {other}", aim=0.95 if other == "replica" else None))
     print(meter.line())
     if 1 in levels:
         gap = table["platform"][1]["p99_ms"] - table["fastapi"][1]["p99_ms"]
@@ -249,6 +303,7 @@ def main() -> None:
     args.out.write_text(json.dumps({"model": args.model, "image_bytes": len(body), "cpus_per_replica":
                                     args.cpus_per_replica, "rounds": args.rounds, "duration_s": args.duration,
                                     "machine": machine(), "other_cores": round(meter.cores(), 2),
+                                    "revocation_ms": round(revocation_ms, 1),
                                     "median": table, "ratios": ratios, "spread": spreads,
                                     "runs": runs}, indent=1))
     print(f"results: {args.out}")

@@ -67,6 +67,11 @@ ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 # a serving replica answers only the control plane, which sends this secret (its own per replica)
 ENV_REPLICA_SECRET = "DEEPPOD_REPLICA_SECRET"
 REPLICA_SECRET_HEADER = "X-DeepPod-Replica-Secret"
+# direct predict (serve/direct.py): a client the control plane gave a signed token calls the
+# replicas itself; every replica of a deployment checks it with the deployment's own key
+ENV_DIRECT_KEY = "DEEPPOD_DIRECT_KEY"
+ENV_DEPLOYMENT_ID = "DEEPPOD_DEPLOYMENT_ID"
+DIRECT_TOKEN_PREFIX = "dpd1."
 # seconds between the SIGTERM of a stop and the SIGKILL: how long the job has to checkpoint
 ENV_GRACE = "DEEPPOD_GRACE_SECONDS"
 # in-place resize (runtime/resize.py): the control plane's word on the job's world (JSON,

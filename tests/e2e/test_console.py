@@ -266,6 +266,11 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     assert "Answered by version 2" in page.inner_text("#predict-answer")
     wait_until(lambda: int(page.get_attribute("#rate-chart", "data-requests") or 0) >= 1, 30, interval=0.5,
                what="the request in the traffic chart")
+    with admin.direct("digits-cnn") as direct:  # past the control plane: counted all the same
+        assert direct.predict([image.read_bytes()])["version"] == 2
+    wait_until(lambda: float(page.get_attribute("#rate-chart", "data-direct") or 0) >= 1, 30, interval=0.5,
+               what="the direct prediction in the traffic chart")
+    assert "deeppod deploy direct digits-cnn" in page.inner_text("#predict-form ~ p.hint")
     shot(page, "deployment")
 
     # the deployed model pre-labels every image; correct two with the keyboard; save a version

@@ -178,6 +178,69 @@ def test_register_compare_promote_deploy_predict(flow):
     assert "deeppod_router_requests_total" in text
 
 
+def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_holds_within_a_second(flow):
+    env, c, server = flow["env"], flow["client"], flow["server"]
+    reader = ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1", "val")
+    images = [reader.read(i)[0] for i in range(8)]
+    through = c.predict(MODEL, images, top_k=3)["predictions"]
+
+    # the CLI prints a token and a curl line per replica
+    g = json.loads(run(env, "deploy", "direct", MODEL, "--json").stdout)
+    assert len(g["replicas"]) == 2 and g["token"].startswith("dpd1.") and g["expires_at"] > time.time() + 500
+    # the SDK spreads calls over the replicas; they answer as the platform does
+    replicas = set()
+    with c.direct(MODEL) as d:
+        for _ in range(4):
+            r = d.predict(images, top_k=3)
+            replicas.add(r["replica"])
+            assert [p["label"] for p in r["predictions"]] == [p["label"] for p in through]
+            for a, b in zip(r["predictions"], through):
+                assert abs(a["confidence"] - b["confidence"]) < 1e-4
+    assert len(replicas) == 2, replicas
+    p = run(env, "deploy", "predict", MODEL, "--direct", str(flow["tmp"] / "picture.jpg"))
+    assert "picture.jpg:" in p.stdout, p.stdout
+
+    # the control plane counts them (its /metrics, the console's traffic) within a sync
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
+
+    def direct_count() -> float:
+        text = httpx.get(f"{server.url}/v1/deployments/{MODEL}/metrics", headers=auth).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("deeppod_direct_requests_total{") and 'code="200"' in line)
+
+    wait_until(lambda: direct_count() >= 5, 10, interval=0.1, what="replicas to report their direct predictions")
+
+    # a deployment key's token stops with the key, within a second (two on a loaded machine)
+    key = c.create_deployment_key(MODEL, "camera")
+    grant = Client(server.url, key["key"]).direct_token(MODEL)
+    url = grant["replicas"][0]["url"] + "/predict"
+
+    def call(token: str) -> httpx.Response:
+        return httpx.post(url, content=images[0], headers={"Authorization": f"Bearer {token}",
+                                                           "content-type": "image/png"}, timeout=30)
+
+    assert call(grant["token"]).status_code == 200
+    c.revoke_deployment_key(MODEL, key["id"])
+    began = time.monotonic()
+    wait_until(lambda: call(grant["token"]).status_code == 401, 5, interval=0.02, what="the key's direct token refused")
+    assert time.monotonic() - began < 2.0
+    refused = call(grant["token"]).json()["error"]
+    assert refused["code"] == "token_revoked", refused
+    # a forged or foreign token never gets in, and refusals reach the audit log
+    body, _, sig = grant["token"].rpartition(".")
+    assert call(body + "." + sig[::-1]).status_code == 401
+    assert call(server.admin_token).status_code == 401
+    wait_until(lambda: any("(direct, token_revoked)" in e["path"] for e in c.audit(failed=True, limit=50)), 10,
+               interval=0.1, what="the refusal in the audit log")
+
+    # revoking every direct token of the deployment (the CLI)
+    mine = c.direct_token(MODEL)
+    assert call(mine["token"]).status_code == 200
+    p = run(env, "deploy", "direct", MODEL, "--revoke")
+    assert "revoked" in p.stdout
+    wait_until(lambda: call(mine["token"]).status_code == 401, 5, interval=0.02, what="revoked direct tokens refused")
+
+
 def test_bad_input_gets_4xx_and_the_replica_lives(flow):
     server, c = flow["server"], flow["client"]
     c.wait_deployment(MODEL, timeout=120)

@@ -33,13 +33,14 @@ class Entry:
 
 
 def worth_keeping(method: str, path: str, status: int) -> bool:
-    """Mutating calls and refusals. Predictions and a job's metric reports are the data path,
-    not administration: they are kept only when refused."""
+    """Mutating calls and refusals. Predictions, a job's metric reports and a replica's direct
+    token syncs are the data path, not administration: they are kept only when refused."""
     if status in (401, 403):
         return True
     if method in READ_METHODS:
         return False
-    return not (path.endswith("/predict") or (path.startswith("/v1/jobs/") and path.endswith("/metrics")))
+    return not (path.endswith("/predict") or (path.startswith("/v1/jobs/") and path.endswith("/metrics"))
+                or (path.startswith("/v1/replicas/") and path.endswith("/direct")))  # a replica's sync, twice a second
 
 
 class AuditLog:

@@ -44,7 +44,8 @@ JOB_ROUTES = frozenset({
     ("GET", "/v1/jobs/{job_id}/trial/{number}"),  # and whether a pruner stopped the one it runs
     ("POST", "/v1/models/{name}/versions"),  # the models service checks the body names this job
 })
-REPLICA_ROUTES = frozenset({("PUT", "/v1/replicas/{job_id}")})
+REPLICA_ROUTES = frozenset({("PUT", "/v1/replicas/{job_id}"),
+                            ("POST", "/v1/replicas/{job_id}/direct")})  # its direct tokens' use and revocations
 
 
 def check_route(principal, method: str, route: str, params: dict) -> None:
@@ -54,8 +55,8 @@ def check_route(principal, method: str, route: str, params: dict) -> None:
         own = str(params.get("job_id", principal.job_id)) == str(principal.job_id)
         if principal.scope == REPLICA:
             if (method, route) not in REPLICA_ROUTES or not own:
-                raise Forbidden(f"a serving replica's token may only announce its own replica ({method} {route} "
-                                "is not that); use a user token for anything else")
+                raise Forbidden(f"a serving replica's token may only announce and sync its own replica ({method} "
+                                f"{route} is not that); use a user token for anything else")
             return
         if (method, route) not in JOB_ROUTES or not own:
             raise Forbidden(f"a job's token may only call its own job's routes ({method} {route} is not one); "

@@ -46,8 +46,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def closed_loop(url: str, body: bytes, content_type: str, *, concurrency: int, duration: float,
-                headers: dict[str, str] | None = None, warmup: float = 2.0) -> dict:
-    """``concurrency`` clients on keep-alive connections for ``duration`` seconds (after a warm-up)."""
+                headers: dict[str, str] | None = None, warmup: float = 2.0, keep_latencies: bool = False) -> dict:
+    """``concurrency`` clients on keep-alive connections for ``duration`` seconds (after a warm-up).
+    ``keep_latencies``: the answer has every latency (seconds, sorted) too, to merge runs."""
     u = urllib.parse.urlsplit(url)
     path = u.path + (f"?{u.query}" if u.query else "")
     hdrs = {"Content-Type": content_type, **(headers or {})}
@@ -85,7 +86,18 @@ def closed_loop(url: str, body: bytes, content_type: str, *, concurrency: int, d
     for t in threads:
         t.join()
     lat = sorted(v for per in latencies for v in per)
-    return {"concurrency": concurrency, "requests": len(lat), "errors": len(errors),
+    out = {"concurrency": concurrency, "requests": len(lat), "errors": len(errors),
+           "throughput_rps": round(len(lat) / duration, 2),
+           "p50_ms": round(_percentile(lat, 0.50) * 1000, 2), "p99_ms": round(_percentile(lat, 0.99) * 1000, 2)}
+    if keep_latencies:
+        out["latencies"] = lat
+    return out
+
+
+def merged(runs: list[dict], duration: float) -> dict:
+    """Runs of :func:`closed_loop` (with their latencies) taken as one of ``duration`` seconds."""
+    lat = sorted(v for r in runs for v in r["latencies"])
+    return {"concurrency": runs[0]["concurrency"], "requests": len(lat), "errors": sum(r["errors"] for r in runs),
             "throughput_rps": round(len(lat) / duration, 2),
             "p50_ms": round(_percentile(lat, 0.50) * 1000, 2), "p99_ms": round(_percentile(lat, 0.99) * 1000, 2)}
 

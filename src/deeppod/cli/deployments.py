@@ -126,12 +126,19 @@ def rm(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 @app.command("predict")
 def predict(name: str, images: Annotated[list[Path], typer.Argument(help="image files")],
-            top_k: int = 3, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+            top_k: int = 3, direct: Annotated[bool, typer.Option(
+                "--direct", help="send to the replicas with a direct token, past the control plane")] = False,
+            as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Send images to a deployment and print the answers."""
     for p in images:
         if not p.is_file():
             raise InvalidRequest(f"{p} is not a file")
-    r = client(url, token).predict(name, [p.read_bytes() for p in images], top_k=top_k)
+    c, data = client(url, token), [p.read_bytes() for p in images]
+    if direct:
+        with c.direct(name) as d:
+            r = d.predict(data, top_k=top_k)
+    else:
+        r = c.predict(name, data, top_k=top_k)
     if as_json:
         print(json.dumps(r, indent=1))
         return
@@ -139,6 +146,29 @@ def predict(name: str, images: Annotated[list[Path], typer.Argument(help="image 
         others = ", ".join(f"{x['label']} {x['confidence']:.1%}" for x in ans["top_k"][1:])
         console.print(f"{p.name}: [bold]{ans['label']}[/] {ans['confidence']:.1%}" + (f" ({others})" if others else "")
                       + f"  [dim]v{r['version']}[/]")
+
+
+@app.command("direct")
+def direct_token(name: str, ttl: Annotated[float, typer.Option(help="seconds the token lasts (at most a day)")] = 600.0,
+                 revoke: Annotated[bool, typer.Option("--revoke", help="revoke every direct token of NAME")] = False,
+                 as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A token to call NAME's replicas directly, past the control plane (the Python SDK's
+    Client.direct(NAME) renews it and spreads calls by itself)."""
+    c = client(url, token)
+    if revoke:
+        console.print(f"{c.revoke_direct(name)['revoked']} direct tokens of {name} revoked; replicas refuse them "
+                      "within a second")
+        return
+    g = c.direct_token(name, ttl=ttl)
+    if as_json:
+        print_json(g)
+        return
+    console.print(f"direct token {g['token_id']} for {name}, valid for {ttl:g} s:\n  {g['token']}", soft_wrap=True)
+    for r in g["replicas"]:
+        console.print(f"  curl -H 'Authorization: Bearer {g['token']}' -F image=@picture.jpg {r['url']}/predict",
+                      highlight=False, soft_wrap=True)
+    if not g["replicas"]:
+        console.print(f"no replica of {name} takes traffic now: see 'deeppod deploy show {name}'")
 
 
 @key_app.command("create")

@@ -62,6 +62,11 @@ class _Stats:
         "deeppod_router_latency_seconds", "Predict latency seen by the router, retries included.", LATENCY_BUCKETS))
     retries: Counter = field(default_factory=lambda: Counter("deeppod_router_retries_total",
                                                              "Requests sent again to another replica."))
+    direct: Counter = field(default_factory=lambda: Counter(
+        "deeppod_direct_requests_total", "Predictions sent to replicas directly, with a direct token, by status "
+                                         "(as the replicas report them, within a second)."))
+    direct_seconds: Counter = field(default_factory=lambda: Counter(
+        "deeppod_direct_seconds_total", "Time replicas spent answering direct predictions."))
 
 
 class Balancer:
@@ -165,17 +170,32 @@ class Balancer:
         if stats is None:
             return ""
         lines = []
-        for m in (stats.requests, stats.latency, stats.retries):
+        for m in (stats.requests, stats.latency, stats.retries, stats.direct, stats.direct_seconds):
             lines += m.render({"deployment": name})
         return "\n".join(lines) + "\n"
 
+    def count_direct(self, dep_id: int, usage: list[dict]) -> None:
+        """What replicas report of direct predictions: the same totals as the router's."""
+        stats = self.stats.setdefault(dep_id, _Stats())
+        for u in usage:
+            for code, n in u["codes"].items():
+                stats.direct.inc(n, code=code)
+            stats.direct_seconds.inc(u["seconds"])
+
     def traffic(self, dep_id: int) -> dict:
-        """The router's running totals for one deployment (a page turns them into rates)."""
+        """The router's running totals for one deployment, direct predictions included (a page
+        turns them into rates); the latency buckets are the router's alone."""
         stats = self.stats.get(dep_id) or _Stats()
-        by_code = {dict(k).get("code", ""): v for k, v in stats.requests.values.items()}
-        return {"requests": sum(by_code.values()),
+        by_code: dict[str, float] = {}
+        for counter in (stats.requests, stats.direct):
+            for k, v in counter.values.items():
+                code = dict(k).get("code", "")
+                by_code[code] = by_code.get(code, 0.0) + v
+        direct = sum(stats.direct.values.values())
+        return {"requests": sum(by_code.values()), "direct": direct,
                 "errors": sum(v for code, v in by_code.items() if not code.startswith("2")),
-                "latency_sum": stats.latency.sum, "latency_count": stats.latency.count,
+                "latency_sum": stats.latency.sum + stats.direct_seconds.get(),
+                "latency_count": stats.latency.count + direct,
                 "buckets": list(stats.latency.buckets), "counts": list(stats.latency.counts),
                 "retries": stats.retries.get()}
 

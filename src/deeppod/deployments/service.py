@@ -167,7 +167,10 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
         read_paths=[str(models_root / version.key)])  # its sandbox reads this version only
     job.kind, job.deployment_id, job.model_version_id = "serve", dep.id, version.id
     # its own secret, sealed with the job's env: the replica answers only callers that send it
-    job.env = {**(job.env or {}), ENV_REPLICA_SECRET: secrets.token_urlsafe(32)}
+    # and its deployment's key for direct tokens (deployments/direct.py)
+    from deeppod.deployments.direct import replica_env
+
+    job.env = {**(job.env or {}), ENV_REPLICA_SECRET: secrets.token_urlsafe(32), **replica_env(dep.id)}
     return job
 
 

@@ -324,13 +324,24 @@ class Client:
     def predict(self, name: str, images: list[bytes] | None = None, *, tensors: list | None = None,
                 top_k: int = 5) -> dict:
         """Images (encoded bytes) go as multipart uploads; tensors as JSON."""
-        if tensors is not None:  # JSON carries both: images base64-encoded, answered first
-            import base64
+        from deeppod.sdk.direct import predict_body
 
-            return self._request("POST", f"/v1/deployments/{name}/predict", json={
-                "images": [base64.b64encode(b).decode() for b in images or []], "tensors": tensors, "top_k": top_k})
-        files = [("image", (f"image{i}", data, "application/octet-stream")) for i, data in enumerate(images or [])]
-        return self._request("POST", f"/v1/deployments/{name}/predict", files=files, data={"top_k": str(top_k)})
+        return self._request("POST", f"/v1/deployments/{name}/predict", **predict_body(images, tensors, top_k))
+
+    def direct_token(self, name: str, *, ttl: float = 600.0) -> dict:
+        """A token to call the deployment's replicas directly, and where they are (the API's
+        ``POST /v1/deployments/NAME/direct``)."""
+        return self._request("POST", f"/v1/deployments/{name}/direct", json={"ttl_seconds": ttl})
+
+    def revoke_direct(self, name: str) -> dict:
+        return self._request("DELETE", f"/v1/deployments/{name}/direct")
+
+    def direct(self, name: str, *, ttl: float = 600.0):
+        """A :class:`~deeppod.sdk.direct.DirectPredictor`: ``.predict(...)`` as :meth:`predict`
+        takes it, sent to the replicas past the control plane."""
+        from deeppod.sdk.direct import DirectPredictor
+
+        return DirectPredictor(self, name, ttl=ttl)
 
     # identity
     def whoami(self) -> dict:

@@ -7,7 +7,9 @@ dynamic batching. Bad input gets a 4xx and never stops the replica. Imports no s
 It answers only the control plane: every route but a bare ``/healthz`` needs the secret the
 platform gave this replica (``DEEPPOD_REPLICA_SECRET``, sent by the balancer in
 ``X-DeepPod-Replica-Secret``), so another tenant's job that finds its port gets a 401 and
-goes through the platform's predict route, with a token, like everyone else.
+goes through the platform's predict route, with a token, like everyone else. A client the
+control plane gave a direct token (serve/direct.py) may call ``/predict`` and ``/signature``
+itself.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from deeppod import settings
-from deeppod.contract import ENV_API_URL, ENV_JOB_ID, ENV_REPLICA_SECRET, REPLICA_SECRET_HEADER
+from deeppod.contract import (ENV_API_URL, ENV_CA_CERT, ENV_DEPLOYMENT_ID, ENV_DIRECT_KEY, ENV_JOB_ID,
+                              ENV_REPLICA_SECRET, ENV_TOKEN, REPLICA_SECRET_HEADER)
 from deeppod.errors import BadInput, DeepPodError
 from deeppod.runtime import inference
 from deeppod.serve import inputs
 from deeppod.serve.batcher import Batcher
+from deeppod.serve.direct import ControlPlane, DirectAccess
 from deeppod.serve.metrics import ReplicaMetrics
 
 log = logging.getLogger("deeppod.serve.replica")
@@ -47,7 +51,8 @@ def error(status: int, code: str, message: str) -> JSONResponse:
 class Replica:
     def __init__(self, model: inference.Loaded, *, max_batch: int, max_wait_ms: float, max_body_bytes: int,
                  version: int | None = None, name: str = "", replica_id: str = "", decode_threads: int = 2,
-                 batch_thread: bool = True, secret: str = ""):
+                 batch_thread: bool = True, secret: str = "", direct: DirectAccess | None = None):
+        self.direct = direct  # None: only the control plane's secret opens /predict
         self.model, self.version, self.name, self.replica_id = model, version, name, replica_id
         self.secret = secret.encode()  # empty: started by hand, outside the platform: anyone may call
         self.max_body_bytes = max_body_bytes
@@ -137,9 +142,9 @@ class Replica:
         return JSONResponse(self.model.signature)
 
     def app(self) -> Starlette:
-        routes = [Route("/predict", self._only_the_platform(self.predict), methods=["POST"]),
+        routes = [Route("/predict", self._platform_or_direct(self.predict), methods=["POST"]),
                   Route("/healthz", self.healthz), Route("/metrics", self._only_the_platform(self.prometheus)),
-                  Route("/signature", self._only_the_platform(self.signature))]
+                  Route("/signature", self._platform_or_direct(self.signature))]
         return Starlette(routes=routes)
 
     def _only_the_platform(self, endpoint):
@@ -148,6 +153,23 @@ class Replica:
                 return error(401, "unauthenticated", "this replica answers only DeepPod's control plane: call "
                                                      "POST /v1/deployments/NAME/predict on the server with a token")
             return await endpoint(request)
+
+        return guarded
+
+    def _platform_or_direct(self, endpoint):
+        platform_only = self._only_the_platform(endpoint)
+
+        async def guarded(request: Request):
+            if self.direct is None or self._caller_ok(request):
+                return await platform_only(request)
+            client = request.client.host if request.client else ""
+            claims, refusal = self.direct.check(request.headers.get("authorization", ""), client)
+            if refusal is not None:
+                return error(refusal.status, refusal.code, refusal.message)
+            began = time.perf_counter()
+            response = await endpoint(request)
+            self.direct.used(claims["j"], response.status_code, time.perf_counter() - began)
+            return response
 
         return guarded
 
@@ -191,6 +213,20 @@ def announce(url: str, version: int | None) -> None:
     raise SystemExit("the control plane never took this replica's address")
 
 
+def direct_access() -> DirectAccess | None:
+    """Direct tokens, when the platform gave this replica its deployment's key; the thread that
+    syncs with the control plane starts with it."""
+    key, dep_id, job_id = (os.environ.pop(ENV_DIRECT_KEY, ""), os.environ.get(ENV_DEPLOYMENT_ID, ""),
+                           os.environ.get(ENV_JOB_ID))
+    if not key or not dep_id.isdigit() or not job_id or not os.environ.get(ENV_API_URL):
+        return None
+    direct = DirectAccess(bytes.fromhex(key), int(dep_id))
+    plane = ControlPlane(os.environ[ENV_API_URL], os.environ.get(ENV_TOKEN, ""), job_id,
+                         cafile=os.environ.get(ENV_CA_CERT))
+    threading.Thread(target=direct.run, args=(plane.post, threading.Event()), name="direct-sync", daemon=True).start()
+    return direct
+
+
 def main(argv=None) -> int:
     import torch
     import uvicorn
@@ -207,7 +243,8 @@ def main(argv=None) -> int:
     replica = Replica(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                       max_body_bytes=args.max_body_bytes, version=args.version, name=args.name,
                       replica_id=os.environ.get(ENV_JOB_ID, ""), decode_threads=args.decode_threads,
-                      batch_thread=False, secret=os.environ.pop(ENV_REPLICA_SECRET, ""))
+                      batch_thread=False, secret=os.environ.pop(ENV_REPLICA_SECRET, ""),
+                      direct=direct_access())
     # proto=IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so;
     # without it every response waits ~40 ms for a delayed ACK (measured).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -375,6 +375,22 @@ class DeploymentKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
+class DirectToken(Base):
+    """A token the control plane signed for a client to call a deployment's replicas itself
+    (serve/direct.py): what it was given for, so that revoking that revokes it too."""
+    __tablename__ = "direct_tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    jti: Mapped[str] = mapped_column(String(32), unique=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    # what the caller showed: a user token ("token") or a deployment key ("key"), by its hash
+    via: Mapped[str] = mapped_column(String(8))
+    credential_hash: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
 class AuditEvent(Base):
     """One mutating API call or failed sign-in: who, what, when, from where, the answer."""
 

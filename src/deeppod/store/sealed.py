@@ -8,6 +8,8 @@ Until configured (tests that only touch the store), a key made for this process 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import threading
 
@@ -19,6 +21,7 @@ from deeppod.errors import InvalidRequest
 
 _lock = threading.Lock()
 _fernet: Fernet | None = None
+_raw: bytes = b""  # the key as configured: what derive() keys its HMAC with
 
 
 def configure(key: bytes) -> None:
@@ -29,8 +32,17 @@ def configure(key: bytes) -> None:
         raise InvalidRequest("DEEPPOD_SECRET_KEY (or HOME/secret.key) is not a key: 32 url-safe base64-encoded "
                              "bytes, as 'python -c \"from cryptography.fernet import Fernet; "
                              "print(Fernet.generate_key().decode())\"' prints") from None
+    global _raw
     with _lock:
-        _fernet = f
+        _fernet, _raw = f, bytes(key)
+
+
+def derive(label: str) -> bytes:
+    """A key of its own for ``label`` (e.g. one deployment's direct tokens), from the server's
+    key: the same on every server that shares the key (a failover pair), and telling nothing of
+    the server's key or of another label's."""
+    _current()
+    return hmac.new(_raw, b"deeppod-derive:" + label.encode(), hashlib.sha256).digest()
 
 
 def new_key() -> bytes:
@@ -41,7 +53,9 @@ def _current() -> Fernet:
     global _fernet
     with _lock:
         if _fernet is None:
-            _fernet = Fernet(Fernet.generate_key())
+            global _raw
+            _raw = Fernet.generate_key()
+            _fernet = Fernet(_raw)
         return _fernet
 
 

@@ -8,12 +8,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, principal_now
-from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, KeyIn, KeyOut,
+from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, DirectIn,
+                                             DirectOut, DirectReplicaOut, DirectSyncIn, DirectSyncOut, KeyIn, KeyOut,
                                              ReplicaOut)
+from deeppod.audit.log import Entry
 from deeppod.auth.roles import check_predict
 from deeppod.auth.tokens import hash_secret
 from deeppod.errors import NotFound, Unauthenticated
-from deeppod.deployments import page, service
+from deeppod.deployments import direct, page, service
 from deeppod.serve import inputs
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -98,6 +100,26 @@ def revoke_key(name: str, key_id: Id, session: SessionDep, principal: PrincipalD
     return KeyOut.model_validate(service.revoke_key(session, principal, name, key_id))
 
 
+@router.post("/{name}/direct", response_model=DirectOut)
+def direct_token(name: str, request: Request, session: SessionDep, body: DirectIn | None = None) -> DirectOut:
+    """A token to call the deployment's replicas directly, past the control plane (whoever may
+    call its predict may ask: a token of its tenant or one of its keys), and where they are."""
+    issued, principal = direct.issue(session, name, key=request.headers.get("x-deeppod-key", ""),
+                                     secret=bearer(request) or "", ttl=body.ttl_seconds if body else direct.TTL_SECONDS)
+    if principal is not None:
+        request.state.principal = principal  # the audit log's who
+    route = get_ctx(request).balancer.routes.get(issued.deployment.id)
+    return DirectOut(token=issued.token, token_id=issued.jti, expires_at=issued.expires_at,
+                     replicas=[DirectReplicaOut(job_id=t.job_id, url=t.url, version=t.version)
+                               for t in (route.targets if route else ())])
+
+
+@router.delete("/{name}/direct")
+def revoke_direct(name: str, session: SessionDep, principal: PrincipalDep) -> dict:
+    """Revoke every direct token of the deployment (replicas refuse them within a second)."""
+    return {"revoked": direct.revoke_all(session, principal, name)}
+
+
 @router.get("/{name}/metrics", response_class=PlainTextResponse)
 async def metrics(name: str, request: Request) -> PlainTextResponse:
     """Prometheus text: the router's figures and every routed replica's."""
@@ -163,6 +185,20 @@ def announce(job_id: Id, body: AnnounceIn, session: SessionDep, principal: Princ
     """A replica (with its job token) says where it listens."""
     job = service.announce(session, principal, job_id, body.url)
     return {"job_id": job.id, "url": job.endpoint}
+
+
+@replicas_router.post("/{job_id}/direct", response_model=DirectSyncOut)
+def direct_sync(job_id: Id, body: DirectSyncIn, request: Request, session: SessionDep,
+                principal: PrincipalDep) -> DirectSyncOut:
+    """A replica (with its job token) reports its direct predictions and refusals, and hears
+    which direct tokens are revoked."""
+    dep, revoked = direct.sync(session, principal, job_id)
+    ctx = get_ctx(request)
+    ctx.balancer.count_direct(dep.id, [u.model_dump() for u in body.usage])
+    for r in body.refused:  # refused predictions are audited, as the router's are
+        ctx.audit.record(Entry("POST", f"/v1/deployments/{dep.name}/predict (direct, {r.code})", r.status,
+                               r.client, r.user, principal.tenant, "direct"))
+    return DirectSyncOut(revoked=revoked)
 
 
 @page_router.get("/{name}", response_class=HTMLResponse)

@@ -69,3 +69,47 @@ class DeploymentOut(Out):
     replica_jobs: list[ReplicaOut]
     created_at: datetime
     updated_at: datetime
+
+
+class DirectIn(Strict):
+    ttl_seconds: float = Field(default=600, description="how long the token lasts (at most a day); ask again "
+                                                         "before it ends")
+
+
+class DirectReplicaOut(Out):
+    job_id: int
+    url: str
+    version: int
+
+
+class DirectOut(Out):
+    token: str = Field(description="send as 'Authorization: Bearer TOKEN' to a replica's /predict")
+    token_id: str
+    expires_at: float = Field(description="Unix seconds")
+    replicas: list[DirectReplicaOut] = Field(description="where to send predictions now (POST URL/predict, the same "
+                                                         "body as the platform's predict); ask again when one stops "
+                                                         "answering or answers 503")
+
+
+class DirectUse(Strict):
+    jti: str = Field(max_length=32)
+    codes: dict[str, int]
+    seconds: float = Field(ge=0)
+
+
+class DirectRefusal(Strict):
+    jti: str | None = Field(default=None, max_length=32)
+    user: str | None = Field(default=None, max_length=64)
+    status: int
+    code: str = Field(max_length=32)
+    client: str = Field(default="", max_length=64)
+
+
+class DirectSyncIn(Strict):
+    usage: list[DirectUse] = Field(default_factory=list, max_length=10_000)
+    refused: list[DirectRefusal] = Field(default_factory=list, max_length=100)
+    refused_count: int = Field(default=0, ge=0)
+
+
+class DirectSyncOut(Out):
+    revoked: list[str]

@@ -238,11 +238,12 @@
     xhr.send(file);
   }
 
-  // a deployment's request rate and latency from the router's running totals, since the page opened
+  // a deployment's request rate and latency from the router's running totals (direct predictions
+  // included, as replicas report them; "direct" shows their share), since the page opened
   function traffic(name) {
-    const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors"], true, 600);
+    const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors", "of which direct"], true, 600);
     const lat = lineChart(document.getElementById("latency-chart"), "latency (ms)", "time", ["mean", "p95"], true, 600);
-    const rows = [[], [], [], [], [], []];  // t, ok/s, errors/s, mean, p95
+    const rows = [[], [], [], [], [], []];  // t, ok/s, errors/s, mean, p95, direct/s
     let last = null;
     function p95(buckets, counts) {
       const total = counts.reduce((a, b) => a + b, 0);
@@ -261,10 +262,12 @@
         rows[0].push(now); rows[1].push((t.requests - last.t.requests - errors) / dt); rows[2].push(errors / dt);
         rows[3].push(n ? 1000 * (t.latency_sum - last.t.latency_sum) / n : null);
         rows[4].push(p95(t.buckets, t.counts.map((c, i) => c - last.t.counts[i])));
+        rows[5].push((t.direct - last.t.direct) / dt);
         if (rows[0].length > 300) rows.forEach(a => a.shift());
-        rate.setData([rows[0], rows[1], rows[2]]); lat.setData([rows[0], rows[3], rows[4]]);
+        rate.setData([rows[0], rows[1], rows[2], rows[5]]); lat.setData([rows[0], rows[3], rows[4]]);
         document.getElementById("rate-chart").dataset.points = String(rows[0].length);
         document.getElementById("rate-chart").dataset.requests = String(t.requests);
+        document.getElementById("rate-chart").dataset.direct = String(t.direct);
       }
       last = {at: now, t: t};
       return true;
