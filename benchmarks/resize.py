@@ -48,6 +48,7 @@ from deeppod.executor.local import LocalExecutor  # noqa: E402
 from deeppod.job_folder import JobFolder  # noqa: E402
 from deeppod.settings import Settings  # noqa: E402
 
+PHASES = ("joiners", "tail", "group", "handover", "first_step")
 TRAINER = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier"]
 
 
@@ -130,6 +131,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
                                for r in range(old, new)], 1)
             wait(lambda: all((job_dir / "checkpoints" / JOINER_READY.format(rank=r)).exists()
                              for r in range(old, new)), 600, "the joiners to be ready")
+        world_at = time.time()
         JobFolder(job_dir).write_world(world)
 
         def acked():
@@ -141,6 +143,10 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
 
         ack = wait(acked, 600, "the acknowledgement")
         took, paused = ack["at"] - decided, ack["switch_seconds"]
+        phases = {"joiners": world_at - decided,  # a grow: the joiners (spares handed the work) say they are ready
+                  "tail": ack["began_at"] - world_at,  # the old size's step ends; the workers agree to switch
+                  "group": ack["group_seconds"], "handover": ack["handover_seconds"],
+                  "first_step": ack["at"] - ack["began_at"] - ack["switch_seconds"]}  # loader, then one step
     else:
         ex.terminate(h)
         wait(lambda: ex.poll(h).finished, 600, "the workers to checkpoint and exit")
@@ -148,13 +154,13 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
         h = ex.launch(LaunchSpec(job_id=0, job_dir=job_dir, command=command, workdir=str(job_dir), grace_seconds=120,
                                  workers=[spec(job_dir, r, new, port, 1, cpus=args.cpus) for r in range(new)]))
         took = wait(lambda: first_step_at(records, 1), 600, "the first step after the restart") - decided
-        paused = took
+        paused, phases = took, {}
     ex.terminate(h)
     wait(lambda: ex.poll(h).finished, 600, "the job to stop")
     log = (job_dir / "logs" / "rank-0.log").read_text()
     if how != "restart" and "resized in place" not in log:
         raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
-    return took, paused
+    return took, paused, phases
 
 
 def main() -> None:
@@ -186,9 +192,9 @@ def main() -> None:
                     # interleaved: the same machine state for all; a shrink has no joiners to warm
                     for how in ("in-place", "in-place-cold", "restart") if new > old else ("in-place", "restart"):
                         a.spares = 0 if how == "in-place-cold" else spares
-                        t, paused = one(model, old, new, how, data, work, a, run)
+                        t, paused, phases = one(model, old, new, how, data, work, a, run)
                         rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2),
-                                     "paused": round(paused, 2)})
+                                     "paused": round(paused, 2), "phases": {k: round(v, 3) for k, v in phases.items()}})
                         print(f"{model} {old}->{new} {how}: {t:.2f} s to the first step, "
                               f"training stopped {paused:.2f} s", flush=True)
     import torch
@@ -227,6 +233,14 @@ def main() -> None:
         sp = Spread.of([rs / ip for ip, rs in zip(times("in-place"), times("restart"))])
         entry["spread"] = sp.as_dict()
         print(f"  {entry['model']} {entry['from']} -> {entry['to']}: " + sp.line("restart / in place", aim=5.0))
+    print("\nin place, where the time to the first step goes: median seconds (share of the median total)")
+    for entry in summary:
+        runs = [r for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
+                (entry["model"], entry["from"], entry["to"], "in-place")]
+        entry["phases"] = {k: sorted(r["phases"][k] for r in runs)[len(runs) // 2] for k in PHASES}
+        total = entry["in_place_s"] or 1e-9
+        print(f"  {entry['model']} {entry['from']} -> {entry['to']} ({total:.2f} s): " + ", ".join(
+            f"{k} {v:.2f} s ({100 * v / total:.0f}%)" for k, v in entry["phases"].items()))
     print(meter.line())
     out = ROOT / "benchmarks" / "results" / "resize.json"
     out.write_text(json.dumps({"device": device, "machine": machine(), "other_cores": round(meter.cores(), 2),

@@ -83,6 +83,7 @@ ENV_JOINING = "DEEPPOD_JOINING"
 ENV_RESIZE_TIMEOUT = "DEEPPOD_RESIZE_TIMEOUT_SECONDS"
 WORLD_ACK = ".world-ack.json"  # rank 0: {"generation", "world_size", "at"} after a step at the new size
 RESIZABLE_MARK = ".resizable"  # rank 0 writes it when the job can resize in place
+RESTART_MARK = ".resize-by-restart"  # or this, with why it resizes by a restart instead (a sharded model)
 JOINER_READY = ".joiner-ready-{rank}"  # a joiner built its model and waits: now the others may switch
 # a warm spare (runtime/spare.py): a worker process of a resizable job started before a grow
 # needs it, parked in runtime.init() with its imports done; "N" (its number) in its env. Its

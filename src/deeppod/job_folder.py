@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deeppod.atomic import atomic_json, atomic_write
-from deeppod.contract import JOINER_READY, RESIZABLE_MARK, SPARE_PARKED, WORLD_ACK
+from deeppod.contract import JOINER_READY, RESIZABLE_MARK, RESTART_MARK, SPARE_PARKED, WORLD_ACK
+from deeppod.nofollow import read_small
 
 CHECKPOINTS, MODEL, OUTPUTS, TENSORBOARD, CODE = "checkpoints", "model", "outputs", "tensorboard", "code"
 WRITABLE = (CHECKPOINTS, MODEL, OUTPUTS, TENSORBOARD)  # of its folder: the job's to write
@@ -259,7 +260,7 @@ class JobFolder:
         """A new run starts at generation 0: no world file, no mark or answer from the last run."""
         self.world_dir.mkdir(exist_ok=True)
         self.world_file.unlink(missing_ok=True)
-        for name in (RESIZABLE_MARK, WORLD_ACK):
+        for name in (RESIZABLE_MARK, RESTART_MARK, WORLD_ACK):
             (self.checkpoints / name).unlink(missing_ok=True)
         for pattern in (JOINER_READY.format(rank="*"), SPARE_PARKED.format(n="*")):
             for mark in self.checkpoints.glob(pattern):
@@ -269,6 +270,11 @@ class JobFolder:
     def resizable(self) -> bool:
         """The job's rank 0 said it can resize in place (it made a ``runtime.Resizer``)."""
         return os.path.lexists(self.checkpoints / RESIZABLE_MARK)
+
+    def restart_reason(self) -> str:
+        """Why the job said it resizes by a restart, not in place ("" when it did not say)."""
+        raw = read_small(self.checkpoints / RESTART_MARK, 512)
+        return "" if raw is None else raw.decode(errors="replace").strip().replace("\n", " ")[:300]
 
     def joiners_ready(self, ranks) -> bool:
         """Every new worker of a grow has built its model and waits for the others."""

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from deeppod.contract import ENV_JOINING, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK, WORLD_ACK
+from deeppod.contract import (ENV_JOINING, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK, RESTART_MARK,
+                              WORLD_ACK)
 from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
@@ -107,6 +108,23 @@ def test_a_job_that_is_not_resizable_restarts_as_before(sessions, world, rec, tm
     b = load_job(sessions, b_job)
     assert b.state == "resizing" and b_job in rec.executor.terminated
     assert "restarts from its checkpoint with 2 workers" in events(sessions, world.bob, b_job)[-1][1]
+
+
+def test_a_job_that_says_why_it_resizes_by_a_restart_has_it_in_the_event(sessions, world, rec, tmp_path):
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 2}, {"name": "b", "guaranteed": 2}]})
+    b_job = submit(sessions, world.bob, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    ckpt = rec.job_dir(b_job) / "checkpoints"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / RESTART_MARK).write_text("its model is sharded: a new size loads the sharded checkpoint")
+    submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    assert load_job(sessions, b_job).state == "resizing" and b_job in rec.executor.terminated
+    assert events(sessions, world.bob, b_job)[-1][1].endswith(
+        "restarts from its checkpoint with 2 workers (its model is sharded: a new size loads the sharded checkpoint)")
+    JobFolder(rec.job_dir(b_job)).reset_world()  # the next run says it again, or not
+    assert not (ckpt / RESTART_MARK).exists()
 
 
 def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec, tmp_path, clock):

@@ -189,9 +189,9 @@ class JobController:
             job = s.get(Job, r.job_id)
             if r.in_place and self.resizes.start(s, job, r):
                 continue
-            job.state, job.reason, job.resize_to = JobState.RESIZING, r.reason, r.workers
-            job.stop_requested_at = utcnow()
-            add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers")
+            job.state, job.reason, job.resize_to, job.stop_requested_at = JobState.RESIZING, r.reason, r.workers, utcnow()
+            add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers"
+                      + self.resizes.restart_note(job.id))
             if job.handle:
                 stop_now.append(job.handle)
         for start in d.starts:

@@ -102,6 +102,11 @@ class Resizes:
         add_event(s, job, JobState.RESIZING, f"{r.reason}; in place: {how}")
         return True
 
+    def restart_note(self, job_id: int) -> str:
+        """Why the job said it resizes by a restart (a sharded model), for its event."""
+        why = self.launcher.folder(job_id).restart_reason()
+        return f" ({why})" if why else ""
+
     # after the commit ----------------------------------------------------------------
     def start_grows(self) -> None:
         grows, self.grows = self.grows, []

@@ -3,6 +3,11 @@
 Atomic (temp file, fsync, rename, fsync of the folder), the last ``keep`` kept, written
 by rank 0 only, optionally in a background thread so the loop does not wait on disk
 (tensors are copied to host memory first, so training may go on changing them).
+
+A sharded model (``runtime.shard``) is saved by every worker at once, each its own shards,
+with ``torch.distributed.checkpoint`` into a folder ``ckpt-<step>.dcp`` (renamed into place
+by rank 0 once all have written); it loads at any number of workers, into a sharded model or
+a whole one. A single-file checkpoint loads into a sharded model too.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,8 @@ from deeppod.atomic import atomic_file
 from deeppod.contract import ENV_CHECKPOINT_DIR
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+_NAME = re.compile(r"^ckpt-(\d{12})\.(?:pt|dcp)$")
+SHARDED_META = "deeppod.pt"  # in a sharded checkpoint's folder: step, epoch, sampler, RNG, extra
 
 
 def step_of(name: str) -> int | None:
@@ -90,7 +97,15 @@ class Checkpointer:
     # -- saving --------------------------------------------------------------------
     def save(self, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None, epoch: int = 0,
              sampler=None, extra: dict | None = None, blocking: bool | None = None) -> Path | None:
-        """Save everything needed to resume exactly here. Returns the path (rank 0) or None."""
+        """Save everything needed to resume exactly here. Returns the path (rank 0) or None.
+        A sharded model: every worker must call it (each saves its shards)."""
+        from deeppod.runtime.sharding import is_sharded
+
+        if model is not None and is_sharded(_unwrap(model)):
+            from deeppod.runtime import _sharded_checkpoint
+
+            return _sharded_checkpoint.save(self, step, model=_unwrap(model), optimizer=optimizer, rest={
+                "scheduler": scheduler, "scaler": scaler, "sampler": sampler}, epoch=epoch, extra=extra)
         if self.rank != 0:
             return None
         import time
@@ -129,9 +144,15 @@ class Checkpointer:
             os.fsync(fd)  # the rename itself is durable
         finally:
             os.close(fd)
-        for old in self.checkpoints()[:-self.keep]:
-            old.unlink(missing_ok=True)
+        self.prune()
         log.debug("checkpoint %s written", path)
+
+    def prune(self) -> None:
+        for old in self.checkpoints()[:-self.keep]:
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
     def wait(self) -> None:
         """Block until a background save has finished; re-raise its error if it failed."""
@@ -146,7 +167,7 @@ class Checkpointer:
     def checkpoints(self) -> list[Path]:
         if not self.dir.is_dir():
             return []
-        return sorted(p for p in self.dir.iterdir() if _NAME.match(p.name))
+        return sorted((p for p in self.dir.iterdir() if _NAME.match(p.name)), key=lambda p: step_of(p.name))
 
     def load_latest(self, *, model=None, optimizer=None, scheduler=None, scaler=None, sampler=None,
                     map_location="cpu", restore_rng: bool = True) -> dict | None:
@@ -154,16 +175,30 @@ class Checkpointer:
         A truncated file (a crash mid-write cannot leave one, but a full disk can) is skipped."""
         import torch
 
+        from deeppod.runtime import _sharded_checkpoint
+        from deeppod.runtime.sharding import is_sharded
+
+        sharded = model is not None and is_sharded(_unwrap(model))
         for path in reversed(self.checkpoints()):
             try:
-                state = torch.load(path, map_location=map_location, weights_only=False)
+                if path.is_dir():
+                    state = _sharded_checkpoint.load(path, model=_unwrap(model) if model is not None else None,
+                                                     optimizer=optimizer)
+                else:
+                    state = torch.load(path, map_location=map_location, weights_only=False)
             except Exception as exc:  # noqa: BLE001 - try the previous one
                 log.warning("skipping unreadable checkpoint %s: %s", path, exc)
                 continue
-            if model is not None and "model" in state:
-                _unwrap(model).load_state_dict(state["model"])
-            for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler),
-                             ("sampler", sampler)):
+            if path.is_dir():
+                pass  # the model and optimizer are loaded already
+            elif sharded:
+                _sharded_checkpoint.load_whole(state, _unwrap(model), optimizer)
+            else:
+                if model is not None and "model" in state:
+                    _unwrap(model).load_state_dict(state["model"])
+                if optimizer is not None and "optimizer" in state:
+                    optimizer.load_state_dict(state["optimizer"])
+            for key, obj in (("scheduler", scheduler), ("scaler", scaler), ("sampler", sampler)):
                 if obj is not None and key in state:
                     obj.load_state_dict(state[key])
             if restore_rng and "rng" in state:

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from deeppod.atomic import atomic_json
 from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,
-                              RESIZABLE_MARK, WORLD_ACK)
+                              RESIZABLE_MARK, RESTART_MARK, WORLD_ACK)
 from deeppod.runtime import stop
 from deeppod.runtime.context import JobContext, job_context, wait_for_store
 
@@ -108,9 +108,15 @@ class Resizer:
         if os.environ.get(ENV_JOINING) == "1":
             self._join()
         if self.ctx.rank == 0 and self.ctx.checkpoint_dir:
+            from deeppod.runtime.sharding import is_sharded
+
             folder = Path(self.ctx.checkpoint_dir)
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / RESIZABLE_MARK).write_text("1")  # the control plane may now resize in place
+            if model is not None and is_sharded(model):  # each worker holds 1/N: a new N reshards from a checkpoint
+                (folder / RESIZABLE_MARK).unlink(missing_ok=True)
+                (folder / RESTART_MARK).write_text("its model is sharded: a new size loads the sharded checkpoint")
+            else:
+                (folder / RESIZABLE_MARK).write_text("1")  # the control plane may now resize in place
 
     @property
     def world_size(self) -> int:
@@ -178,7 +184,7 @@ class Resizer:
     def _switch(self, generation: int) -> str:
         import torch.distributed as dist
 
-        began = time.monotonic()
+        began, began_at = time.monotonic(), time.time()
         world = self._world(generation)
         old = self.ctx.world_size
         size, rank = int(world["world_size"]), self.ctx.rank
@@ -200,6 +206,7 @@ class Resizer:
                     wait_for_store(str(world["master_addr"]), int(world["master_port"]), self.timeout)
                 dist.init_process_group(backend, init_method=f"tcp://{world['master_addr']}:{world['master_port']}",
                                         rank=rank, world_size=size, timeout=timedelta(seconds=self.timeout))
+            grouped = time.monotonic()
             if size > old:
                 self._sync(joined=False)
         except Exception as exc:  # noqa: BLE001 - a peer died or never came: fall back to a restart
@@ -209,8 +216,11 @@ class Resizer:
             self.sampler.rank, self.sampler.world_size = rank, size
         self.resizes += 1
         self.last_switch_seconds = time.monotonic() - began
+        # with its phases: where the time from the decision to the first step goes (benchmarks/resize.py)
         self._ack = {"generation": generation, "world_size": size, "from": old,
-                     "switch_seconds": round(self.last_switch_seconds, 3), "decided_at": world.get("decided_at")}
+                     "switch_seconds": round(self.last_switch_seconds, 3), "decided_at": world.get("decided_at"),
+                     "began_at": began_at, "group_seconds": round(grouped - began, 4),
+                     "handover_seconds": round(time.monotonic() - grouped, 4)}
         log.info("resized in place from %s to %s workers in %.2f s", old, size, self.last_switch_seconds)
         return RESIZED
 

@@ -1,0 +1,102 @@
+"""Checkpoints of sharded models (runtime.shard): ``torch.distributed.checkpoint`` folders that
+every worker writes its shards into and that load at any number of workers (DCP reshards:
+each loader reads the byte ranges its own shards need). Called by runtime.checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _state(model, optimizer) -> dict:
+    """The model's (and optimizer's) state as DCP saves and loads it: keyed by parameter name,
+    each tensor as this worker holds it (a shard, or whole for a model that is not sharded)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer if optimizer is not None else [])
+    return {"model": msd, **({"optimizer": osd} if optimizer is not None else {})}
+
+
+def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: dict | None) -> Path | None:
+    """Every worker: its shards into a folder beside the others', renamed into place by rank 0
+    once all have written (a crash mid-way leaves a hidden folder the next save replaces)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    from deeppod.runtime.checkpoint import SHARDED_META, rng_state
+
+    ckpt.wait()
+    final = ckpt.dir / f"ckpt-{step:012d}.dcp"
+    tmp = ckpt.dir / f".ckpt-{step:012d}.dcp.tmp"
+    if ckpt.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    dcp.save(_state(model, optimizer), checkpoint_id=str(tmp))  # writes, then a barrier-like gather
+    if ckpt.rank == 0:
+        meta = {"step": step, "epoch": epoch, "rng": rng_state(), "extra": extra or {}, "world_size":
+                dist.get_world_size(), **{k: v.state_dict() for k, v in rest.items() if v is not None}}
+        torch.save(meta, tmp / SHARDED_META)
+        _fsync_dir(tmp)
+        shutil.rmtree(final, ignore_errors=True)  # the same step saved again (a stop right after a save)
+        os.rename(tmp, final)
+        _fsync_dir(ckpt.dir)
+        ckpt.prune()
+        log.debug("sharded checkpoint %s written", final)
+    dist.barrier()  # no worker goes on (or exits) before the folder is in place
+    return final if ckpt.rank == 0 else None
+
+
+def load(path: Path, *, model, optimizer) -> dict:
+    """The model's and optimizer's state from ``path`` into them (as this worker holds them);
+    the rest (step, epoch, sampler, ...) returned for the caller."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    from deeppod.runtime.checkpoint import SHARDED_META
+
+    meta = torch.load(path / SHARDED_META, map_location="cpu", weights_only=False)
+    if model is not None:
+        state = _state(model, optimizer)
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
+                       optim_state_dict=state.get("optimizer") or {})
+    return meta
+
+
+def load_whole(state: dict, model, optimizer) -> None:
+    """A single-file checkpoint (a whole model's, as DDP or one process saved it) into a
+    sharded model: each worker keeps its shards of it."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True)
+    if "model" in state:
+        set_model_state_dict(model, state["model"], options=options)
+    if optimizer is not None and "optimizer" in state:
+        set_optimizer_state_dict(model, optimizer, by_name(state["optimizer"], model), options=options)
+
+
+def by_name(osd: dict, model) -> dict:
+    """A plain ``optimizer.state_dict()`` (parameters by position) keyed by parameter name, as
+    the distributed state-dict functions take it. Positions follow ``model.parameters()``, the
+    order an optimizer made as ``Optim(model.parameters())`` holds them."""
+    names = [name for name, _ in model.named_parameters()]
+    if not osd.get("param_groups") or not all(isinstance(i, int) for g in osd["param_groups"] for i in g["params"]):
+        return osd  # by name already
+    return {"state": {names[i]: s for i, s in osd.get("state", {}).items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}

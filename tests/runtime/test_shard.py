@@ -1,0 +1,173 @@
+"""runtime.shard (FSDP2 on gloo, real processes): the same loss curve as DDP, and sharded
+checkpoints that load at another number of workers, or into a whole model."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from deeppod.runtime.sharding import find_blocks
+
+STEPS = 20
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def build():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), *[Block(16) for _ in range(4)], torch.nn.Linear(16, 3))
+
+
+def batch(step, rank, world):
+    g = torch.Generator().manual_seed(1000 + step)
+    x, y = torch.randn(12, 8, generator=g), torch.randn(12, 3, generator=g)
+    return x[rank::world], y[rank::world]  # 12 samples a step, split evenly over 2 or 3 workers
+
+
+def _init(folder, rank, world, name):
+    """Over TCP, as jobs meet (rank 0 holds the store); the port is in the folder, per group."""
+    import torch.distributed as dist
+
+    port = json.loads((Path(folder) / "ports.json").read_text())[name]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def full_state(model, opt):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not msd:  # gathered on rank 0 only
+        return {}, {}
+    return {k: v.clone() for k, v in msd.items()}, {k: v["exp_avg"].clone() for k, v in osd["state"].items()}
+
+
+def _train(rank, world, folder, strategy):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from deeppod.runtime import Checkpointer
+    from deeppod.runtime.sharding import is_sharded, shard
+
+    _init(folder, rank, world, f"rdv-{strategy}")
+    torch.set_num_threads(1)
+    model = build()
+    if strategy == "ddp":
+        model = DistributedDataParallel(model)
+    else:  # fsdp-ac: the blocks recompute their activations in the backward pass
+        model = shard(model, activation_checkpointing=strategy == "fsdp-ac")
+    assert is_sharded(model) == (strategy != "ddp")
+    assert any(hasattr(m, "_checkpoint_wrapped_module") for m in model.modules()) == (strategy == "fsdp-ac")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(STEPS):
+        x, y = batch(step, rank, world)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / world)
+    Checkpointer(f"{folder}/ckpt-{strategy}", rank=rank).save(STEPS, model=model, optimizer=opt, epoch=1,
+                                                             extra={"by": strategy})
+    target = model.module if strategy == "ddp" else model
+    weights, moments = full_state(target, opt)
+    if rank == 0:
+        torch.save({"weights": weights, "moments": moments}, f"{folder}/ref-{strategy}.pt")
+        with open(f"{folder}/losses-{strategy}.json", "w") as f:
+            json.dump(losses, f)
+    dist.barrier()  # no worker tears down its connections while another still reads from them
+    dist.destroy_process_group()
+
+
+def _resume(rank, world, folder):
+    """At 3 workers: the sharded checkpoint written by 2, and DDP's single file, each into a
+    sharded model, equal to what was saved."""
+    import torch.distributed as dist
+
+    from deeppod.runtime import Checkpointer
+    from deeppod.runtime.sharding import shard
+
+    _init(folder, rank, world, "rdv-resume")
+    torch.set_num_threads(1)
+    verdicts = {}
+    for strategy in ("fsdp", "ddp"):
+        model = shard(build())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        got = Checkpointer(f"{folder}/ckpt-{strategy}", rank=rank).load_latest(model=model, optimizer=opt)
+        ref = torch.load(f"{folder}/ref-{strategy}.pt")
+        weights, moments = full_state(model, opt)
+        verdicts[strategy] = (got["step"] == STEPS and got["epoch"] == 1 and got["extra"] == {"by": strategy}
+                              and set(weights) == set(ref["weights"])
+                              and all(torch.allclose(weights[k], v) for k, v in ref["weights"].items())
+                              and all(torch.allclose(moments[k], v) for k, v in ref["moments"].items()))
+    if rank == 0:
+        with open(f"{folder}/resume.json", "w") as f:
+            json.dump(verdicts, f)
+    dist.barrier()  # no worker tears down its connections while another still reads from them
+    dist.destroy_process_group()
+
+
+def test_blocks_are_the_outermost_repeated_modules():
+    import torchvision
+
+    assert find_blocks(build()) == (Block,)
+    assert [c.__name__ for c in find_blocks(torchvision.models.resnet18())] == ["BasicBlock"]
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32)
+    assert find_blocks(torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)) == \
+        (torch.nn.TransformerEncoderLayer,)
+    assert find_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == ()  # layers alone
+
+
+def test_fsdp_follows_ddps_loss_and_its_checkpoint_resumes_at_another_size(tmp_path):
+    from deeppod.contract import free_port
+
+    names = ["rdv-ddp", "rdv-fsdp", "rdv-fsdp-ac", "rdv-resume"]
+    (tmp_path / "ports.json").write_text(json.dumps({n: free_port() for n in names}))
+    for strategy in ("ddp", "fsdp", "fsdp-ac"):
+        mp.start_processes(_train, args=(2, str(tmp_path), strategy), nprocs=2, start_method="spawn")
+    ddp, fsdp, fsdp_ac = (json.loads((tmp_path / f"losses-{s}.json").read_text()) for s in ("ddp", "fsdp", "fsdp-ac"))
+    assert len(ddp) == len(fsdp) == STEPS and ddp[-1] < 0.8 * ddp[0]  # it learns
+    assert fsdp == pytest.approx(ddp, rel=1e-4, abs=1e-6)
+    assert fsdp_ac == pytest.approx(ddp, rel=1e-4, abs=1e-6)
+    saved = sorted(p.name for p in (tmp_path / "ckpt-fsdp").iterdir())
+    assert saved == [f"ckpt-{STEPS:012d}.dcp"]  # a folder, renamed into place; nothing half-written beside it
+    assert len(list((tmp_path / "ckpt-fsdp" / saved[0]).glob("*.distcp"))) == 2  # one file per worker
+
+    mp.start_processes(_resume, args=(3, str(tmp_path)), nprocs=3, start_method="spawn")
+    assert json.loads((tmp_path / "resume.json").read_text()) == {"fsdp": True, "ddp": True}
+
+    # one process, a whole model: the sharded checkpoint loads into it
+    from deeppod.runtime import Checkpointer
+
+    model = build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    got = Checkpointer(tmp_path / "ckpt-fsdp", rank=0).load_latest(model=model, optimizer=opt)
+    ref = torch.load(tmp_path / "ref-fsdp.pt")
+    assert got["step"] == STEPS
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.detach(), ref["weights"][name])
+        assert torch.allclose(opt.state[p]["exp_avg"], ref["moments"][name])
+
+
+if sys.platform != "linux":
+    pytestmark = pytest.mark.skip("Linux only")
+
+
+def test_runtime_shard_is_the_function_whatever_was_imported_first():
+    import subprocess
+
+    code = ("import deeppod.runtime.checkpoint, deeppod.runtime.sharding\n"
+            "from deeppod import runtime\n"
+            "assert callable(runtime.shard) and runtime.shard.__name__ == 'shard', runtime.shard\n")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
