@@ -187,6 +187,8 @@ def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_holds_withi
     # the CLI prints a token and a curl line per replica
     g = json.loads(run(env, "deploy", "direct", MODEL, "--json").stdout)
     assert len(g["replicas"]) == 2 and g["token"].startswith("dpd1.") and g["expires_at"] > time.time() + 500
+    printed = run(env, "deploy", "direct", MODEL).stdout
+    assert printed.count("curl -H 'Authorization: Bearer dpd1.") == 2 and "/predict" in printed, printed
     # the SDK spreads calls over the replicas; they answer as the platform does
     replicas = set()
     with c.direct(MODEL) as d:

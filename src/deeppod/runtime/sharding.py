@@ -56,6 +56,26 @@ def find_blocks(model) -> tuple[type, ...]:
     return tuple(sorted(chosen, key=lambda c: c.__name__))
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_FROM_BYTES = 128 * 1024
+
+
+def _return_freed_memory() -> None:
+    """On CPU, a sharded step allocates and frees a block's gathered weights and gradients
+    every step, in sizes the heap cannot reuse well: glibc keeps the freed pieces and the
+    worker's memory grows step after step (measured: 1.0 to 1.4 GB over three steps of a 43M
+    parameter model at 2 workers). Allocations of 128 KiB and more are mapped on their own
+    and given back when freed, as the CUDA caching allocator does on a GPU."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
 def is_sharded(model) -> bool:
     """Whether ``model`` holds DTensor shards (FSDP2) rather than whole tensors."""
     try:
@@ -83,6 +103,8 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
     if offload and not cuda:
         log.info("runtime.shard: offload ignored on CPU (the shards are in host memory already)")
         offload = False
+    if not cuda:
+        _return_freed_memory()
     if not offload:
         model.to(device)
     if activation_checkpointing and kinds:
