@@ -47,7 +47,8 @@ def test_a_job_runs_in_its_image_as_its_tenant(server):
             for _ in range(2)]
     done = [c.wait(j["id"], timeout=300) for j in jobs]
     logs = [_log(server, j["id"], rank) for j in jobs for rank in (0, 1)]
-    assert all(d["state"] == "succeeded" for d in done), logs
+    assert all(d["state"] == "succeeded" for d in done), (
+        [(d["id"], d["state"], d["reason"], c.events(d["id"])) for d in done], logs)
     for out in logs:
         assert "v2\n" in out and "greeting=hello" in out and "no-old-file" in out, out
         assert "no-host-python" in out and "image-read-only" in out and "checkpoints-writable" in out, out
