@@ -52,3 +52,12 @@ def atomic_json(path: Path | str, doc: object, *, mode: int = 0o600, fsync: bool
 def move_into_place(src: Path | str, dest: Path | str) -> None:
     """Rename a finished file or folder onto ``dest`` (same file system): all or nothing."""
     os.replace(src, dest)
+
+
+def fsync_dir(path: Path | str) -> None:
+    """Make a rename into ``path`` (a folder) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

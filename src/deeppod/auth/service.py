@@ -115,18 +115,26 @@ def authenticate(session: Session, secret: str | None) -> Principal:
     if not secret:
         raise Unauthenticated("this call needs a bearer token: pass 'Authorization: Bearer <token>' "
                               "(the CLI reads it from --token, DEEPPOD_TOKEN or 'deeppod login')")
-    row = session.execute(
-        select(Token, User, Tenant)
-        .join(User, Token.user_id == User.id)
-        .join(Tenant, User.tenant_id == Tenant.id)
-        .where(Token.token_hash == hash_secret(secret))
-    ).first()
+    row = _tokens(session, [hash_secret(secret)]).first()
     if row is None or row.Token.revoked_at is not None:
         raise Unauthenticated("the token is unknown or revoked: create a new one with 'deeppod tokens create'")
     if row.Token.expires_at is not None and row.Token.expires_at <= utcnow():
         raise Unauthenticated(f"the token expired at {row.Token.expires_at:%Y-%m-%d %H:%M} UTC: "
                               "create a new one with 'deeppod tokens create'")
     return principal_of(row.User, row.Tenant, row.Token)
+
+
+def _tokens(session: Session, token_hashes):
+    return session.execute(select(Token, User, Tenant).join(User, Token.user_id == User.id)
+                           .join(Tenant, User.tenant_id == Tenant.id).where(Token.token_hash.in_(token_hashes)))
+
+
+def live_principals(session: Session, token_hashes) -> dict[str, Principal]:
+    """Who the tokens of these hashes act for, those that :func:`authenticate` still takes
+    (not revoked, not expired): for what was handed out on a token's strength (direct tokens)."""
+    now = utcnow()
+    return {tok.token_hash: principal_of(user, tenant, tok) for tok, user, tenant in _tokens(session, token_hashes)
+            if tok.revoked_at is None and (tok.expires_at is None or tok.expires_at > now)}
 
 
 def principal_of(user: User, tenant: Tenant, token: Token | None = None) -> Principal:

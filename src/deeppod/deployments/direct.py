@@ -18,7 +18,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth import roles
-from deeppod.auth.service import Principal, authenticate, principal_of
+from deeppod.auth.service import Principal, authenticate, live_principals
 from deeppod.auth.tokens import hash_secret
 from deeppod.contract import ENV_DEPLOYMENT_ID, ENV_DIRECT_KEY
 from deeppod.deployments import service
@@ -26,7 +26,7 @@ from deeppod.errors import Conflict, DeepPodError, Forbidden, InvalidRequest, Un
 from deeppod.jobs import service as jobs
 from deeppod.serve.direct import sign
 from deeppod.store import sealed
-from deeppod.store.models import Deployment, DeploymentKey, DirectToken, Tenant, Token, User, utcnow
+from deeppod.store.models import Deployment, DeploymentKey, DirectToken, Tenant, utcnow
 
 TTL_SECONDS = 600
 MAX_TTL_SECONDS = 24 * 3600
@@ -106,20 +106,13 @@ def _still_valid(session: Session, dep: Deployment, rows: list[DirectToken]) -> 
     ok = set(session.scalars(select(DeploymentKey.key_hash).where(
         DeploymentKey.key_hash.in_(keys), DeploymentKey.deployment_id == dep.id,
         DeploymentKey.revoked_at.is_(None)))) if keys else set()
-    if tokens:
-        now = utcnow()
-        for tok, user, tenant in session.execute(
-                select(Token, User, Tenant).join(User, Token.user_id == User.id).join(Tenant, User.tenant_id == Tenant.id)
-                .where(Token.token_hash.in_(tokens), Token.revoked_at.is_(None))):
-            if tok.expires_at is not None and tok.expires_at <= now:
-                continue
-            p = principal_of(user, tenant, tok)
-            try:
-                roles.check_predict(p)
-            except DeepPodError:
-                continue
-            if tenant.id == dep.tenant_id:
-                ok.add(tok.token_hash)
+    for token_hash, principal in (live_principals(session, tokens) if tokens else {}).items():
+        try:
+            roles.check_predict(principal)
+        except DeepPodError:
+            continue
+        if principal.tenant_id == dep.tenant_id:
+            ok.add(token_hash)
     return ok
 
 

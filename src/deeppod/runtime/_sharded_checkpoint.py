@@ -9,15 +9,9 @@ import os
 import shutil
 from pathlib import Path
 
+from deeppod.atomic import fsync_dir
+
 log = logging.getLogger(__name__)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _state(model, optimizer) -> dict:
@@ -50,32 +44,36 @@ def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: di
         meta = {"step": step, "epoch": epoch, "rng": rng_state(), "extra": extra or {}, "world_size":
                 dist.get_world_size(), **{k: v.state_dict() for k, v in rest.items() if v is not None}}
         torch.save(meta, tmp / SHARDED_META)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)  # the same step saved again (a stop right after a save)
         os.rename(tmp, final)
-        _fsync_dir(ckpt.dir)
+        fsync_dir(ckpt.dir)
         ckpt.prune()
         log.debug("sharded checkpoint %s written", final)
     dist.barrier()  # no worker goes on (or exits) before the folder is in place
     return final if ckpt.rank == 0 else None
 
 
-def load(path: Path, *, model, optimizer) -> dict:
-    """The model's and optimizer's state from ``path`` into them (as this worker holds them);
-    the rest (step, epoch, sampler, ...) returned for the caller."""
+def meta(path: Path) -> dict:
+    """What rank 0 saved beside the shards: step, epoch, sampler, RNG, extra."""
     import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
 
     from deeppod.runtime.checkpoint import SHARDED_META
 
-    meta = torch.load(path / SHARDED_META, map_location="cpu", weights_only=False)
-    if model is not None:
-        state = _state(model, optimizer)
-        dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
-                       optim_state_dict=state.get("optimizer") or {})
-    return meta
+    return torch.load(path / SHARDED_META, map_location="cpu", weights_only=False)
+
+
+def load_into(path: Path, model, optimizer) -> None:
+    """The model's and optimizer's state from ``path`` into them, as this worker holds them."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    if model is None:
+        return
+    state = _state(model, optimizer)
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
+                   optim_state_dict=state.get("optimizer") or {})
 
 
 def load_whole(state: dict, model, optimizer) -> None:

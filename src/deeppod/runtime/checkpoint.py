@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from deeppod.atomic import atomic_file
+from deeppod.atomic import atomic_file, fsync_dir
 from deeppod.contract import ENV_CHECKPOINT_DIR
 
 log = logging.getLogger(__name__)
@@ -139,11 +139,7 @@ class Checkpointer:
 
         with atomic_file(path, mode=0o644, fsync=True) as f:
             torch.save(state, f)
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the rename itself is durable
-        finally:
-            os.close(fd)
+        fsync_dir(self.dir)  # the rename itself is durable
         self.prune()
         log.debug("checkpoint %s written", path)
 
@@ -181,16 +177,13 @@ class Checkpointer:
         sharded = model is not None and is_sharded(_unwrap(model))
         for path in reversed(self.checkpoints()):
             try:
-                if path.is_dir():
-                    state = _sharded_checkpoint.load(path, model=_unwrap(model) if model is not None else None,
-                                                     optimizer=optimizer)
-                else:
-                    state = torch.load(path, map_location=map_location, weights_only=False)
+                state = _sharded_checkpoint.meta(path) if path.is_dir() else \
+                    torch.load(path, map_location=map_location, weights_only=False)
             except Exception as exc:  # noqa: BLE001 - try the previous one
                 log.warning("skipping unreadable checkpoint %s: %s", path, exc)
                 continue
-            if path.is_dir():
-                pass  # the model and optimizer are loaded already
+            if path.is_dir():  # a model that does not fit it fails here, as with a single file
+                _sharded_checkpoint.load_into(path, _unwrap(model) if model is not None else None, optimizer)
             elif sharded:
                 _sharded_checkpoint.load_whole(state, _unwrap(model), optimizer)
             else:

@@ -77,12 +77,13 @@ def _return_freed_memory() -> None:
 
 
 def is_sharded(model) -> bool:
-    """Whether ``model`` holds DTensor shards (FSDP2) rather than whole tensors."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        return False
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    """Whether ``model`` holds DTensor shards (FSDP2) rather than whole tensors. Imports nothing:
+    if no code loaded DTensor, nothing is sharded (every checkpoint save asks)."""
+    import sys
+
+    tensor = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(tensor, "DTensor", None)
+    return dtensor is not None and any(isinstance(p, dtensor) for p in model.parameters())
 
 
 def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_precision: bool | None = None,

@@ -25,14 +25,13 @@ _raw: bytes = b""  # the key as configured: what derive() keys its HMAC with
 
 
 def configure(key: bytes) -> None:
-    global _fernet
+    global _fernet, _raw
     try:
         f = Fernet(key)
     except (ValueError, TypeError):
         raise InvalidRequest("DEEPPOD_SECRET_KEY (or HOME/secret.key) is not a key: 32 url-safe base64-encoded "
                              "bytes, as 'python -c \"from cryptography.fernet import Fernet; "
                              "print(Fernet.generate_key().decode())\"' prints") from None
-    global _raw
     with _lock:
         _fernet, _raw = f, bytes(key)
 
@@ -50,10 +49,9 @@ def new_key() -> bytes:
 
 
 def _current() -> Fernet:
-    global _fernet
+    global _fernet, _raw
     with _lock:
         if _fernet is None:
-            global _raw
             _raw = Fernet.generate_key()
             _fernet = Fernet(_raw)
         return _fernet

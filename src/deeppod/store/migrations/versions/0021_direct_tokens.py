@@ -8,7 +8,6 @@ from alembic import op
 import sqlalchemy as sa
 
 
-
 revision = '0021'
 down_revision = '0020'
 branch_labels = None
