@@ -101,3 +101,24 @@ def test_a_group_that_cannot_be_made_leaves_nothing(monkeypatch):
         cgroups.create(name, cgroups.Limits(memory_mb=64, cpus=1.0))
     monkeypatch.undo()
     assert not list(cgroups.ROOT.rglob(name))
+
+
+def test_a_group_left_by_a_killed_sandbox_is_swept_and_never_collides():
+    """A sandbox killed before its clean-up leaves its group; its PID comes round again. The
+    next group made beside it removes it (its owner is gone), keeps a live owner's, and the
+    names never repeat."""
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    limits = cgroups.Limits(memory_mb=64)
+    left = cgroups.create(f"deeppod-{dead}-0-abcdef", limits)
+    live = cgroups.create(f"deeppod-{os.getpid()}-0-abcdef", limits)
+    assert cgroups.worker_name("0") != cgroups.worker_name("0")
+    fresh = cgroups.create(cgroups.worker_name("0"), limits)
+    try:
+        assert not left.memory.exists()
+        assert live.memory.exists() and fresh.memory.exists()
+    finally:
+        for g in (left, live, fresh):
+            g.remove()

@@ -111,5 +111,6 @@ def test_a_joiner_that_dies_before_joining_falls_back_to_a_checkpoint(tmp):
     # the restart at the new size resumes from it and finishes the epoch, exactly once
     port = free_port()
     again = [start(tmp, r, 2, port, generation=2) for r in range(2)]
-    assert [p.wait(60) for p in again] == [0, 0]
+    codes = [p.wait(60) for p in again]
+    assert codes == [0, 0], "\n".join((tmp / f"log-{r}-2.txt").read_text()[-3000:] for r in range(2))
     seen_once(tmp, [0, 1])

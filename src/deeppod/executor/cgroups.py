@@ -12,6 +12,8 @@ sandbox (root, outside the worker) uses it.
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,12 +100,49 @@ class Group:
                     time.sleep(0.02)
 
 
+_OWNER = re.compile(r"deeppod-(?:check-)?(\d+)-")  # the sandbox process that made the group
+
+
+def worker_name(rank: str) -> str:
+    """A group name no other worker on this host has, now or later: a sandbox killed before it
+    could remove its group leaves the folder behind, and its PID comes round again."""
+    return f"deeppod-{os.getpid()}-{rank}-{secrets.token_hex(3)}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the groups left beside ours by sandboxes that are gone (killed before their own
+    clean-up, or whose processes took longer to exit than it waited). rmdir removes only an
+    empty group, so one whose processes still run stays."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        owner = _OWNER.match(entry.name)
+        if owner and entry.is_dir(follow_symlinks=False) and not _alive(int(owner.group(1))):
+            try:
+                os.rmdir(entry.path)
+            except OSError:
+                pass
+
+
 def create(name: str, limits: Limits) -> Group:
     """A new group ``name`` with ``limits`` set; Unavailable if the host's groups cannot be used
     for them (memory and pids always; cpu when asked; devices on v1, where it is a controller)."""
     made: list[Path] = []
     try:
         if unified():
+            _sweep(ROOT / _own("").lstrip("/"))
             folder = ROOT / _own("").lstrip("/") / name
             folder.mkdir()
             made.append(folder)
@@ -112,6 +151,7 @@ def create(name: str, limits: Limits) -> Group:
         wanted = ["memory", "pids"] + (["cpu"] if limits.cpus else []) + (["devices"] if limits.devices is not None else [])
         folders = {}
         for controller in wanted:
+            _sweep(ROOT / controller / _own(controller).lstrip("/"))
             folders[controller] = ROOT / controller / _own(controller).lstrip("/") / name
             folders[controller].mkdir()
             made.append(folders[controller])
@@ -168,7 +208,7 @@ def _write_if_there(path: Path, value: str) -> None:
 def check() -> str | None:
     """None when this process can make limited groups; else why not (said at server start)."""
     try:
-        g = create(f"deeppod-check-{os.getpid()}", Limits(memory_mb=64, pids=16, cpus=1.0, devices=()))
+        g = create(f"deeppod-check-{os.getpid()}-{secrets.token_hex(3)}", Limits(memory_mb=64, pids=16, cpus=1.0, devices=()))
     except Unavailable as exc:
         return str(exc)
     g.remove()

@@ -310,7 +310,7 @@ def main(argv: list[str]) -> int:
     if limits is not None:
         held = replace(cgroups.Limits.from_spec(limits), devices=_device_numbers(allowed_devices(_visible(env))))
         try:
-            group = cgroups.create(f"deeppod-{os.getpid()}-{name}", held)
+            group = cgroups.create(cgroups.worker_name(name), held)
         except cgroups.Unavailable as exc:
             print(f"deeppod sandbox: cannot enforce the job's memory, process and CPU limits: {exc}", file=sys.stderr)
             return 126
