@@ -10,7 +10,7 @@ import typer
 from deeppod.cli.common import TokenOpt, UrlOpt, client
 from deeppod.cli.jobs import follow_job
 from deeppod.cli.output import console
-from deeppod.cli.values import exported_env, parse_workers
+from deeppod.cli.values import exported_env, parse_memory, parse_workers
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers.command import check_args, image_classifier
 
@@ -39,6 +39,12 @@ def train_image_classifier(
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(
         help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
+    memory: Annotated[Optional[str], typer.Option(
+        help="memory per worker, e.g. 4G (enforced): the strategy follows from it (--strategy auto), and a job "
+             "that cannot fit is refused with the estimate")] = None,
+    strategy: Annotated[str, typer.Option(
+        help="auto, ddp (every worker the whole model) or fsdp (sharded: a model larger than one worker); "
+             "auto: ddp, or fsdp where --memory needs it")] = "auto",
     name: Optional[str] = None,
     max_restarts: int = 3,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
@@ -56,12 +62,24 @@ def train_image_classifier(
             "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
             *(["--image-size", str(image_size)] if image_size else []), *(["--register", register] if register else []),
             *ctx.args]
+    if strategy not in ("auto", "ddp", "fsdp"):
+        raise InvalidRequest(f"--strategy {strategy!r}: use auto, ddp or fsdp")
+    if strategy != "auto":
+        args += ["--strategy", strategy]
     check_args(args, model)
+    low, high = parse_workers(workers)
+    memory_mb = parse_memory(memory)
+    if memory_mb is not None and (not gpus_per_worker or "--offload" in args):
+        # the model lives in host memory (no GPU asked for, or offloaded): what a worker needs is known now
+        from deeppod.runtime.trainers.memory import plan
+
+        args, estimate = plan(args, memory_mb, low)
+        console.print(f"memory: {estimate.text()}")
     command = image_classifier(args)
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
-    low, high = parse_workers(workers)
     job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low, max_workers=high,
-                   gpus_per_worker=gpus_per_worker, max_restarts=max_restarts, own_folder=True,
+                   gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, max_restarts=max_restarts,
+                   own_folder=True,
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                    datasets=[dataset] if dataset else None)
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "

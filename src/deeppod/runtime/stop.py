@@ -105,7 +105,8 @@ class StopGuard:
     the guard gives the loop ``budget`` seconds (40% of the grace) to reach its own stop path
     (which calls :meth:`handled` and saves); if it has not, the guard waits for the update in
     progress, if any, calls ``save`` itself (rank 0 writes; other ranks wait for that file)
-    and the process exits with :data:`EXIT_RESUME`, well inside the grace.
+    and the process exits with :data:`EXIT_RESUME`, well inside the grace. ``save=None``: no
+    worker can save alone (a sharded model): it exits, and the job resumes from its last checkpoint.
     """
 
     def __init__(self, save, *, rank: int | None = None, grace: float | None = None,
@@ -153,11 +154,16 @@ class StopGuard:
                 return
             self._handled.set()
             self._saving.set()
-            print(f"the stop found the loop busy for {self.budget:.1f} s: saving the last completed step "
-                  f"instead of waiting for it", file=sys.stderr, flush=True)
+            if self._save is not None:
+                print(f"the stop found the loop busy for {self.budget:.1f} s: saving the last completed step "
+                      f"instead of waiting for it", file=sys.stderr, flush=True)
             code = EXIT_RESUME
             try:
-                if self.rank == 0:
+                if self._save is None:  # nothing one worker can save alone (a sharded model)
+                    print(f"the stop found the loop busy for {self.budget:.1f} s, and a sharded model needs every "
+                          "worker to save: the job resumes from its last checkpoint",
+                          file=sys.stderr, flush=True)
+                elif self.rank == 0:
                     self._save()
                 else:
                     self._wait_for_save(stopped_at)

@@ -26,6 +26,7 @@ from deeppod.job_folder import JobFolder
 from deeppod.runtime.data import IMAGENET_MEAN as MEAN
 from deeppod.runtime.data import IMAGENET_STD as STD
 from deeppod.runtime.data import normalize
+from deeppod.runtime.trainers import sharded
 from deeppod.runtime.trainers.models import AUTO, SMALL_CNN, TORCHVISION
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
@@ -61,6 +62,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--finetune-from", default=None, help="a model artifact folder of an earlier job")
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                   help="ddp: every worker holds the whole model; fsdp: each holds 1/N of the parameters, "
+                        "gradients and optimizer state (a model larger than one worker; docs/runtime.md)")
+    p.add_argument("--offload", action="store_true", help="fsdp on a GPU: the shards and optimizer state in host memory")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="fsdp: recompute each block's activations in the backward pass instead of keeping them")
     p.add_argument("--loader-workers", type=int, default=2)
     p.add_argument("--decode-on", choices=("workers", "device"), default="workers",
                    help="where a dataset version's JPEGs are decoded: the loader's worker processes, or the "
@@ -76,7 +83,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="steps between checks for an in-place resize (0: every step on CPU, every 10 with CUDA)")
     p.add_argument("--record-samples", default=None, help=argparse.SUPPRESS)  # tests: which samples each step saw
     p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: slow steps down
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.offload or args.activation_checkpointing) and args.strategy != "fsdp":
+        p.error("--offload and --activation-checkpointing go with --strategy fsdp")
+    return args
 
 
 # -- data ------------------------------------------------------------------------------
@@ -326,7 +336,12 @@ class Run:
         if args.finetune_from and ctx.is_chief:
             print(f"fine-tuning from {args.finetune_from} (new classifier layers: {self.new_layers or 'none'})",
                   flush=True)
-        self.model.to(ctx.device)
+        if args.strategy == "fsdp":  # each worker keeps 1/N; bf16 compute on a GPU comes with the sharding
+            self.amp = self.channels_last = False
+            self.model = runtime.shard(self.model, offload=args.offload,
+                                       activation_checkpointing=args.activation_checkpointing)
+        else:
+            self.model.to(ctx.device)
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.ckpt = runtime.Checkpointer(keep=2, background=True)
@@ -356,8 +371,10 @@ class Run:
         self.activations = runtime.ActivationRecorder(self.model) if args.histograms_every and ctx.is_chief else None
         # A stop while a step, an evaluation or a loader's start-up takes longer than the grace
         # allows: the guard saves the last completed step and exits, instead of a SIGKILL losing it.
-        self.guard = runtime.StopGuard(lambda: self.save(blocking=True), rank=ctx.rank,
-                                       before_exit=_close_metrics)
+        # A sharded save needs every worker at once, which a guard in one worker's thread cannot
+        # ask for: a sharded job's guard exits for a resume from the last checkpoint instead.
+        self.guard = runtime.StopGuard(None if args.strategy == "fsdp" else lambda: self.save(blocking=True),
+                                       rank=ctx.rank, before_exit=_close_metrics)
         if ctx.is_chief:
             where = (f"resuming at epoch {self.epoch} step {self.step}, {self.sampler.position} samples in"
                      if self.state else "from scratch")
@@ -372,6 +389,8 @@ class Run:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ctx = self.ctx
+        if self.args.strategy == "fsdp":
+            return self.model  # sharded over the world already
         return DDP(self.model, device_ids=[ctx.device.index] if self.cuda else None, init_sync=not synced) \
             if ctx.world_size > 1 else self.model
 
@@ -415,6 +434,8 @@ class Run:
         order = list(sampler)
         # steps every worker takes in this pass: only on those may they all meet in a collective
         even = (sampler.n - sampler.position) // (self.batch * ctx.world_size)
+        fsdp = self.args.strategy == "fsdp" and ctx.world_size > 1
+        most = sharded.most(math.ceil(len(order) / self.batch)) if fsdp else 0  # the steps of the busiest worker
         record = open(Path(args.record_samples) / f"run{ctx.restart_count}-rank{ctx.rank}.txt", "a") \
             if args.record_samples else None
         self.loss = None  # stays None when a stop came after the epoch's last step: nothing left to train
@@ -441,9 +462,26 @@ class Run:
                         event = self.resizer.check()  # agrees on a stop, or on a new size, on every worker
                         if event is not None:
                             return event
-                elif runtime.should_stop(sync=False):
+                elif not fsdp and runtime.should_stop(sync=False):
                     return None  # the epoch's uneven tail: join() covers a worker that leaves early
+            for _ in range(most - k):  # no join() for shards: an empty step meets the others' collectives
+                self._empty_step()
         return None
+
+    def _set_lr(self) -> None:
+        """The schedule's LR at the sampler's position (every worker the same, each step)."""
+        progress = self.epoch + self.sampler.position / max(1, self.sampler.n)
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr * lr_factor(self.args, progress)
+
+    def _empty_step(self) -> None:
+        """A sharded worker whose share of the epoch ran out: the collectives of a step with a
+        zero gradient, as DDP's join() stands in for it, and the same step count and sampler."""
+        self._set_lr()  # the shards this worker updates take the step's LR, as the others' do
+        with self.guard:
+            sharded.empty_step(self.model, self.opt, self.args.image_size, self.ctx.device)
+            self.sampler.advance(self.batch)
+            self.step += 1
 
     def _step(self, x, y) -> None:
         import torch
@@ -456,8 +494,7 @@ class Run:
             x = normalize(x, MEAN, STD)
         if self.channels_last:
             x = x.to(memory_format=torch.channels_last)
-        for g in opt.param_groups:
-            g["lr"] = self.lr * lr_factor(args, self.epoch + sampler.position / max(1, sampler.n))
+        self._set_lr()
         with torch.autocast(ctx.device.type, enabled=self.amp):
             out = self.ddp(x)
             self.loss = self.loss_fn(out, y)
@@ -547,18 +584,20 @@ class Run:
             self.ckpt.wait()
             if scores is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
                 scores = self.evaluate()
+            whole = sharded.whole(self.model, lambda: build_model(args.model, len(self.classes))) \
+                if args.strategy == "fsdp" else self.model  # every worker gives its shards; the chief gets them
             if self.ctx.is_chief:
-                self.write_model(scores)
+                self.write_model(scores, whole)
             self.guard.close()
             _finish(self.ctx)
             return 0
         finally:
             self.guard.settle()  # a save the guard began ends before the process does
 
-    def write_model(self, scores: dict[str, float]) -> None:
+    def write_model(self, scores: dict[str, float], model) -> None:
         args, ctx = self.args, self.ctx
         out = Path(args.output) if args.output else (JobFolder(ctx.job_dir).model if ctx.job_dir else Path("model"))
-        write_artifact(self.model, self.classes, args, scores, out,
+        write_artifact(model, self.classes, args, scores, out,
                        crop="center" if self.version_dir is not None else "squash")
         if args.register:
             register(args.register, out)
@@ -607,8 +646,12 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> dict[str
     model = getattr(ddp, "module", ddp)
     model.eval()
     correct = torch.zeros(3, device=ctx.device)  # right, seen, summed loss
+    # sharded: every worker runs as many forward passes as the busiest one (each gathers weights with all)
+    padding = sharded.most(math.ceil(len(range(ctx.rank, len(val_items), ctx.world_size)) / 256)) \
+        if args.strategy == "fsdp" and ctx.world_size > 1 else 0
     with torch.no_grad():
         for x, y in loader:
+            padding -= 1
             x, y = x.to(ctx.device), y.to(ctx.device)
             if x.dtype == torch.uint8:
                 x = normalize(x, MEAN, STD)
@@ -619,6 +662,8 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> dict[str
             correct[0] += (logits.argmax(1) == y).sum()
             correct[1] += len(y)
             correct[2] += loss_fn(logits.float(), y) * len(y)
+        for _ in range(padding):
+            model(torch.zeros(1, 3, args.image_size, args.image_size, device=ctx.device))
     if dist.is_initialized():
         dist.all_reduce(correct)
     right, seen, loss = (correct / correct[1].clamp(min=1)).tolist()
