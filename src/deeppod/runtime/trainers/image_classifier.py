@@ -584,8 +584,10 @@ class Run:
             self.ckpt.wait()
             if scores is None:  # resumed from the final checkpoint: no epoch ran, the model is already done
                 scores = self.evaluate()
-            whole = sharded.whole(self.model, lambda: build_model(args.model, len(self.classes))) \
-                if args.strategy == "fsdp" else self.model  # every worker gives its shards; the chief gets them
+            whole = self.model
+            if args.strategy == "fsdp":  # every worker gives its shards; the chief gets them, where the optimizer was
+                self.opt = self.resizer = None
+                whole = sharded.whole(self.model, lambda: build_model(args.model, len(self.classes)))
             if self.ctx.is_chief:
                 self.write_model(scores, whole)
             self.guard.close()

@@ -146,12 +146,21 @@ def plan(args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Esti
     with the strategy (and activation checkpointing) that fits, unless they name one, and the
     estimate. The model, image size, batch and optimizer are read from ``args`` as the trainer
     reads them ('auto' as on CPU). InvalidRequest, with the estimates, when nothing fits."""
-    import torch
-
     from deeppod.errors import InvalidRequest
     from deeppod.runtime.trainers import image_classifier as trainer
 
     a = trainer.parse_args(args)
+    try:
+        return _plan(trainer, a, args, memory_mb, workers)
+    except SystemExit as exc:  # what the trainer would say about these images at its start
+        raise InvalidRequest(str(exc.code)) from None
+
+
+def _plan(trainer, a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Estimate]:
+    import torch
+
+    from deeppod.errors import InvalidRequest
+
     model = trainer.SMALL_CNN if a.model == trainer.AUTO else a.model
     folder = trainer.Path(a.data) if a.data and not (trainer.Path(a.data) / "index.npy").is_file() else None
     items = trainer.scan(folder) if folder is not None else None  # a class-per-folder tree: its own classes

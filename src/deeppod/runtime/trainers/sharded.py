@@ -41,12 +41,18 @@ def empty_step(model, optimizer, image_size: int, device) -> None:
 def whole(model, build):
     """The whole model on the chief (rank 0), made by ``build()`` and given every worker's
     shards; None on the others. Every worker must call it."""
+    import gc
+
+    import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+    model.zero_grad(set_to_none=True)
+    gc.collect()  # the optimizer's state and the gradients go before the whole weights come
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() != 0:
         return None
-    fresh = build()
-    fresh.load_state_dict(state, assign=True)  # the gathered tensors themselves: no second copy
+    with torch.device("meta"):
+        fresh = build()  # shapes only: the gathered tensors become its weights, not a copy of them
+    fresh.load_state_dict(state, assign=True)
     return fresh
