@@ -166,3 +166,22 @@ class Rerender(DeepPodError):
     def __init__(self, response):
         super().__init__("the form was refused", status=getattr(response, "status_code", 422))
         self.response = response
+
+
+# S3's own error codes and their HTTP statuses (s3/app.py answers them in S3's XML)
+S3_STATUS = {
+    "AccessDenied": 403, "AuthorizationHeaderMalformed": 400, "AuthorizationQueryParametersError": 400,
+    "BadDigest": 400, "EntityTooLarge": 400, "EntityTooSmall": 400, "IncompleteBody": 400, "InternalError": 500,
+    "InvalidAccessKeyId": 403, "InvalidArgument": 400, "InvalidBucketName": 400, "InvalidDigest": 400,
+    "InvalidPart": 400, "InvalidPartOrder": 400, "InvalidRange": 416, "InvalidRequest": 400, "MalformedXML": 400,
+    "MethodNotAllowed": 405, "MissingContentLength": 411, "NoSuchBucket": 404, "NoSuchKey": 404,
+    "NoSuchUpload": 404, "NotImplemented": 501, "PreconditionFailed": 412, "RequestTimeTooSkewed": 403,
+    "SignatureDoesNotMatch": 403, "XAmzContentSHA256Mismatch": 400, "NotModified": 304,
+}
+
+
+class S3Error(DeepPodError):
+    """An S3 request refused: ``code`` is S3's own (``NoSuchKey``, ``SignatureDoesNotMatch``, ...)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message, code=code, status=S3_STATUS.get(code, 400))

@@ -539,11 +539,12 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def http_app(ctx: ServerContext):
-    """What the server serves: the API and, at /, the web console (it calls the same services)."""
-    from deeppod import ui
+    """What the server serves: the API, at / the web console (it calls the same services), and
+at /s3 the S3 endpoint over its storage."""
+    from deeppod import s3, ui
     from deeppod.api.app import create_app
 
-    return create_app(ctx, parts=(ui,))
+    return create_app(ctx, parts=(ui, s3))
 
 
 def prefer_own_python() -> None:

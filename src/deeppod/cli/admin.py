@@ -21,10 +21,12 @@ app = typer.Typer()
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants (admins).")
 users_app = typer.Typer(no_args_is_help=True, help="Users (admins create them).")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+keys_app = typer.Typer(no_args_is_help=True, help="S3 access keys (the S3 endpoint at /s3: docs/datasets.md).")
 nodes_app = typer.Typer(help="Nodes and GPUs: list, cordon, uncordon.", invoke_without_command=True)
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(keys_app, name="keys")
 app.add_typer(nodes_app, name="nodes")
 
 
@@ -173,3 +175,35 @@ def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = No
 def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     client(url, token).revoke_token(token_id)
     console.print(f"token {token_id} revoked")
+
+
+@keys_app.command("create")
+def keys_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
+                scope: Annotated[str, typer.Option(help="read (GET, HEAD, LIST) or write (also PUT and DELETE "
+                                                        "in inboxes)")] = "write",
+                expires: Annotated[Optional[str], typer.Option(help="stops working after this long: 12h, 30d "
+                                                                    "(default: until revoked)")] = None,
+                as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A new S3 access key for you; its secret is shown once. Give both to any S3 client with the
+    endpoint printed (path-style)."""
+    k = client(url, token).create_access_key(name, scope, parse_age(expires, "--expires") if expires else None)
+    if as_json:
+        return print_json(k)
+    until = f", expires {k['expires_at']}" if k.get("expires_at") else ""
+    console.print(f"access key {k['key_id']} (scope {k['scope']}{until})\n"
+                  f"secret (shown once): {k['secret']}\nendpoint: {k['endpoint']}\n"
+                  f"e.g.: AWS_ACCESS_KEY_ID={k['key_id']} AWS_SECRET_ACCESS_KEY=... "
+                  f"aws --endpoint-url {k['endpoint']} s3 ls s3://datasets/", soft_wrap=True)
+
+
+@keys_app.command("ls")
+def keys_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    rows = client(url, token).access_keys()
+    print_json(rows) if as_json else console.print(rows_table(rows, ["key_id", "name", "scope", "created_at",
+                                                                     "expires_at", "revoked_at"]))
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    client(url, token).revoke_access_key(key_id)
+    console.print(f"access key {key_id} revoked")

@@ -135,6 +135,16 @@ def ingest(
                       + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""), highlight=False)
 
 
+@app.command("commit")
+def commit(name: Annotated[str, typer.Argument(help="the dataset whose S3 inbox (s3://inbox/NAME/) to ingest")],
+           url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Turn the files put in the dataset's S3 inbox into its next version (the same ingest as
+    'deeppod data ingest'); what the ingest refuses stays in the inbox."""
+    ds = client(url, token).commit(name)
+    latest = ds["versions"][-1] if ds.get("versions") else {}
+    console.print(f"{name}@{latest.get('version', '?')}: {latest.get('samples', '?')} images from the inbox")
+
+
 @app.command("ls")
 def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """The datasets you can see: your tenant's and shared ones."""

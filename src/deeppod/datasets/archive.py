@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import stat
 import tarfile
 import zipfile
@@ -58,10 +59,12 @@ class Archive:
     """The checked members of an archive, listed up front; read them while it is open."""
 
     def __init__(self, path: Path):
-        self.kind = kind_of(path)
+        self.kind = "folder" if path.is_dir() else kind_of(path)
         self._zip = self._tar = None
         try:
-            if self.kind == "zip":
+            if self.kind == "folder":  # an S3 inbox (s3/namespace.py): only the server writes there
+                self.members = list(_folder_members(path))
+            elif self.kind == "zip":
                 self._zip = zipfile.ZipFile(path)
                 self.members = list(self._zip_members())
             else:
@@ -145,3 +148,14 @@ def parse_labels(name: str, data: bytes) -> dict[str, str]:
             raise InvalidRequest(f"{name} row {n} needs two columns, path and label: {row!r}")
         out[safe_path(row[0].strip())] = row[1].strip()
     return out
+
+
+def _folder_members(root: Path) -> Iterator[Member]:
+    for folder, dirs, files in os.walk(root):  # os.walk does not follow links into folders
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidRequest(f"{path.relative_to(root)} is not a regular file; remove it")
+            yield Member(safe_path(path.relative_to(root).as_posix()), st.st_size, path.read_bytes)

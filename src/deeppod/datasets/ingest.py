@@ -141,6 +141,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
                         built.new_objects.append(sha)
                     writer.add(stored, index[label], split, w, h)
                     row = {"path": rel + suffix, "label": label, "bytes": len(stored), "sha256": sha,
+                           "md5": hashlib.md5(stored).hexdigest(),  # the object's ETag through S3
                            "width": w, "height": h, "split": split}
                     manifest.write(json.dumps(row) + "\n")
                     built.samples += 1

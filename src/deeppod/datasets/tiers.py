@@ -100,6 +100,8 @@ def sweep(tiers: Tiers, live: dict[str, str]) -> list[Path]:
             removed.append(path)
         for path in root.glob("*/*/v*"):
             key = path.relative_to(root).as_posix()
+            if key.startswith("."):  # the tier's own folders (.staging, .s3's inboxes): not versions
+                continue
             if live.get(key) != tier:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)

@@ -167,6 +167,10 @@ class Client:
     def _list_datasets(self, query: str = "") -> list[dict]:
         return self._request("GET", "/v1/datasets", params={"q": query} if query else None)
 
+    def commit(self, name: str) -> dict:
+        """The files in the dataset's S3 inbox become its next version; the dataset after it."""
+        return self._request("POST", f"/v1/datasets/{name}/commit")
+
     def dataset(self, ref: str) -> dict:
         return self._request("GET", f"/v1/datasets/{ref}")
 
@@ -527,6 +531,16 @@ class Client:
 
     def revoke_token(self, token_id: int) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
+
+    def create_access_key(self, name: str = "", scope: str = "write", expires_in: float | None = None) -> dict:
+        """An S3 access key for you: ``key_id``, ``secret`` (shown once) and the ``endpoint`` URL."""
+        return self._request("POST", "/v1/access-keys", json={"name": name, "scope": scope, "expires_in": expires_in})
+
+    def access_keys(self) -> list[dict]:
+        return self._request("GET", "/v1/access-keys")
+
+    def revoke_access_key(self, key_id: str) -> None:
+        self._request("DELETE", f"/v1/access-keys/{key_id}")
 
     def audit(self, *, user: str | None = None, since: str | None = None, failed: bool = False,
               path: str | None = None, limit: int = 200) -> list[dict]:

@@ -391,6 +391,20 @@ class DirectToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
+class AccessKey(Base):
+    """An S3 access key (s3/access_keys.py): acts for its user, in its tenant, read-only or not.
+    Its secret is derived from the server's key and the key id, so it is stored nowhere."""
+    __tablename__ = "access_keys"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    scope: Mapped[str] = mapped_column(String(8), default="write")  # read | write
+    name: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
 class AuditEvent(Base):
     """One mutating API call or failed sign-in: who, what, when, from where, the answer."""
 

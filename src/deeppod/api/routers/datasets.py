@@ -48,6 +48,19 @@ async def ingest(name: str, request: Request, principal: PrincipalDep, policy: s
     return await run_in_threadpool(_show_now, ctx, principal, name)
 
 
+@router.post("/{name}/commit", status_code=201, response_model=DatasetOut)
+async def commit(name: str, request: Request, principal: PrincipalDep) -> DatasetOut:
+    """The files in the dataset's S3 inbox (s3://inbox/NAME/...) become its next version, through
+    the same ingest as an upload; what the ingest refuses stays in the inbox."""
+    from deeppod.s3 import inbox
+    from deeppod.s3.namespace import Namespace
+
+    ctx = get_ctx(request)
+    ns = Namespace(ctx.data, ctx.settings.models_dir)
+    await run_in_threadpool(inbox.commit, ctx.sessions, ns, principal, name, via=f"api by {principal.user}")
+    return await run_in_threadpool(_show_now, ctx, principal, name)
+
+
 def _show_now(ctx, principal, name: str) -> DatasetOut:
     with ctx.read_sessions() as s:
         return _show(s, principal, name)

@@ -1,0 +1,459 @@
+"""The S3 endpoint: ``/s3`` on the API's own port (path-style: ``http://HOST:PORT/s3/BUCKET/KEY``;
+boto3, the aws CLI and s3fs take it as their endpoint URL). A raw ASGI app: every request is
+signed (SigV4, header or presigned), its access key names the user and tenant it acts for,
+and what it may see is that tenant's namespace (s3/namespace.py). Bodies stream to and from
+files; nothing is held whole in memory. docs/datasets.md, "S3", lists the operations."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from email.utils import formatdate, parsedate_to_datetime
+from urllib.parse import parse_qsl, quote, unquote
+
+import anyio
+
+from deeppod.errors import DeepPodError, S3Error
+from deeppod.s3 import access_keys, inbox, sigv4
+from deeppod.s3.body import Decoder, Digests
+from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, file_md5
+from deeppod.s3 import listing, xml
+
+log = logging.getLogger(__name__)
+PREFIX = "/s3"
+BLOCK = 1 << 20
+KEY_CACHE_S = 1.0  # a revoked key stops working within this
+OWNER = "deeppod"
+_SUBRESOURCES_NOT_BUILT = {"acl", "policy", "cors", "lifecycle", "tagging", "versioning", "versions", "website",
+                           "logging", "notification", "replication", "encryption", "object-lock", "retention",
+                           "legal-hold", "torrent", "restore", "select", "accelerate", "analytics", "inventory",
+                           "metrics", "ownershipControls", "publicAccessBlock", "requestPayment", "intelligent-tiering",
+                           "attributes"}
+
+
+def endpoint_of(request) -> str:
+    """The endpoint URL a client should be given: this server's, as the caller reached it."""
+    return str(request.base_url).rstrip("/") + PREFIX
+
+
+def is_s3(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+class S3App:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.ns = Namespace(ctx.data, ctx.settings.models_dir)
+        self._keys: dict[str, tuple[float, access_keys.KeyHolder, str]] = {}
+        self._etags: dict[tuple[str, float, int], str] = {}
+        self._lock = threading.Lock()
+
+    # -- the protocol ------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        rid = uuid.uuid4().hex[:16].upper()
+        raw = scope.get("raw_path")
+        raw = raw.decode("latin-1") if raw else quote(scope["path"])
+        rest = raw[len(PREFIX):].lstrip("/")
+        bucket, _, key_raw = rest.partition("/")
+        bucket, key = unquote(bucket), unquote(key_raw)
+        resource = "/" + rest if rest else "/"
+        try:
+            headers: dict[str, str] = {}
+            for k, v in scope.get("headers") or []:
+                name = k.decode("latin-1").lower()
+                headers[name] = headers[name] + "," + v.decode("latin-1") if name in headers else v.decode("latin-1")
+            query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+            req = sigv4.Request(scope["method"], raw, query, headers)
+            who, signed, signing_key = await self._authenticate(req)
+            scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
+            await self._dispatch(scope, receive, send, req, who, bucket, key, signed, signing_key, rid)
+        except S3Error as exc:
+            await _error(send, exc.code, exc.status, exc.message, resource, rid, scope["method"])
+        except DeepPodError as exc:  # a service refused (a bad dataset name, an empty inbox...): say why in S3's form
+            code = {404: "NoSuchKey", 403: "AccessDenied", 409: "InvalidRequest"}.get(exc.status, "InvalidRequest")
+            await _error(send, code, exc.status if exc.status < 500 else 500, exc.message, resource, rid,
+                         scope["method"])
+        except Exception:  # noqa: BLE001 - S3's answer, and the details in the server log
+            log.exception("S3 request %s %s failed", scope["method"], raw)
+            await _error(send, "InternalError", 500, "we encountered an internal error; try again", resource, rid,
+                         scope["method"])
+
+    async def _authenticate(self, req: sigv4.Request):
+        signed = sigv4.parse(req, datetime.now(timezone.utc))
+        if signed is None:
+            raise S3Error("AccessDenied", "anonymous requests are not accepted: sign them with an access key "
+                          "('deeppod keys create')")
+        who, secret = await anyio.to_thread.run_sync(self._holder, signed.access_key)
+        return who, signed, sigv4.verify(req, signed, secret, PREFIX)
+
+    def _holder(self, key_id: str) -> tuple[access_keys.KeyHolder, str]:
+        now = time.monotonic()
+        hit = self._keys.get(key_id)
+        if hit is not None and hit[0] > now:
+            return hit[1], hit[2]
+        with self.ctx.sessions() as s:
+            who, secret = access_keys.holder(s, key_id)
+        with self._lock:
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            self._keys[key_id] = (now + KEY_CACHE_S, who, secret)
+        return who, secret
+
+    async def _dispatch(self, scope, receive, send, req, who, bucket, key, signed, signing_key, rid):
+        method, q = req.method, dict(req.query)
+        if not bucket:
+            if method not in ("GET", "HEAD"):
+                raise S3Error("MethodNotAllowed", "only GET lists the buckets")
+            return await _xml(send, 200, listing.buckets(BUCKETS), rid)
+        if bucket not in BUCKETS:
+            raise S3Error("NoSuchBucket", f"the specified bucket does not exist: {bucket} (the buckets are "
+                          f"{', '.join(BUCKETS)})")
+        for sub in q:
+            if sub in _SUBRESOURCES_NOT_BUILT:
+                raise S3Error("NotImplemented", f"?{sub} is not implemented by DeepPod's S3 endpoint")
+        if method not in ("GET", "HEAD"):
+            if not who.writes:
+                raise S3Error("AccessDenied", "this access key is read-only: create one with --scope write")
+            if bucket in READ_ONLY:
+                raise S3Error("AccessDenied", f"the {bucket} bucket is read-only: write to the inbox bucket "
+                              "(inbox/NAME/...) and commit it into a new version")
+        tenant = who.principal.tenant_id
+        if not key:
+            return await self._bucket(scope, receive, send, req, q, who, bucket, signed, signing_key, rid)
+        if method in ("GET", "HEAD"):
+            if "uploadId" in q:
+                return await self._list_parts(send, q, tenant, bucket, key, rid)
+            return await self._get(send, req, q, tenant, bucket, key, rid)
+        if bucket != "inbox":  # (refused above; kept for clarity of what follows)
+            raise S3Error("AccessDenied", "read-only bucket")
+        if method == "PUT":
+            return await self._put(scope, receive, send, req, q, who, key, signed, signing_key, rid)
+        if method == "DELETE":
+            if "uploadId" in q:
+                inbox.abort(inbox.upload_folder(self.ns, tenant, q["uploadId"], key))
+            else:
+                await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, key)
+            return await _send(send, 204, [], b"", rid)
+        if method == "POST" and "uploads" in q:
+            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key)
+            return await _xml(send, 200, xml.document("InitiateMultipartUploadResult", xml.element("Bucket", bucket)
+                              + xml.element("Key", key) + xml.element("UploadId", upload)), rid)
+        if method == "POST" and "uploadId" in q:
+            folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
+            body = await _read_small(receive, 1 << 20)
+            asked = listing.completed_parts(body)
+            etag = await anyio.to_thread.run_sync(inbox.complete, self.ns, tenant, folder, key, asked)
+            return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
+                "Location", f"{PREFIX}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
+                + xml.element("ETag", f'"{etag}"')), rid)
+        raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
+                      "the multipart upload calls)")
+
+    async def _bucket(self, scope, receive, send, req, q, who, bucket, signed, signing_key, rid):
+        method, tenant = req.method, who.principal.tenant_id
+        if method == "HEAD":
+            return await _send(send, 200, [(b"x-amz-bucket-region", b"us-east-1")], b"", rid)
+        if method == "GET" and "location" in q:
+            return await _xml(send, 200, xml.document("LocationConstraint", ""), rid)
+        if method == "GET" and "uploads" in q:
+            return await _xml(send, 200, listing.uploads(self.ns, tenant, bucket), rid)
+        if method == "GET":
+            entries = await anyio.to_thread.run_sync(self._entries, tenant, bucket, q.get("prefix", ""))
+            page = listing.page(entries, q)
+            await anyio.to_thread.run_sync(self._fill_etags, page.contents)
+            return await _xml(send, 200, listing.render(bucket, q, page, self._etag_of), rid)
+        if method == "POST" and "delete" in q:
+            body = await _read_small(receive, 2 << 20)
+            keys, quiet = listing.delete_request(body)
+            done, failed = [], []
+            for k in keys:
+                try:
+                    await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, k)
+                    done.append(k)
+                except S3Error as exc:
+                    failed.append((k, exc.code, exc.message))
+            return await _xml(send, 200, listing.deleted(done, failed, quiet), rid)
+        if method == "PUT":
+            raise S3Error("NotImplemented", f"the buckets are fixed ({', '.join(BUCKETS)}): {bucket} exists already")
+        raise S3Error("NotImplemented", f"{method} on a bucket is not implemented")
+
+    def _entries(self, tenant: int, bucket: str, prefix: str) -> list[Entry]:
+        with self.ctx.sessions() as s:
+            return list(self.ns.entries(s, tenant, bucket, prefix))
+
+    def _find(self, tenant: int, bucket: str, key: str) -> Entry:
+        with self.ctx.sessions() as s:
+            return self.ns.find(s, tenant, bucket, key)
+
+    def _etag_of(self, e: Entry) -> str:
+        if e.etag:
+            return e.etag
+        st_key = (str(e.path), e.mtime, e.size)
+        return self._etags.get(st_key) or ""
+
+    def _fill_etags(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if not e.etag:
+                st_key = (str(e.path), e.mtime, e.size)
+                if st_key not in self._etags:
+                    with self._lock:
+                        if len(self._etags) > 100_000:
+                            self._etags.clear()
+                    self._etags[st_key] = file_md5(e.path)
+
+    # -- objects -------------------------------------------------------------------------------
+    async def _get(self, send, req, q, tenant, bucket, key, rid):
+        e = await anyio.to_thread.run_sync(self._find, tenant, bucket, key)
+        await anyio.to_thread.run_sync(self._fill_etags, [e])
+        etag = f'"{self._etag_of(e)}"'
+        h = req.headers
+        modified = datetime.fromtimestamp(int(e.mtime), timezone.utc)
+        base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
+                (b"accept-ranges", b"bytes"), (b"content-type", _content_type(key).encode())]
+        if "if-match" in h and etag not in _etags_in(h["if-match"]) and "*" not in h["if-match"]:
+            raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
+                          "(If-Match)")
+        if "if-unmodified-since" in h and "if-match" not in h and _after(modified, h["if-unmodified-since"]):
+            raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
+                          "(If-Unmodified-Since)")
+        if ("if-none-match" in h and (etag in _etags_in(h["if-none-match"]) or "*" in h["if-none-match"])) or \
+                ("if-modified-since" in h and "if-none-match" not in h and not _after(modified, h["if-modified-since"])):
+            return await _send(send, 304, base, b"", rid)
+        start, end, status = 0, e.size - 1, 200
+        wanted = h.get("range")
+        if wanted and "partNumber" not in q:
+            start, end = _range(wanted, e.size)
+            status = 206
+            base.append((b"content-range", f"bytes {start}-{end}/{e.size}".encode()))
+        length = max(0, end - start + 1)
+        base.append((b"content-length", str(length).encode()))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": base + [(b"x-amz-request-id", rid.encode())]})
+        if req.method == "HEAD" or length == 0:
+            return await send({"type": "http.response.body", "body": b""})
+        f = await anyio.to_thread.run_sync(open, e.path, "rb")
+        try:
+            f.seek(start)
+            left = length
+            while left > 0:
+                block = await anyio.to_thread.run_sync(f.read, min(BLOCK * 4, left))
+                if not block:
+                    break  # the file shrank under us (an inbox object replaced): end short, the client retries
+                left -= len(block)
+                await send({"type": "http.response.body", "body": block, "more_body": left > 0})
+        finally:
+            f.close()
+
+    async def _put(self, scope, receive, send, req, q, who, key, signed, signing_key, rid):
+        tenant, h = who.principal.tenant_id, req.headers
+        name = inbox.dataset_of(key)
+        if "x-amz-copy-source" in h:
+            return await self._copy(send, req, who, key, rid)
+        part = None
+        if "uploadId" in q or "partNumber" in q:
+            part = (inbox.upload_folder(self.ns, tenant, q.get("uploadId", ""), key),
+                    inbox.part_number(q.get("partNumber", "")))
+        tmp, digests = await self._receive_body(receive, req, tenant, signed, signing_key)
+        if tmp is None:
+            return  # the client went away: nothing was kept
+        etag = digests.md5.hexdigest()
+        if part is not None:
+            await anyio.to_thread.run_sync(inbox.put_part, part[0], part[1], tmp, etag)
+        elif key == f"{name}/{COMMIT}":  # a device's "that is all": the inbox becomes the next version
+            tmp.unlink(missing_ok=True)
+            self._commit_in_background(who, name)
+        else:
+            await anyio.to_thread.run_sync(inbox.place, self.ns, tenant, key, tmp, etag)
+        return await _send(send, 200, [(b"etag", f'"{etag}"'.encode())], b"", rid)
+
+    async def _receive_body(self, receive, req, tenant, signed, signing_key):
+        """The body into a temporary file, checked; (None, None) if the client disconnected."""
+        h = req.headers
+        declared = h.get("content-length")
+        if declared is None and "chunked" not in h.get("transfer-encoding", ""):
+            raise S3Error("MissingContentLength", "a PUT needs a Content-Length header")
+        size_hint = int(h.get("x-amz-decoded-content-length") or declared or 0)
+        if size_hint > inbox.MAX_OBJECT:
+            raise S3Error("EntityTooLarge", f"your proposed upload ({size_hint} bytes) exceeds the maximum allowed "
+                          "object size of 5 GiB: upload it in parts (multipart)")
+        mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
+        decoder = Decoder(mode, signed, signing_key)
+        digests = Digests()
+        tmp = inbox.temp_file(self.ns, tenant)
+        out = await anyio.to_thread.run_sync(open, tmp, "wb")
+        pending = bytearray()
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Gone()
+                data = decoder.feed(message.get("body", b""))
+                digests.update(data)
+                if digests.size > inbox.MAX_OBJECT:
+                    raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
+                pending += data
+                if len(pending) >= BLOCK or not message.get("more_body"):
+                    await anyio.to_thread.run_sync(out.write, bytes(pending))
+                    pending.clear()
+                if not message.get("more_body"):
+                    break
+            trailers = decoder.finish()
+            await anyio.to_thread.run_sync(out.close)
+            if declared is not None and mode == "plain" and digests.size != int(declared):
+                raise S3Error("IncompleteBody", "you did not provide the number of bytes specified by the "
+                              "Content-Length HTTP header")
+            if len(signed.payload) == 64 and signed.payload != digests.sha256.hexdigest():
+                raise S3Error("XAmzContentSHA256Mismatch", "the provided 'x-amz-content-sha256' header does not "
+                              "match what was computed: the upload was changed on the way")
+            digests.check({**{k: v for k, v in h.items() if k == "content-md5" or k.startswith("x-amz-checksum-")},
+                           **trailers})
+            return tmp, digests
+        except _Gone:
+            out.close()
+            tmp.unlink(missing_ok=True)
+            return None, None
+        except BaseException:
+            out.close()
+            tmp.unlink(missing_ok=True)
+            raise
+
+    async def _copy(self, send, req, who, key, rid):
+        source = unquote(req.headers["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
+        if source.startswith(PREFIX.lstrip("/") + "/"):
+            source = source[len(PREFIX):]
+        src_bucket, _, src_key = source.partition("/")
+        if src_bucket not in BUCKETS or not src_key:
+            raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
+        tenant = who.principal.tenant_id
+        e = await anyio.to_thread.run_sync(self._find, tenant, src_bucket, src_key)
+
+        def copy() -> tuple[str, float]:
+            tmp = inbox.temp_file(self.ns, tenant)
+            with open(e.path, "rb") as f, open(tmp, "wb") as out:
+                digests = Digests()
+                for block in iter(lambda: f.read(BLOCK), b""):
+                    digests.update(block)
+                    out.write(block)
+            etag = digests.md5.hexdigest()
+            inbox.place(self.ns, tenant, key, tmp, etag)
+            return etag, time.time()
+
+        etag, when = await anyio.to_thread.run_sync(copy)
+        return await _xml(send, 200, xml.document("CopyObjectResult", xml.element("LastModified", xml.iso(when))
+                                                  + xml.element("ETag", f'"{etag}"')), rid)
+
+    async def _list_parts(self, send, q, tenant, bucket, key, rid):
+        folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
+        have = await anyio.to_thread.run_sync(inbox.parts, folder)
+        return await _xml(send, 200, listing.parts(bucket, key, q["uploadId"], have), rid)
+
+    def _commit_in_background(self, who, name: str) -> None:
+        def run():
+            try:
+                inbox.commit(self.ctx.sessions, self.ns, who.principal, name, via=f"s3 by {who.key_id}")
+            except Exception as exc:  # noqa: BLE001 - the files are back in the inbox; say why in the log
+                log.warning("commit of the %s inbox (by a PUT of %s/.commit, key %s) failed: %s", name, name,
+                            who.key_id, exc)
+
+        threading.Thread(target=run, name=f"s3-commit-{name}", daemon=True).start()
+
+
+class _Gone(Exception):
+    """The client disconnected mid-body."""
+
+
+class Router:
+    """ASGI: /s3 and below to S3, the rest on to the app (before its routing, which would
+    redirect a bare /s3 to /s3/, as no S3 client expects)."""
+
+    def __init__(self, app, s3: S3App):
+        self.app, self.s3 = app, s3
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and is_s3(scope.get("path", "")):
+            return await self.s3(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+def install(app) -> S3App:
+    """Serve S3 at /s3 of ``app`` (its ``state.ctx``: the server's context)."""
+    s3 = S3App(app.state.ctx)
+    inbox.recover(s3.ns, time.time())
+    app.add_middleware(Router, s3=s3)
+    return s3
+
+
+async def _send(send, status: int, headers: list, body: bytes, rid: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode()), (b"x-amz-request-id", rid.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _xml(send, status: int, body: bytes, rid: str) -> None:
+    await _send(send, status, [(b"content-type", b"application/xml")], body, rid)
+
+
+async def _error(send, code: str, status: int, message: str, resource: str, rid: str, method: str) -> None:
+    body = b"" if method == "HEAD" or status == 304 else xml.error(code, message, resource, rid)
+    headers = [(b"content-type", b"application/xml"), (b"x-amz-error-code", code.encode())]
+    if method in ("PUT", "POST"):  # a body we did not read must not be taken for the next request
+        headers.append((b"connection", b"close"))
+    try:
+        await _send(send, status, headers, body, rid)
+    except RuntimeError:  # the response had begun (a file that failed mid-way): nothing more can be said
+        pass
+
+
+async def _read_small(receive, limit: int) -> bytes:
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise S3Error("IncompleteBody", "the client went away mid-request")
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise S3Error("EntityTooLarge", f"this request's body may be at most {limit} bytes")
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+def _range(value: str, size: int) -> tuple[int, int]:
+    unit, _, spec = value.partition("=")
+    first = spec.split(",")[0].strip()
+    a, dash, b = first.partition("-")
+    try:
+        if unit.strip() != "bytes" or not dash:
+            raise ValueError
+        if a == "":
+            n = int(b)
+            start, end = max(0, size - n), size - 1
+        else:
+            start, end = int(a), min(int(b), size - 1) if b else size - 1
+    except ValueError:
+        raise S3Error("InvalidRange", f"the range {value!r} is not bytes=START-END") from None
+    if start >= size or start > end:
+        raise S3Error("InvalidRange", f"the requested range is not satisfiable (the object is {size} bytes)")
+    return start, end
+
+
+def _etags_in(value: str) -> set[str]:
+    return {('"' + v.strip().strip('"') + '"') for v in value.split(",")}
+
+
+def _after(modified: datetime, header: str) -> bool:
+    try:
+        return modified > parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return False
+
+
+def _content_type(key: str) -> str:
+    import mimetypes
+
+    return mimetypes.guess_type(key)[0] or "application/octet-stream"
+

@@ -1,0 +1,132 @@
+"""An upload's body as it arrives: plain, or in ``aws-chunked`` framing (what current AWS SDKs
+send for PutObject and UploadPart: chunks, each signed in a chain or unsigned, then trailing
+checksums). The bytes of the object come out; its MD5 (the ETag), SHA-256 and CRC32 are
+computed on the way, and what the client declared is checked at the end."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import zlib
+
+from deeppod.errors import S3Error
+from deeppod.s3 import sigv4
+
+MAX_LINE = 4096  # a chunk header or trailer line
+
+
+class Digests:
+    def __init__(self):
+        self.md5, self.sha256, self.sha1, self.crc32, self.size = hashlib.md5(), hashlib.sha256(), hashlib.sha1(), 0, 0
+
+    def update(self, data: bytes) -> None:
+        self.md5.update(data)
+        self.sha256.update(data)
+        self.sha1.update(data)
+        self.crc32 = zlib.crc32(data, self.crc32)
+        self.size += len(data)
+
+    def check(self, declared: dict[str, str]) -> None:
+        """``declared``: lower-case header or trailer names to values (Content-MD5, checksums)."""
+        ours = {"content-md5": base64.b64encode(self.md5.digest()).decode(),
+                "x-amz-checksum-crc32": base64.b64encode(self.crc32.to_bytes(4, "big")).decode(),
+                "x-amz-checksum-sha1": base64.b64encode(self.sha1.digest()).decode(),
+                "x-amz-checksum-sha256": base64.b64encode(self.sha256.digest()).decode()}
+        for name, value in declared.items():
+            if name in ours and value.strip() != ours[name]:
+                code = "BadDigest" if name == "content-md5" else "InvalidRequest"
+                raise S3Error(code, f"the {name} you specified did not match what we received: the upload was "
+                              "damaged on the way; send it again")
+        # x-amz-checksum-crc32c and -crc64nvme are not computed here (no standard-library code for them)
+
+
+class Decoder:
+    """Feed it what arrives; it returns the object's bytes. ``finish()`` checks the end."""
+
+    def __init__(self, mode: str, signed: sigv4.Signed | None = None, key: bytes | None = None):
+        self.mode = mode  # "plain", or one of sigv4's STREAMING_* values
+        self.signed, self.key = signed, key
+        self.previous = signed.signature if signed else ""
+        self.buf = bytearray()
+        self.left = -1  # bytes of the current chunk still to come; -1: a header is next
+        self.chunk_signature = ""
+        self.chunk = hashlib.sha256()
+        self.done = False
+        self.trailers: dict[str, str] = {}
+
+    def feed(self, data: bytes) -> bytes:
+        if self.mode == "plain":
+            return data
+        self.buf += data
+        out = bytearray()
+        while True:
+            if self.done:
+                if not self._trailers():
+                    return bytes(out)
+                continue
+            if self.left < 0:
+                line = self._line()
+                if line is None:
+                    return bytes(out)
+                size, _, ext = line.partition(";")
+                try:
+                    self.left = int(size, 16)
+                except ValueError:
+                    raise S3Error("IncompleteBody", "the aws-chunked body is malformed (a chunk size is not "
+                                  "hexadecimal)") from None
+                self.chunk_signature = ext.partition("chunk-signature=")[2]
+                self.chunk = hashlib.sha256()
+                if self.left == 0:
+                    self._verify_chunk()
+                    self.done = True
+                continue
+            if self.left > 0:
+                take = bytes(self.buf[:self.left])
+                del self.buf[:len(take)]
+                self.left -= len(take)
+                self.chunk.update(take)
+                out += take
+                if self.left > 0:
+                    return bytes(out)
+            if len(self.buf) < 2:
+                return bytes(out)
+            if self.buf[:2] != b"\r\n":
+                raise S3Error("IncompleteBody", "the aws-chunked body is malformed (a chunk does not end in CRLF)")
+            del self.buf[:2]
+            self._verify_chunk()
+            self.left = -1
+
+    def _line(self) -> str | None:
+        end = self.buf.find(b"\r\n")
+        if end < 0:
+            if len(self.buf) > MAX_LINE:
+                raise S3Error("IncompleteBody", "the aws-chunked body is malformed (a header line is too long)")
+            return None
+        line = bytes(self.buf[:end]).decode("latin-1")
+        del self.buf[:end + 2]
+        return line
+
+    def _trailers(self) -> bool:
+        line = self._line()
+        if line is None:
+            return False
+        if line:
+            name, _, value = line.partition(":")
+            self.trailers[name.strip().lower()] = value.strip()
+        return True
+
+    def _verify_chunk(self) -> None:
+        if self.mode not in (sigv4.STREAMING_SIGNED, sigv4.STREAMING_SIGNED_TRAILER):
+            return
+        expected = sigv4.chunk_signature(self.key, self.signed, self.previous, self.chunk.hexdigest())
+        if not hmac.compare_digest(expected, self.chunk_signature):
+            raise S3Error("SignatureDoesNotMatch", "a chunk's signature does not match: the upload was changed on "
+                          "the way or signed with another key")
+        self.previous = expected
+
+    def finish(self) -> dict[str, str]:
+        """The trailers; IncompleteBody when the framing did not end."""
+        if self.mode != "plain" and (not self.done or self.buf.strip()):
+            raise S3Error("IncompleteBody", "the upload ended before its last chunk: send it again")
+        return self.trailers

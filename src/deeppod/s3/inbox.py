@@ -1,0 +1,207 @@
+"""A tenant's inboxes: files written through S3 wait there (``.s3/TENANT/inbox/NAME/...`` in
+the hot tier) until a commit turns them into the dataset's next immutable version, through
+the same ingest as an upload (policy, quarantine with reasons, deduplication, lineage "via
+s3"). An upload is written beside its place and renamed into it when complete and checked,
+so a failed, cut or refused upload leaves nothing; multipart parts wait in ``uploads/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+
+from sqlalchemy.orm import sessionmaker
+
+from deeppod.auth.service import Principal, check_name
+from deeppod.datasets import service as datasets
+from deeppod.errors import InvalidRequest, NotFound, S3Error
+from deeppod.s3.namespace import COMMIT, Namespace, etag_path, segments
+
+log = logging.getLogger(__name__)
+MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
+MIN_PART = 5 << 20  # every part but the last (S3's)
+MAX_PARTS = 10_000
+ABANDONED_AFTER = 7 * 86400  # a multipart upload untouched this long is removed at start
+_commits = threading.Lock()
+
+
+def dataset_of(key: str) -> str:
+    name = segments(key, inbox=True)[0]
+    try:
+        return check_name("dataset", name)
+    except InvalidRequest as exc:
+        raise S3Error("InvalidArgument", f"an inbox key starts with the dataset's name: {exc}") from None
+
+
+def temp_file(ns: Namespace, tenant_id: int) -> Path:
+    folder = ns.root / str(tenant_id) / "tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / uuid.uuid4().hex
+
+
+def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None:
+    """A complete, checked upload into its place (replacing what was there)."""
+    dataset_of(key)
+    dest = ns.inbox_root(tenant_id).joinpath(*segments(key, inbox=True))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_dir():
+        tmp.unlink(missing_ok=True)
+        raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")
+    etag_path(dest).write_text(etag)
+    os.replace(tmp, dest)
+
+
+def delete(ns: Namespace, tenant_id: int, key: str) -> None:
+    """S3 answers a delete of a missing key with success too."""
+    dest = ns.inbox_root(tenant_id).joinpath(*segments(key, inbox=True))
+    if dest.is_file() and not dest.is_symlink():
+        dest.unlink()
+        etag_path(dest).unlink(missing_ok=True)
+        _prune(dest.parent, ns.inbox_root(tenant_id))
+
+
+def _prune(folder: Path, root: Path) -> None:
+    while folder != root and folder.is_dir():
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            return
+        folder = folder.parent
+
+
+# -- multipart -----------------------------------------------------------------------------
+
+def create_upload(ns: Namespace, tenant_id: int, key: str) -> str:
+    dataset_of(key)
+    upload_id = uuid.uuid4().hex
+    folder = ns.uploads_root(tenant_id) / upload_id
+    folder.mkdir(parents=True)
+    (folder / "key").write_text(key)
+    return upload_id
+
+
+def upload_folder(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> Path:
+    folder = ns.uploads_root(tenant_id) / upload_id
+    if len(upload_id) != 32 or not upload_id.isalnum() or not (folder / "key").is_file() or \
+            (folder / "key").read_text() != key:
+        raise S3Error("NoSuchUpload", "the specified multipart upload does not exist: it was completed or aborted, "
+                      "or its id or key is wrong")
+    return folder
+
+
+def part_number(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PARTS:
+        raise S3Error("InvalidArgument", f"partNumber must be between 1 and {MAX_PARTS}")
+    return int(raw)
+
+
+def put_part(folder: Path, number: int, tmp: Path, etag: str) -> None:
+    (folder / f"{number:05d}.etag").write_text(etag)
+    os.replace(tmp, folder / f"{number:05d}")
+
+
+def parts(folder: Path) -> list[tuple[int, int, str, float]]:
+    """(number, size, etag, mtime) of the parts uploaded so far."""
+    out = []
+    for p in sorted(folder.glob("[0-9][0-9][0-9][0-9][0-9]")):
+        st = p.stat()
+        out.append((int(p.name), st.st_size, (folder / f"{p.name}.etag").read_text(), st.st_mtime))
+    return out
+
+
+def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[tuple[int, str]]) -> str:
+    """Join the parts the client lists, in its order, into the object; its ETag (S3's: the MD5
+    of the parts' MD5s, then "-N")."""
+    import hashlib
+
+    have = {n: (size, etag) for n, size, etag, _ in parts(folder)}
+    if not asked:
+        raise S3Error("MalformedXML", "CompleteMultipartUpload lists no parts")
+    if [n for n, _ in asked] != sorted({n for n, _ in asked}):
+        raise S3Error("InvalidPartOrder", "the parts must be listed in ascending order, each once")
+    for i, (n, etag) in enumerate(asked):
+        if n not in have or have[n][1] != etag.strip('"'):
+            raise S3Error("InvalidPart", f"part {n} was not uploaded or its ETag differs: list the parts you "
+                          "uploaded (ListParts) and complete with those")
+        if i < len(asked) - 1 and have[n][0] < MIN_PART:
+            raise S3Error("EntityTooSmall", f"part {n} is {have[n][0]} bytes: every part but the last must be at "
+                          "least 5 MiB")
+    tmp = temp_file(ns, tenant_id)
+    joined = hashlib.md5()
+    with open(tmp, "wb") as out:
+        for n, etag in asked:
+            with open(folder / f"{n:05d}", "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+            joined.update(bytes.fromhex(etag.strip('"')))
+    etag = f"{joined.hexdigest()}-{len(asked)}"
+    place(ns, tenant_id, key, tmp, etag)
+    shutil.rmtree(folder, ignore_errors=True)
+    return etag
+
+
+def abort(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- commit --------------------------------------------------------------------------------
+
+def commit(sessions: sessionmaker, ns: Namespace, principal: Principal, name: str, *, via: str) -> int:
+    """The inbox of ``name`` into the dataset's next version; its id. The files are taken
+    aside first, so uploads that arrive meanwhile wait for the next commit; what the ingest
+    refuses is put back, so nothing is lost."""
+    check_name("dataset", name)
+    inbox = ns.inbox_root(principal.tenant_id) / name
+    with _commits:
+        (inbox / COMMIT).unlink(missing_ok=True)
+        etag_path(inbox / COMMIT).unlink(missing_ok=True)
+        if not inbox.is_dir() or not any(inbox.iterdir()):
+            raise NotFound(f"the inbox of {name!r} is empty: put files in it first (s3://inbox/{name}/CLASS/FILE)")
+        taken = ns.root / str(principal.tenant_id) / f"committing-{uuid.uuid4().hex}"
+        os.rename(inbox, taken)
+        (taken / ".name").write_text(name)  # for recover(): whose files to put back after a crash
+    try:
+        return datasets.ingest_upload(sessions, ns.plane, principal, name, taken, source="s3",
+                                      lineage={"via": via})
+    except BaseException:
+        _put_back(taken, inbox)
+        raise
+    finally:
+        shutil.rmtree(taken, ignore_errors=True)
+
+
+def _put_back(taken: Path, inbox: Path) -> None:
+    """An ingest that failed: its files return to the inbox (newer uploads of a key win)."""
+    for folder, _dirs, files in os.walk(taken):
+        for name in files:
+            if folder == str(taken) and name == ".name":
+                continue
+            src = Path(folder) / name
+            dest = inbox / src.relative_to(taken)
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dest)
+
+
+def recover(ns: Namespace, now: float) -> None:
+    """At start: temporary files of cut uploads go; a commit a crash interrupted puts its files
+    back (its version, if any, was undone by the datasets' own recovery); multipart uploads
+    untouched for a week go (younger ones can still be completed)."""
+    if not ns.root.is_dir():
+        return
+    for tenant in ns.root.iterdir():
+        if not tenant.name.isdigit():
+            continue
+        shutil.rmtree(tenant / "tmp", ignore_errors=True)
+        for taken in tenant.glob("committing-*"):
+            name = (taken / ".name").read_text().strip() if (taken / ".name").is_file() else ""
+            if name:
+                log.warning("putting back the files of an interrupted commit of %s", name)
+                _put_back(taken, tenant / "inbox" / name)
+            shutil.rmtree(taken, ignore_errors=True)
+        for upload in (tenant / "uploads").glob("*") if (tenant / "uploads").is_dir() else ():
+            if now - upload.stat().st_mtime > ABANDONED_AFTER:
+                shutil.rmtree(upload, ignore_errors=True)

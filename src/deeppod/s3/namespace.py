@@ -1,0 +1,205 @@
+"""What the S3 endpoint shows a caller, and where each object's bytes are (docs/datasets.md,
+"S3"). Four buckets, the same names for every tenant, each showing that tenant's own:
+
+- ``datasets``: every ready version of the tenant's datasets, read-only: ``NAME/vN/PATH`` is
+  the image the manifest lists at PATH (the file in the content-addressed store that
+  training reads too: nothing is copied), ``NAME/vN/.manifest.jsonl`` and
+  ``NAME/vN/.stats.json`` describe the version.
+- ``shared``: other tenants' shared datasets, read-only: ``TENANT/NAME/vN/...``, as above.
+- ``inbox``: where writers put files for a dataset's next version: ``NAME/PATH``. PUT, GET,
+  LIST, DELETE; ``deeppod data commit NAME`` (or a PUT of ``NAME/.commit``) ingests them.
+- ``models``: the tenant's model versions' artifacts, read-only: ``NAME/vN/FILE``.
+
+Another tenant's datasets, inboxes and models are not there at all: a key of theirs is a
+missing key. Keys are checked segment by segment (no ``..``, no empty segment, no leading
+``.`` in an inbox except ``.commit``) before any path is built from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deeppod.datasets.service import DataPlane
+from deeppod.errors import S3Error
+from deeppod.store.models import Dataset, DatasetVersion, Model, ModelVersion, Tenant
+
+BUCKETS = ("datasets", "inbox", "models", "shared")
+READ_ONLY = ("datasets", "models", "shared")
+COMMIT = ".commit"
+MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
+ETAG_SUFFIX = ".etag"  # beside an inbox file: its MD5, as S3 computes the ETag (".NAME.etag")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object: its key in the bucket, size, modification time, ETag, and file."""
+
+    key: str
+    size: int
+    mtime: float
+    etag: str | None  # None: computed from the file when asked
+    path: Path
+
+
+def segments(key: str, *, inbox: bool = False) -> list[str]:
+    """The key's parts, refused where a path could escape or hide (InvalidArgument)."""
+    parts = key.split("/")
+    if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key or len(key.encode()) > 1024:
+        raise S3Error("InvalidArgument", f"the key {key[:200]!r} is not a plain relative path (no empty, '.' or "
+                      "'..' segments, at most 1024 bytes)")
+    if inbox and any(p.startswith(".") for p in parts) and not (len(parts) == 2 and parts[1] == COMMIT):
+        raise S3Error("InvalidArgument", f"the key {key[:200]!r} has a segment that starts with '.': an inbox holds "
+                      "files for a dataset (NAME/CLASS/FILE), and NAME/.commit to ingest them")
+    return parts
+
+
+def file_md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Namespace:
+    """The buckets of one server: a caller's view of them, built from the database and files."""
+
+    def __init__(self, plane: DataPlane, models_dir: Path):
+        self.plane, self.models_dir = plane, models_dir
+
+    @property
+    def root(self) -> Path:
+        return self.plane.tiers.hot / ".s3"
+
+    def inbox_root(self, tenant_id: int) -> Path:
+        return self.root / str(tenant_id) / "inbox"
+
+    def uploads_root(self, tenant_id: int) -> Path:
+        return self.root / str(tenant_id) / "uploads"
+
+    # -- reading ---------------------------------------------------------------------------
+    def entries(self, session: Session, tenant_id: int, bucket: str, prefix: str) -> Iterator[Entry]:
+        """Every object of ``bucket`` whose key starts with ``prefix`` (in no order). Only the
+        datasets, versions and models the prefix can match are read."""
+        if bucket == "inbox":
+            yield from self._inbox(tenant_id, prefix)
+        elif bucket == "models":
+            yield from self._models(session, tenant_id, prefix)
+        else:
+            yield from self._datasets(session, tenant_id, prefix, shared=bucket == "shared")
+
+    def find(self, session: Session, tenant_id: int, bucket: str, key: str) -> Entry:
+        parts = segments(key, inbox=bucket == "inbox")
+        if bucket == "inbox":
+            path = self.inbox_root(tenant_id).joinpath(*parts)
+            st = _regular(path)
+            if st is None or parts[-1].startswith("."):
+                raise _no_key(key)
+            return Entry(key, st.st_size, st.st_mtime, _read_etag(path), path)
+        for e in self.entries(session, tenant_id, bucket, key):
+            if e.key == key:
+                return e
+        raise _no_key(key)
+
+    def _inbox(self, tenant_id: int, prefix: str) -> Iterator[Entry]:
+        root = self.inbox_root(tenant_id)
+        first = prefix.split("/", 1)[0] if "/" in prefix else ""
+        start = root / first if first and first not in (".", "..") else root
+        if not start.is_dir():
+            return
+        for folder, dirs, files in os.walk(start):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                path = Path(folder) / name
+                key = path.relative_to(root).as_posix()
+                st = _regular(path)
+                if key.startswith(prefix) and st is not None:
+                    yield Entry(key, st.st_size, st.st_mtime, _read_etag(path), path)
+
+    def _models(self, session: Session, tenant_id: int, prefix: str) -> Iterator[Entry]:
+        name = prefix.split("/", 1)[0] if "/" in prefix else None
+        q = select(Model, ModelVersion).join(ModelVersion, ModelVersion.model_id == Model.id) \
+            .where(Model.tenant_id == tenant_id)
+        if name:
+            q = q.where(Model.name == name)
+        for model, version in session.execute(q).all():
+            base = f"{model.name}/v{version.version}/"
+            if not (base.startswith(prefix) or prefix.startswith(base)):
+                continue
+            folder = self.models_dir / version.key
+            for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+                st = _regular(path)
+                key = base + path.relative_to(folder).as_posix()
+                if st is not None and key.startswith(prefix):
+                    yield Entry(key, st.st_size, st.st_mtime, None, path)
+
+    def _datasets(self, session: Session, tenant_id: int, prefix: str, *, shared: bool) -> Iterator[Entry]:
+        q = select(Dataset, DatasetVersion, Tenant).join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id) \
+            .join(Tenant, Dataset.tenant_id == Tenant.id).where(DatasetVersion.state == "ready")
+        q = q.where(Dataset.tenant_id != tenant_id, Dataset.shared.is_(True)) if shared else \
+            q.where(Dataset.tenant_id == tenant_id)
+        for ds, v, tenant in session.execute(q).all():
+            base = (f"{tenant.name}/" if shared else "") + f"{ds.name}/v{v.version}/"
+            if not (base.startswith(prefix) or prefix.startswith(base)):
+                continue
+            yield from self._version(v, base, prefix)
+
+    def _version(self, v: DatasetVersion, base: str, prefix: str) -> Iterator[Entry]:
+        folder = self.plane.tiers.path(v.tier, v.key)
+        manifest = folder / "manifest.jsonl"
+        st = _regular(manifest)
+        if st is None:
+            return
+        if (base + MANIFEST).startswith(prefix):
+            yield Entry(base + MANIFEST, st.st_size, st.st_mtime, None, manifest)
+        if (base + STATS).startswith(prefix):
+            stats = self.root / "stats" / f"{v.id}.json"
+            if not stats.is_file():  # written once: the version never changes
+                stats.parent.mkdir(parents=True, exist_ok=True)
+                tmp = stats.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(v.stats or {}, indent=1, sort_keys=True))
+                os.replace(tmp, stats)
+            sst = stats.stat()
+            yield Entry(base + STATS, sst.st_size, st.st_mtime, None, stats)
+        objects = self.plane.objects
+        with open(manifest) as f:
+            for line in f:
+                row = json.loads(line)
+                key = base + row["path"]
+                if key.startswith(prefix):
+                    yield Entry(key, int(row["bytes"]), st.st_mtime, row.get("md5"), objects.path(row["sha256"]))
+
+
+def _regular(path: Path):
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    import stat as stat_mod
+
+    return st if stat_mod.S_ISREG(st.st_mode) else None
+
+
+def etag_path(path: Path) -> Path:
+    return path.with_name("." + path.name + ETAG_SUFFIX)
+
+
+def _read_etag(path: Path) -> str | None:
+    try:
+        return etag_path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _no_key(key: str) -> S3Error:
+    return S3Error("NoSuchKey", f"the specified key does not exist: {key[:300]}")

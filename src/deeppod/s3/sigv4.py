@@ -1,0 +1,212 @@
+"""AWS Signature Version 4, as S3 checks it (and Version 2 presigned URLs, which boto3 still
+makes by default for a path-style endpoint): the Authorization header or a presigned URL's
+query, the canonical request rebuilt from what arrived, the key derived from the secret for
+the request's day, region and service. Pure: a request in, the access key id and what the
+payload must hash to out, or an :class:`S3Error` that says which S3 error it is.
+
+https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.html
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from urllib.parse import quote, unquote
+
+from deeppod.errors import S3Error
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+UNSIGNED = "UNSIGNED-PAYLOAD"
+STREAMING_SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+STREAMING_SIGNED_TRAILER = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+SKEW = timedelta(minutes=15)  # S3's: a signed request older or newer than this is refused
+MAX_EXPIRES = 7 * 24 * 3600  # a presigned URL lives at most a week
+_CREDENTIAL = re.compile(r"^([A-Za-z0-9]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9]+)/aws4_request$")
+_SPACES = re.compile(r" +")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the signature covers, as it arrived."""
+
+    method: str
+    raw_path: str  # percent-encoded, as sent
+    query: list[tuple[str, str]]  # decoded pairs, in order
+    headers: dict[str, str]  # lower-case names
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A request whose signature is to be checked once the key's secret is known."""
+
+    access_key: str
+    date: str  # YYYYMMDD of the credential scope
+    region: str
+    service: str
+    amz_date: str
+    signed_headers: tuple[str, ...]
+    signature: str
+    payload: str  # the x-amz-content-sha256 value (or UNSIGNED-PAYLOAD for a presigned URL)
+    presigned: bool
+    v2_expires: str = ""  # a Signature Version 2 presigned URL's Expires (boto3's default presign format)
+
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+def _uri_encode(text: str, slash: bool) -> str:
+    return quote(text, safe="-_.~" + ("/" if not slash else ""))
+
+
+def canonical_uri(raw_path: str) -> str:
+    """Each segment encoded once, as S3 (unlike other services) signs it."""
+    return _uri_encode(unquote(raw_path), slash=False) or "/"
+
+
+def canonical_query(pairs: list[tuple[str, str]]) -> str:
+    encoded = sorted((_uri_encode(k, True), _uri_encode(v, True)) for k, v in pairs if k != "X-Amz-Signature")
+    return "&".join(f"{k}={v}" for k, v in encoded)
+
+
+def _parse_time(amz_date: str) -> datetime:
+    try:
+        return datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise S3Error("AccessDenied", f"X-Amz-Date {amz_date!r} is not a date of the form 20261127T120000Z") from None
+
+
+def _credential(value: str) -> tuple[str, str, str, str]:
+    m = _CREDENTIAL.match(value.strip())
+    if not m:
+        raise S3Error("AuthorizationQueryParametersError" if "/" in value else "InvalidAccessKeyId",
+                      f"the credential {value!r} is not KEY/YYYYMMDD/REGION/s3/aws4_request")
+    return m.group(1), m.group(2), m.group(3), m.group(4)
+
+
+def parse(req: Request, now: datetime) -> Signed | None:
+    """The request's signature, its age checked; None when it carries none (anonymous)."""
+    query = dict(req.query)
+    auth = req.headers.get("authorization")
+    if auth is not None:
+        if not auth.startswith(ALGORITHM + " "):
+            raise S3Error("InvalidArgument", "only AWS Signature Version 4 (AWS4-HMAC-SHA256) is accepted: "
+                          "configure the client for signature version s3v4")
+        fields = dict(part.strip().split("=", 1) for part in auth[len(ALGORITHM) + 1:].split(",") if "=" in part)
+        if not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
+            raise S3Error("AuthorizationHeaderMalformed", "the Authorization header needs Credential, "
+                          "SignedHeaders and Signature")
+        key, date, region, service = _credential(fields["Credential"])
+        amz_date = req.headers.get("x-amz-date") or ""
+        if not amz_date:
+            raise S3Error("AccessDenied", "a signed request needs an X-Amz-Date header")
+        when = _parse_time(amz_date)
+        if abs(now - when) > SKEW:
+            raise S3Error("RequestTimeTooSkewed", f"the request was signed at {when:%Y-%m-%d %H:%M:%S} UTC and "
+                          f"this server's time is {now:%Y-%m-%d %H:%M:%S} UTC: more than 15 minutes apart; "
+                          "fix the client's clock")
+        payload = req.headers.get("x-amz-content-sha256")
+        if not payload:
+            raise S3Error("InvalidRequest", "a signed request needs an x-amz-content-sha256 header")
+        return Signed(key, date, region, service, amz_date, tuple(fields["SignedHeaders"].split(";")),
+                      fields["Signature"], payload, False)
+    if query.get("X-Amz-Algorithm") is not None:
+        if query["X-Amz-Algorithm"] != ALGORITHM:
+            raise S3Error("AuthorizationQueryParametersError", "X-Amz-Algorithm must be AWS4-HMAC-SHA256")
+        missing = [k for k in ("X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+                               "X-Amz-Signature") if k not in query]
+        if missing:
+            raise S3Error("AuthorizationQueryParametersError", f"the presigned URL lacks {', '.join(missing)}")
+        key, date, region, service = _credential(query["X-Amz-Credential"])
+        when = _parse_time(query["X-Amz-Date"])
+        try:
+            expires = int(query["X-Amz-Expires"])
+        except ValueError:
+            expires = -1
+        if not 0 <= expires <= MAX_EXPIRES:
+            raise S3Error("AuthorizationQueryParametersError", "X-Amz-Expires must be between 0 and 604800 seconds")
+        if now > when + timedelta(seconds=expires):
+            raise S3Error("AccessDenied", "Request has expired: the presigned URL was good until "
+                          f"{when + timedelta(seconds=expires):%Y-%m-%d %H:%M:%S} UTC; ask for a new one")
+        if when - now > SKEW:
+            raise S3Error("AccessDenied", "the presigned URL is dated in the future: fix the client's clock")
+        return Signed(key, date, region, service, query["X-Amz-Date"], tuple(query["X-Amz-SignedHeaders"].split(";")),
+                      query["X-Amz-Signature"], req.headers.get("x-amz-content-sha256") or UNSIGNED, True)
+    if "AWSAccessKeyId" in query and "Signature" in query and "Expires" in query:
+        if not query["Expires"].isdigit():
+            raise S3Error("AccessDenied", "the presigned URL's Expires is not a time")
+        if now.timestamp() > int(query["Expires"]):
+            raise S3Error("AccessDenied", "Request has expired: ask for a new presigned URL")
+        return Signed(query["AWSAccessKeyId"], "", "", "s3", "", (), query["Signature"], UNSIGNED, True,
+                      v2_expires=query["Expires"])
+    return None
+
+
+# the sub-resources a Version 2 signature covers (the rest of the query is not signed)
+_V2_SUBRESOURCES = {"acl", "cors", "delete", "lifecycle", "location", "logging", "notification", "partNumber",
+                    "policy", "requestPayment", "restore", "tagging", "torrent", "uploadId", "uploads", "versionId",
+                    "versioning", "versions", "website", "response-content-type", "response-content-language",
+                    "response-expires", "response-cache-control", "response-content-disposition",
+                    "response-content-encoding"}
+
+
+def _verify_v2(req: Request, s: Signed, secret: str, prefix: str) -> bool:
+    """A Version 2 presigned URL: HMAC-SHA1 over method, Content-MD5, Content-Type, Expires,
+    the x-amz- headers and the path (with or without the endpoint's own prefix)."""
+    import base64
+
+    amz = sorted((k, v.strip()) for k, v in req.headers.items() if k.startswith("x-amz-"))
+    sub = sorted((k, v) for k, v in req.query if k in _V2_SUBRESOURCES)
+    resource_q = ("?" + "&".join(f"{k}={v}" if v else k for k, v in sub)) if sub else ""
+    for path in (req.raw_path, req.raw_path[len(prefix):] if prefix and req.raw_path.startswith(prefix) else None):
+        if path is None:
+            continue
+        text = "\n".join([req.method, req.headers.get("content-md5", ""), req.headers.get("content-type", ""),
+                          s.v2_expires]) + "\n" + "".join(f"{k}:{v}\n" for k, v in amz) + path + resource_q
+        expected = base64.b64encode(hmac.new(secret.encode(), text.encode(), hashlib.sha1).digest()).decode()
+        if hmac.compare_digest(expected, s.signature):
+            return True
+    return False
+
+
+def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
+    k = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
+    for part in (region, service, "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    return k
+
+
+def canonical_request(req: Request, s: Signed) -> str:
+    headers = "".join(f"{h}:{_SPACES.sub(' ', req.headers.get(h, '').strip())}\n" for h in s.signed_headers)
+    return "\n".join([req.method, canonical_uri(req.raw_path), canonical_query(req.query), headers,
+                      ";".join(s.signed_headers), s.payload])
+
+
+def verify(req: Request, s: Signed, secret: str, prefix: str = "") -> bytes:
+    """Check ``s`` with the key's ``secret``; the signing key (streaming chunks sign with it).
+    ``prefix``: the endpoint's own path (/s3), which a Version 2 signature may leave out."""
+    if s.v2_expires:
+        if not _verify_v2(req, s, secret, prefix):
+            raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the "
+                          "signature you provided: check your secret access key and signing method")
+        return b""
+    if "host" not in s.signed_headers:
+        raise S3Error("AccessDenied", "the signature must cover the Host header")
+    key = signing_key(secret, s.date, s.region, s.service)
+    to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode()).hexdigest()])
+    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, s.signature):
+        raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "
+                      "you provided: check your secret access key and signing method")
+    return key
+
+
+def chunk_signature(key: bytes, s: Signed, previous: str, chunk_sha256: str) -> str:
+    """A signed streaming upload's chunk signature (each chains to the one before)."""
+    to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", s.amz_date, s.scope, previous,
+                         hashlib.sha256(b"").hexdigest(), chunk_sha256])
+    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
