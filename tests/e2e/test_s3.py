@@ -1,0 +1,174 @@
+"""The S3 endpoint as its users reach it, against a live server (sandboxed as root, the default):
+a folder of images uploaded to an inbox with the aws CLI, committed, trained on with the
+built-in trainer, its registered model downloaded with ``aws s3 cp``; boto3 and s3fs reading
+the same version; another tenant, a bad signature, a read-only or revoked key, a presigned
+URL and an upload cut mid-way each get what S3 gives them, and leave nothing behind."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+import boto3
+import numpy as np
+import pytest
+import requests
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from PIL import Image
+
+from deeppod import Client
+from tests.helpers import LiveServer, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = LiveServer(tmp_path / "home", isolation=None).start()
+    yield s
+    s.stop()
+    s.cleanup_jobs()
+
+
+def s3(key, **config):
+    return boto3.client("s3", endpoint_url=key["endpoint"], aws_access_key_id=key["key_id"],
+                        aws_secret_access_key=key["secret"], region_name="us-east-1", config=Config(**config))
+
+
+def aws(key, *args, cwd=None):
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": key["key_id"], "AWS_SECRET_ACCESS_KEY": key["secret"],
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    p = subprocess.run([sys.executable, "-m", "awscli", "--endpoint-url", key["endpoint"], *args], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def images(root, per_class=20):
+    rng = np.random.default_rng(0)
+    for c in range(3):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray((rng.random((16, 16, 3)) * 80 + c * 60).astype("uint8")).save(root / f"c{c}" / f"{i}.png")
+    return root
+
+
+@pytest.mark.timeout(600)
+def test_upload_commit_train_and_download_the_model_through_s3(server, tmp_path):
+    c = Client(server.url, server.admin_token)
+    key = c.create_access_key("lab")
+    assert key["endpoint"] == server.url + "/s3"
+    folder = images(tmp_path / "shapes")
+    aws(key, "s3", "cp", "--recursive", str(folder), "s3://inbox/shapes/")
+    listed = aws(key, "s3", "ls", "s3://inbox/shapes/c1/")
+    assert listed.count(".png") == 20
+    before = c.commit("shapes")
+    version = before["versions"][-1]
+    assert version["samples"] == 60 and version["lineage"]["source"] == "s3"
+    assert version["lineage"]["via"] == "api by admin"
+    assert aws(key, "s3", "ls", "--recursive", "s3://inbox/") == ""  # the inbox is empty again
+
+    # the version's files are the files ingest stored: same bytes, read through boto3 and s3fs
+    b = s3(key)
+    page = b.list_objects_v2(Bucket="datasets", Prefix="shapes/v1/", MaxKeys=25)
+    assert page["IsTruncated"] and page["KeyCount"] == 25
+    rest = b.list_objects_v2(Bucket="datasets", Prefix="shapes/v1/", ContinuationToken=page["NextContinuationToken"])
+    keys = [o["Key"] for o in page["Contents"] + rest["Contents"]]
+    assert len(keys) == 62 and "shapes/v1/.manifest.jsonl" in keys and "shapes/v1/.stats.json" in keys
+    local = (folder / "c2" / "7.png").read_bytes()
+    assert b.get_object(Bucket="datasets", Key="shapes/v1/c2/7.png")["Body"].read() == local
+    import hashlib
+
+    assert b.head_object(Bucket="datasets", Key="shapes/v1/c2/7.png")["ETag"] == f'"{hashlib.md5(local).hexdigest()}"'
+    import s3fs
+
+    fs = s3fs.S3FileSystem(key=key["key_id"], secret=key["secret"], client_kwargs={
+        "endpoint_url": key["endpoint"], "region_name": "us-east-1"})
+    assert fs.cat("datasets/shapes/v1/c2/7.png") == local
+    assert sorted(fs.ls("datasets/shapes/v1/", detail=False))[-3:] == [
+        "datasets/shapes/v1/c0", "datasets/shapes/v1/c1", "datasets/shapes/v1/c2"]
+
+    # train on it with the built-in trainer, register the model, download it with aws s3 cp
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+    env.update({"DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token,
+                "DEEPPOD_CONFIG": str(tmp_path / "c.json"), "COLUMNS": "200"})
+    p = subprocess.run([sys.executable, "-m", "deeppod.cli", "train", "image-classifier", "--dataset", "shapes@1",
+                        "--epochs", "1", "--batch-size", "16", "--register", "shapes-model", "-f"],
+                       env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    aws(key, "s3", "cp", "s3://models/shapes-model/v1/model.pt2", str(tmp_path / "model.pt2"))
+    signature = json.loads(b.get_object(Bucket="models", Key="shapes-model/v1/signature.json")["Body"].read())
+    assert signature["dataset"] == "shapes@1" and (tmp_path / "model.pt2").stat().st_size > 1000
+
+
+@pytest.mark.timeout(300)
+def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_path):
+    admin = Client(server.url, server.admin_token)
+    admin.create_tenant("b")
+    bob = Client(server.url, admin.create_user("bob", "b")["token"])
+    mine, theirs = admin.create_access_key(), bob.create_access_key()
+    b = s3(mine)
+    b.put_object(Bucket="inbox", Key="cats/c0/a.png", Body=b"not yet an image")
+    other = s3(theirs)
+    with pytest.raises(ClientError) as e:
+        other.get_object(Bucket="inbox", Key="cats/c0/a.png")
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"  # another tenant's inbox is simply not there
+    assert other.list_objects_v2(Bucket="inbox")["KeyCount"] == 0
+
+    wrong = s3({**mine, "secret": "x" * 40})
+    with pytest.raises(ClientError) as e:
+        wrong.list_objects_v2(Bucket="inbox")
+    assert e.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="cats/../../etc/passwd", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
+
+    read_only = admin.create_access_key(scope="read")
+    with pytest.raises(ClientError) as e:
+        s3(read_only).put_object(Bucket="inbox", Key="cats/c0/b.png", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    assert s3(read_only).get_object(Bucket="inbox", Key="cats/c0/a.png")["Body"].read() == b"not yet an image"
+
+    # presigned URLs, in boto3's default form and in SigV4's
+    for signer in (b, s3(mine, signature_version="s3v4")):
+        put = signer.generate_presigned_url("put_object", Params={"Bucket": "inbox", "Key": "cats/c0/p.png"},
+                                            ExpiresIn=60)
+        assert requests.put(put, data=b"presigned", timeout=30).status_code == 200
+        get = signer.generate_presigned_url("get_object", Params={"Bucket": "inbox", "Key": "cats/c0/p.png"},
+                                            ExpiresIn=60)
+        assert requests.get(get, timeout=30).content == b"presigned"
+        assert requests.get(get.replace("p.png", "a.png"), timeout=30).status_code == 403  # for that key only
+    expired = s3(mine, signature_version="s3v4").generate_presigned_url(
+        "get_object", Params={"Bucket": "inbox", "Key": "cats/c0/p.png"}, ExpiresIn=1)
+    wait_until(lambda: requests.get(expired, timeout=30).status_code == 403, 30, what="the URL to expire")
+    assert "Request has expired" in requests.get(expired, timeout=30).text
+
+    # an upload cut mid-way leaves nothing, not even a temporary file
+    host, port = urlsplit(server.url).hostname, urlsplit(server.url).port
+    request = s3(mine).generate_presigned_url("put_object", Params={"Bucket": "inbox", "Key": "cats/c0/cut.png"},
+                                               ExpiresIn=60)
+    path = request.split(str(port), 1)[1]
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 1000000\r\n\r\n".encode()
+                     + b"x" * 1000)
+        time.sleep(0.2)
+    tmp = server.home / "data" / "hot" / ".s3"
+    wait_until(lambda: not any(p.is_file() for p in tmp.glob("*/tmp/*")), 30, what="the cut upload's file to go")
+    keys = [o["Key"] for o in b.list_objects_v2(Bucket="inbox")["Contents"]]
+    assert keys == ["cats/c0/a.png", "cats/c0/p.png"]
+
+    # a revoked key stops working within a second or so
+    admin.revoke_access_key(mine["key_id"])
+    wait_until(lambda: _refused(b), 10, what="the revoked key to be refused")
+
+
+def _refused(client) -> bool:
+    try:
+        client.list_objects_v2(Bucket="inbox")
+        return False
+    except ClientError as e:
+        return e.response["Error"]["Code"] == "InvalidAccessKeyId"
