@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import sessionmaker
 
+from deeppod.atomic import move_into_place
 from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
@@ -52,7 +53,7 @@ def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None
         tmp.unlink(missing_ok=True)
         raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")
     etag_path(dest).write_text(etag)
-    os.replace(tmp, dest)
+    move_into_place(tmp, dest)
 
 
 def delete(ns: Namespace, tenant_id: int, key: str) -> None:
@@ -101,7 +102,7 @@ def part_number(raw: str) -> int:
 
 def put_part(folder: Path, number: int, tmp: Path, etag: str) -> None:
     (folder / f"{number:05d}.etag").write_text(etag)
-    os.replace(tmp, folder / f"{number:05d}")
+    move_into_place(tmp, folder / f"{number:05d}")
 
 
 def parts(folder: Path) -> list[tuple[int, int, str, float]]:
@@ -183,7 +184,7 @@ def _put_back(taken: Path, inbox: Path) -> None:
             dest = inbox / src.relative_to(taken)
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dest)
+                move_into_place(src, dest)
 
 
 def recover(ns: Namespace, now: float) -> None:

@@ -27,6 +27,7 @@ from typing import Iterator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.atomic import atomic_write
 from deeppod.datasets.service import DataPlane
 from deeppod.errors import S3Error
 from deeppod.store.models import Dataset, DatasetVersion, Model, ModelVersion, Tenant
@@ -166,9 +167,7 @@ class Namespace:
             stats = self.root / "stats" / f"{v.id}.json"
             if not stats.is_file():  # written once: the version never changes
                 stats.parent.mkdir(parents=True, exist_ok=True)
-                tmp = stats.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(v.stats or {}, indent=1, sort_keys=True))
-                os.replace(tmp, stats)
+                atomic_write(stats, json.dumps(v.stats or {}, indent=1, sort_keys=True), mode=0o644)
             sst = stats.stat()
             yield Entry(base + STATS, sst.st_size, st.st_mtime, None, stats)
         objects = self.plane.objects
