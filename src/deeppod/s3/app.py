@@ -19,13 +19,14 @@ import anyio
 from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, sigv4
 from deeppod.s3.body import Decoder, Digests
-from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, file_md5
+from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5
 from deeppod.s3 import listing, xml
 
 log = logging.getLogger(__name__)
 PREFIX = "/s3"
 BLOCK = 1 << 20
 KEY_CACHE_S = 1.0  # a revoked key stops working within this
+LISTING_SNAPSHOT_S = 30.0  # a paged listing's later pages come from its first page's snapshot this long
 OWNER = "deeppod"
 _SUBRESOURCES_NOT_BUILT = {"acl", "policy", "cors", "lifecycle", "tagging", "versioning", "versions", "website",
                            "logging", "notification", "replication", "encryption", "object-lock", "retention",
@@ -49,6 +50,7 @@ class S3App:
         self.ns = Namespace(ctx.data, ctx.settings.models_dir)
         self._keys: dict[str, tuple[float, access_keys.KeyHolder, str]] = {}
         self._etags: dict[tuple[str, float, int], str] = {}
+        self._listings: dict[tuple, tuple[float, list[Entry]]] = {}
         self._lock = threading.Lock()
 
     # -- the protocol ------------------------------------------------------------------------
@@ -163,9 +165,9 @@ class S3App:
         if method == "GET" and "uploads" in q:
             return await _xml(send, 200, listing.uploads(self.ns, tenant, bucket), rid)
         if method == "GET":
-            entries = await anyio.to_thread.run_sync(self._entries, tenant, bucket, q.get("prefix", ""))
+            entries = await anyio.to_thread.run_sync(self._listed, tenant, bucket, q)
             page = listing.page(entries, q)
-            await anyio.to_thread.run_sync(self._fill_etags, page.contents)
+            page.contents = await anyio.to_thread.run_sync(self._complete, page.contents)
             return await _xml(send, 200, listing.render(bucket, q, page, self._etag_of), rid)
         if method == "POST" and "delete" in q:
             body = await _read_small(receive, 2 << 20)
@@ -186,25 +188,48 @@ class S3App:
         with self.ctx.sessions() as s:
             return list(self.ns.entries(s, tenant, bucket, prefix))
 
+    def _listed(self, tenant: int, bucket: str, q: dict) -> list[Entry]:
+        """The objects a listing pages through, sorted. A first page reads them afresh; the pages
+        after it (a continuation token or marker) page through that same snapshot while it is
+        recent, so a listing of 100,000 keys reads them once, not once per page."""
+        prefix = q.get("prefix", "")
+        cache_key = (tenant, bucket, prefix)
+        now = time.monotonic()
+        if q.get("continuation-token") or q.get("marker") or q.get("start-after"):
+            hit = self._listings.get(cache_key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        entries = sorted(self._entries(tenant, bucket, prefix), key=lambda e: e.key.encode())
+        with self._lock:
+            if len(self._listings) > 64:
+                self._listings.clear()
+            self._listings[cache_key] = (now + LISTING_SNAPSHOT_S, entries)
+        return entries
+
     def _find(self, tenant: int, bucket: str, key: str) -> Entry:
         with self.ctx.sessions() as s:
             return self.ns.find(s, tenant, bucket, key)
 
     def _etag_of(self, e: Entry) -> str:
-        if e.etag:
-            return e.etag
-        st_key = (str(e.path), e.mtime, e.size)
-        return self._etags.get(st_key) or ""
+        return e.etag or self._etags.get((str(e.path), e.mtime, e.size)) or ""
+
+    def _complete(self, entries: list[Entry]) -> list[Entry]:
+        """A page's objects with their sizes, times and ETags (those gone meanwhile left out)."""
+        done = [e for e in map(completed, entries) if e is not None]
+        self._fill_etags(done)
+        return done
 
     def _fill_etags(self, entries: list[Entry]) -> None:
+        """The ETags of a page's objects: known, read beside an inbox file, or hashed once."""
         for e in entries:
-            if not e.etag:
-                st_key = (str(e.path), e.mtime, e.size)
-                if st_key not in self._etags:
-                    with self._lock:
-                        if len(self._etags) > 100_000:
-                            self._etags.clear()
-                    self._etags[st_key] = file_md5(e.path)
+            if e.etag:
+                continue
+            st_key = (str(e.path), e.mtime, e.size)
+            if st_key not in self._etags:
+                with self._lock:
+                    if len(self._etags) > 100_000:
+                        self._etags.clear()
+                self._etags[st_key] = etag_of(e) or file_md5(e.path)
 
     # -- objects -------------------------------------------------------------------------------
     async def _get(self, send, req, q, tenant, bucket, key, rid):

@@ -20,7 +20,7 @@ from deeppod.atomic import move_into_place
 from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
-from deeppod.s3.namespace import COMMIT, Namespace, etag_path, segments
+from deeppod.s3.namespace import COMMIT, Namespace, etag_path, segments, write_etag
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
@@ -52,7 +52,7 @@ def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None
     if dest.is_dir():
         tmp.unlink(missing_ok=True)
         raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")
-    etag_path(dest).write_text(etag)
+    write_etag(tmp, etag, dest)  # before it is in place: a listing never sees it without
     move_into_place(tmp, dest)
 
 

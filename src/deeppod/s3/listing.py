@@ -5,8 +5,10 @@ ListMultipartUploads, and the bodies of DeleteObjects and CompleteMultipartUploa
 from __future__ import annotations
 
 import base64
+import bisect
 from dataclasses import dataclass, field
 from urllib.parse import quote
+from xml.sax.saxutils import escape
 
 from deeppod.errors import S3Error
 from deeppod.s3 import xml
@@ -48,17 +50,18 @@ def _token(q: dict) -> str:
 
 
 def page(entries: list[Entry], q: dict) -> Page:
-    """One page of ``entries`` under q's prefix, delimiter, marker and max-keys."""
+    """One page of ``entries`` (sorted by their keys' bytes, as S3 orders them) under q's
+    prefix, delimiter, marker and max-keys."""
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
     v2 = q.get("list-type") == "2"
     after = max(_token(q), q.get("start-after", "")) if v2 else q.get("marker", "")
     limit = _max_keys(q)
     out = Page()
     seen_prefixes = set()
-    ordered = sorted((e for e in entries if e.key.startswith(prefix)), key=lambda e: e.key.encode())
+    first = bisect.bisect_right(entries, after.encode(), key=lambda e: e.key.encode()) if after else 0
     count = 0
-    for e in ordered:
-        if e.key.encode() <= after.encode():
+    for e in entries[first:]:
+        if not e.key.startswith(prefix):
             continue
         if delimiter:
             cut = e.key.find(delimiter, len(prefix))
@@ -108,13 +111,13 @@ def render(bucket: str, q: dict, p: Page, etag_of) -> bytes:
             body += xml.element("NextMarker", enc(p.next_marker))
     owner = "<Owner><ID>deeppod</ID><DisplayName>deeppod</DisplayName></Owner>" if (not v2 or q.get("fetch-owner") ==
                                                                                     "true") else ""
-    for e in p.contents:
-        body += ("<Contents>" + xml.element("Key", enc(e.key)) + xml.element("LastModified", xml.iso(e.mtime))
-                 + xml.element("ETag", f'"{etag_of(e)}"') + xml.element("Size", e.size)
-                 + owner + xml.element("StorageClass", "STANDARD") + "</Contents>")
-    for c in p.prefixes:
-        body += "<CommonPrefixes>" + xml.element("Prefix", enc(c)) + "</CommonPrefixes>"
-    return xml.document("ListBucketResult", body)
+    rows = [body]
+    for e in p.contents:  # the page's bulk: plain string work, escaping only keys
+        rows.append(f"<Contents><Key>{escape(enc(e.key))}</Key><LastModified>{xml.iso(e.mtime)}</LastModified>"
+                    f"<ETag>&quot;{etag_of(e)}&quot;</ETag><Size>{e.size}</Size>{owner}"
+                    "<StorageClass>STANDARD</StorageClass></Contents>")
+    rows += [f"<CommonPrefixes><Prefix>{escape(enc(c))}</Prefix></CommonPrefixes>" for c in p.prefixes]
+    return xml.document("ListBucketResult", "".join(rows))
 
 
 def completed_parts(body: bytes) -> list[tuple[int, str]]:

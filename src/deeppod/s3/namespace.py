@@ -36,7 +36,7 @@ BUCKETS = ("datasets", "inbox", "models", "shared")
 READ_ONLY = ("datasets", "models", "shared")
 COMMIT = ".commit"
 MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
-ETAG_SUFFIX = ".etag"  # beside an inbox file: its MD5, as S3 computes the ETag (".NAME.etag")
+ETAG_SUFFIX = ".etag"  # beside an inbox file where xattrs are not kept: its MD5 (".NAME.etag")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,22 @@ class Entry:
     key: str
     size: int
     mtime: float
-    etag: str | None  # None: computed from the file when asked
+    etag: str | None  # None: read (an inbox file's sidecar) or computed from the file when asked
     path: Path
+    sidecar: bool = False  # an inbox file: its ETag was written beside it at upload
+
+
+def completed(e: Entry) -> Entry | None:
+    """An entry listed without its size and time, with them; None if the file went meanwhile."""
+    if e.size >= 0:
+        return e
+    st = _regular(e.path)
+    return None if st is None else Entry(e.key, st.st_size, st.st_mtime, e.etag, e.path, e.sidecar)
+
+
+def etag_of(e: Entry) -> str | None:
+    """The entry's ETag if known without hashing the file (its own, or its sidecar's)."""
+    return e.etag or (_read_etag(e.path) if e.sidecar else None)
 
 
 def segments(key: str, *, inbox: bool = False) -> list[str]:
@@ -104,7 +118,7 @@ class Namespace:
             st = _regular(path)
             if st is None or parts[-1].startswith("."):
                 raise _no_key(key)
-            return Entry(key, st.st_size, st.st_mtime, _read_etag(path), path)
+            return Entry(key, st.st_size, st.st_mtime, None, path, sidecar=True)
         for e in self.entries(session, tenant_id, bucket, key):
             if e.key == key:
                 return e
@@ -116,16 +130,22 @@ class Namespace:
         start = root / first if first and first not in (".", "..") else root
         if not start.is_dir():
             return
-        for folder, dirs, files in os.walk(start):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for name in files:
-                if name.startswith("."):
+        base = len(str(root)) + 1
+        stack = [str(start)]
+        while stack:  # scandir: one stat per file, none per folder's listing
+            try:
+                listing = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for entry in listing:
+                if entry.name.startswith("."):
                     continue
-                path = Path(folder) / name
-                key = path.relative_to(root).as_posix()
-                st = _regular(path)
-                if key.startswith(prefix) and st is not None:
-                    yield Entry(key, st.st_size, st.st_mtime, _read_etag(path), path)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    key = entry.path[base:].replace(os.sep, "/")
+                    if key.startswith(prefix):  # size and time: stat()ed for the page shown only (completed())
+                        yield Entry(key, -1, 0.0, None, Path(entry.path), sidecar=True)
 
     def _models(self, session: Session, tenant_id: int, prefix: str) -> Iterator[Entry]:
         name = prefix.split("/", 1)[0] if "/" in prefix else None
@@ -193,7 +213,25 @@ def etag_path(path: Path) -> Path:
     return path.with_name("." + path.name + ETAG_SUFFIX)
 
 
+XATTR = "user.deeppod.etag"  # an inbox file's ETag, on the file itself where the file system keeps them
+
+
+def write_etag(path: Path, etag: str, dest: Path) -> None:
+    """Keep ``etag`` with the file ``path`` that is about to become ``dest``: in an extended
+    attribute (a listing reads 1,000 of them in about 3 ms), or where the file system keeps
+    none, in a hidden file beside ``dest``."""
+    try:
+        os.setxattr(path, XATTR, etag.encode())
+        etag_path(dest).unlink(missing_ok=True)
+    except OSError:
+        etag_path(dest).write_text(etag)
+
+
 def _read_etag(path: Path) -> str | None:
+    try:
+        return os.getxattr(path, XATTR, follow_symlinks=False).decode() or None
+    except OSError:
+        pass
     try:
         return etag_path(path).read_text().strip() or None
     except OSError:

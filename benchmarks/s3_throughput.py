@@ -1,0 +1,231 @@
+"""S3 throughput: DeepPod's endpoint against moto's S3 server and a plain local file copy (the
+ceiling), side by side, interleaved in rounds (issue 43).
+
+- ``deeppod``: a running DeepPod server (``tests.helpers.LiveServer``, the defaults a user
+  gets), an access key, the ``inbox`` bucket (the one that takes writes).
+- ``moto``: ``python -m moto.server`` (a Python S3 server) on loopback, a bucket.
+- ``copy``: ``shutil.copyfile`` between two files of the same folder (page cache: the
+  machine's memory bandwidth, what a server reading a file at best approaches).
+
+The same client for both servers: boto3, one client per thread, C threads (1 and 16). Each
+figure is MB/s (64 MiB objects) or objects/s (4 KiB objects); the ratio DeepPod / moto and,
+for large GETs, DeepPod / copy, per round, with the median and the worst round. Then a LIST
+of 100,000 keys in pages of 1,000 (DeepPod only: 100,000 PUTs into moto alone take minutes).
+
+    python benchmarks/s3_throughput.py [--rounds 3] [--large 4] [--small 400] [--clients 1 16]
+
+Aims (issue 43): large-object GET >= 0.7x the file copy, every figure >= 2x moto, LIST of
+100,000 keys under 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MIB = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def client(endpoint: str, key: str, secret: str, threads: int):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
+                        region_name="us-east-1", config=Config(max_pool_connections=max(10, threads),
+                                                               retries={"max_attempts": 1}))
+
+
+def run(c, bucket: str, op: str, size: int, count: int, threads: int, tag: str) -> float:
+    """Seconds for ``count`` PUTs or GETs of ``size``-byte objects over ``threads`` threads."""
+    body = os.urandom(size)
+    keys = [f"bench/c0/{tag}-{size}-{i}.bin" for i in range(count)]
+    if op == "get":  # the objects exist first (not timed)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda k: c.put_object(Bucket=bucket, Key=k, Body=body), keys))
+
+    def one(k):
+        if op == "put":
+            c.put_object(Bucket=bucket, Key=k, Body=body)
+        else:
+            got = c.get_object(Bucket=bucket, Key=k)["Body"]
+            while got.read(MIB):
+                pass
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, keys))
+    return time.perf_counter() - began
+
+
+def copy_rate(folder: Path, size: int, count: int) -> float:
+    src = folder / "src.bin"
+    src.write_bytes(os.urandom(size))
+    with open(src, "rb") as f:  # warm: the servers read from the page cache too
+        while f.read(MIB):
+            pass
+    began = time.perf_counter()
+    for i in range(count):
+        shutil.copyfile(src, folder / f"dst-{i}.bin")
+    seconds = time.perf_counter() - began
+    for i in range(count):
+        (folder / f"dst-{i}.bin").unlink()
+    return seconds
+
+
+def start_moto(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("moto's server did not start")
+
+
+def list_keys(server, key: dict, n: int) -> tuple[float, int]:
+    """Write ``n`` files straight into an inbox folder, as PUTs would leave them (the listing is
+    what is timed), then list them through S3 in pages of 1,000."""
+    root = Path(server.home) / "data" / "hot" / ".s3"
+    tenant = next(p for p in root.iterdir() if p.name.isdigit())
+    folder = tenant / "inbox" / "many" / "c0"
+    folder.mkdir(parents=True, exist_ok=True)
+    import hashlib
+
+    etag = hashlib.md5(b"x").hexdigest()
+    from deeppod.s3.namespace import write_etag
+
+    for i in range(n):  # as a PUT leaves them: the file with its ETag
+        (folder / f"{i:06d}.bin").write_bytes(b"x")
+        write_etag(folder / f"{i:06d}.bin", etag, folder / f"{i:06d}.bin")
+    c = client(key["endpoint"], key["key_id"], key["secret"], 1)
+    began = time.perf_counter()
+    seen, token = 0, None
+    while True:
+        page = c.list_objects_v2(Bucket="inbox", Prefix="many/", MaxKeys=1000,
+                                 **({"ContinuationToken": token} if token else {}))
+        seen += page["KeyCount"]
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    return time.perf_counter() - began, seen
+
+
+def list_raw(key: dict) -> tuple[float, int]:
+    """The same listing with a lean client: each page signed (SigV4, botocore's signer) and
+    fetched over one kept-alive connection, its keys counted, not parsed into dicts."""
+    import re
+    from urllib.parse import urlencode
+
+    import requests
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    creds, http = Credentials(key["key_id"], key["secret"]), requests.Session()
+    began = time.perf_counter()
+    seen, token = 0, None
+    while True:
+        q = {"list-type": "2", "prefix": "many/", "max-keys": "1000", **({"continuation-token": token} if token else {})}
+        req = AWSRequest("GET", f"{key['endpoint']}/inbox?{urlencode(q)}")
+        S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+        body = http.get(req.url, headers=dict(req.headers), timeout=60).text
+        seen += body.count("<Key>")
+        m = re.search(r"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
+        if not m:
+            break
+        token = m.group(1)
+    return time.perf_counter() - began, seen
+
+
+def main() -> None:
+    from deeppod import Client
+    from deeppod.bench.spread import LoadMeter, Spread, machine
+    from tests.helpers import LiveServer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--large", type=int, default=4, help="64 MiB objects per figure")
+    ap.add_argument("--small", type=int, default=400, help="4 KiB objects per figure")
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--list-keys", type=int, default=100_000)
+    args = ap.parse_args()
+
+    print(machine())
+    meter = LoadMeter()
+    work = Path(tempfile.mkdtemp(prefix="deeppod-s3-bench-"))
+    server = LiveServer(work / "home", isolation=None).start()
+    moto_port = free_port()
+    moto = start_moto(moto_port)
+    try:
+        key = Client(server.url, server.admin_token).create_access_key("bench")
+        ours = {t: client(key["endpoint"], key["key_id"], key["secret"], t) for t in args.clients}
+        theirs = {t: client(f"http://127.0.0.1:{moto_port}", "x", "y", t) for t in args.clients}
+        theirs[args.clients[0]].create_bucket(Bucket="bench")
+        figures: dict[str, list[tuple[float, float, float | None]]] = {}
+        for rnd in range(args.rounds):
+            for op in ("put", "get"):
+                for size, count, unit in ((64 * MIB, args.large, "MB/s"), (4096, args.small, "obj/s")):
+                    for t in args.clients:
+                        tag = f"r{rnd}"
+                        a = run(ours[t], "inbox", op, size, count, t, tag)
+                        b = run(theirs[t], "bench", op, size, count, t, tag)
+                        rate = (lambda s: count * size / MIB / s) if unit == "MB/s" else (lambda s: count / s)
+                        cp = None
+                        if op == "get" and unit == "MB/s" and t == args.clients[0]:
+                            cp = rate(copy_rate(work, size, count))
+                        name = f"{op.upper()} {'64 MiB' if unit == 'MB/s' else '4 KiB'} x{t} clients ({unit})"
+                        figures.setdefault(name, []).append((rate(a), rate(b), cp))
+                        print(f"round {rnd + 1} {name}: deeppod {rate(a):,.1f}  moto {rate(b):,.1f}"
+                              + (f"  copy {cp:,.1f}" if cp else ""), flush=True)
+            for c in ours.values():  # clear the inbox between rounds (not timed)
+                for page in c.get_paginator("list_objects_v2").paginate(Bucket="inbox", Prefix="bench/"):
+                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    for i in range(0, len(keys), 1000):
+                        c.delete_objects(Bucket="inbox", Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+                break
+        print("\nfigure | deeppod (median) | moto (median) | deeppod / moto | deeppod / copy")
+        for name, rows in figures.items():
+            med = sorted(r[0] for r in rows)[len(rows) // 2]
+            med_b = sorted(r[1] for r in rows)[len(rows) // 2]
+            vs = Spread.of([a / b for a, b, _ in rows])
+            line = f"{name} | {med:,.1f} | {med_b:,.1f} | {vs.line('', aim=2.0).lstrip(': ')}"
+            copies = [a / cp for a, _, cp in rows if cp]
+            if copies:
+                line += f" | {Spread.of(copies).line('', aim=0.7).lstrip(': ')}"
+            print(line)
+        seconds, seen = list_keys(server, key, args.list_keys)
+        print(f"\nLIST {seen:,} keys in pages of 1,000, boto3: {seconds:.2f} s "
+              f"(aim < 3 s: {'met' if seconds < 3 else 'NOT met'})")
+        seconds, seen = list_raw(key)
+        print(f"LIST {seen:,} keys in pages of 1,000, a lean client: {seconds:.2f} s "
+              f"(aim < 3 s: {'met' if seconds < 3 else 'NOT met'})")
+        print(meter.line())
+    finally:
+        moto.terminate()
+        moto.wait(30)
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

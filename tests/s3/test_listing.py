@@ -1,0 +1,47 @@
+"""Listing pages as S3 gives them: byte order, common prefixes under a delimiter, and pages
+that continue exactly where the last one ended (every key once across the pages)."""
+
+import base64
+from pathlib import Path
+
+from deeppod.s3 import listing
+from deeppod.s3.namespace import Entry
+
+
+def entries(keys):
+    return sorted((Entry(k, 1, 0.0, "e", Path("/dev/null")) for k in keys), key=lambda e: e.key.encode())
+
+
+def all_pages(items, **q):
+    q = {"list-type": "2", **q}
+    seen, tokens = [], 0
+    while True:
+        p = listing.page(items, q)
+        seen += [e.key for e in p.contents] + p.prefixes
+        if not p.truncated:
+            return seen, tokens
+        q["continuation-token"] = base64.urlsafe_b64encode(p.next_marker.encode()).decode()
+        tokens += 1
+
+
+def test_pages_give_every_key_once_in_byte_order():
+    keys = [f"cats/v1/c{c}/{i:03d}.png" for c in range(3) for i in range(250)] + ["cats/v1/Z.png", "cats/v10/x"]
+    seen, tokens = all_pages(entries(keys), **{"max-keys": "100"})
+    assert seen == sorted(keys, key=str.encode) and tokens == len(keys) // 100
+
+
+def test_a_delimiter_folds_keys_into_common_prefixes_across_pages():
+    keys = [f"cats/v1/c{c}/{i}.png" for c in range(5) for i in range(3)] + ["cats/v1/.manifest.jsonl"]
+    seen, _ = all_pages(entries(keys), prefix="cats/v1/", delimiter="/", **{"max-keys": "2"})
+    assert seen == ["cats/v1/.manifest.jsonl"] + [f"cats/v1/c{c}/" for c in range(5)]
+    p = listing.page(entries(keys), {"prefix": "cats/", "delimiter": "/"})
+    assert p.prefixes == ["cats/v1/"] and not p.contents
+
+
+def test_start_after_and_v1_markers():
+    items = entries(["a", "b", "c", "d"])
+    assert [e.key for e in listing.page(items, {"list-type": "2", "start-after": "b"}).contents] == ["c", "d"]
+    p = listing.page(items, {"marker": "a", "max-keys": "2"})
+    assert [e.key for e in p.contents] == ["b", "c"] and p.truncated and p.next_marker == "c"
+    body = listing.render("inbox", {"marker": "a", "max-keys": "2", "delimiter": "/"}, p, lambda e: e.etag)
+    assert b"<NextMarker>c</NextMarker>" in body and b"<IsTruncated>true</IsTruncated>" in body
