@@ -7,8 +7,9 @@ pool turned into threads blocked on connections for the pool's whole timeout, th
 and dropped connections.
 
 Paths that touch no database, or hold a turn for long, pass by: /healthz (it must answer
-fast under any load), the console's static files, and a job's log stream (it reads in short
-sessions of its own).
+fast under any load), the console's static files, a job's log stream (it reads in short
+sessions of its own), and S3 (a transfer streams for as long as the object takes; its
+database work is a short session of its own, and a key's lookup is cached).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def _passes(path: str) -> bool:
     return path == "/healthz" or path.startswith("/static/") or (path.startswith("/v1/jobs/")
-                                                                  and path.endswith("/logs"))
+                                                                  and path.endswith("/logs")) or path.startswith("/s3")
 
 
 class Admission:

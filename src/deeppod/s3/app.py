@@ -308,7 +308,7 @@ class S3App:
                           "object size of 5 GiB: upload it in parts (multipart)")
         mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
         decoder = Decoder(mode, signed, signing_key)
-        digests = Digests()
+        digests = Digests.for_request(h, signed.payload)
         tmp = inbox.temp_file(self.ns, tenant)
         out = await anyio.to_thread.run_sync(open, tmp, "wb")
         pending = bytearray()
@@ -332,7 +332,7 @@ class S3App:
             if declared is not None and mode == "plain" and digests.size != int(declared):
                 raise S3Error("IncompleteBody", "you did not provide the number of bytes specified by the "
                               "Content-Length HTTP header")
-            if len(signed.payload) == 64 and signed.payload != digests.sha256.hexdigest():
+            if digests.sha256 is not None and len(signed.payload) == 64 and signed.payload != digests.sha256.hexdigest():
                 raise S3Error("XAmzContentSHA256Mismatch", "the provided 'x-amz-content-sha256' header does not "
                               "match what was computed: the upload was changed on the way")
             digests.check({**{k: v for k, v in h.items() if k == "content-md5" or k.startswith("x-amz-checksum-")},
@@ -360,7 +360,7 @@ class S3App:
         def copy() -> tuple[str, float]:
             tmp = inbox.temp_file(self.ns, tenant)
             with open(e.path, "rb") as f, open(tmp, "wb") as out:
-                digests = Digests()
+                digests = Digests(set())  # the ETag's MD5 only
                 for block in iter(lambda: f.read(BLOCK), b""):
                     digests.update(block)
                     out.write(block)

@@ -17,22 +17,40 @@ MAX_LINE = 4096  # a chunk header or trailer line
 
 
 class Digests:
-    def __init__(self):
-        self.md5, self.sha256, self.sha1, self.crc32, self.size = hashlib.md5(), hashlib.sha256(), hashlib.sha1(), 0, 0
+    """The MD5 (the ETag) always; SHA-256, SHA-1 and CRC32 only where the request declares
+    them (each costs a pass over the bytes: all four halved a 64 MiB PUT's rate)."""
+
+    def __init__(self, want: set[str] = frozenset({"sha256", "sha1", "crc32"})):
+        self.md5, self.size, self.crc32 = hashlib.md5(), 0, 0
+        self.sha256 = hashlib.sha256() if "sha256" in want else None
+        self.sha1 = hashlib.sha1() if "sha1" in want else None
+        self.want_crc32 = "crc32" in want
+
+    @classmethod
+    def for_request(cls, headers: dict[str, str], payload: str) -> "Digests":
+        named = {k.removeprefix("x-amz-checksum-") for k in headers if k.startswith("x-amz-checksum-")}
+        named |= {t.strip().lower().removeprefix("x-amz-checksum-") for t in headers.get("x-amz-trailer", "").split(",")}
+        return cls(named | ({"sha256"} if len(payload) == 64 else set()))
 
     def update(self, data: bytes) -> None:
         self.md5.update(data)
-        self.sha256.update(data)
-        self.sha1.update(data)
-        self.crc32 = zlib.crc32(data, self.crc32)
+        if self.sha256 is not None:
+            self.sha256.update(data)
+        if self.sha1 is not None:
+            self.sha1.update(data)
+        if self.want_crc32:
+            self.crc32 = zlib.crc32(data, self.crc32)
         self.size += len(data)
 
     def check(self, declared: dict[str, str]) -> None:
         """``declared``: lower-case header or trailer names to values (Content-MD5, checksums)."""
-        ours = {"content-md5": base64.b64encode(self.md5.digest()).decode(),
-                "x-amz-checksum-crc32": base64.b64encode(self.crc32.to_bytes(4, "big")).decode(),
-                "x-amz-checksum-sha1": base64.b64encode(self.sha1.digest()).decode(),
-                "x-amz-checksum-sha256": base64.b64encode(self.sha256.digest()).decode()}
+        ours = {"content-md5": base64.b64encode(self.md5.digest()).decode()}
+        if self.want_crc32:
+            ours["x-amz-checksum-crc32"] = base64.b64encode(self.crc32.to_bytes(4, "big")).decode()
+        if self.sha1 is not None:
+            ours["x-amz-checksum-sha1"] = base64.b64encode(self.sha1.digest()).decode()
+        if self.sha256 is not None:
+            ours["x-amz-checksum-sha256"] = base64.b64encode(self.sha256.digest()).decode()
         for name, value in declared.items():
             if name in ours and value.strip() != ours[name]:
                 code = "BadDigest" if name == "content-md5" else "InvalidRequest"
