@@ -53,7 +53,7 @@ def test_folder_ingest_quarantines_bad_files_and_builds_shards(api, tmp_path):
     manifest = [json.loads(line) for line in (d / "manifest.jsonl").open()]
     assert {m["path"] for m in manifest} == {f"{c}/{c}{i}.{'png' if i % 3 == 2 else 'jpg'}"
                                              for c in ("cat", "dog") for i in range(6)}
-    assert all(set(m) == {"path", "label", "bytes", "sha256", "width", "height", "split"} for m in manifest)
+    assert all(set(m) == {"path", "label", "bytes", "sha256", "md5", "width", "height", "split"} for m in manifest)
     # shards: random access by index and a sequential read give the same bytes, in manifest order
     reader = ShardReader(d)
     assert len(reader) == 12

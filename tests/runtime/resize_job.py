@@ -57,3 +57,8 @@ log.flush()
 if dist.is_initialized():  # leave together: a peer that outlives rank 0's store aborts at exit
     dist.barrier()
     dist.destroy_process_group()
+log.close()
+sys.stdout.flush()
+# Past here is only the interpreter's teardown, where torch's gloo store once aborted rank 0
+# (SIGABRT, "terminate called without an active exception") after all of the above was done.
+os._exit(0)
