@@ -256,3 +256,16 @@ def test_sim_scale_replays_k_copies_on_a_cluster_k_times_the_size(cli, tmp_path)
     assert "round_ms_p99" in p.stdout and "48" in p.stdout
     p = cli("sim", "--trace", str(trace), "--scale", "0", check=False)
     assert p.returncode == 2 and "--scale 0" in p.stderr
+
+
+def test_access_keys_and_an_empty_inbox_commit(cli, live_server):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    made = json.loads(cli("keys", "create", "--name", "camera", "--scope", "read", "--json", **admin).stdout)
+    assert made["key_id"].startswith("DPK") and made["scope"] == "read" and made["endpoint"].endswith("/s3")
+    listed = cli("keys", "ls", **admin).stdout
+    assert made["key_id"] in listed and "camera" in listed and made["secret"] not in listed
+    assert "revoked" in cli("keys", "revoke", made["key_id"], **admin).stdout
+    p = cli("keys", "revoke", "DPKNOSUCH", check=False, **admin)
+    assert p.returncode == 2 and "deeppod keys ls" in p.stderr
+    p = cli("data", "commit", "nothing-here", check=False, **admin)
+    assert p.returncode == 2 and "inbox of 'nothing-here' is empty" in p.stderr and "s3://inbox/nothing-here/" in p.stderr

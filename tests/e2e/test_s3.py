@@ -2,7 +2,8 @@
 a folder of images uploaded to an inbox with the aws CLI, committed, trained on with the
 built-in trainer, its registered model downloaded with ``aws s3 cp``; boto3 and s3fs reading
 the same version; another tenant, a bad signature, a read-only or revoked key, a presigned
-URL and an upload cut mid-way each get what S3 gives them, and leave nothing behind."""
+URL and an upload cut mid-way each get what S3 gives them, and leave nothing behind; either
+server of a failover pair answers."""
 
 import json
 import os
@@ -172,3 +173,30 @@ def _refused(client) -> bool:
         return False
     except ClientError as e:
         return e.response["Error"]["Code"] == "InvalidAccessKeyId"
+
+
+@pytest.mark.timeout(300)
+def test_either_server_of_a_failover_pair_answers(tmp_path, pg_url):
+    """A key made on the leader signs for the standby too (the secret comes from the pair's
+    shared key); what one server took in, the other lists, commits and serves."""
+    home, env = tmp_path / "home", {"DEEPPOD_DATABASE_URL": pg_url}
+    a = LiveServer(home, extra_env=env).start()
+    b = LiveServer(home, extra_env=env)
+    try:
+        b.start()
+        key = Client(a.url, a.admin_token).create_access_key()
+        on_a, on_b = s3(key), s3({**key, "endpoint": b.url + "/s3"})
+        folder = images(tmp_path / "shapes", per_class=4)
+        for path in sorted(folder.rglob("*.png")):
+            on_b.put_object(Bucket="inbox", Key=f"shapes/{path.relative_to(folder).as_posix()}", Body=path.read_bytes())
+        assert on_a.list_objects_v2(Bucket="inbox", Prefix="shapes/")["KeyCount"] == 12
+        on_b.put_object(Bucket="inbox", Key="shapes/.commit", Body=b"")  # the device's "that is all", to the standby
+        c = Client(a.url, a.admin_token)
+        wait_until(lambda: any(d["name"] == "shapes" and d["versions"] for d in c.datasets()), 60, what="the commit")
+        assert c.dataset("shapes")["versions"][-1]["lineage"]["via"] == f"s3 by {key['key_id']}"
+        local = (folder / "c1" / "2.png").read_bytes()
+        assert on_a.get_object(Bucket="datasets", Key="shapes/v1/c1/2.png")["Body"].read() == local
+        assert on_b.get_object(Bucket="datasets", Key="shapes/v1/c1/2.png")["Body"].read() == local
+    finally:
+        b.stop()
+        a.stop()
