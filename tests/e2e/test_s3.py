@@ -104,6 +104,35 @@ def test_upload_commit_train_and_download_the_model_through_s3(server, tmp_path)
     aws(key, "s3", "cp", "s3://models/shapes-model/v1/model.pt2", str(tmp_path / "model.pt2"))
     signature = json.loads(b.get_object(Bucket="models", Key="shapes-model/v1/signature.json")["Body"].read())
     assert signature["dataset"] == "shapes@1" and (tmp_path / "model.pt2").stat().st_size > 1000
+    job_id = int(p.stdout.split()[1])
+    assert b.get_object(Bucket="jobs", Key=f"{job_id}/model/signature.json")["Body"].read() == \
+        (server.home / "jobs" / str(job_id) / "model" / "signature.json").read_bytes()
+
+
+PLANT = """
+import os, pathlib
+out = pathlib.Path(os.environ["DEEPPOD_CHECKPOINT_DIR"]).parent / "outputs"
+out.mkdir(exist_ok=True)
+(out / "result.txt").write_text("42")
+os.symlink("/etc/shadow", out / "secret")            # a link to what only root may read
+os.symlink("/etc", out / "etc")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_jobs_outputs_read_back_without_following_its_links(server):
+    c = Client(server.url, server.admin_token)
+    job = c.submit([sys.executable, "-c", PLANT], gpus_per_worker=0, own_folder=True,
+                   env={"PATH": os.environ["PATH"]})
+    assert c.wait(job["id"], timeout=120)["state"] == "succeeded"
+    b = s3(c.create_access_key())
+    keys = [o["Key"] for o in b.list_objects_v2(Bucket="jobs", Prefix=f"{job['id']}/")["Contents"]]
+    assert keys == [f"{job['id']}/outputs/result.txt"]
+    assert b.get_object(Bucket="jobs", Key=f"{job['id']}/outputs/result.txt")["Body"].read() == b"42"
+    for planted in ("outputs/secret", "outputs/etc/passwd"):
+        with pytest.raises(ClientError) as e:
+            b.get_object(Bucket="jobs", Key=f"{job['id']}/{planted}")
+        assert e.value.response["Error"]["Code"] == "NoSuchKey"
 
 
 @pytest.mark.timeout(300)

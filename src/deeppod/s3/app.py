@@ -19,7 +19,7 @@ import anyio
 from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, sigv4
 from deeppod.s3.body import Decoder, Digests
-from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5
+from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5, open_object
 from deeppod.s3 import listing, xml
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def is_s3(path: str) -> bool:
 class S3App:
     def __init__(self, ctx):
         self.ctx = ctx
-        self.ns = Namespace(ctx.data, ctx.settings.models_dir)
+        self.ns = Namespace(ctx.data, ctx.settings.models_dir, ctx.settings.jobs_dir)
         self._keys: dict[str, tuple[float, access_keys.KeyHolder, str]] = {}
         self._etags: dict[tuple[str, float, int], str] = {}
         self._listings: dict[tuple, tuple[float, list[Entry]]] = {}
@@ -229,7 +229,7 @@ class S3App:
                 with self._lock:
                     if len(self._etags) > 100_000:
                         self._etags.clear()
-                self._etags[st_key] = etag_of(e) or file_md5(e.path)
+                self._etags[st_key] = etag_of(e) or file_md5(e)
 
     # -- objects -------------------------------------------------------------------------------
     async def _get(self, send, req, q, tenant, bucket, key, rid):
@@ -261,7 +261,7 @@ class S3App:
                     "headers": base + [(b"x-amz-request-id", rid.encode())]})
         if req.method == "HEAD" or length == 0:
             return await send({"type": "http.response.body", "body": b""})
-        f = await anyio.to_thread.run_sync(open, e.path, "rb")
+        f = await anyio.to_thread.run_sync(open_object, e)
         try:
             f.seek(start)
             left = length
@@ -359,7 +359,7 @@ class S3App:
 
         def copy() -> tuple[str, float]:
             tmp = inbox.temp_file(self.ns, tenant)
-            with open(e.path, "rb") as f, open(tmp, "wb") as out:
+            with open_object(e) as f, open(tmp, "wb") as out:
                 digests = Digests(set())  # the ETag's MD5 only
                 for block in iter(lambda: f.read(BLOCK), b""):
                     digests.update(block)

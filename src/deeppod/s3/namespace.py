@@ -1,5 +1,5 @@
 """What the S3 endpoint shows a caller, and where each object's bytes are (docs/datasets.md,
-"S3"). Four buckets, the same names for every tenant, each showing that tenant's own:
+"S3"). Five buckets, the same names for every tenant, each showing that tenant's own:
 
 - ``datasets``: every ready version of the tenant's datasets, read-only: ``NAME/vN/PATH`` is
   the image the manifest lists at PATH (the file in the content-addressed store that
@@ -9,6 +9,9 @@
 - ``inbox``: where writers put files for a dataset's next version: ``NAME/PATH``. PUT, GET,
   LIST, DELETE; ``deeppod data commit NAME`` (or a PUT of ``NAME/.commit``) ingests them.
 - ``models``: the tenant's model versions' artifacts, read-only: ``NAME/vN/FILE``.
+- ``jobs``: the tenant's jobs' outputs, read-only: ``ID/model/...`` and ``ID/outputs/...``.
+  A job wrote them, so they are read as root reads what a job may change (deeppod.nofollow):
+  folders opened without following a link, only regular files served.
 
 Another tenant's datasets, inboxes and models are not there at all: a key of theirs is a
 missing key. Keys are checked segment by segment (no ``..``, no empty segment, no leading
@@ -30,10 +33,11 @@ from sqlalchemy.orm import Session
 from deeppod.atomic import atomic_write
 from deeppod.datasets.service import DataPlane
 from deeppod.errors import S3Error
-from deeppod.store.models import Dataset, DatasetVersion, Model, ModelVersion, Tenant
+from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant
 
-BUCKETS = ("datasets", "inbox", "models", "shared")
-READ_ONLY = ("datasets", "models", "shared")
+BUCKETS = ("datasets", "inbox", "jobs", "models", "shared")
+READ_ONLY = ("datasets", "jobs", "models", "shared")
+JOB_FOLDERS = ("model", "outputs")  # what of a job's folder its tenant reads through S3
 COMMIT = ".commit"
 MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
 ETAG_SUFFIX = ".etag"  # beside an inbox file where xattrs are not kept: its MD5 (".NAME.etag")
@@ -49,6 +53,22 @@ class Entry:
     etag: str | None  # None: read (an inbox file's sidecar) or computed from the file when asked
     path: Path
     sidecar: bool = False  # an inbox file: its ETag was written beside it at upload
+    guarded: bool = False  # in a job's folder: opened only through deeppod.nofollow (open_object)
+
+
+def open_object(e: Entry):
+    """The entry's file for reading. One a job could change is opened with no link followed
+    and checked to be a regular file on the descriptor that is read."""
+    if not e.guarded:
+        return open(e.path, "rb")
+    from deeppod.nofollow import open_dir, open_regular
+
+    folder = open_dir(e.path.parent)
+    try:
+        fd, _ = open_regular(folder, e.path.name)
+    finally:
+        os.close(folder)
+    return os.fdopen(fd, "rb")
 
 
 def completed(e: Entry) -> Entry | None:
@@ -76,9 +96,9 @@ def segments(key: str, *, inbox: bool = False) -> list[str]:
     return parts
 
 
-def file_md5(path: Path) -> str:
+def file_md5(e: Entry) -> str:
     h = hashlib.md5()
-    with open(path, "rb") as f:
+    with open_object(e) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -87,8 +107,8 @@ def file_md5(path: Path) -> str:
 class Namespace:
     """The buckets of one server: a caller's view of them, built from the database and files."""
 
-    def __init__(self, plane: DataPlane, models_dir: Path):
-        self.plane, self.models_dir = plane, models_dir
+    def __init__(self, plane: DataPlane, models_dir: Path, jobs_dir: Path | None = None):
+        self.plane, self.models_dir, self.jobs_dir = plane, models_dir, jobs_dir
 
     @property
     def root(self) -> Path:
@@ -108,6 +128,8 @@ class Namespace:
             yield from self._inbox(tenant_id, prefix)
         elif bucket == "models":
             yield from self._models(session, tenant_id, prefix)
+        elif bucket == "jobs":
+            yield from self._jobs(session, tenant_id, prefix)
         else:
             yield from self._datasets(session, tenant_id, prefix, shared=bucket == "shared")
 
@@ -164,6 +186,21 @@ class Namespace:
                 if st is not None and key.startswith(prefix):
                     yield Entry(key, st.st_size, st.st_mtime, None, path)
 
+    def _jobs(self, session: Session, tenant_id: int, prefix: str) -> Iterator[Entry]:
+        if self.jobs_dir is None:
+            return
+        first = prefix.split("/", 1)[0] if "/" in prefix else ""
+        q = select(Job.id).where(Job.tenant_id == tenant_id)
+        if first:
+            if not first.isdigit():
+                return
+            q = q.where(Job.id == int(first))
+        for job_id in session.scalars(q):
+            for sub in JOB_FOLDERS:
+                base = f"{job_id}/{sub}/"
+                if base.startswith(prefix) or prefix.startswith(base):
+                    yield from _walk_guarded(self.jobs_dir / str(job_id) / sub, base, prefix)
+
     def _datasets(self, session: Session, tenant_id: int, prefix: str, *, shared: bool) -> Iterator[Entry]:
         q = select(Dataset, DatasetVersion, Tenant).join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id) \
             .join(Tenant, Dataset.tenant_id == Tenant.id).where(DatasetVersion.state == "ready")
@@ -197,6 +234,32 @@ class Namespace:
                 key = base + row["path"]
                 if key.startswith(prefix):
                     yield Entry(key, int(row["bytes"]), st.st_mtime, row.get("md5"), objects.path(row["sha256"]))
+
+
+def _walk_guarded(folder: Path, base: str, prefix: str) -> Iterator[Entry]:
+    """The regular files under a job-writable ``folder``, walked through descriptors (no link
+    followed, none listed)."""
+    import stat as stat_mod
+
+    from deeppod.nofollow import open_dir
+
+    try:
+        top = open_dir(folder)
+    except OSError:
+        return
+    try:
+        for dirpath, _dirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in files:
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                rel = os.path.normpath(os.path.join(dirpath, name)).replace(os.sep, "/")
+                key = base + rel
+                if stat_mod.S_ISREG(st.st_mode) and key.startswith(prefix):
+                    yield Entry(key, st.st_size, st.st_mtime, None, folder / rel, guarded=True)
+    finally:
+        os.close(top)
 
 
 def _regular(path: Path):
