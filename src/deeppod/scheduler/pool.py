@@ -8,6 +8,9 @@ most ``gpus_per_node`` buckets, not over every node: a round with 10,000 queued 
 from __future__ import annotations
 
 from deeppod.scheduler.snapshot import NodeState, WorkerPlacement
+from deeppod.scheduler.topology import NV, tightest
+
+TOPOLOGY_CANDIDATES = 16  # equally full nodes compared for the tightest set (a round stays in milliseconds)
 
 
 class FreePool:
@@ -17,11 +20,12 @@ class FreePool:
         self.free = [sorted(n.free_gpus) if n.healthy else [] for n in nodes]
         self.cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
         self.mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
+        self.topo = [n.topology for n in nodes]
         self._fill()
 
     @classmethod
     def of_parts(cls, names: list[str], index: dict[str, int], free: list[list[int]], cpus: list[float],
-                 mem: list[int], buckets: list[set[int]], total_free: int) -> FreePool:
+                 mem: list[int], buckets: list[set[int]], total_free: int, topo: list | None = None) -> FreePool:
         """The pool ``FreePool(nodes)`` builds, from parts kept from one round to the next
         (round_cache.py): ``buckets`` as ``fresh_bucket`` builds each. Shared, not copied: the
         names, the index, each node's free list (a change replaces it, never edits it) and each
@@ -29,6 +33,7 @@ class FreePool:
         pool = cls.__new__(cls)
         pool.names, pool.index = names, index
         pool.free, pool.cpus, pool.mem = list(free), list(cpus), list(mem)
+        pool.topo = topo if topo is not None else [None] * len(names)
         pool.buckets, pool._shared = list(buckets), set(range(len(buckets)))
         pool.width, pool.total_free = len(buckets) - 1, total_free
         return pool
@@ -83,6 +88,7 @@ class FreePool:
         other.free = [list(f) for f in self.free]
         other.cpus = list(self.cpus)
         other.mem = list(self.mem)
+        other.topo = self.topo
         other.buckets = [set(b) for b in self.buckets]
         other._shared = None
         other.total_free = self.total_free
@@ -118,6 +124,22 @@ class FreePool:
         if fits(cpw, 0):
             return mem
         return f"{cpus}; {mem}"
+
+    def _tightest_node(self, first: int, others, need: int) -> int:
+        """Of the equally full nodes that fit, the one whose free GPUs hold the tightest set of
+        ``need`` (topology.py); the first when nodes say nothing of their links. At most
+        ``TOPOLOGY_CANDIDATES`` are looked at, and a set over NVLink ends the search."""
+        if self.topo[first] is None:
+            return first
+        best, best_span = first, self.topo[first].span(tightest(self.free[first], need, self.topo[first]))
+        for n, i in enumerate(others):
+            if best_span <= NV or n >= TOPOLOGY_CANDIDATES:
+                break
+            if self.topo[i] is not None:
+                span = self.topo[i].span(tightest(self.free[i], need, self.topo[i]))
+                if span < best_span:
+                    best, best_span = i, span
+        return best
 
     def fits(self, workers: int, gpw: int) -> bool:
         return workers * gpw <= self.total_free
@@ -159,11 +181,10 @@ class FreePool:
         else:
             need = workers * gpw
             for k in range(need, len(self.buckets)):
-                for i in self.buckets[k]:
-                    if self._room(i, gpw, cpw, mpw) >= workers:
-                        chosen = [(i, workers)]
-                        break
-                if chosen:
+                fits = (i for i in self.buckets[k] if self._room(i, gpw, cpw, mpw) >= workers)
+                first = next(fits, None)
+                if first is not None:
+                    chosen = [(self._tightest_node(first, fits, need) if need > 1 else first, workers)]
                     break
             if not chosen:
                 left = workers
@@ -181,8 +202,8 @@ class FreePool:
                     return None
         placement: list[WorkerPlacement] = []
         for i, count in chosen:
-            for _ in range(count):
-                gpus = tuple(self.free[i][:gpw])
+            for _ in range(count):  # each worker its tightest set of the node's free GPUs (topology.py)
+                gpus = tightest(self.free[i], gpw, self.topo[i])
                 self.take(i, gpus, cpw, mpw)
                 placement.append(WorkerPlacement(len(placement), self.names[i], gpus, cpw, mpw))
         return tuple(placement)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deeppod.scheduler.plan import Plan
+from deeppod.scheduler.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class NodeState:
     healthy: bool = True
     total_gpus: int | None = None  # healthy GPUs on the node, free or not (default: the free ones)
     sick_gpus: tuple[int, ...] = ()  # cordoned or failed GPUs: jobs on them are requeued
+    topology: Topology | None = None  # how its GPUs are linked (topology.py); None: all alike
 
 
 @dataclass(frozen=True)
