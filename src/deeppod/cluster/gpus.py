@@ -19,10 +19,12 @@ class GpuInfo:
     name: str
     memory_mb: int
     logical: bool
+    links: tuple[int, ...] = ()  # its link level to each GPU of the node (scheduler/topology.py); (): unknown
 
     def to_dict(self) -> dict:
         return {"index": self.index, "uuid": self.uuid, "name": self.name,
-                "memory_mb": self.memory_mb, "logical": self.logical}
+                "memory_mb": self.memory_mb, "logical": self.logical,
+                **({"links": list(self.links)} if self.links else {})}
 
 
 class GpuProbe(Protocol):
@@ -61,7 +63,9 @@ class NvmlProbe:
             log.debug("NVML not available: %s", exc)
             return []
         with nvml:
-            return [GpuInfo(i, *nvml.identity(i), False) for i in range(len(nvml.handles))]
+            links = nvml.links() if len(nvml.handles) > 1 else []
+            return [GpuInfo(i, *nvml.identity(i), False, tuple(links[i]) if links else ())
+                    for i in range(len(nvml.handles))]
 
 
 def default_probe(logical_gpus: int | None) -> GpuProbe:

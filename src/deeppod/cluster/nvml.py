@@ -42,5 +42,46 @@ class Nvml:
             return default
 
 
+    def links(self) -> list[list[int]]:
+        """How each pair of GPUs is linked, as ``nvidia-smi topo -m`` says it, with
+        scheduler/topology.py's levels: NVLink (to the peer's PCI bus, or to an NVSwitch, which
+        links every GPU on it), else the PCIe ancestor they share. [] where NVML does not say."""
+        from deeppod.scheduler.topology import NODE, NV, PHB, PIX, PXB, SYS
+
+        nv, n = self.nv, len(self.handles)
+        ancestors = {0: PIX, 10: PIX, 20: PXB, 30: PHB, 40: NODE, 50: SYS}  # nvmlGpuTopologyLevel_t
+        buses = [_bus(self.get(i, nv.nvmlDeviceGetPciInfo, default=None)) for i in range(n)]
+        peers: list[set[int]] = [set() for _ in range(n)]
+        switched: set[int] = set()
+        for i in range(n):
+            for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+                if self.get(i, nv.nvmlDeviceGetNvLinkState, link, default=0) != 1:
+                    continue
+                bus = _bus(self.get(i, nv.nvmlDeviceGetNvLinkRemotePciInfo, link, default=None))
+                if bus in buses:
+                    peers[i].add(buses.index(bus))
+                elif bus:  # not a GPU of this node: an NVSwitch
+                    switched.add(i)
+        out = []
+        for i in range(n):
+            row = []
+            for j in range(n):
+                if i == j:
+                    row.append(0)
+                elif j in peers[i] or i in peers[j] or (i in switched and j in switched):
+                    row.append(NV)
+                else:
+                    level = self.get(i, nv.nvmlDeviceGetTopologyCommonAncestor, self.handles[j], default=None)
+                    if level is None:
+                        return []
+                    row.append(ancestors.get(int(level), SYS))
+            out.append(row)
+        return out
+
+
+def _bus(pci) -> str:
+    return _text(pci.busId).lower() if pci is not None else ""
+
+
 def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v

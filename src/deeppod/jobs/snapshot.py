@@ -16,6 +16,7 @@ from deeppod.jobs.progress import checkpoint_time
 from deeppod.jobs.runs import current_run_service
 from deeppod.plans.service import plan_now
 from deeppod.scheduler import Config, NodeState, PendingJob, RunningJob, Snapshot
+from deeppod.scheduler.topology import Topology
 from deeppod.store.models import Job, Node, Tenant
 
 
@@ -61,7 +62,18 @@ def _node(n: Node, held: NodeUsage) -> NodeState:
     return NodeState(name=n.name, free_gpus=tuple(g for g in good if g not in held.gpus),
                      free_cpus=n.cpus - held.cpus, free_memory_mb=n.memory_mb - held.memory_mb,
                      healthy=n.healthy and n.up, total_gpus=len(good),
-                     sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True)))
+                     sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True)),
+                     topology=topology_of(n.gpus))
+
+
+def topology_of(gpus: list[dict]) -> Topology | None:
+    """The node's GPU links as its inventory recorded them (cluster/nvml.py), if every GPU has
+    them; None otherwise (logical slots, or a driver that did not say)."""
+    rows = [g.get("links") for g in sorted(gpus, key=lambda g: g["index"])]
+    if len(rows) < 2 or any(not r or len(r) != len(rows) for r in rows) or \
+            [g["index"] for g in sorted(gpus, key=lambda g: g["index"])] != list(range(len(rows))):
+        return None
+    return Topology(tuple(tuple(int(x) for x in r) for r in rows))
 
 
 QUEUED_COLUMNS = (Job.id, Job.workers, Job.gpus_per_worker, Job.cpus_per_worker, Job.memory_mb_per_worker,
