@@ -87,3 +87,15 @@ def test_of_equally_full_nodes_the_one_with_a_tighter_set_is_taken():
     got = FreePool((spread, together)).place(1, 4)
     assert got[0].node == "b" and pcie_box().span(got[0].gpus) == NODE
     assert FreePool((spread, together)).place(1, 1)[0].node == "a"  # one GPU: no links to weigh
+
+
+def test_the_start_says_how_its_gpus_are_linked():
+    from deeppod.scheduler import schedule
+    from deeppod.scheduler.plan import Plan
+    from deeppod.scheduler.snapshot import PendingJob, Snapshot
+
+    node = NodeState("dgx", free_gpus=(0, 1, 4, 5, 6), free_cpus=64, free_memory_mb=1 << 20, topology=dgx1())
+    d = schedule(Snapshot(nodes=(node,), running=(), queued=(PendingJob(1, "a", 1, gpus_per_worker=3),),
+                          plan=Plan(()), now=0.0))
+    assert d.starts[0].placement[0].gpus == (4, 5, 6)
+    assert d.starts[0].reason.endswith("; GPUs 4,5,6 over NVLink")

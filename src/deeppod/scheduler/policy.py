@@ -459,9 +459,9 @@ class _Round:
         mine = set(tenants.chain(t))
         # someone it could borrow from
         lender = any(g > 0 for name, g in tenants.guaranteed.items() if name not in mine)
-        st.out.starts.append(Start(job.id, placement, "within guarantee" if borrowed == 0 else
-                                     f"borrowing {borrowed:g} idle GPUs" if lender else
-                                     "on free GPUs (no plan guarantees them to another tenant)"))
+        why = ("within guarantee" if borrowed == 0 else f"borrowing {borrowed:g} idle GPUs" if lender else
+               "on free GPUs (no plan guarantees them to another tenant)")
+        st.out.starts.append(Start(job.id, placement, why + pool.links_note(placement)))
         return True
 
     def _wait(self, t: str, job: PendingJob, why: str) -> None:

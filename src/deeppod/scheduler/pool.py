@@ -8,7 +8,7 @@ most ``gpus_per_node`` buckets, not over every node: a round with 10,000 queued 
 from __future__ import annotations
 
 from deeppod.scheduler.snapshot import NodeState, WorkerPlacement
-from deeppod.scheduler.topology import NV, tightest
+from deeppod.scheduler.topology import NV, describe, tightest
 
 TOPOLOGY_CANDIDATES = 16  # equally full nodes compared for the tightest set (a round stays in milliseconds)
 
@@ -140,6 +140,17 @@ class FreePool:
                 if span < best_span:
                     best, best_span = i, span
         return best
+
+    def links_note(self, placement: tuple[WorkerPlacement, ...]) -> str:
+        """How the placed workers' GPUs are linked, for the job's start event ("; GPUs 4,5,6
+        over NVLink"); empty where the nodes say nothing of their links."""
+        notes = []
+        for w in placement:
+            i = self.index.get(w.node)
+            said = describe(self.topo[i], w.gpus) if i is not None else ""
+            if said:
+                notes.append(f"{said} on {w.node}" if len({p.node for p in placement}) > 1 else said)
+        return "; " + ", ".join(notes) if notes else ""
 
     def fits(self, workers: int, gpw: int) -> bool:
         return workers * gpw <= self.total_free
