@@ -269,3 +269,13 @@ def test_access_keys_and_an_empty_inbox_commit(cli, live_server):
     assert p.returncode == 2 and "deeppod keys ls" in p.stderr
     p = cli("data", "commit", "nothing-here", check=False, **admin)
     assert p.returncode == 2 and "inbox of 'nothing-here' is empty" in p.stderr and "s3://inbox/nothing-here/" in p.stderr
+
+
+def test_size_says_what_a_workload_needs_and_why(cli):
+    p = cli("size", "--images", "1281167", "--epochs", "90", "--hours", "24", "--images-per-gpu", "2900",
+            "--users", "10", "--runs-per-user-day", "0.5", "--wait-minutes", "60", "--json")
+    r = json.loads(p.stdout)
+    assert r["gpus"] == r["training_gpus"] >= 3 and r["cpus_per_gpu"] == 6 and len(r["why"]) >= 4
+    p = cli("size", "--images", "100", "--epochs", "1", "--hours", "1", "--images-per-gpu", "100",
+            "--inference-rps", "5", check=False)
+    assert p.returncode == 2 and "--rps-per-gpu" in p.stderr

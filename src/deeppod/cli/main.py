@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from deeppod.cli import (admin, audit, bench, datasets, deployments, envs, experiments, images, jobs, models, plans,
-                         server, top, train)
+                         server, size, top, train)
 from deeppod.cli import output as output_module
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError
@@ -17,7 +17,7 @@ from deeppod.errors import DeepPodError
 app = typer.Typer(no_args_is_help=True, add_completion=True,
                   help="DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: "
                        "deeppod --install-completion")
-for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.app, audit.app, top.app):
+for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.app, audit.app, top.app, size.app):
     app.add_typer(commands)
 app.add_typer(datasets.app, name="data")
 app.add_typer(models.app, name="models")
