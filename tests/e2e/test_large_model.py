@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 MEMORY = "1200M"
 TRAIN = ["--model", "resnet101", "--image-size", "32", "--batch-size", "16", "--optimizer", "adam", "--lr", "0.01",
-         "--epochs", "1"]
+         "--epochs", "1", "--max-steps", "2"]  # two steps show the memory; the end gathers the model for its artifact
 
 
 @pytest.fixture
