@@ -190,6 +190,10 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
     wait_until(lambda: not any(p.is_file() for p in tmp.glob("*/tmp/*")), 30, what="the cut upload's file to go")
     keys = [o["Key"] for o in b.list_objects_v2(Bucket="inbox")["Contents"]]
     assert keys == ["cats/c0/a.png", "cats/c0/p.png"]
+    gone = b.delete_objects(Bucket="inbox", Delete={"Objects": [{"Key": "cats/c0/p.png"}, {"Key": "cats/../p.png"}]})
+    assert [d["Key"] for d in gone["Deleted"]] == ["cats/c0/p.png"]
+    assert [(e["Key"], e["Code"]) for e in gone["Errors"]] == [("cats/../p.png", "InvalidArgument")]
+    b.put_object(Bucket="inbox", Key="cats/c0/p.png", Body=b"presigned")
 
     # a revoked key stops working within a second or so
     admin.revoke_access_key(mine["key_id"])

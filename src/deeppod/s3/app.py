@@ -27,7 +27,6 @@ PREFIX = "/s3"
 BLOCK = 1 << 20
 KEY_CACHE_S = 1.0  # a revoked key stops working within this
 LISTING_SNAPSHOT_S = 30.0  # a paged listing's later pages come from its first page's snapshot this long
-OWNER = "deeppod"
 _SUBRESOURCES_NOT_BUILT = {"acl", "policy", "cors", "lifecycle", "tagging", "versioning", "versions", "website",
                            "logging", "notification", "replication", "encryption", "object-lock", "retention",
                            "legal-hold", "torrent", "restore", "select", "accelerate", "analytics", "inventory",
@@ -73,7 +72,7 @@ class S3App:
             req = sigv4.Request(scope["method"], raw, query, headers)
             who, signed, signing_key = await self._authenticate(req)
             scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
-            await self._dispatch(scope, receive, send, req, who, bucket, key, signed, signing_key, rid)
+            await self._dispatch(receive, send, req, who, bucket, key, signed, signing_key, rid)
         except S3Error as exc:
             await _error(send, exc.code, exc.status, exc.message, resource, rid, scope["method"])
         except DeepPodError as exc:  # a service refused (a bad dataset name, an empty inbox...): say why in S3's form
@@ -106,7 +105,7 @@ class S3App:
             self._keys[key_id] = (now + KEY_CACHE_S, who, secret)
         return who, secret
 
-    async def _dispatch(self, scope, receive, send, req, who, bucket, key, signed, signing_key, rid):
+    async def _dispatch(self, receive, send, req, who, bucket, key, signed, signing_key, rid):
         method, q = req.method, dict(req.query)
         if not bucket:
             if method not in ("GET", "HEAD"):
@@ -126,18 +125,16 @@ class S3App:
                               "(inbox/NAME/...) and commit it into a new version")
         tenant = who.principal.tenant_id
         if not key:
-            return await self._bucket(scope, receive, send, req, q, who, bucket, signed, signing_key, rid)
+            return await self._bucket(receive, send, req.method, q, tenant, bucket, rid)
         if method in ("GET", "HEAD"):
             if "uploadId" in q:
                 return await self._list_parts(send, q, tenant, bucket, key, rid)
             return await self._get(send, req, q, tenant, bucket, key, rid)
-        if bucket != "inbox":  # (refused above; kept for clarity of what follows)
-            raise S3Error("AccessDenied", "read-only bucket")
-        if method == "PUT":
-            return await self._put(scope, receive, send, req, q, who, key, signed, signing_key, rid)
+        if method == "PUT":  # (writes reach only the inbox: the others were refused above)
+            return await self._put(receive, send, req, q, who, key, signed, signing_key, rid)
         if method == "DELETE":
             if "uploadId" in q:
-                inbox.abort(inbox.upload_folder(self.ns, tenant, q["uploadId"], key))
+                await anyio.to_thread.run_sync(inbox.abort, inbox.upload_folder(self.ns, tenant, q["uploadId"], key))
             else:
                 await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, key)
             return await _send(send, 204, [], b"", rid)
@@ -156,14 +153,13 @@ class S3App:
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
 
-    async def _bucket(self, scope, receive, send, req, q, who, bucket, signed, signing_key, rid):
-        method, tenant = req.method, who.principal.tenant_id
+    async def _bucket(self, receive, send, method, q, tenant, bucket, rid):
         if method == "HEAD":
             return await _send(send, 200, [(b"x-amz-bucket-region", b"us-east-1")], b"", rid)
         if method == "GET" and "location" in q:
             return await _xml(send, 200, xml.document("LocationConstraint", ""), rid)
         if method == "GET" and "uploads" in q:
-            return await _xml(send, 200, listing.uploads(self.ns, tenant, bucket), rid)
+            return await _xml(send, 200, await anyio.to_thread.run_sync(listing.uploads, self.ns, tenant, bucket), rid)
         if method == "GET":
             entries = await anyio.to_thread.run_sync(self._listed, tenant, bucket, q)
             page = listing.page(entries, q)
@@ -172,13 +168,7 @@ class S3App:
         if method == "POST" and "delete" in q:
             body = await _read_small(receive, 2 << 20)
             keys, quiet = listing.delete_request(body)
-            done, failed = [], []
-            for k in keys:
-                try:
-                    await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, k)
-                    done.append(k)
-                except S3Error as exc:
-                    failed.append((k, exc.code, exc.message))
+            done, failed = await anyio.to_thread.run_sync(inbox.delete_many, self.ns, tenant, keys)
             return await _xml(send, 200, listing.deleted(done, failed, quiet), rid)
         if method == "PUT":
             raise S3Error("NotImplemented", f"the buckets are fixed ({', '.join(BUCKETS)}): {bucket} exists already")
@@ -274,7 +264,7 @@ class S3App:
         finally:
             f.close()
 
-    async def _put(self, scope, receive, send, req, q, who, key, signed, signing_key, rid):
+    async def _put(self, receive, send, req, q, who, key, signed, signing_key, rid):
         tenant, h = who.principal.tenant_id, req.headers
         name = inbox.dataset_of(key)
         if "x-amz-copy-source" in h:

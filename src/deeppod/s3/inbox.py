@@ -65,6 +65,18 @@ def delete(ns: Namespace, tenant_id: int, key: str) -> None:
         _prune(dest.parent, ns.inbox_root(tenant_id))
 
 
+def delete_many(ns: Namespace, tenant_id: int, keys: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """DeleteObjects: the keys deleted, and (key, code, message) for each refused."""
+    done, failed = [], []
+    for k in keys:
+        try:
+            delete(ns, tenant_id, k)
+            done.append(k)
+        except S3Error as exc:
+            failed.append((k, exc.code, exc.message))
+    return done, failed
+
+
 def _prune(folder: Path, root: Path) -> None:
     while folder != root and folder.is_dir():
         try:

@@ -16,10 +16,11 @@ from deeppod.s3.namespace import Entry
 
 CREATED = "2026-01-01T00:00:00.000Z"  # the buckets are fixed: one creation date for all
 MAX_KEYS = 1000
+OWNER = "<Owner><ID>deeppod</ID><DisplayName>deeppod</DisplayName></Owner>"  # every object's: one owner here
 
 
 def buckets(names) -> bytes:
-    body = "<Owner><ID>deeppod</ID><DisplayName>deeppod</DisplayName></Owner><Buckets>"
+    body = OWNER + "<Buckets>"
     body += "".join(f"<Bucket>{xml.element('Name', n)}{xml.element('CreationDate', CREATED)}</Bucket>"
                                   for n in names) + "</Buckets>"
     return xml.document("ListAllMyBucketsResult", body)
@@ -109,8 +110,7 @@ def render(bucket: str, q: dict, p: Page, etag_of) -> bytes:
         body += xml.element("Marker", enc(q.get("marker", "")))
         if p.truncated and q.get("delimiter"):
             body += xml.element("NextMarker", enc(p.next_marker))
-    owner = "<Owner><ID>deeppod</ID><DisplayName>deeppod</DisplayName></Owner>" if (not v2 or q.get("fetch-owner") ==
-                                                                                    "true") else ""
+    owner = OWNER if not v2 or q.get("fetch-owner") == "true" else ""
     rows = [body]
     for e in p.contents:  # the page's bulk: plain string work, escaping only keys
         rows.append(f"<Contents><Key>{escape(enc(e.key))}</Key><LastModified>{xml.iso(e.mtime)}</LastModified>"

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -76,7 +77,7 @@ def completed(e: Entry) -> Entry | None:
     if e.size >= 0:
         return e
     st = _regular(e.path)
-    return None if st is None else Entry(e.key, st.st_size, st.st_mtime, e.etag, e.path, e.sidecar)
+    return None if st is None else replace(e, size=st.st_size, mtime=st.st_mtime)
 
 
 def etag_of(e: Entry) -> str | None:
@@ -228,8 +229,13 @@ class Namespace:
             sst = stats.stat()
             yield Entry(base + STATS, sst.st_size, st.st_mtime, None, stats)
         objects = self.plane.objects
+        # a prefix inside the version (a GET names one file): only the lines that can match are
+        # parsed, found by the path's text as ingest wrote it ('"path": "cats/001.png"')
+        needle = '"path": ' + json.dumps(prefix[len(base):])[:-1] if len(prefix) > len(base) else ""
         with open(manifest) as f:
             for line in f:
+                if needle and needle not in line:
+                    continue
                 row = json.loads(line)
                 key = base + row["path"]
                 if key.startswith(prefix):
@@ -239,8 +245,6 @@ class Namespace:
 def _walk_guarded(folder: Path, base: str, prefix: str) -> Iterator[Entry]:
     """The regular files under a job-writable ``folder``, walked through descriptors (no link
     followed, none listed)."""
-    import stat as stat_mod
-
     from deeppod.nofollow import open_dir
 
     try:
@@ -256,7 +260,7 @@ def _walk_guarded(folder: Path, base: str, prefix: str) -> Iterator[Entry]:
                     continue
                 rel = os.path.normpath(os.path.join(dirpath, name)).replace(os.sep, "/")
                 key = base + rel
-                if stat_mod.S_ISREG(st.st_mode) and key.startswith(prefix):
+                if stat.S_ISREG(st.st_mode) and key.startswith(prefix):
                     yield Entry(key, st.st_size, st.st_mtime, None, folder / rel, guarded=True)
     finally:
         os.close(top)
@@ -267,9 +271,7 @@ def _regular(path: Path):
         st = path.lstat()
     except OSError:
         return None
-    import stat as stat_mod
-
-    return st if stat_mod.S_ISREG(st.st_mode) else None
+    return st if stat.S_ISREG(st.st_mode) else None
 
 
 def etag_path(path: Path) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from math import comb
 
 NV, PIX, PXB, PHB, NODE, SYS = 1, 2, 3, 4, 5, 6
 NAMES = {NV: "NVLink", PIX: "one PCIe switch", PXB: "PCIe switches", PHB: "one host bridge", NODE: "one NUMA node",
@@ -62,7 +63,7 @@ def tightest(free: list[int], k: int, topo: Topology | None) -> tuple[int, ...]:
     known = [g for g in free if g < len(topo.links)]
     if len(known) < k:
         return tuple(free[:k])
-    if _count(len(known), k) > EXHAUSTIVE_UP_TO:
+    if comb(len(known), k) > EXHAUSTIVE_UP_TO:
         return _greedy(known, k, topo)
 
     def key(c):
@@ -76,7 +77,7 @@ def _leftover(rest: list[int], k: int, topo: Topology) -> int:
     """How loose the best set of the same size left behind would be (lower is better)."""
     if len(rest) < k:
         return 0
-    return min(topo.span(c) for c in combinations(rest, k)) if _count(len(rest), k) <= 200 else 0
+    return min(topo.span(c) for c in combinations(rest, k)) if comb(len(rest), k) <= 200 else 0
 
 
 def _greedy(known: list[int], k: int, topo: Topology) -> tuple[int, ...]:
@@ -91,12 +92,6 @@ def _greedy(known: list[int], k: int, topo: Topology) -> tuple[int, ...]:
         if best is None or (*topo.cost(c), c) < (*topo.cost(best), best):
             best = c
     return best
-
-
-def _count(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
 
 
 def describe(topo: Topology | None, gpus) -> str:

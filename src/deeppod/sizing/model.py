@@ -129,7 +129,8 @@ def size(w: Workload) -> Recommendation:
 
 
 def _round_to_nodes(gpus: int, per_node: int) -> int:
-    return max(per_node, math.ceil(gpus / per_node) * per_node) if gpus > per_node else gpus
+    """Up to whole nodes once more than one is needed (less than a node stays as asked)."""
+    return math.ceil(gpus / per_node) * per_node if gpus > per_node else gpus
 
 
 def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: int) -> tuple[int, list[dict]]:

@@ -149,21 +149,23 @@ def plan(args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Esti
     from deeppod.errors import InvalidRequest
     from deeppod.runtime.trainers import image_classifier as trainer
 
-    a = trainer.parse_args(args)
     try:
-        return _plan(trainer, a, args, memory_mb, workers)
+        return _plan(trainer.parse_args(args), args, memory_mb, workers)
     except SystemExit as exc:  # what the trainer would say about these images at its start
         raise InvalidRequest(str(exc.code)) from None
 
 
-def _plan(trainer, a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Estimate]:
+def _plan(a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Estimate]:
+    from pathlib import Path
+
     import torch
 
     from deeppod.errors import InvalidRequest
+    from deeppod.runtime.trainers import image_classifier as trainer
 
     model = trainer.SMALL_CNN if a.model == trainer.AUTO else a.model
-    folder = trainer.Path(a.data) if a.data and not (trainer.Path(a.data) / "index.npy").is_file() else None
-    items = trainer.scan(folder) if folder is not None else None  # a class-per-folder tree: its own classes
+    # a class-per-folder tree (not a dataset version, as the trainer tells them): its own classes and sizes
+    items = trainer.scan(Path(a.data)) if a.data and trainer.dataset_dir(a) is None else None
     size, assumed = a.image_size, ""
     if not size and items is not None:
         size = trainer.native_size(trainer.folder_sizes(items[1]))
