@@ -42,6 +42,13 @@ def test_viewers_and_read_tokens_only_read(api, tmp_path):
     r = api.http.post(f"/v1/jobs/{job}/cancel", headers=R)
     assert r.status_code == 403 and "read-only" in r.json()["error"]["message"]
     assert api.http.get(f"/v1/jobs/{job}", headers=api.as_(ana)).json()["cancel_requested"] is False
+    # what they may make: their own read-only S3 access keys (to read data with an S3 client)
+    for who in (V, R):
+        r = api.http.post("/v1/access-keys", json={"scope": "write"}, headers=who)
+        assert r.status_code == 403 and "read-only keys only" in r.json()["error"]["message"]
+        key = api.http.post("/v1/access-keys", json={"scope": "read"}, headers=who).json()
+        assert key["scope"] == "read"
+        assert api.http.delete(f"/v1/access-keys/{key['key_id']}", headers=who).status_code == 204
 
 
 def test_a_predict_token_only_predicts(api):

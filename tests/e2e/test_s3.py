@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from PIL import Image
 
 from deeppod import Client
+from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 - browser: a fixture
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
@@ -198,6 +199,42 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
     # a revoked key stops working within a second or so
     admin.revoke_access_key(mine["key_id"])
     wait_until(lambda: _refused(b), 10, what="the revoked key to be refused")
+
+
+@pytest.mark.timeout(300)
+def test_a_key_made_and_revoked_in_the_console_signs_for_boto3(server, browser):  # noqa: F811 - the fixture
+    """The admin page makes a key and shows it once with the commands to use it; the key works
+    in boto3 with the scope chosen; a bad name is refused by its field; revoked there, it stops."""
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(server.url + "/admin")
+    page.fill("#f-key_name", "x" * 200)
+    page.click("#key-form button[type=submit]")
+    assert "at most 128" in page.inner_text("#e-key_name")
+    page.fill("#f-key_name", "browser")
+    page.select_option("#f-key_scope", "read")
+    page.select_option("#f-key_expires_days", "7")
+    page.click("#key-form button[type=submit]")
+    usage = page.inner_text("#s3-usage")
+    key_id = usage.split("AWS_ACCESS_KEY_ID=")[1].split()[0]
+    secret = usage.split("AWS_SECRET_ACCESS_KEY=")[1].split()[0]
+    assert f"--endpoint-url {server.url}/s3 " in usage and key_id.startswith("DPK")
+    row = page.locator(f'#access-keys tr[data-key="{key_id}"]')
+    assert "read" in row.inner_text() and "browser" in row.inner_text()
+    shot(page, "admin-access-keys")
+    b = s3({"endpoint": server.url + "/s3", "key_id": key_id, "secret": secret})
+    assert {x["Name"] for x in b.list_buckets()["Buckets"]} >= {"datasets", "inbox"}
+    with pytest.raises(ClientError) as refused:  # read-only: no uploads
+        b.put_object(Bucket="inbox", Key="cats/a.png", Body=b"x")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    page.reload()  # no secret on the page once it has been shown
+    assert secret not in page.content()
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button").click()
+    page.wait_for_selector("#message")
+    assert f"{key_id} revoked" in page.inner_text("#message")
+    assert "revoked" in page.locator(f'#access-keys tr[data-key="{key_id}"]').inner_text()
+    wait_until(lambda: _refused(b), 10, what="the revoked key to be refused")
+    page.context.close()
 
 
 def _refused(client) -> bool:

@@ -34,6 +34,31 @@ def test_a_member_makes_and_revokes_own_tokens_and_sees_no_users(api):
     assert b.post("/admin/plan", {"plan": "tenants: []"}).status_code == 403
 
 
+def test_s3_access_keys_are_made_shown_once_and_revoked_from_the_admin_page(api):
+    ana, lee = api.user("ana", "vision"), api.user("lee", "vision", role="viewer")
+    b = Browser(api, ana)
+    r = b.post("/admin/access-keys", {"key_name": "laptop", "key_scope": "write", "key_expires_days": "30"})
+    assert r.status_code == 200
+    key_id = re.search(r"AWS_ACCESS_KEY_ID=(DPK\w+)", r.text).group(1)
+    assert _secret(r.text) in r.text.split("AWS_SECRET_ACCESS_KEY=")[1]
+    keys = api.http.get("/v1/access-keys", headers=api.as_(ana)).json()
+    assert [(k["key_id"], k["name"], k["scope"]) for k in keys] == [(key_id, "laptop", "write")]
+    assert keys[0]["expires_at"] is not None
+    page = b.get("/admin").text
+    assert f'data-key="{key_id}"' in page and _secret(r.text) not in page
+    r = b.post("/admin/access-keys", {"key_name": "x", "key_scope": "admin"})
+    assert r.status_code == 422 and "key_scope" in field_errors(r.text)
+    r = b.post("/admin/access-keys", {"key_name": "x", "key_expires_days": "forever"})
+    assert r.status_code == 422 and "key_expires_days" in field_errors(r.text)
+    viewer = Browser(api, lee)  # a viewer makes read-only keys only, told so by the scope
+    r = viewer.post("/admin/access-keys", {"key_name": "v", "key_scope": "write"})
+    assert r.status_code == 403 and "read-only keys only" in field_errors(r.text)["key_scope"]
+    assert viewer.post("/admin/access-keys", {"key_name": "v", "key_scope": "read"}).status_code == 200
+    assert viewer.post(f"/admin/access-keys/{key_id}/revoke").status_code == 404  # not theirs
+    assert f"{key_id} revoked" in b.post(f"/admin/access-keys/{key_id}/revoke").text
+    assert api.http.get("/v1/access-keys", headers=api.as_(ana)).json()[0]["revoked_at"] is not None
+
+
 def test_an_admin_adds_a_tenant_and_a_user_whose_token_works(api):
     b = Browser(api, api.admin)
     assert "tenant lab created" in b.post("/admin/tenants", {"tenant": "lab"}).text

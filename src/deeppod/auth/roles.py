@@ -30,6 +30,9 @@ ALL, READ, PREDICT = "all", "read", "predict"
 SCOPES = (ALL, READ, PREDICT)  # what a user may ask for
 REPLICA = "replica"  # given by the platform to a serving replica's job token only
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# changes a read-only caller may make all the same: its own read-only S3 access keys (the
+# service refuses it a key that writes)
+READ_ONLY_MAY = frozenset({("POST", "/v1/access-keys"), ("DELETE", "/v1/access-keys/{key_id}")})
 
 # (method, route template) a job token may call; {job_id} must be the job's own.
 JOB_ROUTES = frozenset({
@@ -64,7 +67,8 @@ def check_route(principal, method: str, route: str, params: dict) -> None:
         return
     if principal.scope == PREDICT and route != "/v1/whoami":
         raise Forbidden("this token may only call predict; use a token with scope 'all' for anything else")
-    if method not in READ_METHODS and (principal.scope == READ or principal.role == VIEWER):
+    if method not in READ_METHODS and (principal.scope == READ or principal.role == VIEWER) \
+            and (method, route) not in READ_ONLY_MAY:
         why = "this token is read-only (scope 'read')" if principal.scope == READ else "viewers only read"
         raise Forbidden(f"{why}: {method} {route} changes something; ask for a token or role that may")
 

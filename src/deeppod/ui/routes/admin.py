@@ -1,5 +1,5 @@
-"""The console's admin page: tenants, users (their first token shown once), tokens (create,
-revoke), the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
+"""The console's admin page: tenants, users (their first token shown once), tokens and S3
+access keys (create, revoke), the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
 Each shows what the caller's role may do and calls the service the API calls."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from deeppod.api.deps import Id, SessionDep, get_ctx
+from deeppod.api.schemas.access_keys import AccessKeyCreate
 from deeppod.api.schemas.plans import PlanIn
 from deeppod.api.schemas.tenants import TenantCreate
 from deeppod.api.schemas.tokens import TokenCreate
@@ -17,6 +18,8 @@ from deeppod.auth import roles, service as auth
 from deeppod.cluster import service as cluster
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.plans import service as plans
+from deeppod.s3 import access_keys
+from deeppod.s3.app import endpoint_of
 from deeppod.ui import forms
 from deeppod.ui.auth import Viewer, ViewerDep
 from deeppod.ui.render import ConsoleRoute, page
@@ -32,14 +35,16 @@ def _values(session, viewer: Viewer) -> dict:
     return dict(
         tenants=auth.list_tenants(session, p) if p.is_admin else [],
         users=auth.list_users(session, p) if manages is None or manages else [],
-        tokens=auth.list_tokens(session, p), roles=roles.ROLES, scopes=roles.SCOPES, manages=manages,
+        tokens=auth.list_tokens(session, p), keys=access_keys.list_keys(session, p), key_scopes=access_keys.SCOPES,
+        roles=roles.ROLES, scopes=roles.SCOPES, manages=manages,
         plan_yaml=yaml.safe_dump(plan.to_dict(), sort_keys=False) if plan.to_dict().get("tenants") else
         "tenants:\n  - name: default\n    guaranteed: 0\n", plan_row=row,
         can_plan=p.role in (roles.ADMIN, roles.TENANT_ADMIN))
 
 
 def _page(request, session, viewer, status: int = 200, **extra) -> Response:
-    values = {**_values(session, viewer), "errors": {}, "form": {}, "secret": None, "message": None, **extra}
+    values = {**_values(session, viewer), "errors": {}, "form": {}, "secret": None, "message": None, "s3": None,
+              **extra}
     return page(request, "admin.html", status=status, **values)
 
 
@@ -96,10 +101,7 @@ def create_token(request: Request, session: SessionDep, viewer: ViewerDep, form:
     viewer.may("POST", "/v1/tokens")
     errors: dict[str, str] = {}
     try:
-        days = form.get("expires_days", "")
-        if days not in EXPIRY_DAYS:
-            errors["expires_days"] = "choose how long the token lives"
-        seconds = EXPIRY_DAYS.get(days) and EXPIRY_DAYS[days] * 86400
+        seconds = _days(form, errors)
         token, secret = forms.checked_call(
             TokenCreate, {"name": form.get("token_name", ""), "scope": form.get("scope", "all"),
                           "user": forms.blank_none(form.get("token_user")), "expires_in": seconds},
@@ -120,6 +122,43 @@ def revoke_token(request: Request, token_id: Id, session: SessionDep, viewer: Vi
     auth.revoke_token(session, viewer.principal, token_id)
     session.flush()
     return _page(request, session, viewer, message=f"token {token_id} revoked")
+
+
+def _days(form: dict, errors: dict, field: str = "expires_days") -> float | None:
+    """The form's expiry choice in seconds (None: never); a bad choice noted in ``errors``."""
+    days = form.get(field, "")
+    if days not in EXPIRY_DAYS:
+        errors[field] = "choose how long it lives"
+    return EXPIRY_DAYS.get(days) and EXPIRY_DAYS[days] * 86400
+
+
+@router.post("/admin/access-keys")
+def create_access_key(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
+    """An S3 access key for the viewer: its secret shown once, with the endpoint and how to use it."""
+    viewer.may("POST", "/v1/access-keys")
+    errors: dict[str, str] = {}
+    try:
+        seconds = _days(form, errors, "key_expires_days")
+        key, secret = forms.checked_call(
+            AccessKeyCreate, {"name": form.get("key_name", ""), "scope": form.get("key_scope", "write"),
+                              "expires_in": seconds},
+            errors, {"name": "key_name", "scope": "key_scope"},
+            lambda b: access_keys.create(session, viewer.principal, scope=b.scope, name=b.name,
+                                         expires_in=b.expires_in),
+            {"scope": "key_scope"})
+    except forms.FormErrors as exc:
+        raise _refused(request, session, viewer, exc.errors, form, exc.status) from None
+    session.flush()
+    return _page(request, session, viewer, message=f"S3 access key {key.key_id} created; its secret (shown once):",
+                 secret=secret, s3={"key_id": key.key_id, "secret": secret, "endpoint": endpoint_of(request)})
+
+
+@router.post("/admin/access-keys/{key_id}/revoke")
+def revoke_access_key(request: Request, key_id: str, session: SessionDep, viewer: ViewerDep) -> Response:
+    viewer.may("DELETE", "/v1/access-keys/{key_id}", key_id=key_id)
+    access_keys.revoke(session, viewer.principal, key_id)
+    session.flush()
+    return _page(request, session, viewer, message=f"S3 access key {key_id} revoked")
 
 
 @router.post("/admin/plan")
