@@ -27,6 +27,7 @@ from pathlib import Path
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
 from deeppod.envs import build as envs
 from deeppod.envs import images
+from deeppod.executor import affinity
 from deeppod.executor.netns import Forward, JobNetwork
 from deeppod.job_folder import JobFolder
 
@@ -169,6 +170,7 @@ class Supervisor:
     def _popen(self, name: str, env: dict[str, str], log, stdin) -> subprocess.Popen:
         """One process of the job's command: ``name`` is its rank, or spare-N."""
         fds: tuple[int, ...] = ()
+        worker_env = env
         if self.spec.get("sandbox"):  # it reads the command and env from spec.json itself
             argv, cwd, env = [sys.executable, "-m", "deeppod.executor.sandbox", str(self.job_dir), name], "/", None
             if self.network is not None:  # it joins the job's own network
@@ -178,9 +180,12 @@ class Supervisor:
             argv, cwd = self.spec["command"], self.spec["workdir"]
             if self.spec.get("env"):  # its own Python environment first (in a sandbox, the sandbox does this)
                 env = envs.activate(self.spec["env"], env)
+        cores = affinity.for_worker(worker_env) if name.isdigit() else None  # a spare has no GPUs yet
+        if cores is not None:
+            log.write(f"deeppod: rank {name} runs on cores {affinity.format_list(cores)}, near its GPUs\n".encode())
         return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
-                                process_group=0, preexec_fn=die_with_parent if self.part is not None else None,
-                                pass_fds=fds)
+                                process_group=0, pass_fds=fds,
+                                preexec_fn=affinity.pinning(cores, die_with_parent if self.part is not None else None))
 
     def _prepare_env(self) -> None:
         """The job's own Python environment (envs/): built here, or found built, before any worker

@@ -1,0 +1,71 @@
+"""Workers pinned to the cores near their GPUs: read from the kernel's own files (a fake
+two-socket node here), and only where it helps and takes nothing from the worker."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from deeppod.executor import affinity
+from deeppod.executor.base import LaunchSpec, WorkerSpec
+from deeppod.executor.local import write_spec
+from deeppod.executor.supervisor import Supervisor
+
+
+def node(root, sockets: dict[str, list[str]]):
+    """A fake /proc and /sys: GPUs at PCI addresses, each with its NUMA node's cores."""
+    for cores, addresses in sockets.items():
+        for a in addresses:
+            (root / affinity.GPUS / a).mkdir(parents=True)
+            (root / affinity.PCI / a).mkdir(parents=True)
+            (root / affinity.PCI / a / "local_cpulist").write_text(cores + "\n")
+    return root
+
+
+def test_the_kernels_cpu_lists_read_and_write():
+    assert affinity.parse_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert affinity.parse_list("") == set()
+    assert affinity.format_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+
+
+def test_a_worker_is_pinned_to_its_gpus_socket_only_where_that_helps(tmp_path):
+    # two sockets, 16 cores each; GPUs 0-1 on the first, 2-3 on the second (listed out of order)
+    root = node(tmp_path, {"0-15": ["0000:07:00.0", "0000:0f:00.0"], "16-31": ["0000:87:00.0", "0000:8f:00.0"]})
+    everything = set(range(32))
+    assert affinity.near([0], 4, root, everything) == set(range(16))
+    assert affinity.near([2, 3], 8, root, everything) == set(range(16, 32))
+    assert affinity.near([1, 2], 4, root, everything) is None  # both sockets: the whole node
+    assert affinity.near([3], 20, root, everything) is None  # asked for more cores than its socket has
+    assert affinity.near([0], 4, root, set(range(8, 24))) == set(range(8, 16))  # only what this process may use
+    assert affinity.near([4], 1, root, everything) is None  # no such GPU (logical slots)
+    assert affinity.near([], 1, root, everything) is None
+    assert affinity.near([0], 1, tmp_path / "no-driver", everything) is None
+    one = node(tmp_path / "one", {"0-31": ["0000:07:00.0", "0000:0f:00.0"]})
+    assert affinity.near([0], 1, one, everything) is None  # one NUMA node: nothing to choose
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "OMP_NUM_THREADS": "8"}
+    assert affinity.for_worker(env, root) in (None, set(range(16, 32)) & set(os.sched_getaffinity(0)))
+    assert affinity.for_worker({"CUDA_VISIBLE_DEVICES": "GPU-1f2e", "OMP_NUM_THREADS": "1"}, root) is None
+    assert affinity.for_worker({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, root) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to one")
+def test_the_supervisor_starts_a_worker_on_its_gpus_cores(tmp_path, monkeypatch):
+    last = max(os.sched_getaffinity(0))
+    monkeypatch.setattr(affinity, "ROOT", node(tmp_path / "node", {str(last): ["0000:07:00.0"]}))
+    job_dir = tmp_path / "job"
+    show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "OMP_NUM_THREADS": "1"}
+    write_spec(LaunchSpec(job_id=1, job_dir=job_dir, command=show, workdir=str(tmp_path),
+                          workers=[WorkerSpec(0, "n", env)]))
+    sup = Supervisor(job_dir)
+    log_path = tmp_path / "rank-0.log"
+    with open(log_path, "ab", buffering=0) as log:
+        p = sup._popen("0", env, log, subprocess.DEVNULL)
+    assert p.wait(60) == 0
+    text = log_path.read_text()
+    assert f"runs on cores {last}, near its GPUs" in text and f"[{last}]" in text
+    with open(log_path, "ab", buffering=0) as log:  # logical slots: the whole machine
+        p = sup._popen("0", {**env, "CUDA_VISIBLE_DEVICES": "5"}, log, subprocess.DEVNULL)
+    assert p.wait(60) == 0
+    assert str(sorted(os.sched_getaffinity(0))) in log_path.read_text()
