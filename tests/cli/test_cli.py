@@ -258,7 +258,7 @@ def test_sim_scale_replays_k_copies_on_a_cluster_k_times_the_size(cli, tmp_path)
     assert p.returncode == 2 and "--scale 0" in p.stderr
 
 
-def test_access_keys_and_an_empty_inbox_commit(cli, live_server):
+def test_access_keys_and_an_empty_inbox_commit(cli, live_server, tmp_path, monkeypatch):
     admin = {"url": live_server.url, "token": live_server.admin_token}
     made = json.loads(cli("keys", "create", "--name", "camera", "--scope", "read", "--json", **admin).stdout)
     assert made["key_id"].startswith("DPK") and made["scope"] == "read" and made["endpoint"].endswith("/s3")
@@ -267,6 +267,23 @@ def test_access_keys_and_an_empty_inbox_commit(cli, live_server):
     assert "revoked" in cli("keys", "revoke", made["key_id"], **admin).stdout
     p = cli("keys", "revoke", "DPKNOSUCH", check=False, **admin)
     assert p.returncode == 2 and "deeppod keys ls" in p.stderr
+    # written as an AWS profile: the aws CLI needs no flags; a taken name is refused before a key is made
+    creds, config = tmp_path / "aws" / "credentials", tmp_path / "aws" / "config"
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    config.parent.mkdir()
+    config.write_text("[default]\nregion = eu-west-1\n")  # someone's own settings stay as they were
+    p = cli("keys", "create", "--name", "lab", "--aws-profile", "lab", **admin)
+    assert "aws --profile lab s3 ls" in p.stdout and oct(creds.stat().st_mode & 0o777) == "0o600"
+    assert config.read_text().startswith("[default]\nregion = eu-west-1\n")
+    aws = subprocess.run([sys.executable, "-m", "awscli", "--profile", "lab", "s3", "ls"], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+                                                      "AWS_CONFIG_FILE": str(config)})
+    assert aws.returncode == 0 and "datasets" in aws.stdout, aws.stderr
+    keys = len(json.loads(cli("keys", "ls", "--json", **admin).stdout))
+    p = cli("keys", "create", "--aws-profile", "lab", check=False, **admin)
+    assert p.returncode == 2 and "exists already" in p.stderr
+    assert len(json.loads(cli("keys", "ls", "--json", **admin).stdout)) == keys
     p = cli("data", "commit", "nothing-here", check=False, **admin)
     assert p.returncode == 2 and "inbox of 'nothing-here' is empty" in p.stderr and "s3://inbox/nothing-here/" in p.stderr
 

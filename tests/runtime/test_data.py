@@ -40,6 +40,26 @@ def test_batches_are_uint8_nchw_with_labels(version):
     assert n.dtype == torch.float32 and abs(n.mean().item()) < 5
 
 
+class _WhereBatchesAre:
+    """Says whether a batch tensor made where it runs is in shared memory."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        from deeppod.runtime.data import _batch_tensor
+
+        return _batch_tensor((2, 3, 4, 4)).is_shared()
+
+
+def test_a_worker_builds_its_batch_in_shared_memory_so_handing_it_over_copies_nothing():
+    from deeppod.runtime.data import _batch_tensor
+
+    assert not _batch_tensor((2, 3, 4, 4)).is_shared()  # no worker: ordinary memory
+    got = list(stop_safe_loader(_WhereBatchesAre(), batch_size=None, num_workers=1))
+    assert got == [True, True]
+
+
 def test_evaluation_crops_are_deterministic_and_training_crops_vary(version):
     val = ImageDataset(version, None, size=32, train=False)
     assert torch.equal(val[0][0], val[0][0])

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from deeppod.cli import aws_profile as aws_profiles
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, nodes_table, print_json, rows_table
 from deeppod.cli.values import parse_age
@@ -183,17 +184,27 @@ def keys_create(name: Annotated[str, typer.Option(help="a label to recognise it 
                                                         "in inboxes)")] = "write",
                 expires: Annotated[Optional[str], typer.Option(help="stops working after this long: 12h, 30d "
                                                                     "(default: until revoked)")] = None,
+                aws_profile: Annotated[Optional[str], typer.Option(
+                    help="also write it as this AWS profile (~/.aws, or $AWS_SHARED_CREDENTIALS_FILE and "
+                         "$AWS_CONFIG_FILE), endpoint included: then 'aws --profile NAME s3 ls'")] = None,
                 as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A new S3 access key for you; its secret is shown once. Give both to any S3 client with the
-    endpoint printed (path-style)."""
+    endpoint printed (path-style), or let --aws-profile write them where the AWS tools look."""
+    if aws_profile is not None:
+        aws_profiles.check_free(aws_profile)  # before the key is made: a refusal leaves nothing behind
     k = client(url, token).create_access_key(name, scope, parse_age(expires, "--expires") if expires else None)
+    written = aws_profiles.write(aws_profile, k["key_id"], k["secret"], k["endpoint"]) if aws_profile else None
     if as_json:
         return print_json(k)
     until = f", expires {k['expires_at']}" if k.get("expires_at") else ""
     console.print(f"access key {k['key_id']} (scope {k['scope']}{until})\n"
-                  f"secret (shown once): {k['secret']}\nendpoint: {k['endpoint']}\n"
-                  f"e.g.: AWS_ACCESS_KEY_ID={k['key_id']} AWS_SECRET_ACCESS_KEY=... "
-                  f"aws --endpoint-url {k['endpoint']} s3 ls s3://datasets/", soft_wrap=True)
+                  f"secret (shown once): {k['secret']}\nendpoint: {k['endpoint']}", soft_wrap=True)
+    if written:
+        console.print(f"written as AWS profile {aws_profile!r} ({written[0]}, {written[1]}): "
+                      f"aws --profile {aws_profile} s3 ls s3://datasets/", soft_wrap=True)
+    else:
+        console.print(f"e.g.: AWS_ACCESS_KEY_ID={k['key_id']} AWS_SECRET_ACCESS_KEY=... "
+                      f"aws --endpoint-url {k['endpoint']} s3 ls s3://datasets/", soft_wrap=True)
 
 
 @keys_app.command("ls")

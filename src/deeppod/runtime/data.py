@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import random
 
 from deeppod.runtime.decode import (IMAGENET_MEAN, IMAGENET_STD, DeviceDecoded, center_box, decode_crop,
@@ -98,12 +99,24 @@ class ImageDataset:
             return (data, offsets, pixels, torch.tensor([r[1] for r in rows], dtype=torch.int32),
                     torch.tensor([r[2] for r in rows]), torch.tensor([r[3] for r in rows], dtype=torch.int64))
         n, s = len(indices), self.size
-        out = torch.empty((n, 3, s, s), dtype=torch.uint8)
+        out = _batch_tensor((n, 3, s, s))
         labels = torch.empty(n, dtype=torch.int64)
         for k, i in enumerate(indices):
             pixels, labels[k] = self._pixels(i)
             out[k].copy_(pixels)
         return out, labels
+
+
+def _batch_tensor(shape):
+    """An empty uint8 tensor for a batch: in a loader worker, straight in shared memory, as
+    torch's own collate does, so handing it to the training process copies nothing (else
+    the queue would copy the whole batch into a new segment)."""
+    import torch
+
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 
 def _seed_worker(worker_id: int) -> None:
