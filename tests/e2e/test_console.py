@@ -310,3 +310,25 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
              page.request.get(server.url + "/datasets/default/digits@2/label/items.json").json()["items"]}
     assert sorted(items.values()).count(accepted) >= 1
     page.context.close()
+
+
+def test_an_admin_sizes_a_cluster_and_sees_the_wait_fall_with_its_size(server, browser):  # noqa: F811
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(server.url + "/admin")
+    page.click("#size-link")
+    page.wait_for_url(server.url + "/admin/size")
+    page.fill("#f-users", "20")
+    page.fill("#f-runs_per_user_day", "4")
+    page.fill("#f-wait_minutes", "10")
+    page.click("#size-form button[type=submit]")
+    page.wait_for_selector("#size-chart .uplot")
+    assert "users=20" in page.url  # an answer's address can be kept and shared
+    gpus = int(page.inner_text('[data-value="gpus"]'))
+    xs, p95 = page.evaluate("() => { const d = document.getElementById('size-chart').uplot.data; return [d[0], d[1]]; }")
+    assert gpus in xs and len(xs) >= 3 and p95 == sorted(p95, reverse=True)  # more GPUs, no longer a wait
+    assert page.locator("#size-why li").count() >= 4
+    shot(page, "size")
+    page.fill("#f-hours", "0")
+    page.click("#size-form button[type=submit]")
+    assert "greater than 0" in page.inner_text("#e-hours")
+    page.context.close()

@@ -3,7 +3,6 @@ them, the plan as YAML (bad plans refused next to the field, nothing applied), c
 
 import re
 
-import pytest
 
 from tests.ui.conftest import Browser, field_errors
 
@@ -57,6 +56,27 @@ def test_s3_access_keys_are_made_shown_once_and_revoked_from_the_admin_page(api)
     assert viewer.post(f"/admin/access-keys/{key_id}/revoke").status_code == 404  # not theirs
     assert f"{key_id} revoked" in b.post(f"/admin/access-keys/{key_id}/revoke").text
     assert api.http.get("/v1/access-keys", headers=api.as_(ana)).json()[0]["revoked_at"] is not None
+
+
+def test_an_admin_sizes_a_cluster_from_the_admin_page_and_members_may_not(api):
+    b = Browser(api, api.admin)
+    assert 'href="/admin/size"' in b.get("/admin").text
+    form = b.get("/admin/size").text
+    assert 'value="1281167"' in form and 'id="size-result"' not in form  # an example to start from
+    q = {"images": "1281167", "epochs": "90", "hours": "24", "images_per_gpu": "2900", "users": "20",
+         "runs_per_user_day": "2", "wait_minutes": "30", "job_gpus": ""}
+    r = b.get("/admin/size", params=q)
+    assert r.status_code == 200 and 'id="size-result"' in r.text
+    gpus = int(re.search(r'data-value="gpus">(\d+)<', r.text).group(1))
+    assert gpus >= 20 and "(chosen)" in r.text and "simulator" in r.text  # 442 GPU-hours a day
+    assert 'value="20"' in r.text  # the form keeps what was asked
+    r = b.get("/admin/size", params={**q, "epochs": "-1"})
+    assert r.status_code == 422 and "greater than 0" in field_errors(r.text)["epochs"]
+    r = b.get("/admin/size", params={**q, "inference_rps": "100"})
+    assert r.status_code in (400, 422) and "--rps-per-gpu" in r.text
+    ana = Browser(api, api.user("ana", "vision"))
+    assert ana.get("/admin/size").status_code == 403
+    assert 'href="/admin/size"' not in ana.get("/admin").text
 
 
 def test_an_admin_adds_a_tenant_and_a_user_whose_token_works(api):

@@ -30,9 +30,10 @@ ALL, READ, PREDICT = "all", "read", "predict"
 SCOPES = (ALL, READ, PREDICT)  # what a user may ask for
 REPLICA = "replica"  # given by the platform to a serving replica's job token only
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# changes a read-only caller may make all the same: its own read-only S3 access keys (the
-# service refuses it a key that writes)
-READ_ONLY_MAY = frozenset({("POST", "/v1/access-keys"), ("DELETE", "/v1/access-keys/{key_id}")})
+# POSTs a read-only caller may make all the same: its own read-only S3 access keys (the
+# service refuses it a key that writes), and a sizing (a computation that changes nothing)
+READ_ONLY_MAY = frozenset({("POST", "/v1/access-keys"), ("DELETE", "/v1/access-keys/{key_id}"),
+                           ("POST", "/v1/sizing")})
 
 # (method, route template) a job token may call; {job_id} must be the job's own.
 JOB_ROUTES = frozenset({

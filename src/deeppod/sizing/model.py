@@ -25,6 +25,7 @@ from deeppod.errors import InvalidRequest
 LOADER_IMAGES_PER_CORE = 700.0  # runtime.data with region decoding, 224-px crops of 500-px JPEGs (docs/benchmarks.md)
 UTILIZATION_CAP = 0.95  # a queue never drains above this: candidate sizes start where the load is below it
 DAYS = 14  # of arrivals replayed per candidate size
+AFTER = 2  # sizes simulated past the one chosen: how the wait falls beyond it
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def _round_to_nodes(gpus: int, per_node: int) -> int:
 
 
 def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: int) -> tuple[int, list[dict]]:
-    """The smallest size, node by node from ``start``, whose simulated p95 wait meets the target."""
+    """The smallest size, node by node from ``start``, whose simulated p95 wait meets the target;
+    the waits at each size tried, and at the next ``AFTER`` sizes (the curve past it)."""
     from deeppod.scheduler.simulator import SimConfig, Simulator, TraceJob, proportional_plan
 
     rng = random.Random(w.seed)
@@ -144,7 +146,7 @@ def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: i
         trace.append(TraceJob(i, f"user{i % w.users}", t, run_s, job))
         i += 1
     step = w.gpus_per_node
-    waits, gpus = [], start
+    waits, gpus, chosen, chosen_at = [], start, None, 0
     for _ in range(64):
         nodes = max(1, math.ceil(gpus / step))
         per_node = min(step, gpus)
@@ -153,7 +155,9 @@ def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: i
         p95 = (r.get("queue_delay_p95_h") or 0.0) * 60
         waits.append({"gpus": nodes * per_node, "p95_wait_min": round(p95, 1),
                       "mean_wait_min": round((r.get("queue_delay_avg_h") or 0.0) * 60, 1)})
-        if p95 <= w.wait_minutes:
-            return nodes * per_node, waits
+        if chosen is None and p95 <= w.wait_minutes:
+            chosen, chosen_at = nodes * per_node, len(waits)
+        if chosen is not None and len(waits) >= chosen_at + AFTER:
+            return chosen, waits
         gpus = nodes * per_node + (step if nodes * per_node >= step else 1)
-    return waits[-1]["gpus"], waits
+    return chosen or waits[-1]["gpus"], waits

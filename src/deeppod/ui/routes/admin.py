@@ -1,16 +1,20 @@
 """The console's admin page: tenants, users (their first token shown once), tokens and S3
-access keys (create, revoke), the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
+access keys (create, revoke), sizing a cluster for a workload, the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
 Each shows what the caller's role may do and calls the service the API calls."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import yaml
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
 from deeppod.api.deps import Id, SessionDep, get_ctx
 from deeppod.api.schemas.access_keys import AccessKeyCreate
 from deeppod.api.schemas.plans import PlanIn
+from deeppod.api.schemas.sizing import SizingIn
 from deeppod.api.schemas.tenants import TenantCreate
 from deeppod.api.schemas.tokens import TokenCreate
 from deeppod.api.schemas.users import UserCreate
@@ -20,6 +24,7 @@ from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.plans import service as plans
 from deeppod.s3 import access_keys
 from deeppod.s3.app import endpoint_of
+from deeppod.sizing import Workload, service as sizing
 from deeppod.ui import forms
 from deeppod.ui.auth import Viewer, ViewerDep
 from deeppod.ui.render import ConsoleRoute, page
@@ -159,6 +164,33 @@ def revoke_access_key(request: Request, key_id: str, session: SessionDep, viewer
     access_keys.revoke(session, viewer.principal, key_id)
     session.flush()
     return _page(request, session, viewer, message=f"S3 access key {key_id} revoked")
+
+
+# the form's fields, as ``deeppod size`` names them; an example workload (ImageNet, ResNet-50) to start from
+SIZING_FIELDS = ("images", "epochs", "hours", "images_per_gpu", "image_kb", "users", "runs_per_user_day",
+                 "wait_minutes", "job_gpus", "inference_rps", "rps_per_gpu", "gpus_per_node")
+SIZING_EXAMPLE = {"images": "1281167", "epochs": "90", "hours": "24", "images_per_gpu": "2900", "image_kb": "110",
+                  "users": "10", "runs_per_user_day": "1", "wait_minutes": "30", "gpus_per_node": "8"}
+
+
+@router.get("/admin/size")
+async def size(request: Request, viewer: ViewerDep) -> Response:
+    """How many GPUs, nodes, cores and how much storage a workload needs (a GET: it changes
+    nothing, and the answer's address can be kept and shared)."""
+    viewer.may("POST", "/v1/sizing")
+    sizing.check_may(viewer.principal)
+    form = {k: v for k, v in request.query_params.items() if k in SIZING_FIELDS}
+    if not form:
+        return page(request, "size.html", form=SIZING_EXAMPLE, errors={}, result=None)
+    try:
+        body = forms.validated(SizingIn, {k: v for k, v in form.items() if v.strip()}, {},
+                               {k: k for k in SIZING_FIELDS})
+        result = await run_in_threadpool(sizing.recommend, viewer.principal, Workload(**body.model_dump()))
+    except forms.FormErrors as exc:
+        return page(request, "size.html", status=exc.status, form=form, errors=exc.errors, result=None)
+    except DeepPodError as exc:
+        return page(request, "size.html", status=exc.status, form=form, errors={"_form": exc.message}, result=None)
+    return page(request, "size.html", form=form, errors={}, result=asdict(result))
 
 
 @router.post("/admin/plan")

@@ -188,6 +188,12 @@
     every(15000, refresh);
   }
 
+  // sizing: the simulated p95 and mean wait for GPUs at each cluster size tried
+  function waitChart(el, waits) {
+    const chart = lineChart(el, "", "GPUs", ["p95 wait (min)", "mean wait (min)"], false);
+    chart.setData([waits.map(w => w.gpus), waits.map(w => w.p95_wait_min), waits.map(w => w.mean_wait_min)]);
+  }
+
   function csrf() {
     try { return JSON.parse(document.body.getAttribute("hx-headers"))["X-CSRF-Token"]; } catch (e) { return ""; }
   }
@@ -449,5 +455,5 @@
   };
 
   window.DeepPod = {labels: labels, jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
-                    predict: predict};
+                    predict: predict, waitChart: waitChart};
 })();
