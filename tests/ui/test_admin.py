@@ -3,7 +3,6 @@ them, the plan as YAML (bad plans refused next to the field, nothing applied), c
 
 import re
 
-
 from tests.ui.conftest import Browser, field_errors
 
 
