@@ -288,6 +288,18 @@ def test_access_keys_and_an_empty_inbox_commit(cli, live_server, tmp_path, monke
     assert p.returncode == 2 and "inbox of 'nothing-here' is empty" in p.stderr and "s3://inbox/nothing-here/" in p.stderr
 
 
+def test_size_measures_the_rate_here_when_asked(cli):
+    p = cli("size", "--images", "10000", "--epochs", "1", "--hours", "1", "--measure", "resnet18",
+            "--measure-batch", "2", "--measure-steps", "2", "--no-simulate", "--json")
+    r = json.loads(p.stdout)
+    assert r["why"][0].startswith("measured here: resnet18, batch 2 per worker") and r["job_gpus"] >= 1
+    rate = float(r["why"][0].split(": ")[-1].split(" images/s")[0].replace(",", ""))
+    shown = float(r["why"][1].split(" GPU(s) at ")[1].split(" images/s")[0].replace(",", ""))
+    assert rate > 0 and abs(shown - rate) <= 1  # the sizing used the rate measured
+    p = cli("size", "--images", "10000", "--epochs", "1", "--hours", "1", check=False)
+    assert p.returncode == 2 and "--images-per-gpu" in p.stderr and "--measure" in p.stderr
+
+
 def test_size_says_what_a_workload_needs_and_why(cli):
     p = cli("size", "--images", "1281167", "--epochs", "90", "--hours", "24", "--images-per-gpu", "2900",
             "--users", "10", "--runs-per-user-day", "0.5", "--wait-minutes", "60", "--json")
