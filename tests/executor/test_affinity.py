@@ -69,3 +69,35 @@ def test_the_supervisor_starts_a_worker_on_its_gpus_cores(tmp_path, monkeypatch)
         p = sup._popen("0", {**env, "CUDA_VISIBLE_DEVICES": "5"}, log, subprocess.DEVNULL)
     assert p.wait(60) == 0
     assert str(sorted(os.sched_getaffinity(0))) in log_path.read_text()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to one")
+def test_a_running_tree_is_pinned_thread_by_thread(tmp_path):
+    """A warm spare handed a GPU worker's place is running already, with threads and a child
+    (its loader's fork server): all of them move to the cores, and what they start later too."""
+    last = max(os.sched_getaffinity(0))
+    ready = tmp_path / "ready"
+    code = ("import os, subprocess, sys, threading, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+            f"open({str(ready)!r}, 'w').write(str(child.pid))\n"
+            "sys.stdin.readline()\n"  # pinned by now: what is started next inherits it
+            "late = subprocess.Popen([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'],"
+            " stdout=subprocess.PIPE, text=True)\n"
+            "print(late.communicate()[0].strip(), flush=True)\n"
+            "child.kill()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        from tests.helpers import wait_until
+
+        wait_until(lambda: ready.exists() and ready.read_text(), 30, what="the tree to start")
+        child = int(ready.read_text())
+        assert affinity.pin_tree(p.pid, {last}) >= 3  # its main thread, its own thread, the child's
+        for pid in (p.pid, child):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                assert os.sched_getaffinity(int(tid)) == {last}
+        out, _ = p.communicate("go\n", timeout=60)
+        assert out.strip() == f"[{last}]"
+    finally:
+        p.kill()
+    assert affinity.pin_tree(p.pid, {last}) == 0  # gone: nothing to pin, no error

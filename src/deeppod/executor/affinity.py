@@ -84,6 +84,30 @@ def for_worker(env: dict[str, str], root: Path | None = None) -> set[int] | None
     return near([int(v) for v in visible.split(",")], float(threads) if threads.isdigit() else 1.0, root)
 
 
+def pin_tree(pid: int, cores: set[int]) -> int:
+    """Pin a running process, every thread of it and every process under it (a warm spare
+    handed a GPU worker's place, with its loader's fork server): the threads it starts later
+    inherit it. How many threads were pinned; 0 if it is gone."""
+    pinned, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            tasks = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            continue  # it exited
+        for tid in tasks:
+            try:
+                os.sched_setaffinity(tid, cores)
+                pinned += 1
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+            except (OSError, ValueError):
+                pass  # a thread that ended meanwhile
+    return pinned
+
+
 def pinning(cores: set[int] | None, then=None):
     """A ``preexec_fn``: pin the new process to ``cores`` (its threads and children inherit
     it), then run ``then``; None when there is nothing to do."""

@@ -294,6 +294,10 @@ class Supervisor:
                     raise OSError("it exited")
                 how = "warm spare" if parked else "spare still starting"
                 log.write(f"deeppod: rank {rank} starts from {how} {n} (pid {p.pid})\n".encode())
+                cores = affinity.for_worker(env)  # a spare had no GPUs: now it has this place's
+                if cores is not None and affinity.pin_tree(p.pid, cores):
+                    log.write(f"deeppod: rank {rank} runs on cores {affinity.format_list(cores)}, near its GPUs\n"
+                              .encode())
                 socket.send_fds(sock, [json.dumps(env).encode() + b"\n"], [log.fileno()])
             except OSError:
                 sock.close()
