@@ -330,5 +330,5 @@ def test_an_admin_sizes_a_cluster_and_sees_the_wait_fall_with_its_size(server, b
     shot(page, "size")
     page.fill("#f-hours", "0")
     page.click("#size-form button[type=submit]")
-    assert "greater than 0" in page.inner_text("#e-hours")
+    assert "greater than or equal to 0.001" in page.inner_text("#e-hours")
     page.context.close()

@@ -19,7 +19,9 @@ TRIAL = str(Path(__file__).with_name("tune_trial.py"))
 def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_server, tmp_path):
     server = fresh_server.start()
     c = Client(server.url, server.admin_token)
-    exp = c.create_experiment("xsearch", [sys.executable, TRIAL, "--x", "{x}"], workdir=str(tmp_path),
+    # 24 steps of 0.25 s: a trial lives 6 s, long enough to be judged while it runs on a loaded
+    # machine (at 12 steps, a CI run in a full suite saw every trial end before its judgment)
+    exp = c.create_experiment("xsearch", [sys.executable, TRIAL, "--x", "{x}", "--steps", "24"], workdir=str(tmp_path),
                               space={"x": {"type": "float", "low": 0.0, "high": 1.0}}, metric="score",
                               trials=8, parallel=2, sampler="random", pruner="median", seed=7)
     # two at a time: trial 5 (x=0.02) always starts after four trials have ended, so the median
@@ -41,7 +43,7 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
     for t in pruned:
         job = c.job(t["job_id"])
         assert job["state"] == "pruned" and "pruned by median" in job["reason"]
-    assert min(t["step"] for t in pruned) < 11  # stopped early, not at its end
+    assert min(t["step"] for t in pruned) < 23  # stopped early, not at its end
     top = max(completed, key=lambda t: t["value"])
     assert done["best_trial"] == top["number"] and done["best_params"] == top["params"]
     assert all(t["params"]["x"] <= top["params"]["x"] for t in rows if t["state"] != "failed")

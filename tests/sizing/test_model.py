@@ -44,3 +44,11 @@ def test_bad_input_says_what_to_fix(bad, says):
     with pytest.raises(InvalidRequest) as e:
         size(Workload(**{**IMAGENET, "hours": 8, "images_per_gpu": 1400, "simulate": False, **bad}))
     assert says in str(e.value)
+
+
+def test_absurd_or_infinite_figures_are_refused_with_what_to_check():
+    for bad in ({"hours": 5e-324}, {"images_per_gpu": 5e-324}, {"epochs": 1e300, "images": 10**11}):
+        with pytest.raises(InvalidRequest, match="more than 10,000,000 GPUs"):
+            size(Workload(**{**IMAGENET, "hours": 24, "images_per_gpu": 2900, **bad}))
+    with pytest.raises(InvalidRequest, match="serving would need"):
+        size(Workload(**IMAGENET, hours=24, images_per_gpu=2900, inference_rps=1e9, rps_per_gpu=1e-3))

@@ -70,7 +70,7 @@ def test_an_admin_sizes_a_cluster_from_the_admin_page_and_members_may_not(api):
     assert gpus >= 20 and "(chosen)" in r.text and "simulator" in r.text  # 442 GPU-hours a day
     assert 'value="20"' in r.text  # the form keeps what was asked
     r = b.get("/admin/size", params={**q, "epochs": "-1"})
-    assert r.status_code == 422 and "greater than 0" in field_errors(r.text)["epochs"]
+    assert r.status_code == 422 and "greater than or equal to 0.001" in field_errors(r.text)["epochs"]
     r = b.get("/admin/size", params={**q, "inference_rps": "100"})
     assert r.status_code in (400, 422) and "--rps-per-gpu" in r.text
     ana = Browser(api, api.user("ana", "vision"))

@@ -34,8 +34,9 @@ def size(
     measure: Annotated[Optional[str], typer.Option(
         help="measure the per-GPU rate here instead: train this torchvision model (resnet50, ...) on "
              "synthetic images as 'deeppod bench train' does, on --measure-gpus workers")] = None,
-    measure_gpus: Annotated[Optional[int], typer.Option(help="workers to measure on, one per GPU (default: this "
-                                                             "machine's GPUs; 2 or more also measure --scaling)")] = None,
+    measure_gpus: Annotated[Optional[int], typer.Option(
+        help="workers to measure on, one per GPU (default: this machine's GPUs; 2 or more also measure --scaling)")] \
+        = None,
     measure_batch: Annotated[int, typer.Option(help="per-worker batch of the measurement")] = 64,
     measure_steps: Annotated[int, typer.Option(help="timed steps of the measurement")] = 20,
     as_json: JsonOpt = False,
@@ -87,5 +88,5 @@ def _measure(model: str, gpus: int | None, batch: int, steps: int, scaling: floa
     if workers > 1:
         scaling = min(1.0, r["scaling_efficiency"])
     where = f"{workers} GPU(s)" if here else f"{workers} CPU worker(s): no GPU here, so a CPU worker's rate"
-    return rate, scaling, (f"measured here: {model}, batch {batch} per worker, 224 px, on {where}: {rate:,.1f} images/s "
-                           "per worker" + (f", {scaling:.0%} scaling efficiency" if workers > 1 else ""))
+    line = f"measured here: {model}, batch {batch} per worker, 224 px, on {where}: {rate:,.1f} images/s per worker"
+    return rate, scaling, line + (f", {scaling:.0%} scaling efficiency" if workers > 1 else "")

@@ -26,6 +26,7 @@ LOADER_IMAGES_PER_CORE = 700.0  # runtime.data with region decoding, 224-px crop
 UTILIZATION_CAP = 0.95  # a queue never drains above this: candidate sizes start where the load is below it
 DAYS = 14  # of arrivals replayed per candidate size
 AFTER = 2  # sizes simulated past the one chosen: how the wait falls beyond it
+MAX_GPUS = 10_000_000  # past this a figure is a typo (hours for seconds), or not finite at all
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,19 @@ class Workload:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be above 0 (got {getattr(self, name)})")
         if not 0 < self.scaling <= 1:
             raise InvalidRequest(f"--scaling is an efficiency between 0 and 1 (got {self.scaling})")
+        try:  # GPUs for one run, roughly
+            need = self.images * self.epochs / self.hours / 3600 / self.images_per_gpu
+        except (ZeroDivisionError, OverflowError):
+            need = math.inf
+        if not math.isfinite(need) or need > MAX_GPUS:
+            raise InvalidRequest(f"a run would need more than {MAX_GPUS:,} GPUs: check --hours, --epochs and "
+                                 "--images-per-gpu")
         if self.inference_rps and not self.rps_per_gpu:
             raise InvalidRequest("--inference-rps needs --rps-per-gpu: what one GPU serves (deeppod bench infer, "
                                  "or the model's published figure)")
+        if self.inference_rps and self.inference_rps / self.rps_per_gpu > MAX_GPUS:
+            raise InvalidRequest(f"serving would need more than {MAX_GPUS:,} GPUs: check --inference-rps and "
+                                 "--rps-per-gpu")
 
 
 @dataclass

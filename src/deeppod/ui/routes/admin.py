@@ -1,6 +1,7 @@
 """The console's admin page: tenants, users (their first token shown once), tokens and S3
-access keys (create, revoke), sizing a cluster for a workload, the plan tree (edit as YAML and apply), and cordon / uncordon on the cluster page.
-Each shows what the caller's role may do and calls the service the API calls."""
+access keys (create, revoke), sizing a cluster for a workload, the plan tree (edit as YAML
+and apply), and cordon / uncordon on the cluster page. Each shows what the caller's role may
+do and calls the service the API calls."""
 
 from __future__ import annotations
 
