@@ -45,3 +45,24 @@ def test_start_after_and_v1_markers():
     assert [e.key for e in p.contents] == ["b", "c"] and p.truncated and p.next_marker == "c"
     body = listing.render("inbox", {"marker": "a", "max-keys": "2", "delimiter": "/"}, p, lambda e: e.etag)
     assert b"<NextMarker>c</NextMarker>" in body and b"<IsTruncated>true</IsTruncated>" in body
+
+
+def test_times_are_written_as_datetime_writes_them_and_completion_keeps_every_field():
+    import dataclasses
+    import random
+    from datetime import datetime, timezone
+
+    from deeppod.s3 import xml
+
+    def by_datetime(ts):
+        when = datetime.fromtimestamp(ts, timezone.utc)
+        return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+    r = random.Random(1)
+    for ts in [0.0, 1.9995, 1_700_000_000.9999996, *(r.uniform(0, 2e9) for _ in range(20_000))]:
+        assert xml.iso(ts) == by_datetime(ts), ts
+    e = Entry("a/b", -1, 0.0, "etag", "/x/a/b", sidecar=True, guarded=True)
+    done = e.with_stat(7, 12.5)
+    assert (done.size, done.mtime) == (7, 12.5)
+    assert {f.name: getattr(done, f.name) for f in dataclasses.fields(Entry) if f.name not in ("size", "mtime")} == \
+        {f.name: getattr(e, f.name) for f in dataclasses.fields(Entry) if f.name not in ("size", "mtime")}

@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -44,7 +44,7 @@ MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
 ETAG_SUFFIX = ".etag"  # beside an inbox file where xattrs are not kept: its MD5 (".NAME.etag")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One object: its key in the bucket, size, modification time, ETag, and file."""
 
@@ -52,9 +52,14 @@ class Entry:
     size: int
     mtime: float
     etag: str | None  # None: read (an inbox file's sidecar) or computed from the file when asked
-    path: Path
+    path: Path | str  # a str where a listing makes 100,000 of them (a Path costs 15 us to build)
     sidecar: bool = False  # an inbox file: its ETag was written beside it at upload
     guarded: bool = False  # in a job's folder: opened only through deeppod.nofollow (open_object)
+
+    def with_stat(self, size: int, mtime: float) -> "Entry":
+        """The same object with its size and time (dataclasses.replace, without its per-call
+        look at the fields: a page of a listing completes 1,000 of them)."""
+        return Entry(self.key, size, mtime, self.etag, self.path, self.sidecar, self.guarded)
 
 
 def open_object(e: Entry):
@@ -77,7 +82,7 @@ def completed(e: Entry) -> Entry | None:
     if e.size >= 0:
         return e
     st = _regular(e.path)
-    return None if st is None else replace(e, size=st.st_size, mtime=st.st_mtime)
+    return None if st is None else e.with_stat(st.st_size, st.st_mtime)
 
 
 def etag_of(e: Entry) -> str | None:
@@ -168,7 +173,7 @@ class Namespace:
                 elif entry.is_file(follow_symlinks=False):
                     key = entry.path[base:].replace(os.sep, "/")
                     if key.startswith(prefix):  # size and time: stat()ed for the page shown only (completed())
-                        yield Entry(key, -1, 0.0, None, Path(entry.path), sidecar=True)
+                        yield Entry(key, -1, 0.0, None, entry.path, sidecar=True)
 
     def _models(self, session: Session, tenant_id: int, prefix: str) -> Iterator[Entry]:
         name = prefix.split("/", 1)[0] if "/" in prefix else None
@@ -266,9 +271,9 @@ def _walk_guarded(folder: Path, base: str, prefix: str) -> Iterator[Entry]:
         os.close(top)
 
 
-def _regular(path: Path):
+def _regular(path: Path | str):
     try:
-        st = path.lstat()
+        st = os.lstat(path)
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) else None
@@ -292,13 +297,13 @@ def write_etag(path: Path, etag: str, dest: Path) -> None:
         etag_path(dest).write_text(etag)
 
 
-def _read_etag(path: Path) -> str | None:
+def _read_etag(path: Path | str) -> str | None:
     try:
         return os.getxattr(path, XATTR, follow_symlinks=False).decode() or None
     except OSError:
         pass
     try:
-        return etag_path(path).read_text().strip() or None
+        return etag_path(Path(path)).read_text().strip() or None
     except OSError:
         return None
 

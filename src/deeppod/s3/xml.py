@@ -3,6 +3,9 @@ request bodies it takes (CompleteMultipartUpload, DeleteObjects) read safely."""
 
 from __future__ import annotations
 
+import functools
+import math
+import time
 from datetime import datetime, timezone
 from xml.sax.saxutils import escape
 
@@ -11,8 +14,22 @@ HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 
 
 def iso(ts: float | datetime) -> str:
-    when = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    if isinstance(ts, datetime):
+        when = ts.astimezone(timezone.utc)
+        return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    frac, second = math.modf(ts)  # rounded to the microsecond as datetime.fromtimestamp rounds
+    us = round(frac * 1e6)
+    if us >= 1_000_000:
+        second, us = second + 1, us - 1_000_000
+    elif us < 0:
+        second, us = second - 1, us + 1_000_000
+    return _second(int(second)) + f".{us // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(second: int) -> str:
+    """A second's text: a listing's files were mostly written in the same few seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
 def element(name: str, value) -> str:
