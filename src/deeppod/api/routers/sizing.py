@@ -1,5 +1,3 @@
-from dataclasses import asdict
-
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
@@ -15,4 +13,4 @@ async def recommend(body: SizingIn, principal: PrincipalDep) -> SizingOut:
     """GPUs, nodes, cores per GPU and storage for a workload, each with its reason (as
     ``deeppod size``; docs/scheduler.md, "Sizing"). Changes nothing."""
     r = await run_in_threadpool(service.recommend, principal, Workload(**body.model_dump()))
-    return SizingOut(**asdict(r))
+    return SizingOut(**r.as_dict())

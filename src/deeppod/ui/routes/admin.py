@@ -5,8 +5,6 @@ do and calls the service the API calls."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import yaml
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -191,7 +189,7 @@ async def size(request: Request, viewer: ViewerDep) -> Response:
         return page(request, "size.html", status=exc.status, form=form, errors=exc.errors, result=None)
     except DeepPodError as exc:
         return page(request, "size.html", status=exc.status, form=form, errors={"_form": exc.message}, result=None)
-    return page(request, "size.html", form=form, errors={}, result=asdict(result))
+    return page(request, "size.html", form=form, errors={}, result=result.as_dict())
 
 
 @router.post("/admin/plan")
