@@ -74,9 +74,12 @@ def _worker(rank: int, world: int, port: int, config: str, a: dict, out: str) ->
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     before = _rss_mb()
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(a["width"], a["width"] // 64, 4 * a["width"], dropout=0.0,
-                                             batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, a["layers"], enable_nested_tensor=False)
+    # FSDP builds on the meta device, as docs/runtime.md tells a user to (runtime.shard then
+    # materializes a layer at a time); --eager builds the whole model first, as DDP must
+    with torch.device("meta" if config != "ddp" and not a["eager"] else "cpu"):
+        layer = torch.nn.TransformerEncoderLayer(a["width"], a["width"] // 64, 4 * a["width"], dropout=0.0,
+                                                 batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, a["layers"], enable_nested_tensor=False)
     params = sum(p.numel() for p in model.parameters())
     if config == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model.to(device),
@@ -127,6 +130,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2, help="sequences per worker and step")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--eager", action="store_true", help="FSDP too builds the whole model before sharding it")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "large_model.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -142,7 +146,7 @@ def main() -> None:
             for config in CONFIGS:
                 out = f"{tmp}/{config}-{world}.json"
                 a = {"width": args.width, "layers": args.layers, "batch": args.batch, "seq": args.seq,
-                     "steps": args.steps, "threads": threads}
+                     "steps": args.steps, "threads": threads, "eager": args.eager}
                 mp.start_processes(_worker, args=(world, free_port(), config, a, out), nprocs=world,
                                    start_method="spawn")
                 r = json.loads(Path(out).read_text())

@@ -174,6 +174,88 @@ def test_fsdp_follows_ddps_loss_and_its_checkpoint_resumes_at_another_size(tmp_p
         assert torch.allclose(opt.state[p]["exp_avg"], ref["moments"][name])
 
 
+class Net(torch.nn.Module):
+    """Transformer layers (attention initializes itself with _reset_parameters, not the public
+    name) between two linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 3)
+        self.layers = torch.nn.ModuleList(torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+                                          for _ in range(2))
+
+    def forward(self, x):
+        h = self.embed(x).unsqueeze(1)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h.squeeze(1))
+
+
+class Raw(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.empty(4))
+
+    def forward(self, x):
+        return x * self.w.sum()
+
+
+def _meta(rank, world, folder):
+    """A model built on the meta device, materialized and sharded a block at a time; each rank
+    seeded differently, as nothing makes a user's ranks agree."""
+    import torch.distributed as dist
+
+    from deeppod.runtime.sharding import shard
+
+    _init(folder, rank, world, f"rdv-meta-{world}")
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    with torch.device("meta"):
+        model = Net()
+    model = shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    weights, _ = full_state(model, opt)
+    losses = []
+    for step in range(STEPS):
+        x, y = batch(step, rank, world)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    refused = ""
+    with torch.device("meta"):
+        raw = torch.nn.Sequential(torch.nn.Linear(4, 4), Raw())
+    try:
+        shard(raw)
+    except RuntimeError as exc:
+        refused = str(exc)
+    if rank == 0:
+        torch.save({"weights": weights, "losses": losses, "refused": refused}, f"{folder}/meta-{world}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+    _leave()
+
+
+def test_a_model_built_on_the_meta_device_is_materialized_block_by_block_as_one_model(tmp_path):
+    from deeppod.contract import free_port
+
+    (tmp_path / "ports.json").write_text(json.dumps({f"rdv-meta-{w}": free_port() for w in (1, 2)}))
+    for world in (1, 2):
+        mp.start_processes(_meta, args=(world, str(tmp_path)), nprocs=world, start_method="spawn")
+    one, two = (torch.load(tmp_path / f"meta-{w}.pt") for w in (1, 2))
+    assert set(one["weights"]) == {n for n, _ in Net().named_parameters()}
+    for name, w in one["weights"].items():
+        assert torch.isfinite(w).all(), name
+        # two ranks seeded differently make the same model as one process: rank 0's seed for all
+        assert torch.equal(w, two["weights"][name]), name
+    assert one["weights"]["layers.0.self_attn.in_proj_bias"].abs().sum() == 0  # attention's own init ran
+    assert one["weights"]["layers.1.norm1.weight"].eq(1).all()
+    assert one["losses"][-1] < one["losses"][0] and two["losses"][-1] < two["losses"][0]
+    assert "1.w (Raw) was built on the meta device and nothing initialized it" in one["refused"]
+    assert "pass init=fn" in two["refused"]
+
+
 if sys.platform != "linux":
     pytestmark = pytest.mark.skip("Linux only")
 

@@ -12,6 +12,20 @@ DDP stays the default: a script opts in with one call after ``runtime.init()``::
     opt = torch.optim.AdamW(model.parameters())     # made after shard(): on the shards
     ckpt.load_latest(model=model, optimizer=opt)    # sharded checkpoints, any world size
 
+A model too large to build whole in one worker's memory is built on PyTorch's meta device
+(shapes, no storage) and ``shard`` materializes it a block at a time, each block sharded as
+soon as it is initialized, so a worker never holds more than one block whole::
+
+    with torch.device("meta"):
+        model = build_model()
+    model = runtime.shard(model)                    # init=fn: your own initialization
+
+Every worker initializes each block from the same seed (rank 0's), so the shards are pieces
+of one model. The initialization is the modules' own ``reset_parameters()`` (post-order, as
+the constructors ran) unless ``init`` is given: it is called with every module that holds
+parameters or buffers, as ``model.apply(fn)`` would be. A tensor nothing initialized is an
+error that names it (a module that computes a buffer in its constructor needs ``init``).
+
 On GPU (NCCL) the parameters compute in bf16 and gradients reduce in fp32 unless
 ``mixed_precision=False``; ``offload=True`` keeps the shards and the optimizer's state in
 host memory (the GPU holds only the block at work); ``activation_checkpointing=True``
@@ -21,8 +35,10 @@ recomputes each block's activations in the backward pass instead of keeping them
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +102,80 @@ def is_sharded(model) -> bool:
     return dtensor is not None and any(isinstance(p, dtensor) for p in model.parameters())
 
 
+def _default_init(module) -> None:
+    reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
+    if callable(reset):
+        reset()
+
+
+def _own_tensors(module):
+    yield from module.named_parameters(recurse=False)
+    yield from module.named_buffers(recurse=False)
+
+
+class _Materializer:
+    """Turns meta-device modules into real ones on ``device``, initialized by ``init`` from one
+    seed every worker shares. Each tensor is filled with NaN first, so one that ``init`` left
+    alone is found and named instead of training on whatever memory held."""
+
+    def __init__(self, model, device, init: Callable | None):
+        import torch
+        import torch.distributed as dist
+
+        self.model, self.device, self.init = model, device, init or _default_init
+        self.names = {id(m): n for n, m in model.named_modules()}
+        seed = [int(torch.randint(0, 2**62, ()).item()) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(seed, src=0)  # the ranks' own seeds may differ: shards of one model
+        self.seed = seed[0]
+
+    @contextlib.contextmanager
+    def seeded(self):
+        import torch
+
+        with torch.random.fork_rng(devices=[self.device.index] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            yield
+
+    def block(self, module) -> None:
+        """The whole block, now: it is sharded next."""
+        self._make([m for m in _post_order(module) if any(t.is_meta for _, t in _own_tensors(m))])
+
+    def rest(self) -> None:
+        """What the blocks left: modules outside every block, their own tensors only."""
+        self._make([m for m in _post_order(self.model) if any(t.is_meta for _, t in _own_tensors(m))])
+
+    def _make(self, modules) -> None:
+        import torch
+
+        for m in modules:
+            m.to_empty(device=self.device, recurse=False)
+            for _, t in _own_tensors(m):
+                with torch.no_grad():
+                    t.fill_(float("nan") if t.is_floating_point() else 0)
+        for m in modules:
+            self.init(m)
+        for m in modules:
+            for name, t in _own_tensors(m):
+                if t.is_floating_point() and bool(torch.isnan(t).any()):
+                    where = ".".join(x for x in (self.names.get(id(m), "?"), name) if x)
+                    raise RuntimeError(
+                        f"runtime.shard: {where} ({type(m).__name__}) was built on the meta device and nothing "
+                        f"initialized it: it has no reset_parameters(); pass init=fn to runtime.shard, called "
+                        f"with each module as model.apply(fn) would be")
+
+
+def _post_order(module):
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
 def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_precision: bool | None = None,
-          offload: bool = False, activation_checkpointing: bool = False, reshard_after_forward: bool = True):
+          offload: bool = False, activation_checkpointing: bool = False, reshard_after_forward: bool = True,
+          init: Callable | None = None):
     """Shard ``model`` over the job's workers in place and return it (see the module's text).
-    Call after :func:`deeppod.runtime.init`, before making the optimizer."""
+    Call after :func:`deeppod.runtime.init`, before making the optimizer. A model on the meta
+    device is materialized a block at a time (``init``: how; the modules' own by default)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -106,8 +192,10 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
         offload = False
     if not cuda:
         _return_freed_memory()
-    if not offload:
+    meta = any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    if not offload and not meta:
         model.to(device)
+    make = _Materializer(model, torch.device("cpu") if offload else device, init) if meta else None
     if activation_checkpointing and kinds:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
@@ -120,15 +208,21 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
         options["offload_policy"] = CPUOffloadPolicy()
     wrapped = 0
     insides = {id(m._checkpoint_wrapped_module) for m in model.modules() if hasattr(m, "_checkpoint_wrapped_module")}
-    for module in list(model.modules()):
-        # a block under activation checkpointing sits in a wrapper: the wrapper is what is sharded
-        inner = getattr(module, "_checkpoint_wrapped_module", None)
-        if module is not model and (isinstance(inner, kinds) if inner is not None else
-                                    isinstance(module, kinds) and id(module) not in insides):
-            fully_shard(module, **options)
-            wrapped += 1
+    with make.seeded() if make else contextlib.nullcontext():
+        for module in list(model.modules()):
+            # a block under activation checkpointing sits in a wrapper: the wrapper is what is sharded
+            inner = getattr(module, "_checkpoint_wrapped_module", None)
+            if module is not model and (isinstance(inner, kinds) if inner is not None else
+                                        isinstance(module, kinds) and id(module) not in insides):
+                if make:
+                    make.block(module)
+                fully_shard(module, **options)
+                wrapped += 1
+        if make:
+            make.rest()
     fully_shard(model, **options)
-    log.info("runtime.shard: %d blocks (%s) and the root over %d workers on %s%s%s", wrapped,
+    log.info("runtime.shard: %d blocks (%s) and the root over %d workers on %s%s%s%s", wrapped,
              ", ".join(k.__name__ for k in kinds) or "none found", dist.get_world_size(), device.type,
-             ", offloaded" if offload else "", ", activation checkpointing" if activation_checkpointing else "")
+             ", offloaded" if offload else "", ", activation checkpointing" if activation_checkpointing else "",
+             ", materialized from the meta device a block at a time" if meta else "")
     return model
