@@ -256,6 +256,55 @@ def test_a_model_built_on_the_meta_device_is_materialized_block_by_block_as_one_
     assert "pass init=fn" in two["refused"]
 
 
+def _background(rank, world, folder):
+    """A background sharded save: each worker copies its shards and trains on; what lands on
+    disk is the state at the save's step, put in place by wait()."""
+    import torch.distributed as dist
+
+    from deeppod.runtime import Checkpointer
+    from deeppod.runtime.sharding import shard
+
+    _init(folder, rank, world, "rdv-background")
+    torch.set_num_threads(1)
+    model = shard(build())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = Checkpointer(f"{folder}/ckpt-bg", rank=rank, background=True)
+    for step in range(6):
+        x, y = batch(step, rank, world)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step == 2:
+            saved = full_state(model, opt)
+            ckpt.save(3, model=model, optimizer=opt, epoch=0, extra={"at": 3})
+            hidden = sorted(p.name for p in Path(folder, "ckpt-bg").iterdir())
+    ckpt.wait()
+    shown = sorted(p.name for p in Path(folder, "ckpt-bg").iterdir())
+    fresh = shard(build())
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    got = Checkpointer(f"{folder}/ckpt-bg", rank=rank).load_latest(model=fresh, optimizer=fresh_opt)
+    loaded = full_state(fresh, fresh_opt)
+    if rank == 0:
+        same = all(torch.equal(loaded[i][k], v) for i in (0, 1) for k, v in saved[i].items())
+        with open(f"{folder}/background.json", "w") as f:
+            json.dump({"same": same, "step": got["step"], "extra": got["extra"], "hidden": hidden, "shown": shown}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+    _leave()
+
+
+def test_a_background_sharded_save_keeps_the_state_of_its_step_while_training_goes_on(tmp_path):
+    from deeppod.contract import free_port
+
+    (tmp_path / "ports.json").write_text(json.dumps({"rdv-background": free_port()}))
+    mp.start_processes(_background, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+    got = json.loads((tmp_path / "background.json").read_text())
+    assert got["same"] and got["step"] == 3 and got["extra"] == {"at": 3}
+    assert got["hidden"] == [".ckpt-000000000003.dcp.tmp"]  # written in the background, not yet in place
+    assert got["shown"] == ["ckpt-000000000003.dcp"]
+
+
 if sys.platform != "linux":
     pytestmark = pytest.mark.skip("Linux only")
 

@@ -23,14 +23,19 @@ def _state(model, optimizer) -> dict:
     return {"model": msd, **({"optimizer": osd} if optimizer is not None else {})}
 
 
-def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: dict | None) -> Path | None:
+def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: dict | None,
+         background: bool = False) -> Path | None:
     """Every worker: its shards into a folder beside the others', renamed into place by rank 0
-    once all have written (a crash mid-way leaves a hidden folder the next save replaces)."""
-    import torch
+    once all have written (a crash mid-way leaves a hidden folder the next save replaces).
+
+    ``background``: each worker copies its shards to host memory and returns; a thread writes
+    them (over a process group of the checkpoint's own, so the training's collectives never
+    interleave with the save's). The folder is renamed into place by the next save or
+    ``ckpt.wait()``, which every worker calls before it exits."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from deeppod.runtime.checkpoint import SHARDED_META, rng_state
+    from deeppod.runtime.checkpoint import rng_state
 
     ckpt.wait()
     final = ckpt.dir / f"ckpt-{step:012d}.dcp"
@@ -39,19 +44,46 @@ def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: di
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
+    # what rank 0 keeps beside the shards is taken now, at this step, not when the write ends
+    meta = {"step": step, "epoch": epoch, "rng": rng_state(), "extra": extra or {}, "world_size":
+            dist.get_world_size(), **{k: v.state_dict() for k, v in rest.items() if v is not None}} \
+        if ckpt.rank == 0 else None
+    if background:
+        future = dcp.async_save(_state(model, optimizer), checkpoint_id=str(tmp), process_group=_group(ckpt))
+        ckpt.pending(lambda: (future.result(), _finish(ckpt, tmp, final, meta)))
+        return final if ckpt.rank == 0 else None
     dcp.save(_state(model, optimizer), checkpoint_id=str(tmp))  # writes, then a barrier-like gather
-    if ckpt.rank == 0:
-        meta = {"step": step, "epoch": epoch, "rng": rng_state(), "extra": extra or {}, "world_size":
-                dist.get_world_size(), **{k: v.state_dict() for k, v in rest.items() if v is not None}}
-        torch.save(meta, tmp / SHARDED_META)
-        fsync_dir(tmp)
-        shutil.rmtree(final, ignore_errors=True)  # the same step saved again (a stop right after a save)
-        os.rename(tmp, final)
-        fsync_dir(ckpt.dir)
-        ckpt.prune()
-        log.debug("sharded checkpoint %s written", final)
+    _finish(ckpt, tmp, final, meta)
     dist.barrier()  # no worker goes on (or exits) before the folder is in place
     return final if ckpt.rank == 0 else None
+
+
+def _group(ckpt):
+    """The background saves' own gloo group, made by every worker at its first background
+    save (every worker saves at the same step, so they make it together)."""
+    import torch.distributed as dist
+
+    if getattr(ckpt, "_dcp_group", None) is None:
+        ckpt._dcp_group = dist.new_group(backend="gloo")
+    return ckpt._dcp_group
+
+
+def _finish(ckpt, tmp: Path, final: Path, meta: dict | None) -> None:
+    """Rank 0, once every worker's shards are written: the step's record beside them, the
+    folder renamed into place, the oldest pruned."""
+    import torch
+
+    from deeppod.runtime.checkpoint import SHARDED_META
+
+    if ckpt.rank != 0:
+        return
+    torch.save(meta, tmp / SHARDED_META)
+    fsync_dir(tmp)
+    shutil.rmtree(final, ignore_errors=True)  # the same step saved again (a stop right after a save)
+    os.rename(tmp, final)
+    fsync_dir(ckpt.dir)
+    ckpt.prune()
+    log.debug("sharded checkpoint %s written", final)
 
 
 def meta(path: Path) -> dict:

@@ -6,8 +6,9 @@ by rank 0 only, optionally in a background thread so the loop does not wait on d
 
 A sharded model (``runtime.shard``) is saved by every worker at once, each its own shards,
 with ``torch.distributed.checkpoint`` into a folder ``ckpt-<step>.dcp`` (renamed into place
-by rank 0 once all have written); it loads at any number of workers, into a sharded model or
-a whole one. A single-file checkpoint loads into a sharded model too.
+by rank 0 once all have written; in the background too: each worker copies its shards to
+host memory and goes on); it loads at any number of workers, into a sharded model or a whole
+one. A single-file checkpoint loads into a sharded model too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,7 @@ class Checkpointer:
         self.background = background
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         self._thread: threading.Thread | None = None
+        self._pending: Callable[[], object] | None = None  # a background sharded save's end, run by wait()
         self._error: BaseException | None = None
         self.last_save_seconds = 0.0
         if self.rank == 0:
@@ -105,7 +108,8 @@ class Checkpointer:
             from deeppod.runtime import _sharded_checkpoint
 
             return _sharded_checkpoint.save(self, step, model=_unwrap(model), optimizer=optimizer, rest={
-                "scheduler": scheduler, "scaler": scaler, "sampler": sampler}, epoch=epoch, extra=extra)
+                "scheduler": scheduler, "scaler": scaler, "sampler": sampler}, epoch=epoch, extra=extra,
+                background=self.background if blocking is None else not blocking)
         if self.rank != 0:
             return None
         import time
@@ -150,11 +154,22 @@ class Checkpointer:
             else:
                 old.unlink(missing_ok=True)
 
+    def pending(self, finish: Callable[[], object]) -> None:
+        """A background sharded save in flight: ``finish`` waits for it and puts it in place."""
+        self._pending = finish
+
     def wait(self) -> None:
-        """Block until a background save has finished; re-raise its error if it failed."""
+        """Block until a background save has finished; re-raise its error if it failed. With a
+        sharded model every worker calls it (the trainer does before it exits)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._pending is not None:
+            finish, self._pending = self._pending, None
+            try:
+                finish()
+            except Exception as exc:  # noqa: BLE001 - raised as the single-file path raises
+                self._error = exc
         if self._error is not None:
             err, self._error = self._error, None
             raise RuntimeError(f"background checkpoint failed: {err}") from err
