@@ -157,6 +157,11 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
     with pytest.raises(ClientError) as e:
         b.put_object(Bucket="inbox", Key="cats/../../etc/passwd", Body=b"x")
     assert e.value.response["Error"]["Code"] == "InvalidArgument"
+    # the inbox is files: an object cannot also be a folder of keys (a clear refusal, not a 500)
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="cats/c0/a.png/more.png", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
+    assert "cats/c0/a.png is an object in this inbox" in e.value.response["Error"]["Message"]
 
     read_only = admin.create_access_key(scope="read")
     with pytest.raises(ClientError) as e:

@@ -47,6 +47,24 @@ def test_start_after_and_v1_markers():
     assert b"<NextMarker>c</NextMarker>" in body and b"<IsTruncated>true</IsTruncated>" in body
 
 
+def test_max_keys_zero_is_an_empty_page_not_a_truncated_one():
+    """As S3 answers (ceph/s3-tests test_bucket_list_maxkeys_zero)."""
+    for q in ({"max-keys": "0"}, {"list-type": "2", "max-keys": "0"}):
+        p = listing.page(entries(["a", "b"]), q)
+        assert not p.contents and not p.prefixes and not p.truncated
+
+
+def test_v1_sends_its_prefix_back_unencoded_and_v2_encoded():
+    """With encoding-type=url, AWS encodes a v1 listing's keys but not its Prefix (botocore
+    decodes only Delimiter, Marker and NextMarker there): s3-tests' prefix_unreadable."""
+    items = entries(["a\nb"])
+    v1 = listing.render("inbox", {"prefix": "a\n", "encoding-type": "url"}, listing.page(items, {"prefix": "a\n"}),
+                        lambda e: e.etag)
+    assert b"<Prefix>a\n</Prefix>" in v1 and b"<Key>a%0Ab</Key>" in v1
+    q2 = {"list-type": "2", "prefix": "a\n", "encoding-type": "url"}
+    assert b"<Prefix>a%0A</Prefix>" in listing.render("inbox", q2, listing.page(items, q2), lambda e: e.etag)
+
+
 def test_times_are_written_as_datetime_writes_them_and_completion_keeps_every_field():
     import dataclasses
     import random

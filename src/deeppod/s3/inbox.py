@@ -47,8 +47,15 @@ def temp_file(ns: Namespace, tenant_id: int) -> Path:
 def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None:
     """A complete, checked upload into its place (replacing what was there)."""
     dataset_of(key)
-    dest = ns.inbox_root(tenant_id).joinpath(*segments(key, inbox=True))
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    root = ns.inbox_root(tenant_id)
+    dest = root.joinpath(*segments(key, inbox=True))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # an object where this key needs a folder
+        tmp.unlink(missing_ok=True)
+        above = next((p for p in dest.parents if p != root and p.is_file()), dest.parent)
+        raise S3Error("InvalidArgument", f"{key}: {above.relative_to(root).as_posix()} is an object in this inbox, "
+                      "so it cannot also be a folder of keys (the inbox is files); choose another key") from None
     if dest.is_dir():
         tmp.unlink(missing_ok=True)
         raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")

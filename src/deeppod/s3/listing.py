@@ -58,6 +58,8 @@ def page(entries: list[Entry], q: dict) -> Page:
     after = max(_token(q), q.get("start-after", "")) if v2 else q.get("marker", "")
     limit = _max_keys(q)
     out = Page()
+    if limit == 0:  # S3 answers an empty page, not a truncated one
+        return out
     seen_prefixes = set()
     first = bisect.bisect_right(entries, after.encode(), key=lambda e: e.key.encode()) if after else 0
     count = 0
@@ -91,7 +93,9 @@ def render(bucket: str, q: dict, p: Page, etag_of) -> bytes:
     v2 = q.get("list-type") == "2"
     url = q.get("encoding-type") == "url"
     enc = (lambda s: quote(s, safe="/")) if url else (lambda s: s)
-    body = xml.element("Name", bucket) + xml.element("Prefix", enc(q.get("prefix", "")))
+    # ListObjects (v1) sends its Prefix back as it came, encoding-type or not (AWS does, and
+    # botocore decodes only Delimiter, Marker and NextMarker there)
+    body = xml.element("Name", bucket) + xml.element("Prefix", enc(q.get("prefix", "")) if v2 else q.get("prefix", ""))
     if q.get("delimiter"):
         body += xml.element("Delimiter", enc(q["delimiter"]))
     body += xml.element("MaxKeys", _max_keys(q))
