@@ -173,7 +173,7 @@ S3_STATUS = {
     "AccessDenied": 403, "AuthorizationHeaderMalformed": 400, "AuthorizationQueryParametersError": 400,
     "BadDigest": 400, "EntityTooLarge": 400, "EntityTooSmall": 400, "IncompleteBody": 400, "InternalError": 500,
     "InvalidAccessKeyId": 403, "InvalidArgument": 400, "InvalidBucketName": 400, "InvalidDigest": 400,
-    "InvalidPart": 400, "InvalidPartOrder": 400, "InvalidRange": 416, "InvalidRequest": 400, "MalformedXML": 400,
+    "InvalidPart": 400, "InvalidPartOrder": 400, "MetadataTooLarge": 400, "InvalidRange": 416, "InvalidRequest": 400, "MalformedXML": 400,
     "MethodNotAllowed": 405, "MissingContentLength": 411, "NoSuchBucket": 404, "NoSuchKey": 404,
     "NoSuchUpload": 404, "NotImplemented": 501, "PreconditionFailed": 412, "RequestTimeTooSkewed": 403,
     "SignatureDoesNotMatch": 403, "XAmzContentSHA256Mismatch": 400, "NotModified": 304,

@@ -207,6 +207,76 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
 
 
 @pytest.mark.timeout(300)
+def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(server):
+    """What ceph/s3-tests found missing (docs/s3-tests.md): metadata, copies' directives, a
+    signed GET's response-* overrides, conditional PUTs, a repeated multipart completion, one
+    part of a multipart object, UploadPartCopy."""
+    b = s3(Client(server.url, server.admin_token).create_access_key())
+    b.put_object(Bucket="inbox", Key="docs/a.txt", Body=b"hello", ContentType="text/bla", CacheControl="no-cache",
+                 Metadata={"camera": "3", "site": "north"})
+    for got in (b.get_object(Bucket="inbox", Key="docs/a.txt"), b.head_object(Bucket="inbox", Key="docs/a.txt")):
+        assert got["ContentType"] == "text/bla" and got["CacheControl"] == "no-cache"
+        assert got["Metadata"] == {"camera": "3", "site": "north"}
+        # the endpoint shares the console's origin: nothing it serves runs there
+        assert got["ResponseMetadata"]["HTTPHeaders"]["content-security-policy"] == "sandbox"
+    url = b.generate_presigned_url("get_object", Params={"Bucket": "inbox", "Key": "docs/a.txt",
+                                                         "ResponseContentType": "foo/bar",
+                                                         "ResponseContentDisposition": "attachment"})
+    r = requests.get(url, timeout=30)
+    assert r.headers["content-type"] == "foo/bar" and r.headers["content-disposition"] == "attachment"
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="docs/big.txt", Body=b"x", Metadata={"m": "v" * 2100})
+    assert e.value.response["Error"]["Code"] == "MetadataTooLarge"
+
+    # copies: the source's metadata unless REPLACE; onto itself only with REPLACE
+    b.copy_object(Bucket="inbox", Key="docs/b.txt", CopySource="inbox/docs/a.txt")
+    assert b.head_object(Bucket="inbox", Key="docs/b.txt")["Metadata"] == {"camera": "3", "site": "north"}
+    with pytest.raises(ClientError) as e:
+        b.copy_object(Bucket="inbox", Key="docs/a.txt", CopySource="inbox/docs/a.txt")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    b.copy_object(Bucket="inbox", Key="docs/a.txt", CopySource="inbox/docs/a.txt", MetadataDirective="REPLACE",
+                  ContentType="text/plain", Metadata={"camera": "4"})
+    got = b.get_object(Bucket="inbox", Key="docs/a.txt")
+    assert got["ContentType"] == "text/plain" and got["Metadata"] == {"camera": "4"} and got["Body"].read() == b"hello"
+
+    # conditional writes: nothing replaced when the condition fails
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="docs/a.txt", Body=b"other", IfNoneMatch="*")
+    assert e.value.response["Error"]["Code"] == "PreconditionFailed"
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="docs/a.txt", Body=b"other", IfMatch='"0123"')
+    assert e.value.response["Error"]["Code"] == "PreconditionFailed"
+    assert b.get_object(Bucket="inbox", Key="docs/a.txt")["Body"].read() == b"hello"
+    etag = b.head_object(Bucket="inbox", Key="docs/a.txt")["ETag"]
+    b.put_object(Bucket="inbox", Key="docs/a.txt", Body=b"newer", IfMatch=etag)
+    assert b.get_object(Bucket="inbox", Key="docs/a.txt")["Body"].read() == b"newer"
+    assert not list((server.home / "data" / "hot" / ".s3").glob("*/tmp/*"))  # the refused bodies are gone
+
+    # multipart: its metadata, a completion repeated (a client's retry), one part read back, a copied part
+    part = b"p" * (5 << 20)
+    up = b.create_multipart_upload(Bucket="inbox", Key="docs/big.bin", ContentType="audio/ogg",
+                                   Metadata={"take": "7"})["UploadId"]
+    one = b.upload_part(Bucket="inbox", Key="docs/big.bin", UploadId=up, PartNumber=1, Body=part)["ETag"]
+    two = b.upload_part_copy(Bucket="inbox", Key="docs/big.bin", UploadId=up, PartNumber=2,
+                             CopySource="inbox/docs/b.txt", CopySourceRange="bytes=1-3")["CopyPartResult"]["ETag"]
+    with pytest.raises(ClientError) as e:
+        b.upload_part_copy(Bucket="inbox", Key="docs/big.bin", UploadId=up, PartNumber=3,
+                           CopySource="inbox/docs/b.txt", CopySourceRange="bytes=0-21")
+    assert e.value.response["Error"]["Code"] == "InvalidRange"
+    assert b.head_object(Bucket="inbox", Key="docs/b.txt")["ContentLength"] == 5  # the copy made a part, no object
+    parts = {"Parts": [{"ETag": one, "PartNumber": 1}, {"ETag": two, "PartNumber": 2}]}
+    done = b.complete_multipart_upload(Bucket="inbox", Key="docs/big.bin", UploadId=up, MultipartUpload=parts)
+    again = b.complete_multipart_upload(Bucket="inbox", Key="docs/big.bin", UploadId=up, MultipartUpload=parts)
+    assert again["ETag"] == done["ETag"] and done["ETag"].endswith('-2"')
+    got = b.get_object(Bucket="inbox", Key="docs/big.bin", PartNumber=2)
+    assert got["Body"].read() == b"ell" and got["PartsCount"] == 2 and got["ContentType"] == "audio/ogg"
+    assert got["Metadata"] == {"take": "7"}
+    with pytest.raises(ClientError) as e:
+        b.get_object(Bucket="inbox", Key="docs/b.txt", PartNumber=2)
+    assert e.value.response["Error"]["Code"] == "InvalidPart"
+    assert b.get_object(Bucket="inbox", Key="docs/b.txt", PartNumber=1)["Body"].read() == b"hello"
+
+
 def test_a_key_made_and_revoked_in_the_console_signs_for_boto3(server, browser):  # noqa: F811 - the fixture
     """The admin page makes a key and shows it once with the commands to use it; the key works
     in boto3 with the scope chosen; a bad name is refused by its field; revoked there, it stops."""

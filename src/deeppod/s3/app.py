@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote
 import anyio
 
 from deeppod.errors import DeepPodError, S3Error
-from deeppod.s3 import access_keys, inbox, sigv4
+from deeppod.s3 import access_keys, inbox, metadata, sigv4
 from deeppod.s3.body import Decoder, Digests
 from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5, open_object
 from deeppod.s3 import listing, xml
@@ -69,6 +69,9 @@ class S3App:
                 name = k.decode("latin-1").lower()
                 headers[name] = headers[name] + "," + v.decode("latin-1") if name in headers else v.decode("latin-1")
             query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+            if scope["method"] == "OPTIONS":  # a browser's CORS preflight: no CORS rules are kept here
+                raise S3Error("InvalidRequest", "CORS is not configured on DeepPod's S3 endpoint (an OPTIONS "
+                              "request needs an Origin and a bucket's CORS rules)")
             req = sigv4.Request(scope["method"], raw, query, headers)
             who, signed, signing_key = await self._authenticate(req)
             scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
@@ -139,19 +142,29 @@ class S3App:
                 await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, key)
             return await _send(send, 204, [], b"", rid)
         if method == "POST" and "uploads" in q:
-            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key)
+            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key,
+                                                    metadata.from_request(req.headers))
             return await _xml(send, 200, xml.document("InitiateMultipartUploadResult", xml.element("Bucket", bucket)
                               + xml.element("Key", key) + xml.element("UploadId", upload)), rid)
         if method == "POST" and "uploadId" in q:
-            folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
-            body = await _read_small(receive, 1 << 20)
-            asked = listing.completed_parts(body)
-            etag = await anyio.to_thread.run_sync(inbox.complete, self.ns, tenant, folder, key, asked)
+            etag = await self._complete_upload(receive, req, q, tenant, key)
             return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
                 "Location", f"{PREFIX}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
                 + xml.element("ETag", f'"{etag}"')), rid)
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
+
+    async def _complete_upload(self, receive, req, q, tenant, key) -> str:
+        try:
+            folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
+        except S3Error:  # completed already (the client's retry of an answer it lost): the same answer
+            done = await anyio.to_thread.run_sync(inbox.completed, self.ns, tenant, q["uploadId"], key)
+            if done is None:
+                raise
+            return done
+        asked = listing.completed_parts(await _read_small(receive, 1 << 20))
+        return await anyio.to_thread.run_sync(inbox.complete, self.ns, tenant, folder, key, asked,
+                                              inbox.Condition.of(req.headers))
 
     async def _bucket(self, receive, send, method, q, tenant, bucket, rid):
         if method == "HEAD":
@@ -228,8 +241,11 @@ class S3App:
         etag = f'"{self._etag_of(e)}"'
         h = req.headers
         modified = datetime.fromtimestamp(int(e.mtime), timezone.utc)
+        meta = await anyio.to_thread.run_sync(metadata.read, e.path) if bucket == "inbox" else {}
+        # the endpoint shares the console's origin: what it serves never runs as the console
         base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
-                (b"accept-ranges", b"bytes"), (b"content-type", _content_type(key).encode())]
+                (b"accept-ranges", b"bytes"), (b"content-security-policy", b"sandbox"),
+                (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q)]
         if "if-match" in h and etag not in _etags_in(h["if-match"]) and "*" not in h["if-match"]:
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Match)")
@@ -241,7 +257,12 @@ class S3App:
             return await _send(send, 304, base, b"", rid)
         start, end, status = 0, e.size - 1, 200
         wanted = h.get("range")
-        if wanted and "partNumber" not in q:
+        if "partNumber" in q:  # one part of a multipart object (part 1 of any other is all of it)
+            start, end, count = metadata.part_range(meta, inbox.part_number(q["partNumber"]), e.size)
+            status = 206
+            base += [(b"content-range", f"bytes {start}-{end}/{e.size}".encode()),
+                     (b"x-amz-mp-parts-count", str(count).encode())]
+        elif wanted:
             start, end = _range(wanted, e.size)
             status = 206
             base.append((b"content-range", f"bytes {start}-{end}/{e.size}".encode()))
@@ -267,12 +288,13 @@ class S3App:
     async def _put(self, receive, send, req, q, who, key, signed, signing_key, rid):
         tenant, h = who.principal.tenant_id, req.headers
         name = inbox.dataset_of(key)
-        if "x-amz-copy-source" in h:
-            return await self._copy(send, req, who, key, rid)
         part = None
         if "uploadId" in q or "partNumber" in q:
             part = (inbox.upload_folder(self.ns, tenant, q.get("uploadId", ""), key),
                     inbox.part_number(q.get("partNumber", "")))
+        if "x-amz-copy-source" in h:
+            return await self._copy(send, req, who, key, part, rid)
+        meta, condition = metadata.from_request(h), inbox.Condition.of(h)
         tmp, digests = await self._receive_body(receive, req, tenant, signed, signing_key)
         if tmp is None:
             return  # the client went away: nothing was kept
@@ -283,7 +305,7 @@ class S3App:
             tmp.unlink(missing_ok=True)
             self._commit_in_background(who, name)
         else:
-            await anyio.to_thread.run_sync(inbox.place, self.ns, tenant, key, tmp, etag)
+            await anyio.to_thread.run_sync(inbox.place, self.ns, tenant, key, tmp, etag, meta, condition)
         return await _send(send, 200, [(b"etag", f'"{etag}"'.encode())], b"", rid)
 
     async def _receive_body(self, receive, req, tenant, signed, signing_key):
@@ -337,8 +359,11 @@ class S3App:
             tmp.unlink(missing_ok=True)
             raise
 
-    async def _copy(self, send, req, who, key, rid):
-        source = unquote(req.headers["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
+    async def _copy(self, send, req, who, key, part, rid):
+        """CopyObject (``part`` None) or UploadPartCopy: the source's bytes (a range of them for a
+        part) into the inbox, never a link to them."""
+        h = req.headers
+        source = unquote(h["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
         if source.startswith(PREFIX.lstrip("/") + "/"):
             source = source[len(PREFIX):]
         src_bucket, _, src_key = source.partition("/")
@@ -346,20 +371,35 @@ class S3App:
             raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
         tenant = who.principal.tenant_id
         e = await anyio.to_thread.run_sync(self._find, tenant, src_bucket, src_key)
+        first, last = (0, e.size - 1) if "x-amz-copy-source-range" not in h or part is None else \
+            _range(h["x-amz-copy-source-range"], e.size, strict=True)
+        replace = h.get("x-amz-metadata-directive", "COPY").upper() == "REPLACE"
+        if part is None and src_bucket == "inbox" and src_key == key and not replace:
+            raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy an object to "
+                          "itself without changing the object's metadata: add x-amz-metadata-directive: REPLACE")
+        meta = metadata.from_request(h) if replace else \
+            {k: v for k, v in (metadata.read(e.path) if src_bucket == "inbox" else {}).items() if k != metadata.PARTS}
 
         def copy() -> tuple[str, float]:
             tmp = inbox.temp_file(self.ns, tenant)
             with open_object(e) as f, open(tmp, "wb") as out:
                 digests = Digests(set())  # the ETag's MD5 only
-                for block in iter(lambda: f.read(BLOCK), b""):
+                f.seek(first)
+                left = last - first + 1
+                for block in iter(lambda: f.read(min(BLOCK, left)) if left > 0 else b"", b""):
+                    left -= len(block)
                     digests.update(block)
                     out.write(block)
             etag = digests.md5.hexdigest()
-            inbox.place(self.ns, tenant, key, tmp, etag)
+            if part is not None:
+                inbox.put_part(part[0], part[1], tmp, etag)
+            else:
+                inbox.place(self.ns, tenant, key, tmp, etag, meta, inbox.Condition.of(h))
             return etag, time.time()
 
         etag, when = await anyio.to_thread.run_sync(copy)
-        return await _xml(send, 200, xml.document("CopyObjectResult", xml.element("LastModified", xml.iso(when))
+        result = "CopyObjectResult" if part is None else "CopyPartResult"
+        return await _xml(send, 200, xml.document(result, xml.element("LastModified", xml.iso(when))
                                                   + xml.element("ETag", f'"{etag}"')), rid)
 
     async def _list_parts(self, send, q, tenant, bucket, key, rid):
@@ -437,13 +477,18 @@ async def _read_small(receive, limit: int) -> bytes:
             return bytes(body)
 
 
-def _range(value: str, size: int) -> tuple[int, int]:
+def _range(value: str, size: int, strict: bool = False) -> tuple[int, int]:
+    """A Range header's first range within ``size``; ``strict`` (a copy's source range): both
+    ends given and inside the object."""
     unit, _, spec = value.partition("=")
     first = spec.split(",")[0].strip()
     a, dash, b = first.partition("-")
     try:
         if unit.strip() != "bytes" or not dash:
             raise ValueError
+        if strict and (a == "" or b == "" or int(b) >= size):
+            raise S3Error("InvalidRange", f"the copy source range {value!r} must be bytes=FIRST-LAST within the "
+                          f"source's {size} bytes")
         if a == "":
             n = int(b)
             start, end = max(0, size - n), size - 1
@@ -465,10 +510,3 @@ def _after(modified: datetime, header: str) -> bool:
         return modified > parsedate_to_datetime(header)
     except (TypeError, ValueError):
         return False
-
-
-def _content_type(key: str) -> str:
-    import mimetypes
-
-    return mimetypes.guess_type(key)[0] or "application/octet-stream"
-

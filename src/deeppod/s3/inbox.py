@@ -7,20 +7,24 @@ so a failed, cut or refused upload leaves nothing; multipart parts wait in ``upl
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.orm import sessionmaker
 
-from deeppod.atomic import move_into_place
+from deeppod.atomic import atomic_write, move_into_place
 from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
-from deeppod.s3.namespace import COMMIT, Namespace, etag_path, segments, write_etag
+from deeppod.s3 import metadata
+from deeppod.s3.namespace import COMMIT, Namespace, etag_path, read_etag, segments, write_etag
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
@@ -28,6 +32,7 @@ MIN_PART = 5 << 20  # every part but the last (S3's)
 MAX_PARTS = 10_000
 ABANDONED_AFTER = 7 * 86400  # a multipart upload untouched this long is removed at start
 _commits = threading.Lock()
+_placing = threading.Lock()  # a conditional write's check and rename, against this server's other writes
 
 
 def dataset_of(key: str) -> str:
@@ -44,8 +49,47 @@ def temp_file(ns: Namespace, tenant_id: int) -> Path:
     return folder / uuid.uuid4().hex
 
 
-def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None:
-    """A complete, checked upload into its place (replacing what was there)."""
+def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: dict | None = None,
+          condition: Condition | None = None) -> None:
+    """A complete, checked upload into its place (replacing what was there), with its metadata;
+    ``condition``: the request's If-Match / If-None-Match, checked and kept true until it is in
+    place (other writers of this server wait)."""
+    with _placing if condition else contextlib.nullcontext():
+        _place(ns, tenant_id, key, tmp, etag, meta or {}, condition)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A conditional write: ``if_match`` (the ETags the object must have now, or "*") and
+    ``if_none_match`` ("*": only if there is no such object yet)."""
+
+    if_match: str | None = None
+    if_none_match: str | None = None
+
+    @classmethod
+    def of(cls, headers) -> Condition | None:
+        if "if-match" in headers or "if-none-match" in headers:
+            return cls(headers.get("if-match"), headers.get("if-none-match"))
+        return None
+
+    def check(self, dest: Path, key: str) -> None:
+        exists = dest.is_file()
+        if self.if_none_match is not None and exists:
+            if self.if_none_match.strip() == "*" or read_etag(dest) in _etags(self.if_none_match):
+                raise S3Error("PreconditionFailed", f"{key} exists (If-None-Match): it was not replaced")
+        if self.if_match is not None:
+            if not exists:
+                raise S3Error("NoSuchKey", f"the specified key does not exist: {key[:300]} (If-Match)")
+            if self.if_match.strip() != "*" and read_etag(dest) not in _etags(self.if_match):
+                raise S3Error("PreconditionFailed", f"{key} has another ETag now (If-Match): it was not replaced")
+
+
+def _etags(header: str) -> set[str]:
+    return {t.strip().strip('"') for t in header.split(",")}
+
+
+def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: dict,
+           condition: Condition | None) -> None:
     dataset_of(key)
     root = ns.inbox_root(tenant_id)
     dest = root.joinpath(*segments(key, inbox=True))
@@ -59,7 +103,14 @@ def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str) -> None
     if dest.is_dir():
         tmp.unlink(missing_ok=True)
         raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")
+    if condition is not None:
+        try:
+            condition.check(dest, key)
+        except S3Error:
+            tmp.unlink(missing_ok=True)
+            raise
     write_etag(tmp, etag, dest)  # before it is in place: a listing never sees it without
+    metadata.write(tmp, meta, dest)
     move_into_place(tmp, dest)
 
 
@@ -69,6 +120,7 @@ def delete(ns: Namespace, tenant_id: int, key: str) -> None:
     if dest.is_file() and not dest.is_symlink():
         dest.unlink()
         etag_path(dest).unlink(missing_ok=True)
+        metadata.sidecar(dest).unlink(missing_ok=True)
         _prune(dest.parent, ns.inbox_root(tenant_id))
 
 
@@ -95,22 +147,40 @@ def _prune(folder: Path, root: Path) -> None:
 
 # -- multipart -----------------------------------------------------------------------------
 
-def create_upload(ns: Namespace, tenant_id: int, key: str) -> str:
+def create_upload(ns: Namespace, tenant_id: int, key: str, meta: dict | None = None) -> str:
     dataset_of(key)
     upload_id = uuid.uuid4().hex
     folder = ns.uploads_root(tenant_id) / upload_id
     folder.mkdir(parents=True)
-    (folder / "key").write_text(key)
+    (folder / "meta.json").write_text(json.dumps(meta or {}))
+    (folder / "key").write_text(key)  # last: the upload exists once its key is written
     return upload_id
+
+
+def _no_upload() -> S3Error:
+    return S3Error("NoSuchUpload", "the specified multipart upload does not exist: it was completed or aborted, "
+                   "or its id or key is wrong")
 
 
 def upload_folder(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> Path:
     folder = ns.uploads_root(tenant_id) / upload_id
     if len(upload_id) != 32 or not upload_id.isalnum() or not (folder / "key").is_file() or \
             (folder / "key").read_text() != key:
-        raise S3Error("NoSuchUpload", "the specified multipart upload does not exist: it was completed or aborted, "
-                      "or its id or key is wrong")
+        raise _no_upload()
     return folder
+
+
+def completed(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> str | None:
+    """The ETag an upload of ``key`` completed with, if it did lately (kept a week): S3 answers
+    a repeated CompleteMultipartUpload with success, so a client whose first answer was lost
+    on the way can retry it."""
+    if len(upload_id) != 32 or not upload_id.isalnum():
+        return None
+    try:
+        done = json.loads((ns.uploads_root(tenant_id) / f"{upload_id}.done").read_text())
+    except (OSError, ValueError):
+        return None
+    return done.get("etag") if done.get("key") == key else None
 
 
 def part_number(raw: str) -> int:
@@ -133,7 +203,8 @@ def parts(folder: Path) -> list[tuple[int, int, str, float]]:
     return out
 
 
-def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[tuple[int, str]]) -> str:
+def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[tuple[int, str]],
+             condition: Condition | None = None) -> str:
     """Join the parts the client lists, in its order, into the object; its ETag (S3's: the MD5
     of the parts' MD5s, then "-N")."""
     import hashlib
@@ -158,7 +229,13 @@ def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[
                 shutil.copyfileobj(f, out, 1 << 20)
             joined.update(bytes.fromhex(etag.strip('"')))
     etag = f"{joined.hexdigest()}-{len(asked)}"
-    place(ns, tenant_id, key, tmp, etag)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    meta[metadata.PARTS] = [have[n][0] for n, _ in asked]
+    place(ns, tenant_id, key, tmp, etag, meta, condition)
+    atomic_write(folder.with_name(f"{folder.name}.done"), json.dumps({"key": key, "etag": etag}).encode())
     shutil.rmtree(folder, ignore_errors=True)
     return etag
 
@@ -223,5 +300,8 @@ def recover(ns: Namespace, now: float) -> None:
                 _put_back(taken, tenant / "inbox" / name)
             shutil.rmtree(taken, ignore_errors=True)
         for upload in (tenant / "uploads").glob("*") if (tenant / "uploads").is_dir() else ():
-            if now - upload.stat().st_mtime > ABANDONED_AFTER:
-                shutil.rmtree(upload, ignore_errors=True)
+            if now - upload.stat().st_mtime > ABANDONED_AFTER:  # an upload, or a completed one's record
+                if upload.is_dir():
+                    shutil.rmtree(upload, ignore_errors=True)
+                else:
+                    upload.unlink(missing_ok=True)

@@ -87,7 +87,7 @@ def completed(e: Entry) -> Entry | None:
 
 def etag_of(e: Entry) -> str | None:
     """The entry's ETag if known without hashing the file (its own, or its sidecar's)."""
-    return e.etag or (_read_etag(e.path) if e.sidecar else None)
+    return e.etag or (read_etag(e.path) if e.sidecar else None)
 
 
 def segments(key: str, *, inbox: bool = False) -> list[str]:
@@ -297,7 +297,7 @@ def write_etag(path: Path, etag: str, dest: Path) -> None:
         etag_path(dest).write_text(etag)
 
 
-def _read_etag(path: Path | str) -> str | None:
+def read_etag(path: Path | str) -> str | None:
     try:
         return os.getxattr(path, XATTR, follow_symlinks=False).decode() or None
     except OSError:

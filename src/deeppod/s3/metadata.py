@@ -1,0 +1,94 @@
+"""An inbox object's metadata, as S3 keeps it: the headers a PUT (or a multipart upload's
+start, or a copy) gave it (Content-Type, Content-Encoding, Content-Disposition,
+Content-Language, Cache-Control, Expires) and its user metadata (``x-amz-meta-*``, 2 KB at
+most), returned on every GET and HEAD, with a signed GET's ``response-*`` overrides on top.
+
+Kept with the file, as its ETag is: an extended attribute, or where the file system keeps
+none, a hidden file beside it (``.NAME.meta``). Objects of the read-only buckets have none:
+their Content-Type is guessed from the key. A multipart object also records its parts' sizes,
+so a GET of one part (``partNumber``) can answer it.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import os
+from pathlib import Path
+
+from deeppod.errors import S3Error
+
+STORED = ("content-type", "content-encoding", "content-disposition", "content-language", "cache-control", "expires")
+USER = "x-amz-meta-"
+MAX_USER_BYTES = 2048  # S3's limit on user metadata
+PARTS = "parts"  # the record's part sizes (a multipart object), not a header
+XATTR = "user.deeppod.meta"
+SUFFIX = ".meta"
+OVERRIDES = {"response-content-type": "content-type", "response-content-language": "content-language",
+             "response-expires": "expires", "response-cache-control": "cache-control",
+             "response-content-disposition": "content-disposition",
+             "response-content-encoding": "content-encoding"}
+
+
+def from_request(headers) -> dict:
+    """What of a request's headers the object keeps."""
+    meta = {k: headers[k] for k in STORED if k in headers}
+    if "content-encoding" in meta:  # aws-chunked names the upload's framing, not the object's encoding
+        kept = [c.strip() for c in meta["content-encoding"].split(",") if c.strip().lower() != "aws-chunked"]
+        meta["content-encoding"] = ", ".join(kept)
+        if not kept:
+            del meta["content-encoding"]
+    user = {k: v for k, v in headers.items() if k.startswith(USER)}
+    if sum(len(k) - len(USER) + len(v) for k, v in user.items()) > MAX_USER_BYTES:
+        raise S3Error("MetadataTooLarge", f"your metadata headers exceed the maximum allowed metadata size "
+                      f"({MAX_USER_BYTES} bytes of x-amz-meta-* names and values)")
+    return {**meta, **user}
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name("." + path.name + SUFFIX)
+
+
+def write(path: Path, meta: dict, dest: Path) -> None:
+    """Keep ``meta`` with the file ``path`` that is about to become ``dest`` (replacing what
+    ``dest`` had)."""
+    raw = json.dumps(meta, separators=(",", ":")).encode()
+    try:
+        if meta:
+            os.setxattr(path, XATTR, raw)
+        sidecar(dest).unlink(missing_ok=True)
+    except OSError:
+        sidecar(dest).write_bytes(raw)
+
+
+def read(path: Path | str) -> dict:
+    try:
+        raw = os.getxattr(path, XATTR, follow_symlinks=False)
+    except OSError:
+        try:
+            raw = sidecar(Path(path)).read_bytes()
+        except OSError:
+            return {}
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
+    """The GET or HEAD answer's headers for an object with ``meta``."""
+    out = {"content-type": mimetypes.guess_type(key)[0] or "application/octet-stream"}
+    out.update({k: v for k, v in meta.items() if k in STORED or k.startswith(USER)})
+    out.update({header: query[name] for name, header in OVERRIDES.items() if name in query})
+    return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
+
+
+def part_range(meta: dict, number: int, size: int) -> tuple[int, int, int]:
+    """(first byte, last byte, parts) of part ``number``: a multipart object's recorded part, or
+    part 1 of any other object being the whole of it."""
+    sizes = meta.get(PARTS) or [size]
+    if not 1 <= number <= len(sizes):
+        raise S3Error("InvalidPart", f"the object has {len(sizes)} part(s); part {number} is not one of them")
+    start = sum(sizes[:number - 1])
+    return start, start + sizes[number - 1] - 1, len(sizes)
