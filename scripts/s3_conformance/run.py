@@ -7,7 +7,7 @@ S3TESTS is a checkout of https://github.com/ceph/s3-tests (not shipped here, and
 by this script). It starts a DeepPod server on a free loopback port with a home of its own,
 makes the suite's three users (main, alt and tenant, each in a tenant of its own) and a write
 access key for each, writes the suite's configuration, and runs the suite's
-``s3tests/functional/test_s3.py`` with ``plugin.py`` loaded (every bucket a test makes is a
+``s3tests/functional/test_s3.py`` and ``test_headers.py`` with ``plugin.py`` loaded (every bucket a test makes is a
 dataset's name in the ``inbox`` bucket). The suite's tests of features DeepPod does not offer
 (ACLs, policies, versioning, lifecycle, encryption, logging, tagging, object lock, ...) are
 left out by their markers and names; the rest run, and each one's outcome is written to
@@ -89,7 +89,7 @@ def outcomes(junit: Path) -> dict[str, dict]:
                 state = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                 why = (found.get("message") or "")[:300]
                 break
-        out[name] = {"outcome": state, "message": why}
+        out[f"{case.get('classname', '').rsplit('.', 1)[-1]}::{name}"] = {"outcome": state, "message": why}
     return out
 
 
@@ -108,7 +108,7 @@ def main() -> None:
             words = " or ".join(WORDS)
             select = f"not ({words})" + (f" and ({args.k})" if args.k else "")
             cmd = [args.python, "-m", "pytest", "-p", "plugin", "-q", "-p", "no:cacheprovider",
-                   str(args.suite / "s3tests" / "functional" / "test_s3.py"), "-m",
+                   *(str(args.suite / "s3tests" / "functional" / f) for f in ("test_s3.py", "test_headers.py")), "-m",
                    "not (" + " or ".join(MARKERS) + ")", "-k", select, f"--junitxml={junit}", "-o",
                    "junit_family=xunit1"]
             env = {**os.environ, "S3TEST_CONF": str(conf),

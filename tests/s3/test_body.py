@@ -73,3 +73,20 @@ def test_unsigned_chunks_with_a_trailing_checksum():
     bad.update(data[:-1] + b"X")
     with pytest.raises(S3Error):
         bad.check(d.trailers)
+
+
+def test_a_content_md5_that_is_no_md5_is_invalid_not_bad():
+    """s3-tests' bad_md5_invalid_short / _empty: InvalidDigest before the body, BadDigest after it."""
+    from deeppod.s3.body import Digests
+
+    for value in ("", "YWJjZA==", "not base64!"):
+        with pytest.raises(S3Error) as e:
+            Digests.check_md5_header({"content-md5": value})
+        assert e.value.code == "InvalidDigest"
+    good = base64.b64encode(b"\0" * 16).decode()
+    Digests.check_md5_header({"content-md5": good})
+    d = Digests(set())
+    d.update(b"x")
+    with pytest.raises(S3Error) as e:
+        d.check({"content-md5": good})
+    assert e.value.code == "BadDigest"

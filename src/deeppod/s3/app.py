@@ -318,6 +318,7 @@ class S3App:
         if size_hint > inbox.MAX_OBJECT:
             raise S3Error("EntityTooLarge", f"your proposed upload ({size_hint} bytes) exceeds the maximum allowed "
                           "object size of 5 GiB: upload it in parts (multipart)")
+        Digests.check_md5_header(h)
         mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
         decoder = Decoder(mode, signed, signing_key)
         digests = Digests.for_request(h, signed.payload)

@@ -42,6 +42,19 @@ class Digests:
             self.crc32 = zlib.crc32(data, self.crc32)
         self.size += len(data)
 
+    @staticmethod
+    def check_md5_header(headers: dict[str, str]) -> None:
+        """A Content-MD5 that is not the base64 of 16 bytes is refused before the body is read."""
+        if "content-md5" not in headers:
+            return
+        try:
+            ok = len(base64.b64decode(headers["content-md5"].strip(), validate=True)) == 16
+        except ValueError:
+            ok = False
+        if not ok:
+            raise S3Error("InvalidDigest", "the Content-MD5 you specified is not valid: send the base64 of the "
+                          "body's 16-byte MD5")
+
     def check(self, declared: dict[str, str]) -> None:
         """``declared``: lower-case header or trailer names to values (Content-MD5, checksums)."""
         ours = {"content-md5": base64.b64encode(self.md5.digest()).decode()}
