@@ -38,12 +38,13 @@ MARKERS = ("bucket_logging", "bucket_logging_cleanup", "encryption", "lifecycle"
 WORDS = ("acl", "versioning", "versioned", "version", "lock", "retention", "legal_hold", "policy", "lifecycle",
          "cors", "website", "logging", "tagging", "tags", "encryption", "sse", "torrent", "request_payment",
          "accelerate", "notification", "ownership", "public_block", "block_public", "bucket_create",
-         "bucket_naming", "bucket_list_empty", "buckets_create", "bucket_recreate", "bucket_delete",
+         "bucket_naming", "buckets_create", "bucket_recreate", "bucket_delete",
          "list_buckets", "bucket_head", "bucket_location", "ratelimit", "restore", "storage_class",
          "transition", "anon", "atomic_dual", "post_object", "multipart_copy_versioned", "bucket_policy",
          "append", "delete_marker", "get_bucket", "put_bucket", "set_bucket", "bucket_access",
-         "access_bucket", "owner", "grant", "bucketv2_policy", "account_usage", "head_bucket_usage",
-         "rgw", "object_attributes", "get_object_attributes")
+         "access_bucket", "grant", "bucketv2_policy", "account_usage", "head_bucket_usage",
+         "chunk_size_bug", "object_attributes", "get_object_attributes")
+# (-k matches a test's markers too: no word here may be part of one, as "rgw" is of fails_on_rgw)
 
 
 def setup_server(home: Path):

@@ -224,6 +224,9 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
                                                          "ResponseContentDisposition": "attachment"})
     r = requests.get(url, timeout=30)
     assert r.headers["content-type"] == "foo/bar" and r.headers["content-disposition"] == "attachment"
+    put = b.put_object(Bucket="inbox", Key="docs/sum.txt", Body=b"summed", ChecksumAlgorithm="SHA256")
+    head = b.head_object(Bucket="inbox", Key="docs/sum.txt", ChecksumMode="ENABLED")
+    assert put["ChecksumSHA256"] == head["ChecksumSHA256"] == "QHKsIYbvviQZoyq4DDuZaDyMjrwSCbRvmyj4QnKR+YY="
     with pytest.raises(ClientError) as e:
         b.put_object(Bucket="inbox", Key="docs/big.txt", Body=b"x", Metadata={"m": "v" * 2100})
     assert e.value.response["Error"]["Code"] == "MetadataTooLarge"
@@ -234,6 +237,9 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     with pytest.raises(ClientError) as e:
         b.copy_object(Bucket="inbox", Key="docs/a.txt", CopySource="inbox/docs/a.txt")
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    with pytest.raises(ClientError) as e:
+        b.copy_object(Bucket="inbox", Key="docs/c.txt", CopySource="inbox/docs/a.txt", CopySourceIfMatch='"0123"')
+    assert e.value.response["Error"]["Code"] == "PreconditionFailed"
     b.copy_object(Bucket="inbox", Key="docs/a.txt", CopySource="inbox/docs/a.txt", MetadataDirective="REPLACE",
                   ContentType="text/plain", Metadata={"camera": "4"})
     got = b.get_object(Bucket="inbox", Key="docs/a.txt")
@@ -263,6 +269,10 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
         b.upload_part_copy(Bucket="inbox", Key="docs/big.bin", UploadId=up, PartNumber=3,
                            CopySource="inbox/docs/b.txt", CopySourceRange="bytes=0-21")
     assert e.value.response["Error"]["Code"] == "InvalidRange"
+    with pytest.raises(ClientError) as e:
+        b.upload_part_copy(Bucket="inbox", Key="docs/big.bin", UploadId=up, PartNumber=3,
+                           CopySource="inbox/docs/b.txt", CopySourceRange="bytes=0-")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
     assert b.head_object(Bucket="inbox", Key="docs/b.txt")["ContentLength"] == 5  # the copy made a part, no object
     parts = {"Parts": [{"ETag": one, "PartNumber": 1}, {"ETag": two, "PartNumber": 2}]}
     done = b.complete_multipart_upload(Bucket="inbox", Key="docs/big.bin", UploadId=up, MultipartUpload=parts)

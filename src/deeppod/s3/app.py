@@ -245,7 +245,7 @@ class S3App:
         # the endpoint shares the console's origin: what it serves never runs as the console
         base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
                 (b"accept-ranges", b"bytes"), (b"content-security-policy", b"sandbox"),
-                (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q)]
+                (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q, h.get("x-amz-checksum-mode", "").upper() == "ENABLED")]
         if "if-match" in h and etag not in _etags_in(h["if-match"]) and "*" not in h["if-match"]:
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Match)")
@@ -299,6 +299,9 @@ class S3App:
         if tmp is None:
             return  # the client went away: nothing was kept
         etag = digests.md5.hexdigest()
+        checksums = digests.checksums()
+        if checksums:
+            meta[metadata.CHECKSUMS] = checksums
         if part is not None:
             await anyio.to_thread.run_sync(inbox.put_part, part[0], part[1], tmp, etag)
         elif key == f"{name}/{COMMIT}":  # a device's "that is all": the inbox becomes the next version
@@ -306,7 +309,8 @@ class S3App:
             self._commit_in_background(who, name)
         else:
             await anyio.to_thread.run_sync(inbox.place, self.ns, tenant, key, tmp, etag, meta, condition)
-        return await _send(send, 200, [(b"etag", f'"{etag}"'.encode())], b"", rid)
+        return await _send(send, 200, [(b"etag", f'"{etag}"'.encode()),
+                                       *((k.encode(), v.encode()) for k, v in checksums.items())], b"", rid)
 
     async def _receive_body(self, receive, req, tenant, signed, signing_key):
         """The body into a temporary file, checked; (None, None) if the client disconnected."""
@@ -372,6 +376,8 @@ class S3App:
             raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
         tenant = who.principal.tenant_id
         e = await anyio.to_thread.run_sync(self._find, tenant, src_bucket, src_key)
+        await anyio.to_thread.run_sync(self._fill_etags, [e])
+        _check_copy_source(h, f'"{self._etag_of(e)}"', datetime.fromtimestamp(int(e.mtime), timezone.utc))
         first, last = (0, e.size - 1) if "x-amz-copy-source-range" not in h or part is None else \
             _range(h["x-amz-copy-source-range"], e.size, strict=True)
         replace = h.get("x-amz-metadata-directive", "COPY").upper() == "REPLACE"
@@ -485,21 +491,35 @@ def _range(value: str, size: int, strict: bool = False) -> tuple[int, int]:
     first = spec.split(",")[0].strip()
     a, dash, b = first.partition("-")
     try:
-        if unit.strip() != "bytes" or not dash:
+        if unit.strip() != "bytes" or not dash or (strict and "," in spec):
             raise ValueError
-        if strict and (a == "" or b == "" or int(b) >= size):
-            raise S3Error("InvalidRange", f"the copy source range {value!r} must be bytes=FIRST-LAST within the "
-                          f"source's {size} bytes")
+        if strict and (a == "" or b == "" or int(a) > int(b)):
+            raise S3Error("InvalidArgument", f"the copy source range {value!r} must be bytes=FIRST-LAST")
+        if strict and int(b) >= size:
+            raise S3Error("InvalidRange", f"the copy source range {value!r} is outside the source's {size} bytes")
         if a == "":
             n = int(b)
             start, end = max(0, size - n), size - 1
         else:
             start, end = int(a), min(int(b), size - 1) if b else size - 1
     except ValueError:
-        raise S3Error("InvalidRange", f"the range {value!r} is not bytes=START-END") from None
+        raise S3Error("InvalidArgument" if strict else "InvalidRange",
+                      f"the range {value!r} is not bytes=START-END") from None
     if start >= size or start > end:
         raise S3Error("InvalidRange", f"the requested range is not satisfiable (the object is {size} bytes)")
     return start, end
+
+
+def _check_copy_source(h, etag: str, modified: datetime) -> None:
+    """A copy's conditions on its source (x-amz-copy-source-if-*), as GET's on an object."""
+    failed = ("x-amz-copy-source-if-match" in h and etag not in _etags_in(h["x-amz-copy-source-if-match"])) or \
+        ("x-amz-copy-source-if-none-match" in h and etag in _etags_in(h["x-amz-copy-source-if-none-match"])) or \
+        ("x-amz-copy-source-if-unmodified-since" in h and _after(modified, h["x-amz-copy-source-if-unmodified-since"])) \
+        or ("x-amz-copy-source-if-modified-since" in h and
+            not _after(modified, h["x-amz-copy-source-if-modified-since"]))
+    if failed:
+        raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
+                      "(x-amz-copy-source-if-*): nothing was copied")
 
 
 def _etags_in(value: str) -> set[str]:

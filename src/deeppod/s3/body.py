@@ -25,12 +25,31 @@ class Digests:
         self.sha256 = hashlib.sha256() if "sha256" in want else None
         self.sha1 = hashlib.sha1() if "sha1" in want else None
         self.want_crc32 = "crc32" in want
+        self.declared: set[str] = set()  # the checksums the client sent (kept with the object)
 
     @classmethod
     def for_request(cls, headers: dict[str, str], payload: str) -> "Digests":
         named = {k.removeprefix("x-amz-checksum-") for k in headers if k.startswith("x-amz-checksum-")}
         named |= {t.strip().lower().removeprefix("x-amz-checksum-") for t in headers.get("x-amz-trailer", "").split(",")}
-        return cls(named | ({"sha256"} if len(payload) == 64 else set()))
+        digests = cls(named | ({"sha256"} if len(payload) == 64 else set()))
+        digests.declared = named
+        return digests
+
+    def values(self) -> dict[str, str]:
+        """What was computed, by the header that declares it."""
+        ours = {"content-md5": base64.b64encode(self.md5.digest()).decode()}
+        if self.want_crc32:
+            ours["x-amz-checksum-crc32"] = base64.b64encode(self.crc32.to_bytes(4, "big")).decode()
+        if self.sha1 is not None:
+            ours["x-amz-checksum-sha1"] = base64.b64encode(self.sha1.digest()).decode()
+        if self.sha256 is not None:
+            ours["x-amz-checksum-sha256"] = base64.b64encode(self.sha256.digest()).decode()
+        return ours
+
+    def checksums(self) -> dict[str, str]:
+        """The checksums the client declared that were computed here, and so checked: S3 keeps
+        them with the object and gives them back (x-amz-checksum-mode: ENABLED)."""
+        return {k: v for k, v in self.values().items() if k.removeprefix("x-amz-checksum-") in self.declared}
 
     def update(self, data: bytes) -> None:
         self.md5.update(data)
@@ -57,13 +76,7 @@ class Digests:
 
     def check(self, declared: dict[str, str]) -> None:
         """``declared``: lower-case header or trailer names to values (Content-MD5, checksums)."""
-        ours = {"content-md5": base64.b64encode(self.md5.digest()).decode()}
-        if self.want_crc32:
-            ours["x-amz-checksum-crc32"] = base64.b64encode(self.crc32.to_bytes(4, "big")).decode()
-        if self.sha1 is not None:
-            ours["x-amz-checksum-sha1"] = base64.b64encode(self.sha1.digest()).decode()
-        if self.sha256 is not None:
-            ours["x-amz-checksum-sha256"] = base64.b64encode(self.sha256.digest()).decode()
+        ours = self.values()
         for name, value in declared.items():
             if name in ours and value.strip() != ours[name]:
                 code = "BadDigest" if name == "content-md5" else "InvalidRequest"

@@ -22,6 +22,7 @@ STORED = ("content-type", "content-encoding", "content-disposition", "content-la
 USER = "x-amz-meta-"
 MAX_USER_BYTES = 2048  # S3's limit on user metadata
 PARTS = "parts"  # the record's part sizes (a multipart object), not a header
+CHECKSUMS = "checksums"  # the checksums checked at upload ({"x-amz-checksum-crc32": ...}), sent when asked
 XATTR = "user.deeppod.meta"
 SUFFIX = ".meta"
 OVERRIDES = {"response-content-type": "content-type", "response-content-language": "content-language",
@@ -76,11 +77,14 @@ def read(path: Path | str) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
-    """The GET or HEAD answer's headers for an object with ``meta``."""
+def headers(meta: dict, key: str, query: dict, checksum_mode: bool = False) -> list[tuple[bytes, bytes]]:
+    """The GET or HEAD answer's headers for an object with ``meta`` (its checksums too when
+    the request says x-amz-checksum-mode: ENABLED)."""
     out = {"content-type": mimetypes.guess_type(key)[0] or "application/octet-stream"}
     out.update({k: v for k, v in meta.items() if k in STORED or k.startswith(USER)})
     out.update({header: query[name] for name, header in OVERRIDES.items() if name in query})
+    if checksum_mode:
+        out.update(meta.get(CHECKSUMS) or {})
     return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
 
 

@@ -181,8 +181,15 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return k
 
 
+def _as_sent(value: str) -> str:
+    """A header value as the client signed it: ASGI gives the bytes decoded as latin-1; a
+    UTF-8 value (x-amz-meta-* in any language) is signed as its UTF-8 bytes, which the
+    canonical request's UTF-8 encoding gives back (surrogateescape keeps any other bytes)."""
+    return value if value.isascii() else value.encode("latin-1").decode("utf-8", "surrogateescape")
+
+
 def canonical_request(req: Request, s: Signed) -> str:
-    headers = "".join(f"{h}:{_SPACES.sub(' ', req.headers.get(h, '').strip())}\n" for h in s.signed_headers)
+    headers = "".join(f"{h}:{_SPACES.sub(' ', _as_sent(req.headers.get(h, '')).strip())}\n" for h in s.signed_headers)
     return "\n".join([req.method, canonical_uri(req.raw_path), canonical_query(req.query), headers,
                       ";".join(s.signed_headers), s.payload])
 
@@ -198,7 +205,7 @@ def verify(req: Request, s: Signed, secret: str, prefix: str = "") -> bytes:
     if "host" not in s.signed_headers:
         raise S3Error("AccessDenied", "the signature must cover the Host header")
     key = signing_key(secret, s.date, s.region, s.service)
-    to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode()).hexdigest()])
+    to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode("utf-8", "surrogateescape")).hexdigest()])
     expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, s.signature):
         raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "
