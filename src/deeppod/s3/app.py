@@ -245,7 +245,7 @@ class S3App:
         # the endpoint shares the console's origin: what it serves never runs as the console
         base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
                 (b"accept-ranges", b"bytes"), (b"content-security-policy", b"sandbox"),
-                (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q, h.get("x-amz-checksum-mode", "").upper() == "ENABLED")]
+                (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q)]
         if "if-match" in h and etag not in _etags_in(h["if-match"]) and "*" not in h["if-match"]:
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Match)")
@@ -268,6 +268,10 @@ class S3App:
             base.append((b"content-range", f"bytes {start}-{end}/{e.size}".encode()))
         length = max(0, end - start + 1)
         base.append((b"content-length", str(length).encode()))
+        if status == 200 and h.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+            # the whole object's checksums, for the whole object only: current SDKs ask on every
+            # GET and check the body against them (a range, a part or a 304 would fail)
+            base += metadata.checksum_headers(meta)
         await send({"type": "http.response.start", "status": status,
                     "headers": base + [(b"x-amz-request-id", rid.encode())]})
         if req.method == "HEAD" or length == 0:

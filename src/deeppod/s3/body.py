@@ -79,8 +79,7 @@ class Digests:
         ours = self.values()
         for name, value in declared.items():
             if name in ours and value.strip() != ours[name]:
-                code = "BadDigest" if name == "content-md5" else "InvalidRequest"
-                raise S3Error(code, f"the {name} you specified did not match what we received: the upload was "
+                raise S3Error("BadDigest", f"the {name} you specified did not match what we received: the upload was "
                               "damaged on the way; send it again")
         # x-amz-checksum-crc32c and -crc64nvme are not computed here (no standard-library code for them)
 

@@ -77,15 +77,17 @@ def read(path: Path | str) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def headers(meta: dict, key: str, query: dict, checksum_mode: bool = False) -> list[tuple[bytes, bytes]]:
-    """The GET or HEAD answer's headers for an object with ``meta`` (its checksums too when
-    the request says x-amz-checksum-mode: ENABLED)."""
+def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
+    """The GET or HEAD answer's headers for an object with ``meta``."""
     out = {"content-type": mimetypes.guess_type(key)[0] or "application/octet-stream"}
     out.update({k: v for k, v in meta.items() if k in STORED or k.startswith(USER)})
     out.update({header: query[name] for name, header in OVERRIDES.items() if name in query})
-    if checksum_mode:
-        out.update(meta.get(CHECKSUMS) or {})
     return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
+
+
+def checksum_headers(meta: dict) -> list[tuple[bytes, bytes]]:
+    """The checksums checked at upload, for an answer that is the whole object."""
+    return [(k.encode(), str(v).encode()) for k, v in (meta.get(CHECKSUMS) or {}).items()]
 
 
 def part_range(meta: dict, number: int, size: int) -> tuple[int, int, int]:
