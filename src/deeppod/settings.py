@@ -170,6 +170,9 @@ class Settings:
     # TLS: a PEM certificate and key (or tls_cert "self-signed": made once in HOME/tls), and the
     # CA file clients and jobs should trust when it is not a public CA (self-signed: the cert)
     secret_key: str = ""  # seals jobs' --env values at rest; empty: HOME/secret.key (made on first start)
+    # the S3 endpoint's virtual-host-style domain: a request to BUCKET.<s3_domain> names its bucket
+    # in the host (a wildcard DNS name for it is the administrator's); empty: path-style only
+    s3_domain: str = ""
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""

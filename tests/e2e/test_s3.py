@@ -292,6 +292,34 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     assert b.get_object(Bucket="inbox", Key="docs/b.txt", PartNumber=1)["Body"].read() == b"hello"
 
 
+def test_virtual_host_style_where_the_server_has_a_domain(tmp_path, monkeypatch):
+    """With DEEPPOD_S3_DOMAIN, BUCKET.<domain> names the bucket in the host (what boto3 does with
+    addressing_style virtual, and AWS by default); the domain's own name stays path-style. The
+    wildcard DNS name is the administrator's: here getaddrinfo answers it."""
+    import socket as sockets
+
+    real = sockets.getaddrinfo
+    monkeypatch.setattr(sockets, "getaddrinfo", lambda host, *a, **kw: real(
+        "127.0.0.1" if str(host).endswith("s3.deeppod.test") else host, *a, **kw))
+    s = LiveServer(tmp_path / "home", extra_env={"DEEPPOD_S3_DOMAIN": "s3.deeppod.test"}).start()
+    try:
+        key = Client(s.url, s.admin_token).create_access_key()
+        endpoint = f"http://s3.deeppod.test:{s.port}/s3"
+        virtual = s3({**key, "endpoint": endpoint}, s3={"addressing_style": "virtual"})
+        virtual.put_object(Bucket="inbox", Key="cats/c0/v.png", Body=b"virtual")
+        sent = virtual.get_object(Bucket="inbox", Key="cats/c0/v.png")
+        assert sent["Body"].read() == b"virtual"
+        assert [o["Key"] for o in virtual.list_objects_v2(Bucket="inbox", Prefix="cats/")["Contents"]] == \
+            ["cats/c0/v.png"]
+        path = s3({**key, "endpoint": endpoint}, s3={"addressing_style": "path"})
+        assert path.get_object(Bucket="inbox", Key="cats/c0/v.png")["Body"].read() == b"virtual"
+        with pytest.raises(ClientError) as e:  # a name under the domain that is no bucket's
+            s3({**key, "endpoint": endpoint}, s3={"addressing_style": "virtual"}).list_objects_v2(Bucket="pets")
+        assert e.value.response["Error"]["Code"] == "NoSuchBucket"
+    finally:
+        s.stop()
+
+
 def test_a_key_made_and_revoked_in_the_console_signs_for_boto3(server, browser):  # noqa: F811 - the fixture
     """The admin page makes a key and shows it once with the commands to use it; the key works
     in boto3 with the scope chosen; a bad name is refused by its field; revoked there, it stops."""

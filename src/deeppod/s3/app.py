@@ -51,6 +51,18 @@ class S3App:
         self._etags: dict[tuple[str, float, int], str] = {}
         self._listings: dict[tuple, tuple[float, list[Entry]]] = {}
         self._lock = threading.Lock()
+        self.domain = ctx.settings.s3_domain.strip().lower().strip(".")
+
+    def _address(self, raw: str, host: str) -> tuple[str, str, str]:
+        """(bucket, key as sent, resource) of a request: the bucket from the path (path-style), or
+        from the host, BUCKET.<s3_domain> (virtual-host-style, where a domain is set)."""
+        rest = raw[len(PREFIX):].lstrip("/")
+        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else ""
+        if self.domain and name.endswith("." + self.domain):  # a name not a bucket's: NoSuchBucket
+            bucket = name[:-len(self.domain) - 1]
+            return bucket, rest, f"/{bucket}/{rest}"
+        bucket, _, key_raw = rest.partition("/")
+        return unquote(bucket), key_raw, "/" + rest if rest else "/"
 
     # -- the protocol ------------------------------------------------------------------------
     async def __call__(self, scope, receive, send):
@@ -59,15 +71,13 @@ class S3App:
         rid = uuid.uuid4().hex[:16].upper()
         raw = scope.get("raw_path")
         raw = raw.decode("latin-1") if raw else quote(scope["path"])
-        rest = raw[len(PREFIX):].lstrip("/")
-        bucket, _, key_raw = rest.partition("/")
-        bucket, key = unquote(bucket), unquote(key_raw)
-        resource = "/" + rest if rest else "/"
+        headers: dict[str, str] = {}
+        for k, v in scope.get("headers") or []:
+            name = k.decode("latin-1").lower()
+            headers[name] = headers[name] + "," + v.decode("latin-1") if name in headers else v.decode("latin-1")
+        bucket, key_raw, resource = self._address(raw, headers.get("host", ""))
+        key = unquote(key_raw)
         try:
-            headers: dict[str, str] = {}
-            for k, v in scope.get("headers") or []:
-                name = k.decode("latin-1").lower()
-                headers[name] = headers[name] + "," + v.decode("latin-1") if name in headers else v.decode("latin-1")
             query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
             if scope["method"] == "OPTIONS":  # a browser's CORS preflight: no CORS rules are kept here
                 raise S3Error("InvalidRequest", "CORS is not configured on DeepPod's S3 endpoint (an OPTIONS "
