@@ -23,3 +23,12 @@ def test_the_client_moves_to_the_server_that_answers(live_server):
     with pytest.raises(DeepPodError, match="cannot reach the DeepPod server at .*" + dead.split("//")[1]) as info:
         Client(f"{dead},{dead_url()}", live_server.admin_token).whoami()
     assert info.value.code == "unreachable"
+
+
+def test_an_administrator_sizes_a_cluster_from_the_sdk(live_server):
+    c = Client(live_server.url, live_server.admin_token)
+    got = c.size(images=1_281_167, epochs=90, hours=24, images_per_gpu=1200, users=4, runs_per_user_day=1)
+    assert got["training_gpus"] >= 4 and got["nodes"] >= 1 and got["why"]
+    with pytest.raises(DeepPodError) as e:
+        c.size(images=10, epochs=0, hours=1, images_per_gpu=1)
+    assert "epochs" in str(e.value)

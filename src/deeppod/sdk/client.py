@@ -532,6 +532,14 @@ class Client:
     def revoke_token(self, token_id: int) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
 
+    def size(self, *, images: int, epochs: float, hours: float, images_per_gpu: float, **workload) -> dict:
+        """A cluster's size for a workload (administrators and tenant administrators): GPUs,
+        nodes, cores per GPU, storage throughput and capacity, the simulated waits and why.
+        The other fields are ``deeppod size``'s (users, runs_per_user_day, wait_minutes,
+        job_gpus, inference_rps, rps_per_gpu, gpus_per_node, image_kb, versions, simulate)."""
+        return self._request("POST", "/v1/sizing", json={"images": images, "epochs": epochs, "hours": hours,
+                                                         "images_per_gpu": images_per_gpu, **workload})
+
     def create_access_key(self, name: str = "", scope: str = "write", expires_in: float | None = None) -> dict:
         """An S3 access key for you: ``key_id``, ``secret`` (shown once) and the ``endpoint`` URL."""
         return self._request("POST", "/v1/access-keys", json={"name": name, "scope": scope, "expires_in": expires_in})
