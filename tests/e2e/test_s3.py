@@ -291,6 +291,33 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     assert e.value.response["Error"]["Code"] == "InvalidPart"
     assert b.get_object(Bucket="inbox", Key="docs/b.txt", PartNumber=1)["Body"].read() == b"hello"
 
+    # a checksummed multipart upload: each part checked as it arrives, the list checked at the end
+    up = b.create_multipart_upload(Bucket="inbox", Key="docs/sha.bin", ChecksumAlgorithm="SHA256")
+    assert up["ChecksumAlgorithm"] == "SHA256"
+    sent = [b.upload_part(Bucket="inbox", Key="docs/sha.bin", UploadId=up["UploadId"], PartNumber=n, Body=body,
+                          ChecksumAlgorithm="SHA256") for n, body in ((1, part), (2, b"tail"))]
+    listed = [{"ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"], "PartNumber": n}
+              for n, r in enumerate(sent, 1)]
+    with pytest.raises(ClientError) as e:
+        b.complete_multipart_upload(Bucket="inbox", Key="docs/sha.bin", UploadId=up["UploadId"],
+                                    MultipartUpload={"Parts": [{**listed[0], "ChecksumSHA256": listed[1][
+                                        "ChecksumSHA256"]}, listed[1]]})
+    assert e.value.response["Error"]["Code"] == "BadDigest"
+    done = b.complete_multipart_upload(Bucket="inbox", Key="docs/sha.bin", UploadId=up["UploadId"],
+                                       MultipartUpload={"Parts": listed})
+    assert done["ChecksumSHA256"].endswith("-2") and done["ChecksumType"] == "COMPOSITE"
+    head = b.head_object(Bucket="inbox", Key="docs/sha.bin", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == done["ChecksumSHA256"]
+
+    # boto3's own large upload (parts with its default CRC32) and download (checked against it)
+    big = os.urandom(12 << 20)
+    (server.home / "big.bin").write_bytes(big)
+    from boto3.s3.transfer import TransferConfig
+    b.upload_file(str(server.home / "big.bin"), "inbox", "docs/upload.bin",
+                  Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))
+    got = b.get_object(Bucket="inbox", Key="docs/upload.bin", ChecksumMode="ENABLED")
+    assert got["Body"].read() == big and got["ETag"].endswith('-3"')
+
 
 def test_virtual_host_style_where_the_server_has_a_domain(tmp_path, monkeypatch):
     """With DEEPPOD_S3_DOMAIN, BUCKET.<domain> names the bucket in the host (what boto3 does with

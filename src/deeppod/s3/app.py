@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote
 import anyio
 
 from deeppod.errors import DeepPodError, S3Error
-from deeppod.s3 import access_keys, inbox, metadata, sigv4
+from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4
 from deeppod.s3.body import Decoder, Digests
 from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5, open_object
 from deeppod.s3 import listing, xml
@@ -152,19 +152,26 @@ class S3App:
                 await anyio.to_thread.run_sync(inbox.delete, self.ns, tenant, key)
             return await _send(send, 204, [], b"", rid)
         if method == "POST" and "uploads" in q:
-            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key,
-                                                    metadata.from_request(req.headers))
-            return await _xml(send, 200, xml.document("InitiateMultipartUploadResult", xml.element("Bucket", bucket)
-                              + xml.element("Key", key) + xml.element("UploadId", upload)), rid)
+            spec = multipart_checksums.requested(req.headers)
+            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key, {
+                **metadata.from_request(req.headers), **({inbox.CHECKSUM_SPEC: spec} if spec else {})})
+            said = [(b"x-amz-checksum-algorithm", spec["algorithm"].encode()),
+                    (b"x-amz-checksum-type", spec["type"].encode())] if spec else []
+            return await _send(send, 200, [(b"content-type", b"application/xml"), *said], xml.document(
+                "InitiateMultipartUploadResult", xml.element("Bucket", bucket) + xml.element("Key", key)
+                + xml.element("UploadId", upload)), rid)
         if method == "POST" and "uploadId" in q:
-            etag = await self._complete_upload(receive, req, q, tenant, key)
+            etag, checksums = await self._complete_upload(receive, req, q, tenant, key)
+            sums = "".join(xml.element("ChecksumType" if k == "x-amz-checksum-type" else
+                                       "Checksum" + k.removeprefix("x-amz-checksum-").upper(), v)
+                           for k, v in checksums.items())
             return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
                 "Location", f"{PREFIX}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
-                + xml.element("ETag", f'"{etag}"')), rid)
+                + xml.element("ETag", f'"{etag}"') + sums), rid)
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
 
-    async def _complete_upload(self, receive, req, q, tenant, key) -> str:
+    async def _complete_upload(self, receive, req, q, tenant, key) -> tuple[str, dict]:
         try:
             folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
         except S3Error:  # completed already (the client's retry of an answer it lost): the same answer
@@ -174,7 +181,7 @@ class S3App:
             return done
         asked = listing.completed_parts(await _read_small(receive, 1 << 20))
         return await anyio.to_thread.run_sync(inbox.complete, self.ns, tenant, folder, key, asked,
-                                              inbox.Condition.of(req.headers))
+                                              inbox.Condition.of(req.headers), req.headers)
 
     async def _bucket(self, receive, send, method, q, tenant, bucket, rid):
         if method == "HEAD":
@@ -317,7 +324,14 @@ class S3App:
         if checksums:
             meta[metadata.CHECKSUMS] = checksums
         if part is not None:
-            await anyio.to_thread.run_sync(inbox.put_part, part[0], part[1], tmp, etag)
+            spec = await anyio.to_thread.run_sync(inbox.upload_checksum, part[0])
+            if spec:
+                try:
+                    multipart_checksums.part_value(spec, checksums)
+                except S3Error:
+                    tmp.unlink(missing_ok=True)
+                    raise
+            await anyio.to_thread.run_sync(inbox.put_part, part[0], part[1], tmp, etag, checksums)
         elif key == f"{name}/{COMMIT}":  # a device's "that is all": the inbox becomes the next version
             tmp.unlink(missing_ok=True)
             self._commit_in_background(who, name)
@@ -400,6 +414,9 @@ class S3App:
                           "itself without changing the object's metadata: add x-amz-metadata-directive: REPLACE")
         meta = metadata.from_request(h) if replace else \
             {k: v for k, v in (metadata.read(e.path) if src_bucket == "inbox" else {}).items() if k != metadata.PARTS}
+        if metadata.CHECKSUMS in meta:  # the copy is one part: a composite (parts') checksum says nothing of it
+            meta[metadata.CHECKSUMS] = {k: v for k, v in meta[metadata.CHECKSUMS].items()
+                                        if k != "x-amz-checksum-type" and "-" not in v}
 
         def copy() -> tuple[str, float]:
             tmp = inbox.temp_file(self.ns, tenant)

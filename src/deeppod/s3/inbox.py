@@ -23,7 +23,7 @@ from deeppod.atomic import atomic_write, move_into_place
 from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
-from deeppod.s3 import metadata
+from deeppod.s3 import metadata, multipart_checksums
 from deeppod.s3.namespace import COMMIT, Namespace, etag_path, read_etag, segments, write_etag
 
 log = logging.getLogger(__name__)
@@ -170,8 +170,8 @@ def upload_folder(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> Pa
     return folder
 
 
-def completed(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> str | None:
-    """The ETag an upload of ``key`` completed with, if it did lately (kept a week): S3 answers
+def completed(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> tuple[str, dict] | None:
+    """The ETag and checksums an upload of ``key`` completed with, if it did lately (kept a week): S3 answers
     a repeated CompleteMultipartUpload with success, so a client whose first answer was lost
     on the way can retry it."""
     if len(upload_id) != 32 or not upload_id.isalnum():
@@ -180,7 +180,7 @@ def completed(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> str | 
         done = json.loads((ns.uploads_root(tenant_id) / f"{upload_id}.done").read_text())
     except (OSError, ValueError):
         return None
-    return done.get("etag") if done.get("key") == key else None
+    return (done["etag"], done.get("checksums") or {}) if done.get("key") == key and done.get("etag") else None
 
 
 def part_number(raw: str) -> int:
@@ -189,8 +189,11 @@ def part_number(raw: str) -> int:
     return int(raw)
 
 
-def put_part(folder: Path, number: int, tmp: Path, etag: str) -> None:
+def put_part(folder: Path, number: int, tmp: Path, etag: str, checksums: dict | None = None) -> None:
+    """A part into its place, with its ETag and the checksums its PUT checked (a part sent again
+    replaces both)."""
     (folder / f"{number:05d}.etag").write_text(etag)
+    (folder / f"{number:05d}.sum").write_text(json.dumps(checksums or {}))
     move_into_place(tmp, folder / f"{number:05d}")
 
 
@@ -203,41 +206,90 @@ def parts(folder: Path) -> list[tuple[int, int, str, float]]:
     return out
 
 
-def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[tuple[int, str]],
-             condition: Condition | None = None) -> str:
-    """Join the parts the client lists, in its order, into the object; its ETag (S3's: the MD5
-    of the parts' MD5s, then "-N")."""
-    import hashlib
-
+def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[tuple[int, str, dict]],
+             condition: Condition | None = None, headers=None) -> tuple[str, dict]:
+    """Join the parts the client lists, in its order, into the object. Returns its ETag (S3's:
+    the MD5 of the parts' MD5s, then "-N") and the checksum headers it keeps (an upload started
+    with x-amz-checksum-algorithm: multipart_checksums)."""
     have = {n: (size, etag) for n, size, etag, _ in parts(folder)}
+    _check_listed(asked, have)
+    meta = _upload_meta(folder)
+    spec = meta.pop(CHECKSUM_SPEC, None) or {}
+    sums = []
+    for n, _, listed in asked if spec else ():
+        stored = _part_checksums(folder, n).get(multipart_checksums.header(spec))
+        multipart_checksums.check_listed(spec, n, listed, stored)
+        sums.append(stored)
+    tmp, etag, crc = _join(ns, tenant_id, folder, [(n, e) for n, e, _ in asked])
+    checksums = {}
+    if spec:
+        value = multipart_checksums.combine(spec, sums, crc)
+        try:
+            multipart_checksums.check_expected(spec, headers or {}, value)
+        except S3Error:
+            tmp.unlink(missing_ok=True)
+            raise
+        checksums = {multipart_checksums.header(spec): value, "x-amz-checksum-type": spec["type"]}
+        meta[metadata.CHECKSUMS] = checksums
+    meta[metadata.PARTS] = [have[n][0] for n, _, _ in asked]
+    place(ns, tenant_id, key, tmp, etag, meta, condition)
+    atomic_write(folder.with_name(f"{folder.name}.done"),
+                 json.dumps({"key": key, "etag": etag, "checksums": checksums}).encode())
+    shutil.rmtree(folder, ignore_errors=True)
+    return etag, checksums
+
+
+CHECKSUM_SPEC = "checksum"  # in an upload's meta.json: {"algorithm", "type"} asked for at its start
+
+
+def _check_listed(asked: list[tuple[int, str, dict]], have: dict) -> None:
     if not asked:
         raise S3Error("MalformedXML", "CompleteMultipartUpload lists no parts")
-    if [n for n, _ in asked] != sorted({n for n, _ in asked}):
+    if [n for n, _, _ in asked] != sorted({n for n, _, _ in asked}):
         raise S3Error("InvalidPartOrder", "the parts must be listed in ascending order, each once")
-    for i, (n, etag) in enumerate(asked):
+    for i, (n, etag, _) in enumerate(asked):
         if n not in have or have[n][1] != etag.strip('"'):
             raise S3Error("InvalidPart", f"part {n} was not uploaded or its ETag differs: list the parts you "
                           "uploaded (ListParts) and complete with those")
         if i < len(asked) - 1 and have[n][0] < MIN_PART:
             raise S3Error("EntityTooSmall", f"part {n} is {have[n][0]} bytes: every part but the last must be at "
                           "least 5 MiB")
+
+
+def _join(ns: Namespace, tenant_id: int, folder: Path, asked: list[tuple[int, str]]) -> tuple[Path, str, int]:
+    """The parts, in order, into a new file: (file, ETag, CRC32 of every byte)."""
+    import hashlib
+    import zlib
+
     tmp = temp_file(ns, tenant_id)
-    joined = hashlib.md5()
+    joined, crc = hashlib.md5(), 0
     with open(tmp, "wb") as out:
         for n, etag in asked:
             with open(folder / f"{n:05d}", "rb") as f:
-                shutil.copyfileobj(f, out, 1 << 20)
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    crc = zlib.crc32(block, crc)
+                    out.write(block)
             joined.update(bytes.fromhex(etag.strip('"')))
-    etag = f"{joined.hexdigest()}-{len(asked)}"
+    return tmp, f"{joined.hexdigest()}-{len(asked)}", crc
+
+
+def _upload_meta(folder: Path) -> dict:
     try:
-        meta = json.loads((folder / "meta.json").read_text())
+        return json.loads((folder / "meta.json").read_text())
     except (OSError, ValueError):
-        meta = {}
-    meta[metadata.PARTS] = [have[n][0] for n, _ in asked]
-    place(ns, tenant_id, key, tmp, etag, meta, condition)
-    atomic_write(folder.with_name(f"{folder.name}.done"), json.dumps({"key": key, "etag": etag}).encode())
-    shutil.rmtree(folder, ignore_errors=True)
-    return etag
+        return {}
+
+
+def upload_checksum(folder: Path) -> dict:
+    """The checksum an upload was started with ({"algorithm", "type"}), or {}."""
+    return _upload_meta(folder).get(CHECKSUM_SPEC) or {}
+
+
+def _part_checksums(folder: Path, number: int) -> dict:
+    try:
+        return json.loads((folder / f"{number:05d}.sum").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def abort(folder: Path) -> None:

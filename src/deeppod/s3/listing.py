@@ -124,14 +124,17 @@ def render(bucket: str, q: dict, p: Page, etag_of) -> bytes:
     return xml.document("ListBucketResult", "".join(rows))
 
 
-def completed_parts(body: bytes) -> list[tuple[int, str]]:
+def completed_parts(body: bytes) -> list[tuple[int, str, dict]]:
+    """(number, ETag, {"sha256": checksum, ...}) of each Part a CompleteMultipartUpload lists."""
     root = xml.parse(body, "CompleteMultipartUpload")
     out = []
     for part in root.findall("Part"):
         number, etag = part.findtext("PartNumber"), part.findtext("ETag")
         if not (number or "").strip().isdigit() or etag is None:
             raise S3Error("MalformedXML", "each Part needs a PartNumber and an ETag")
-        out.append((int(number), etag.strip()))
+        sums = {child.tag.removeprefix("Checksum").lower(): (child.text or "").strip() for child in part
+                if child.tag.startswith("Checksum")}
+        out.append((int(number), etag.strip(), sums))
     return out
 
 
