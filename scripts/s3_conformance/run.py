@@ -43,7 +43,7 @@ WORDS = ("acl", "versioning", "versioned", "version", "lock", "retention", "lega
          "transition", "anon", "atomic_dual", "post_object", "multipart_copy_versioned", "bucket_policy",
          "append", "delete_marker", "get_bucket", "put_bucket", "set_bucket", "bucket_access",
          "access_bucket", "grant", "bucketv2_policy", "account_usage", "head_bucket_usage",
-         "chunk_size_bug", "object_attributes", "get_object_attributes")
+         "chunk_size_bug")
 # (-k matches a test's markers too: no word here may be part of one, as "rgw" is of fails_on_rgw)
 
 

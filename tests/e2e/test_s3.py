@@ -308,6 +308,13 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     assert done["ChecksumSHA256"].endswith("-2") and done["ChecksumType"] == "COMPOSITE"
     head = b.head_object(Bucket="inbox", Key="docs/sha.bin", ChecksumMode="ENABLED")
     assert head["ChecksumSHA256"] == done["ChecksumSHA256"]
+    second = b.get_object(Bucket="inbox", Key="docs/sha.bin", PartNumber=2, ChecksumMode="ENABLED")
+    assert second["Body"].read() == b"tail" and second["ChecksumSHA256"] == sent[1]["ChecksumSHA256"]
+    attrs = b.get_object_attributes(Bucket="inbox", Key="docs/sha.bin",
+                                    ObjectAttributes=["ETag", "Checksum", "ObjectParts", "ObjectSize"])
+    assert attrs["ObjectSize"] == len(part) + 4 and attrs["Checksum"]["ChecksumSHA256"] == done["ChecksumSHA256"]
+    assert attrs["ObjectParts"]["TotalPartsCount"] == 2 and f'"{attrs["ETag"]}"' == done["ETag"]
+    assert [p["ChecksumSHA256"] for p in attrs["ObjectParts"]["Parts"]] == [r["ChecksumSHA256"] for r in sent]
 
     # boto3's own large upload (parts with its default CRC32) and download (checked against it)
     big = os.urandom(12 << 20)

@@ -30,8 +30,7 @@ LISTING_SNAPSHOT_S = 30.0  # a paged listing's later pages come from its first p
 _SUBRESOURCES_NOT_BUILT = {"acl", "policy", "cors", "lifecycle", "tagging", "versioning", "versions", "website",
                            "logging", "notification", "replication", "encryption", "object-lock", "retention",
                            "legal-hold", "torrent", "restore", "select", "accelerate", "analytics", "inventory",
-                           "metrics", "ownershipControls", "publicAccessBlock", "requestPayment", "intelligent-tiering",
-                           "attributes"}
+                           "metrics", "ownershipControls", "publicAccessBlock", "requestPayment", "intelligent-tiering"}
 
 
 def endpoint_of(request) -> str:
@@ -142,6 +141,8 @@ class S3App:
         if method in ("GET", "HEAD"):
             if "uploadId" in q:
                 return await self._list_parts(send, q, tenant, bucket, key, rid)
+            if "attributes" in q:
+                return await self._attributes(send, req, tenant, bucket, key, rid)
             return await self._get(send, req, q, tenant, bucket, key, rid)
         if method == "PUT":  # (writes reach only the inbox: the others were refused above)
             return await self._put(receive, send, req, q, who, key, signed, signing_key, rid)
@@ -170,6 +171,30 @@ class S3App:
                 + xml.element("ETag", f'"{etag}"') + sums), rid)
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
+
+    async def _attributes(self, send, req, tenant, bucket, key, rid):
+        """GetObjectAttributes: the ETag, checksum, parts, storage class and size asked for."""
+        e = await anyio.to_thread.run_sync(self._find, tenant, bucket, key)
+        await anyio.to_thread.run_sync(self._fill_etags, [e])
+        meta = await anyio.to_thread.run_sync(metadata.read, e.path) if bucket == "inbox" else {}
+        asked = {a.strip().lower() for a in req.headers.get("x-amz-object-attributes", "").split(",") if a.strip()}
+        if not asked:
+            raise S3Error("InvalidArgument", "x-amz-object-attributes must name at least one of ETag, Checksum, "
+                          "ObjectParts, StorageClass, ObjectSize")
+        body = xml.element("ETag", self._etag_of(e)) if "etag" in asked else ""
+        sums = meta.get(metadata.CHECKSUMS) or {}
+        if "checksum" in asked and sums:
+            body += "<Checksum>" + "".join(
+                xml.element("ChecksumType" if k == "x-amz-checksum-type" else
+                            "Checksum" + k.removeprefix("x-amz-checksum-").upper(), v) for k, v in sums.items()) \
+                + "</Checksum>"
+        if "objectparts" in asked and meta.get(metadata.PARTS):
+            body += _object_parts(meta, req.headers)
+        body += xml.element("StorageClass", "STANDARD") if "storageclass" in asked else ""
+        body += xml.element("ObjectSize", e.size) if "objectsize" in asked else ""
+        return await _send(send, 200, [(b"content-type", b"application/xml"),
+                                       (b"last-modified", formatdate(e.mtime, usegmt=True).encode())],
+                           xml.document("GetObjectAttributesResponse", body), rid)
 
     async def _complete_upload(self, receive, req, q, tenant, key) -> tuple[str, dict]:
         try:
@@ -285,10 +310,10 @@ class S3App:
             base.append((b"content-range", f"bytes {start}-{end}/{e.size}".encode()))
         length = max(0, end - start + 1)
         base.append((b"content-length", str(length).encode()))
-        if status == 200 and h.get("x-amz-checksum-mode", "").upper() == "ENABLED":
-            # the whole object's checksums, for the whole object only: current SDKs ask on every
-            # GET and check the body against them (a range, a part or a 304 would fail)
-            base += metadata.checksum_headers(meta)
+        if h.get("x-amz-checksum-mode", "").upper() == "ENABLED" and (status == 200 or "partNumber" in q):
+            # the whole object's checksums for the whole object, a part's for a part, none for a
+            # range: current SDKs ask on every GET and check the body against what comes
+            base += metadata.checksum_headers(meta, int(q["partNumber"]) if "partNumber" in q else None)
         await send({"type": "http.response.start", "status": status,
                     "headers": base + [(b"x-amz-request-id", rid.encode())]})
         if req.method == "HEAD" or length == 0:
@@ -539,6 +564,27 @@ def _range(value: str, size: int, strict: bool = False) -> tuple[int, int]:
     if start >= size or start > end:
         raise S3Error("InvalidRange", f"the requested range is not satisfiable (the object is {size} bytes)")
     return start, end
+
+
+def _object_parts(meta: dict, h) -> str:
+    """GetObjectAttributes' ObjectParts: a multipart object's parts (their sizes and checksums),
+    a page of x-amz-max-parts after x-amz-part-number-marker."""
+    sizes, sums = meta[metadata.PARTS], meta.get(metadata.PART_CHECKSUMS) or []
+    algorithm = next((k.removeprefix("x-amz-checksum-").upper() for k in meta.get(metadata.CHECKSUMS) or {}
+                      if k != "x-amz-checksum-type"), None)
+    try:
+        limit = max(0, min(1000, int(h.get("x-amz-max-parts", "1000"))))
+        marker = max(0, int(h.get("x-amz-part-number-marker", "0")))
+    except ValueError:
+        raise S3Error("InvalidArgument", "x-amz-max-parts and x-amz-part-number-marker are numbers") from None
+    numbers = list(range(marker + 1, len(sizes) + 1))[:limit]
+    rows = "".join("<Part>" + xml.element("PartNumber", n) + xml.element("Size", sizes[n - 1])
+                   + (xml.element(f"Checksum{algorithm}", sums[n - 1]) if algorithm and n <= len(sums) else "")
+                   + "</Part>" for n in numbers)
+    truncated = bool(numbers) and numbers[-1] < len(sizes)
+    return ("<ObjectParts>" + xml.element("PartsCount", len(sizes)) + xml.element("PartNumberMarker", marker)
+            + (xml.element("NextPartNumberMarker", numbers[-1]) if numbers else "")
+            + xml.element("MaxParts", limit) + xml.element("IsTruncated", truncated) + rows + "</ObjectParts>")
 
 
 def _check_copy_source(h, etag: str, modified: datetime) -> None:

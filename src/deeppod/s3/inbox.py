@@ -231,6 +231,7 @@ def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[
             raise
         checksums = {multipart_checksums.header(spec): value, "x-amz-checksum-type": spec["type"]}
         meta[metadata.CHECKSUMS] = checksums
+        meta[metadata.PART_CHECKSUMS] = sums
     meta[metadata.PARTS] = [have[n][0] for n, _, _ in asked]
     place(ns, tenant_id, key, tmp, etag, meta, condition)
     atomic_write(folder.with_name(f"{folder.name}.done"),

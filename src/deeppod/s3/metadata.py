@@ -23,6 +23,7 @@ USER = "x-amz-meta-"
 MAX_USER_BYTES = 2048  # S3's limit on user metadata
 PARTS = "parts"  # the record's part sizes (a multipart object), not a header
 CHECKSUMS = "checksums"  # the checksums checked at upload ({"x-amz-checksum-crc32": ...}), sent when asked
+PART_CHECKSUMS = "part_checksums"  # a checksummed multipart object's parts' own, in order
 XATTR = "user.deeppod.meta"
 SUFFIX = ".meta"
 OVERRIDES = {"response-content-type": "content-type", "response-content-language": "content-language",
@@ -85,9 +86,16 @@ def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
     return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
 
 
-def checksum_headers(meta: dict) -> list[tuple[bytes, bytes]]:
-    """The checksums checked at upload, for an answer that is the whole object."""
-    return [(k.encode(), str(v).encode()) for k, v in (meta.get(CHECKSUMS) or {}).items()]
+def checksum_headers(meta: dict, part: int | None = None) -> list[tuple[bytes, bytes]]:
+    """The checksums checked at upload, for an answer that is the whole object, or (``part``) the
+    checksum of that part of a checksummed multipart object."""
+    sums = dict(meta.get(CHECKSUMS) or {})
+    if part is not None:
+        parts = meta.get(PART_CHECKSUMS) or []
+        if not 1 <= part <= len(parts):
+            return []
+        sums = {k: (parts[part - 1] if k != "x-amz-checksum-type" else v) for k, v in sums.items()}
+    return [(k.encode(), str(v).encode()) for k, v in sums.items()]
 
 
 def part_range(meta: dict, number: int, size: int) -> tuple[int, int, int]:
