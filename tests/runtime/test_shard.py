@@ -34,6 +34,16 @@ def batch(step, rank, world):
     return x[rank::world], y[rank::world]  # 12 samples a step, split evenly over 2 or 3 workers
 
 
+def _step(model, opt, step, rank, world):
+    """One AdamW step on this worker's share of ``batch(step)``; its loss."""
+    x, y = batch(step, rank, world)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def _init(folder, rank, world, name):
     """Over TCP, as jobs meet (rank 0 holds the store); the port is in the folder, per group."""
     import torch.distributed as dist
@@ -70,12 +80,7 @@ def _train(rank, world, folder, strategy):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for step in range(STEPS):
-        x, y = batch(step, rank, world)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        mean = loss.detach().clone()
+        mean = _step(model, opt, step, rank, world).clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
     Checkpointer(f"{folder}/ckpt-{strategy}", rank=rank).save(STEPS, model=model, optimizer=opt, epoch=1,
@@ -215,14 +220,7 @@ def _meta(rank, world, folder):
     model = shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     weights, _ = full_state(model, opt)
-    losses = []
-    for step in range(STEPS):
-        x, y = batch(step, rank, world)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = [_step(model, opt, step, rank, world).item() for step in range(STEPS)]
     refused = ""
     with torch.device("meta"):
         raw = torch.nn.Sequential(torch.nn.Linear(4, 4), Raw())
@@ -270,11 +268,7 @@ def _background(rank, world, folder):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ckpt = Checkpointer(f"{folder}/ckpt-bg", rank=rank, background=True)
     for step in range(6):
-        x, y = batch(step, rank, world)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        _step(model, opt, step, rank, world)
         if step == 2:
             saved = full_state(model, opt)
             ckpt.save(3, model=model, optimizer=opt, epoch=0, extra={"at": 3})
