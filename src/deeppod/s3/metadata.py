@@ -82,7 +82,12 @@ def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
     """The GET or HEAD answer's headers for an object with ``meta``."""
     out = {"content-type": mimetypes.guess_type(key)[0] or "application/octet-stream"}
     out.update({k: v for k, v in meta.items() if k in STORED or k.startswith(USER)})
-    out.update({header: query[name] for name, header in OVERRIDES.items() if name in query})
+    for name, header in OVERRIDES.items():
+        if name in query:
+            # a query parameter's value decoded: a control character would end the header early
+            if any(ord(c) < 32 or ord(c) == 127 for c in query[name]):
+                raise S3Error("InvalidArgument", f"{name} holds a control character")
+            out[header] = query[name]
     return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
 
 
