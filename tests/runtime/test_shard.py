@@ -228,6 +228,13 @@ def _meta(rank, world, folder):
         shard(raw)
     except RuntimeError as exc:
         refused = str(exc)
+    with torch.device("meta"):
+        partly = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    partly.append(torch.nn.Linear(4, 4))  # built whole, beside a meta one
+    try:
+        shard(partly)
+    except RuntimeError as exc:
+        refused += "\n" + str(exc)
     if rank == 0:
         torch.save({"weights": weights, "losses": losses, "refused": refused}, f"{folder}/meta-{world}.pt")
     dist.barrier()
@@ -252,6 +259,7 @@ def test_a_model_built_on_the_meta_device_is_materialized_block_by_block_as_one_
     assert one["losses"][-1] < one["losses"][0] and two["losses"][-1] < two["losses"][0]
     assert "1.w (Raw) was built on the meta device and nothing initialized it" in one["refused"]
     assert "pass init=fn" in two["refused"]
+    assert "the model is partly on the meta device" in one["refused"]
 
 
 def _background(rank, world, folder):

@@ -192,7 +192,11 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
         offload = False
     if not cuda:
         _return_freed_memory()
-    meta = any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    on_meta = [t.is_meta for t in [*model.parameters(), *model.buffers()]]
+    meta = any(on_meta)
+    if meta and not all(on_meta):
+        raise RuntimeError("runtime.shard: the model is partly on the meta device: build all of it under "
+                           "torch.device('meta') (shard() materializes it), or none of it")
     if not offload and not meta:
         model.to(device)
     make = _Materializer(model, torch.device("cpu") if offload else device, init) if meta else None
