@@ -22,8 +22,10 @@ def test_a_member_makes_and_revokes_own_tokens_and_sees_no_users(api):
     token_id = [t for t in api.http.get("/v1/tokens", headers=api.as_(ana)).json() if t["name"] == "laptop"][0]["id"]
     assert "revoked" in b.post(f"/admin/tokens/{token_id}/revoke").text
     assert api.http.get("/v1/whoami", headers=api.as_(secret)).status_code == 401
-    r = b.post("/admin/tokens", {"token_name": "x", "scope": "everything", "expires_days": ""})
+    assert page.count('<option value="7" >in a week</option>') == 2  # tokens' and S3 keys' expiry choices
+    r = b.post("/admin/tokens", {"token_name": "x", "scope": "everything", "expires_days": "30"})
     assert r.status_code == 422 and "scope" in field_errors(r.text)
+    assert '<option value="30" selected>in 30 days</option>' in r.text  # what was chosen is kept
     r = b.post("/admin/tokens", {"token_name": "x", "scope": "all", "expires_days": "forever"})
     assert r.status_code == 422 and "expires_days" in field_errors(r.text)
     r = b.post("/admin/tokens", {"token_name": "x", "scope": "all", "token_user": "admin"})
