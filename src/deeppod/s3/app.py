@@ -163,12 +163,9 @@ class S3App:
                 + xml.element("UploadId", upload)), rid)
         if method == "POST" and "uploadId" in q:
             etag, checksums = await self._complete_upload(receive, req, q, tenant, key)
-            sums = "".join(xml.element("ChecksumType" if k == "x-amz-checksum-type" else
-                                       "Checksum" + k.removeprefix("x-amz-checksum-").upper(), v)
-                           for k, v in checksums.items())
             return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
                 "Location", f"{PREFIX}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
-                + xml.element("ETag", f'"{etag}"') + sums), rid)
+                + xml.element("ETag", f'"{etag}"') + _checksum_xml(checksums)), rid)
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
 
@@ -184,10 +181,7 @@ class S3App:
         body = xml.element("ETag", self._etag_of(e)) if "etag" in asked else ""
         sums = meta.get(metadata.CHECKSUMS) or {}
         if "checksum" in asked and sums:
-            body += "<Checksum>" + "".join(
-                xml.element("ChecksumType" if k == "x-amz-checksum-type" else
-                            "Checksum" + k.removeprefix("x-amz-checksum-").upper(), v) for k, v in sums.items()) \
-                + "</Checksum>"
+            body += "<Checksum>" + _checksum_xml(sums) + "</Checksum>"
         if "objectparts" in asked and meta.get(metadata.PARTS):
             body += _object_parts(meta, req.headers)
         body += xml.element("StorageClass", "STANDARD") if "storageclass" in asked else ""
@@ -564,6 +558,12 @@ def _range(value: str, size: int, strict: bool = False) -> tuple[int, int]:
     if start >= size or start > end:
         raise S3Error("InvalidRange", f"the requested range is not satisfiable (the object is {size} bytes)")
     return start, end
+
+
+def _checksum_xml(sums: dict) -> str:
+    """Kept checksum headers as S3's XML elements (x-amz-checksum-sha256 -> ChecksumSHA256)."""
+    return "".join(xml.element("ChecksumType" if k == "x-amz-checksum-type" else
+                               "Checksum" + k.removeprefix("x-amz-checksum-").upper(), v) for k, v in sums.items())
 
 
 def _object_parts(meta: dict, h) -> str:
