@@ -73,18 +73,6 @@ def make_pruner(name: str):
     return p.NopPruner()
 
 
-def reopened_seed(seed: int | None, asked: int) -> int | None:
-    """The sampler's seed for a study reopened after ``asked`` trials (a restarted server, a new
-    leader). The seed alone would start the sampler's random stream again, and the search would
-    ask for the parameters it has already tried; the seed and the count give a stream of its
-    own, the same for every reopening at that count, so a seeded search stays reproducible."""
-    if seed is None or asked == 0:
-        return seed
-    import numpy as np
-
-    return int(np.random.SeedSequence([seed, asked]).generate_state(1)[0])
-
-
 class Study:
     """One experiment's study, opened from its journal file."""
 
@@ -98,14 +86,10 @@ class Study:
         self.space = space
         self._dists = distributions(space)
         storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
-        try:
-            asked = len(optuna.load_study(study_name="experiment", storage=storage).get_trials(deepcopy=False))
-        except KeyError:  # a new search
-            asked = 0
         self.study = optuna.create_study(
             study_name="experiment", storage=storage, load_if_exists=True,
             direction="maximize" if mode == "max" else "minimize",
-            sampler=make_sampler(sampler, space, reopened_seed(seed, asked)), pruner=make_pruner(pruner))
+            sampler=make_sampler(sampler, space, seed), pruner=make_pruner(pruner))
 
     def ask(self) -> tuple[int, int, dict]:
         """A new trial: (number, storage trial id, params)."""
