@@ -18,3 +18,23 @@ def test_a_batch_of_reports_is_pruned_at_its_rung_not_at_its_last_step(tmp_path)
     _, third, _ = study.ask()
     assert study.report(third, late, prune=False) is None  # reported, not judged
     assert len(study.study.trials[2].intermediate_values) == 9
+
+
+def test_a_lock_left_by_a_killed_server_does_not_stall_the_restarted_one(tmp_path):
+    """The journal's lock is held across each append's fsync; a server killed meanwhile leaves it.
+    The restarted server takes it over after a few seconds, not Optuna's default 30."""
+    import os
+    import time
+
+    from deeppod.experiments.study import JOURNAL, LOCK_GRACE_S
+
+    space = parse_space({"x": {"type": "float", "low": 0, "high": 1}})
+    Study(tmp_path, mode="max", sampler="random", pruner="median", space=space, seed=1).ask()
+    lock = tmp_path / (JOURNAL + ".lock")
+    os.symlink(tmp_path / JOURNAL, lock)  # as the killed writer left it
+    began = time.monotonic()
+    study = Study(tmp_path, mode="max", sampler="random", pruner="median", space=space, seed=1)
+    number, _, _ = study.ask()
+    assert number == 1 and not lock.exists()
+    assert time.monotonic() - began < 30  # Optuna's default grace; LOCK_GRACE_S is what it takes
+    assert LOCK_GRACE_S <= 10

@@ -13,6 +13,7 @@ log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("asha", "hyperband", "median", "none")
 JOURNAL = "optuna.journal"
+LOCK_GRACE_S = 5  # a journal lock untouched this long is a dead writer's (an append takes milliseconds)
 
 
 def _optuna():
@@ -80,12 +81,15 @@ class Study:
                  seed: int | None):
         optuna = _optuna()
         from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
         folder.mkdir(parents=True, exist_ok=True)
         self.space = space
         self._dists = distributions(space)
-        storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
+        path = str(folder / JOURNAL)
+        # the journal's lock is held across each append's fsync: a server killed then leaves it
+        # behind, and Optuna's default 30 s grace stalled the restarted server's whole tune loop
+        storage = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileSymlinkLock(path, LOCK_GRACE_S)))
         self.study = optuna.create_study(
             study_name="experiment", storage=storage, load_if_exists=True,
             direction="maximize" if mode == "max" else "minimize",
