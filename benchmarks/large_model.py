@@ -43,10 +43,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rss_mb() -> float:
+def _status_mb(field: str) -> float:
+    """A memory line of /proc/self/status (VmRSS, VmHWM) in MB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -62,20 +63,12 @@ def _local_mb(tensors) -> float:
     return total / 2**20
 
 
-def _hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _reset_peak() -> float:
     """The resident high-water mark set to what the process holds now (Linux's clear_refs 5);
     returns that."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    return _hwm_mb()
+    return _status_mb("VmHWM")
 
 
 def _build(config: str, a: dict, device, cuda: bool, *, width: int, layers: int):
@@ -123,7 +116,7 @@ def _worker(rank: int, world: int, port: int, config: str, a: dict, out: str) ->
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    cold = _rss_mb()
+    cold = _status_mb("VmRSS")
     # the same layers at width 64, one step, first: the libraries, their code pages and the
     # strategy's one-time allocations (FSDP's first fully_shard alone: 36 MB) are the worker's,
     # not the model's; a GPU's allocated bytes leave them out likewise
@@ -143,7 +136,7 @@ def _worker(rank: int, world: int, port: int, config: str, a: dict, out: str) ->
         dist.barrier()
         if step >= 2:
             times.append(time.perf_counter() - began)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _hwm_mb() - before
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _status_mb("VmHWM") - before
     cold_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - cold
     held = _local_mb([*model.parameters(), *(p.grad for p in model.parameters()),
                       *(v for st in opt.state.values() for v in st.values())])

@@ -298,6 +298,9 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
                           ChecksumAlgorithm="SHA256") for n, body in ((1, part), (2, b"tail"))]
     listed = [{"ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"], "PartNumber": n}
               for n, r in enumerate(sent, 1)]
+    assert [p["ChecksumSHA256"] for p in b.list_parts(Bucket="inbox", Key="docs/sha.bin",
+                                                      UploadId=up["UploadId"])["Parts"]] == \
+        [r["ChecksumSHA256"] for r in sent]  # a client resuming an upload gets each part's checksum back
     with pytest.raises(ClientError) as e:
         b.complete_multipart_upload(Bucket="inbox", Key="docs/sha.bin", UploadId=up["UploadId"],
                                     MultipartUpload={"Parts": [{**listed[0], "ChecksumSHA256": listed[1][

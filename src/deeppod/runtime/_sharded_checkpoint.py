@@ -63,9 +63,9 @@ def _group(ckpt):
     save (every worker saves at the same step, so they make it together)."""
     import torch.distributed as dist
 
-    if getattr(ckpt, "_dcp_group", None) is None:
-        ckpt._dcp_group = dist.new_group(backend="gloo")
-    return ckpt._dcp_group
+    if ckpt.dcp_group is None:
+        ckpt.dcp_group = dist.new_group(backend="gloo")
+    return ckpt.dcp_group
 
 
 def _finish(ckpt, tmp: Path, final: Path, meta: dict | None) -> None:

@@ -92,6 +92,7 @@ class Checkpointer:
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         self._thread: threading.Thread | None = None
         self._pending: Callable[[], object] | None = None  # a background sharded save's end, run by wait()
+        self.dcp_group = None  # background sharded saves' own gloo group (made at the first one)
         self._error: BaseException | None = None
         self.last_save_seconds = 0.0
         if self.rank == 0:

@@ -19,7 +19,8 @@ import anyio
 from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4
 from deeppod.s3.body import Decoder, Digests
-from deeppod.s3.namespace import BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, file_md5, open_object
+from deeppod.s3.namespace import (BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, etags_in,
+                                  file_md5, open_object)
 from deeppod.s3 import listing, xml
 
 log = logging.getLogger(__name__)
@@ -282,13 +283,13 @@ class S3App:
         base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
                 (b"accept-ranges", b"bytes"), (b"content-security-policy", b"sandbox"),
                 (b"x-content-type-options", b"nosniff"), *metadata.headers(meta, key, q)]
-        if "if-match" in h and etag not in _etags_in(h["if-match"]) and "*" not in h["if-match"]:
+        if "if-match" in h and etag not in etags_in(h["if-match"]) and "*" not in h["if-match"]:
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Match)")
         if "if-unmodified-since" in h and "if-match" not in h and _after(modified, h["if-unmodified-since"]):
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Unmodified-Since)")
-        if ("if-none-match" in h and (etag in _etags_in(h["if-none-match"]) or "*" in h["if-none-match"])) or \
+        if ("if-none-match" in h and (etag in etags_in(h["if-none-match"]) or "*" in h["if-none-match"])) or \
                 ("if-modified-since" in h and "if-none-match" not in h and not _after(modified, h["if-modified-since"])):
             return await _send(send, 304, base, b"", rid)
         start, end, status = 0, e.size - 1, 200
@@ -462,7 +463,8 @@ class S3App:
     async def _list_parts(self, send, q, tenant, bucket, key, rid):
         folder = inbox.upload_folder(self.ns, tenant, q["uploadId"], key)
         have = await anyio.to_thread.run_sync(inbox.parts, folder)
-        return await _xml(send, 200, listing.parts(bucket, key, q["uploadId"], have), rid)
+        sums = {n: _checksum_xml(await anyio.to_thread.run_sync(inbox.part_checksums, folder, n)) for n, *_ in have}
+        return await _xml(send, 200, listing.parts(bucket, key, q["uploadId"], have, sums), rid)
 
     def _commit_in_background(self, who, name: str) -> None:
         def run():
@@ -589,18 +591,14 @@ def _object_parts(meta: dict, h) -> str:
 
 def _check_copy_source(h, etag: str, modified: datetime) -> None:
     """A copy's conditions on its source (x-amz-copy-source-if-*), as GET's on an object."""
-    failed = ("x-amz-copy-source-if-match" in h and etag not in _etags_in(h["x-amz-copy-source-if-match"])) or \
-        ("x-amz-copy-source-if-none-match" in h and etag in _etags_in(h["x-amz-copy-source-if-none-match"])) or \
+    failed = ("x-amz-copy-source-if-match" in h and etag not in etags_in(h["x-amz-copy-source-if-match"])) or \
+        ("x-amz-copy-source-if-none-match" in h and etag in etags_in(h["x-amz-copy-source-if-none-match"])) or \
         ("x-amz-copy-source-if-unmodified-since" in h and _after(modified, h["x-amz-copy-source-if-unmodified-since"])) \
         or ("x-amz-copy-source-if-modified-since" in h and
             not _after(modified, h["x-amz-copy-source-if-modified-since"]))
     if failed:
         raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                       "(x-amz-copy-source-if-*): nothing was copied")
-
-
-def _etags_in(value: str) -> set[str]:
-    return {('"' + v.strip().strip('"') + '"') for v in value.split(",")}
 
 
 def _after(modified: datetime, header: str) -> bool:

@@ -24,7 +24,7 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
 from deeppod.s3 import metadata, multipart_checksums
-from deeppod.s3.namespace import COMMIT, Namespace, etag_path, read_etag, segments, write_etag
+from deeppod.s3.namespace import COMMIT, Namespace, etag_path, etags_in, read_etag, segments, write_etag
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
@@ -74,18 +74,15 @@ class Condition:
 
     def check(self, dest: Path, key: str) -> None:
         exists = dest.is_file()
+        etag = f'"{read_etag(dest)}"' if exists else None
         if self.if_none_match is not None and exists:
-            if self.if_none_match.strip() == "*" or read_etag(dest) in _etags(self.if_none_match):
+            if self.if_none_match.strip() == "*" or etag in etags_in(self.if_none_match):
                 raise S3Error("PreconditionFailed", f"{key} exists (If-None-Match): it was not replaced")
         if self.if_match is not None:
             if not exists:
                 raise S3Error("NoSuchKey", f"the specified key does not exist: {key[:300]} (If-Match)")
-            if self.if_match.strip() != "*" and read_etag(dest) not in _etags(self.if_match):
+            if self.if_match.strip() != "*" and etag not in etags_in(self.if_match):
                 raise S3Error("PreconditionFailed", f"{key} has another ETag now (If-Match): it was not replaced")
-
-
-def _etags(header: str) -> set[str]:
-    return {t.strip().strip('"') for t in header.split(",")}
 
 
 def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: dict,
@@ -157,16 +154,12 @@ def create_upload(ns: Namespace, tenant_id: int, key: str, meta: dict | None = N
     return upload_id
 
 
-def _no_upload() -> S3Error:
-    return S3Error("NoSuchUpload", "the specified multipart upload does not exist: it was completed or aborted, "
-                   "or its id or key is wrong")
-
-
 def upload_folder(ns: Namespace, tenant_id: int, upload_id: str, key: str) -> Path:
     folder = ns.uploads_root(tenant_id) / upload_id
     if len(upload_id) != 32 or not upload_id.isalnum() or not (folder / "key").is_file() or \
             (folder / "key").read_text() != key:
-        raise _no_upload()
+        raise S3Error("NoSuchUpload", "the specified multipart upload does not exist: it was completed or aborted, "
+                      "or its id or key is wrong")
     return folder
 
 
@@ -217,7 +210,7 @@ def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[
     spec = meta.pop(CHECKSUM_SPEC, None) or {}
     sums = []
     for n, _, listed in asked if spec else ():
-        stored = _part_checksums(folder, n).get(multipart_checksums.header(spec))
+        stored = part_checksums(folder, n).get(multipart_checksums.header(spec))
         multipart_checksums.check_listed(spec, n, listed, stored)
         sums.append(stored)
     tmp, etag, crc = _join(ns, tenant_id, folder, [(n, e) for n, e, _ in asked])
@@ -286,7 +279,8 @@ def upload_checksum(folder: Path) -> dict:
     return _upload_meta(folder).get(CHECKSUM_SPEC) or {}
 
 
-def _part_checksums(folder: Path, number: int) -> dict:
+def part_checksums(folder: Path, number: int) -> dict:
+    """The checksums part ``number``'s PUT checked ({"x-amz-checksum-sha256": ...})."""
     try:
         return json.loads((folder / f"{number:05d}.sum").read_text())
     except (OSError, ValueError):

@@ -153,12 +153,14 @@ def deleted(done: list[str], failed: list[tuple[str, str, str]], quiet: bool) ->
     return xml.document("DeleteResult", body)
 
 
-def parts(bucket: str, key: str, upload_id: str, have) -> bytes:
+def parts(bucket: str, key: str, upload_id: str, have, sums: dict[int, str] | None = None) -> bytes:
+    """ListParts; ``sums``: each part's checksums as XML elements (ChecksumSHA256...)."""
     body = xml.element("Bucket", bucket) + xml.element("Key", key) + xml.element("UploadId", upload_id)
     body += xml.element("PartNumberMarker", 0) + xml.element("MaxParts", 10000) + xml.element("IsTruncated", False)
     for number, size, etag, mtime in have:
         body += ("<Part>" + xml.element("PartNumber", number) + xml.element("LastModified", xml.iso(mtime))
-                 + xml.element("ETag", f'"{etag}"') + xml.element("Size", size) + "</Part>")
+                 + xml.element("ETag", f'"{etag}"') + xml.element("Size", size) + (sums or {}).get(number, "")
+                 + "</Part>")
     return xml.document("ListPartsResult", body)
 
 

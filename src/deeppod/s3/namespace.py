@@ -297,6 +297,11 @@ def write_etag(path: Path, etag: str, dest: Path) -> None:
         etag_path(dest).write_text(etag)
 
 
+def etags_in(header: str) -> set[str]:
+    """The quoted ETags an If-Match or If-None-Match header lists."""
+    return {('"' + v.strip().strip('"') + '"') for v in header.split(",")}
+
+
 def read_etag(path: Path | str) -> str | None:
     try:
         return os.getxattr(path, XATTR, follow_symlinks=False).decode() or None
