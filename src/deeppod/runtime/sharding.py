@@ -136,17 +136,12 @@ class _Materializer:
             torch.manual_seed(self.seed)
             yield
 
-    def block(self, module) -> None:
-        """The whole block, now: it is sharded next."""
-        self._make([m for m in _post_order(module) if any(t.is_meta for _, t in _own_tensors(m))])
-
-    def rest(self) -> None:
-        """What the blocks left: modules outside every block, their own tensors only."""
-        self._make([m for m in _post_order(self.model) if any(t.is_meta for _, t in _own_tensors(m))])
-
-    def _make(self, modules) -> None:
+    def materialize(self, module) -> None:
+        """What of ``module`` is still on the meta device (a block, just before it is sharded;
+        the root, last: what the blocks left)."""
         import torch
 
+        modules = [m for m in _post_order(module) if any(t.is_meta for _, t in _own_tensors(m))]
         for m in modules:
             m.to_empty(device=self.device, recurse=False)
             for _, t in _own_tensors(m):
@@ -160,8 +155,8 @@ class _Materializer:
                     where = ".".join(x for x in (self.names.get(id(m), "?"), name) if x)
                     raise RuntimeError(
                         f"runtime.shard: {where} ({type(m).__name__}) was built on the meta device and nothing "
-                        f"initialized it: it has no reset_parameters(); pass init=fn to runtime.shard, called "
-                        f"with each module as model.apply(fn) would be")
+                        f"initialized it (no reset_parameters(), or init= left it): pass init=fn to runtime.shard, "
+                        f"an fn that does, called with each module as model.apply(fn) would be")
 
 
 def _post_order(module):
@@ -219,11 +214,11 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
             if module is not model and (isinstance(inner, kinds) if inner is not None else
                                         isinstance(module, kinds) and id(module) not in insides):
                 if make:
-                    make.block(module)
+                    make.materialize(module)
                 fully_shard(module, **options)
                 wrapped += 1
         if make:
-            make.rest()
+            make.materialize(model)
     fully_shard(model, **options)
     log.info("runtime.shard: %d blocks (%s) and the root over %d workers on %s%s%s%s", wrapped,
              ", ".join(k.__name__ for k in kinds) or "none found", dist.get_world_size(), device.type,
