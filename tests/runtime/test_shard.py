@@ -2,8 +2,10 @@
 checkpoints that load at another number of workers, or into a whole model."""
 
 import json
+import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -264,12 +266,19 @@ def test_a_model_built_on_the_meta_device_is_materialized_block_by_block_as_one_
 
 def _background(rank, world, folder):
     """A background sharded save: each worker copies its shards and trains on; what lands on
-    disk is the state at the save's step, put in place by wait()."""
+    disk is the state at the save's step, put in place by wait() before any worker goes on.
+    Rank 0's rename is slowed, so a worker that did not wait for it would find nothing."""
+    import time
+
     import torch.distributed as dist
 
     from deeppod.runtime import Checkpointer
+    from deeppod.runtime import _sharded_checkpoint as sharded
     from deeppod.runtime.sharding import shard
 
+    if rank == 0:
+        rename = os.rename
+        sharded.os = SimpleNamespace(rename=lambda a, b: (time.sleep(1), rename(a, b)))
     _init(folder, rank, world, "rdv-background")
     torch.set_num_threads(1)
     model = shard(build())
@@ -282,7 +291,7 @@ def _background(rank, world, folder):
             ckpt.save(3, model=model, optimizer=opt, epoch=0, extra={"at": 3})
             hidden = sorted(p.name for p in Path(folder, "ckpt-bg").iterdir())
     ckpt.wait()
-    shown = sorted(p.name for p in Path(folder, "ckpt-bg").iterdir())
+    shown = sorted(p.name for p in Path(folder, "ckpt-bg").iterdir())  # on every worker
     fresh = shard(build())
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
     got = Checkpointer(f"{folder}/ckpt-bg", rank=rank).load_latest(model=fresh, optimizer=fresh_opt)
@@ -290,7 +299,9 @@ def _background(rank, world, folder):
     if rank == 0:
         same = all(torch.equal(loaded[i][k], v) for i in (0, 1) for k, v in saved[i].items())
         with open(f"{folder}/background.json", "w") as f:
-            json.dump({"same": same, "step": got["step"], "extra": got["extra"], "hidden": hidden, "shown": shown}, f)
+            json.dump({"same": same, "step": got["step"], "extra": got["extra"], "hidden": hidden}, f)
+    with open(f"{folder}/shown-{rank}.json", "w") as f:
+        json.dump({"shown": shown, "step": got and got["step"]}, f)
     dist.barrier()
     dist.destroy_process_group()
     _leave()
@@ -304,7 +315,9 @@ def test_a_background_sharded_save_keeps_the_state_of_its_step_while_training_go
     got = json.loads((tmp_path / "background.json").read_text())
     assert got["same"] and got["step"] == 3 and got["extra"] == {"at": 3}
     assert got["hidden"] == [".ckpt-000000000003.dcp.tmp"]  # written in the background, not yet in place
-    assert got["shown"] == ["ckpt-000000000003.dcp"]
+    for rank in (0, 1):  # in place for every worker once wait() returns, and loaded by each
+        assert json.loads((tmp_path / f"shown-{rank}.json").read_text()) == {
+            "shown": ["ckpt-000000000003.dcp"], "step": 3}
 
 
 if sys.platform != "linux":

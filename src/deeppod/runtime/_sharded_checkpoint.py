@@ -31,7 +31,8 @@ def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: di
     ``background``: each worker copies its shards to host memory and returns; a thread writes
     them (over a process group of the checkpoint's own, so the training's collectives never
     interleave with the save's). The folder is renamed into place by the next save or
-    ``ckpt.wait()``, which every worker calls before it exits."""
+    ``ckpt.wait()``, which every worker calls before it exits and which returns on no worker
+    before the folder is in place."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
@@ -50,7 +51,7 @@ def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: di
         if ckpt.rank == 0 else None
     if background:
         future = dcp.async_save(_state(model, optimizer), checkpoint_id=str(tmp), process_group=_group(ckpt))
-        ckpt.pending(lambda: (future.result(), _finish(ckpt, tmp, final, meta)))
+        ckpt.pending(lambda: _settle(ckpt, future, tmp, final, meta))
         return final if ckpt.rank == 0 else None
     dcp.save(_state(model, optimizer), checkpoint_id=str(tmp))  # writes, then a barrier-like gather
     _finish(ckpt, tmp, final, meta)
@@ -66,6 +67,19 @@ def _group(ckpt):
     if ckpt.dcp_group is None:
         ckpt.dcp_group = dist.new_group(backend="gloo")
     return ckpt.dcp_group
+
+
+def _settle(ckpt, future, tmp: Path, final: Path, meta: dict | None) -> None:
+    """Every worker, in ``wait()``: its shards written, rank 0 puts the folder in place, and no
+    worker goes on before it is (a worker that went on would load the step before it, or none,
+    while the others load this one: the loads' collectives would not match)."""
+    import torch.distributed as dist
+
+    try:
+        future.result()
+        _finish(ckpt, tmp, final, meta)
+    finally:
+        dist.barrier()  # reached by every worker, failed or not, so none is left waiting
 
 
 def _finish(ckpt, tmp: Path, final: Path, meta: dict | None) -> None:
