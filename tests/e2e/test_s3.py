@@ -207,6 +207,52 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
 
 
 @pytest.mark.timeout(300)
+def test_folder_markers_as_hadoop_s3a_and_the_aws_console_make_them(server, tmp_path):
+    """A "mkdir" through S3A writes an empty ``DIR/`` object (application/x-directory): it is
+    kept, listed, read and deleted as S3 does, sits beside the files put under it, and is not
+    a sample when the inbox is committed."""
+    c = Client(server.url, server.admin_token)
+    b = s3(c.create_access_key())
+    for folder in ("shapes/", "shapes/c0/", "shapes/c1/", "shapes/empty/"):
+        b.put_object(Bucket="inbox", Key=folder, Body=b"", ContentType="application/x-directory")
+    head = b.head_object(Bucket="inbox", Key="shapes/c0/")
+    assert head["ContentLength"] == 0 and head["ContentType"] == "application/x-directory"
+    assert b.get_object(Bucket="inbox", Key="shapes/c0/")["Body"].read() == b""
+    with pytest.raises(ClientError) as e:  # a folder without a marker is not an object (S3 says the same)
+        b.head_object(Bucket="inbox", Key="shapes/other/")
+    assert e.value.response["Error"]["Code"] == "404"
+    for c_ in (0, 1):
+        for i in range(6):
+            png = tmp_path / f"{c_}-{i}.png"
+            Image.fromarray(np.full((16, 16, 3), 40 + 120 * c_ + i, "uint8")).save(png)
+            b.upload_file(str(png), "inbox", f"shapes/c{c_}/{i}.png")
+    top = b.list_objects_v2(Bucket="inbox", Prefix="shapes/", Delimiter="/")
+    assert [o["Key"] for o in top["Contents"]] == ["shapes/"]  # the marker of the prefix itself
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["shapes/c0/", "shapes/c1/", "shapes/empty/"]
+    flat = [o["Key"] for o in b.list_objects_v2(Bucket="inbox", Prefix="shapes/c0/")["Contents"]]
+    assert flat == ["shapes/c0/"] + [f"shapes/c0/{i}.png" for i in range(6)]
+    assert b.list_objects_v2(Bucket="inbox", Prefix="shapes/empty/")["Contents"][0]["Size"] == 0
+    # a marker and an object of the same name cannot both be (the inbox is files): refused clearly
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="shapes/c0", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="inbox", Key="shapes/c0/0.png/", Body=b"")
+    assert "shapes/c0/0.png is an object in this inbox" in e.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as e:  # and none in the read-only buckets
+        b.head_object(Bucket="datasets", Key="shapes/")
+    assert e.value.response["Error"]["Code"] == "404"
+    # deleting the empty folder's marker removes the folder; the others' files stay
+    b.delete_object(Bucket="inbox", Key="shapes/empty/")
+    b.delete_objects(Bucket="inbox", Delete={"Objects": [{"Key": "shapes/c1/"}]})
+    keys = [o["Key"] for o in b.list_objects_v2(Bucket="inbox", Prefix="shapes/")["Contents"]]
+    assert "shapes/empty/" not in keys and "shapes/c1/" not in keys and "shapes/c1/5.png" in keys
+    assert b.list_objects_v2(Bucket="inbox", Prefix="shapes/empty")["KeyCount"] == 0
+    version = c.commit("shapes")["versions"][-1]
+    assert version["samples"] == 12 and version["stats"]["per_class"] == {"c0": 6, "c1": 6}  # markers: no samples
+    assert version["stats"]["quarantined"] == 0
+
+
 def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(server):
     """What ceph/s3-tests found missing (docs/s3-tests.md): metadata, copies' directives, a
     signed GET's response-* overrides, conditional PUTs, a repeated multipart completion, one

@@ -24,7 +24,7 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
 from deeppod.s3 import metadata, multipart_checksums
-from deeppod.s3.namespace import COMMIT, Namespace, etag_path, etags_in, read_etag, segments, write_etag
+from deeppod.s3.namespace import COMMIT, Namespace, etag_path, etags_in, inbox_path, read_etag, segments, write_etag
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
@@ -36,7 +36,7 @@ _placing = threading.Lock()  # a conditional write's check and rename, against t
 
 
 def dataset_of(key: str) -> str:
-    name = segments(key, inbox=True)[0]
+    name = segments(key[:-1] if key.endswith("/") else key, inbox=True)[0]
     try:
         return check_name("dataset", name)
     except InvalidRequest as exc:
@@ -89,7 +89,7 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
            condition: Condition | None) -> None:
     dataset_of(key)
     root = ns.inbox_root(tenant_id)
-    dest = root.joinpath(*segments(key, inbox=True))
+    dest = inbox_path(root, key)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # an object where this key needs a folder
@@ -113,7 +113,7 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
 
 def delete(ns: Namespace, tenant_id: int, key: str) -> None:
     """S3 answers a delete of a missing key with success too."""
-    dest = ns.inbox_root(tenant_id).joinpath(*segments(key, inbox=True))
+    dest = inbox_path(ns.inbox_root(tenant_id), key)
     if dest.is_file() and not dest.is_symlink():
         dest.unlink()
         etag_path(dest).unlink(missing_ok=True)

@@ -7,7 +7,9 @@
   ``NAME/vN/.stats.json`` describe the version.
 - ``shared``: other tenants' shared datasets, read-only: ``TENANT/NAME/vN/...``, as above.
 - ``inbox``: where writers put files for a dataset's next version: ``NAME/PATH``. PUT, GET,
-  LIST, DELETE; ``deeppod data commit NAME`` (or a PUT of ``NAME/.commit``) ingests them.
+  LIST, DELETE; ``deeppod data commit NAME`` (or a PUT of ``NAME/.commit``) ingests them. A
+  key ending in ``/`` is a folder marker (what Hadoop's S3A and the AWS console write for a
+  "mkdir"): a hidden ``.folder`` file in that folder, which ingest skips.
 - ``models``: the tenant's model versions' artifacts, read-only: ``NAME/vN/FILE``.
 - ``jobs``: the tenant's jobs' outputs, read-only: ``ID/model/...`` and ``ID/outputs/...``.
   A job wrote them, so they are read as root reads what a job may change (deeppod.nofollow):
@@ -42,6 +44,7 @@ JOB_FOLDERS = ("model", "outputs")  # what of a job's folder its tenant reads th
 COMMIT = ".commit"
 MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
 ETAG_SUFFIX = ".etag"  # beside an inbox file where xattrs are not kept: its MD5 (".NAME.etag")
+FOLDER = ".folder"  # an inbox folder's marker object (key "NAME/DIR/"): hidden, so never ingested
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,14 @@ def segments(key: str, *, inbox: bool = False) -> list[str]:
     return parts
 
 
+def inbox_path(root: Path, key: str) -> Path:
+    """Where an inbox key's object is: its file, or for a folder marker (``a/b/``) the hidden
+    marker file in that folder. The key is checked first (InvalidArgument)."""
+    if key.endswith("/"):
+        return root.joinpath(*segments(key[:-1], inbox=True), FOLDER)
+    return root.joinpath(*segments(key, inbox=True))
+
+
 def file_md5(e: Entry) -> str:
     h = hashlib.md5()
     with open_object(e) as f:
@@ -140,13 +151,16 @@ class Namespace:
             yield from self._datasets(session, tenant_id, prefix, shared=bucket == "shared")
 
     def find(self, session: Session, tenant_id: int, bucket: str, key: str) -> Entry:
-        parts = segments(key, inbox=bucket == "inbox")
         if bucket == "inbox":
-            path = self.inbox_root(tenant_id).joinpath(*parts)
+            path = inbox_path(self.inbox_root(tenant_id), key)
             st = _regular(path)
-            if st is None or parts[-1].startswith("."):
+            if st is None or (path.name.startswith(".") and path.name != FOLDER):  # NAME/.commit
                 raise _no_key(key)
             return Entry(key, st.st_size, st.st_mtime, None, path, sidecar=True)
+        if key.endswith("/"):  # no folder objects in the read-only buckets
+            segments(key[:-1])
+            raise _no_key(key)
+        segments(key)
         for e in self.entries(session, tenant_id, bucket, key):
             if e.key == key:
                 return e
@@ -166,6 +180,10 @@ class Namespace:
             except OSError:
                 continue
             for entry in listing:
+                if entry.name == FOLDER and entry.is_file(follow_symlinks=False):
+                    key = entry.path[base:-len(FOLDER)].replace(os.sep, "/")  # "a/b/": its folder's marker
+                    if key.startswith(prefix):
+                        yield Entry(key, -1, 0.0, None, entry.path, sidecar=True)
                 if entry.name.startswith("."):
                     continue
                 if entry.is_dir(follow_symlinks=False):
