@@ -96,6 +96,19 @@ PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: 
 ENV_TRIAL = "DEEPPOD_TRIAL"  # the trial number a search's job was started for
 ENV_TRIAL_PARAMS = "DEEPPOD_TRIAL_PARAMS"  # that trial's parameters, as JSON (typed, unlike DEEPPOD_PARAM_*)
 ENV_TRIAL_HOST = "DEEPPOD_TRIAL_HOST"  # "1": the search reuses this process for trial after trial
+# the steps at which a trial's pruner decides ("1,3,9,..."; "*": every step; unset: none): a
+# report at one of them is sent at once, and the answer carries the decision
+ENV_TRIAL_JUDGED = "DEEPPOD_TRIAL_JUDGED"
+
+
+def judged_between(judged: str, after: int, step: int) -> bool:
+    """Whether the pruner decides on a step in (after, step]; ``judged`` as ENV_TRIAL_JUDGED
+    says it (a trial that reports every few steps is judged at the first report past a rung)."""
+    if not judged or step <= after:
+        return False
+    return judged == "*" or any(after < int(j) <= step for j in judged.split(",") if j.isdigit())
+
+
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner
 ENV_METRICS_FLUSH = "DEEPPOD_METRICS_FLUSH_SECONDS"
 TRIAL_METRICS_FLUSH_S = 0.2

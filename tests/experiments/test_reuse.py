@@ -203,3 +203,40 @@ def test_a_reused_process_shows_its_latest_trials_series_not_every_trials_mixed(
         metrics.ingest(s, h.world.alice, plain, [{"step": 0, "metrics": {"loss": 1.0}}])
     with h.sessions() as s:
         assert "trial" not in metrics.series(s, h.world.alice, plain)
+
+
+def test_reports_at_a_rung_wait_for_the_pruners_decision(h):
+    """An ASHA search's trials are told the steps its pruner decides on; the answer to reports
+    that reach one waits for a controller round, begun after they were stored, to judge them."""
+    import threading
+
+    from deeppod.contract import ENV_TRIAL_JUDGED
+    from tests.helpers import wait_until
+
+    exp_id = h.create(trials=2, parallel=1, reuse=True, pruner="asha")
+    h.jobs.tick()
+    h.tune.tick()
+    job = hosts(h, exp_id)[0]
+    assert h.fake.launched[job.id].workers[0].env[ENV_TRIAL_JUDGED].startswith("1,3,9,27,")
+    p = Process(h, job.id)
+    number = p.ask()["number"]
+
+    def waits(*steps, trial=number):
+        with h.sessions() as s:
+            return service.awaits_judgement(s, job.id, [{"step": k, "trial": trial} for k in steps])
+
+    assert not waits(0) and waits(0, 1) and waits(2) and not waits(1, trial=number + 1)
+    assert not waits() and not service.awaits_judgement(h.sessions(), job.id, [{"step": 3}])  # no trial: a job's own
+    p.report(number, 0, 0.1)
+    p.report(number, 1, 0.2)
+    h.tune.tick()  # judged up to step 1: the next rung is 3
+    assert not waits(2) and waits(2, 3)
+
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(h.tune.judged(timeout=60)))
+    waiter.start()
+    wait_until(lambda: h.tune.hurry.is_set(), 30, what="the controller to be hurried")
+    h.tune.tick()  # the round the answer waits for
+    waiter.join(30)
+    assert got == [True]
+    assert h.tune.judged(timeout=0.01) is False  # no round came: the answer goes without it

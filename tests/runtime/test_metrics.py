@@ -133,3 +133,39 @@ def test_the_send_interval_comes_from_the_job_contract(monkeypatch, value, secon
     else:
         monkeypatch.setenv("DEEPPOD_METRICS_FLUSH_SECONDS", value)
     assert Reporter(api_url="http://127.0.0.1:1", token="t", job_id=1, enabled=False).flush_seconds == seconds
+
+
+def test_a_trials_report_at_a_step_its_pruner_judges_is_sent_at_once(monkeypatch):
+    """With a long send interval, only the reports at the pruner's rungs (1, 3, 9) go at once,
+    each in a send of its own; the steps between wait for the interval."""
+    monkeypatch.setenv("DEEPPOD_TRIAL_JUDGED", "1,3,9,27")
+    monkeypatch.setenv("DEEPPOD_TRIAL", "4")
+    port = free_port()
+    sink = Sink(port)
+    rep = Reporter(api_url=f"http://127.0.0.1:{port}", token="tok", job_id=1, tb_dir=None, flush_seconds=600,
+                   enabled=True)
+    try:
+        rep.report(0, acc=0.1)
+        rep.report(1, acc=0.2)  # a rung: sent now, with the step before it
+        wait_until(lambda: sink.requests == 1, 30, interval=0.01, what="the rung's report to be sent")
+        assert [p["step"] for p in sink.points] == [0, 1] and sink.points[1]["trial"] == 4
+        rep.report(2, acc=0.3)
+        rep.report(5, acc=0.4)  # past rung 3 (a trial that reports every few steps): sent now
+        wait_until(lambda: sink.requests == 2, 30, interval=0.01, what="the report past rung 3")
+        rep.report(6, acc=0.5)
+        rep.trial = 5  # the process's next trial: its rungs count from its own start
+        rep.report(1, acc=0.6)
+        wait_until(lambda: sink.requests == 3, 30, interval=0.01, what="the next trial's first rung")
+        assert [p["step"] for p in sink.points] == [0, 1, 2, 5, 6, 1]
+    finally:
+        rep.close()
+        sink.close()
+
+
+@pytest.mark.parametrize("judged, after, step, expected", [
+    ("1,3,9", -1, 0, False), ("1,3,9", -1, 1, True), ("1,3,9", 1, 2, False), ("1,3,9", 1, 4, True),
+    ("1,3,9", 9, 100, False), ("*", 3, 4, True), ("*", 4, 4, False), ("", -1, 5, False)])
+def test_judged_between(judged, after, step, expected):
+    from deeppod.contract import judged_between
+
+    assert judged_between(judged, after, step) is expected

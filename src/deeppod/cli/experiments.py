@@ -128,6 +128,7 @@ def image_classifier(
                              f"tune {', '.join(sorted(TRAINER_FLAGS))}")
     fixed = {k: v for k, v in {"model": model, "epochs": epochs, "image_size": image_size}.items() if v is not None}
     args = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
+    args += ["--val-step", "epoch"]  # the pruner's rungs in epochs: batch sizes in the space train unequally per step
     for key, flag in TRAINER_FLAGS.items():
         if key in chosen:
             args += [flag, "{" + key + "}"]

@@ -30,6 +30,9 @@ from deeppod.experiments import service
 from deeppod.experiments.study import Study
 
 log = logging.getLogger(__name__)
+# how long the answer to a trial's reports at a rung waits for the pruner's decision (a round
+# takes milliseconds; a server that is not the leader runs none, and answers after this)
+JUDGE_WAIT_S = 0.5
 
 
 class ExperimentController:
@@ -41,13 +44,35 @@ class ExperimentController:
         self._studies: dict[int, Study] = {}
         self.wake = threading.Event()  # set when an experiment is created in this process
         self.hurry = threading.Event()  # set when a trial's job starts or ends here: the next round now
+        self._rounds = threading.Condition()  # rounds begun and ended: judged() waits on them
+        self._rounds_begun = self._rounds_done = 0
 
     def study(self, s: Session, exp: Experiment) -> Study:
         if exp.id not in self._studies:
             self._studies[exp.id] = self.launcher.study(exp, s)
         return self._studies[exp.id]
 
+    def judged(self, timeout: float = JUDGE_WAIT_S) -> bool:
+        """Hurry the next round and wait until a round begun after this call has ended: what
+        was committed before the call (a trial's reports at a rung) has been judged by then.
+        False if none ended in ``timeout`` (this server is not the leader, or is busy)."""
+        with self._rounds:
+            target = self._rounds_begun + 1
+        self.hurry.set()
+        with self._rounds:
+            return self._rounds.wait_for(lambda: self._rounds_done >= target, timeout)
+
     def tick(self) -> str | None:
+        with self._rounds:
+            self._rounds_begun += 1
+        try:
+            return self._round()
+        finally:
+            with self._rounds:
+                self._rounds_done += 1
+                self._rounds.notify_all()
+
+    def _round(self) -> str | None:
         with self.sessions() as s:
             ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(ACTIVE_EXPERIMENTS))))
         if not ids and not self._studies:

@@ -13,14 +13,14 @@ from sqlalchemy.orm import Session
 
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
-from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, FINAL_STATES, JobState
+from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, FINAL_STATES, JobState, judged_between
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
 from deeppod.experiments.space import check_command, parse_space, render
-from deeppod.experiments.study import Study, check_choice
+from deeppod.experiments.study import Study, check_choice, judged_steps
 
 log = logging.getLogger(__name__)
 MODES = ("min", "max")
@@ -81,7 +81,9 @@ class Launcher:
                           code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,
                           image_dir=self.image_dir)
         job.kind, job.params, job.preemptible = "trial", dict(params), True
-        job.env = {**job.env, ENV_TRIAL: str(number), **({ENV_TRIAL_HOST: "1"} if exp.reuse else {})}
+        judged = judged_steps(exp.pruner)
+        job.env = {**job.env, ENV_TRIAL: str(number), **({ENV_TRIAL_HOST: "1"} if exp.reuse else {}),
+                   **({ENV_TRIAL_JUDGED: judged} if judged else {})}
         return job
 
 
@@ -258,6 +260,21 @@ def pruning(session: Session, job_id: int) -> list[int]:
     and has not yet said it ended; none for any other job. The caller may see the job."""
     return list(session.scalars(select(Trial.number).where(Trial.job_id == job_id, Trial.state == TrialState.PRUNING,
                                                            Trial.claimed_at.is_not(None), Trial.done_at.is_(None))))
+
+
+def awaits_judgement(session: Session, job_id: int, points: list[dict]) -> bool:
+    """Whether these reports of a search's trial reach a step its pruner decides on (a rung
+    past the last step it judged): the answer to them then waits for the decision."""
+    tops: dict[int, int] = {}
+    for p in points:
+        if isinstance(p.get("trial"), int) and isinstance(p.get("step"), int):
+            tops[p["trial"]] = max(p["step"], tops.get(p["trial"], p["step"]))
+    if not tops:
+        return False
+    rows = session.execute(select(Trial.number, Trial.step, Experiment.pruner)
+                           .join(Experiment, Experiment.id == Trial.experiment_id)
+                           .where(Trial.job_id == job_id, Trial.number.in_(tops), Trial.state == TrialState.RUNNING))
+    return any(judged_between(judged_steps(pruner), step, tops[number]) for number, step, pruner in rows)
 
 
 def idle_hosts(session: Session, exp: Experiment) -> list[Job]:

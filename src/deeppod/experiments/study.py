@@ -12,6 +12,8 @@ from deeppod.experiments.space import Param, grid_size
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("asha", "hyperband", "median", "none")
+RUNG_BASE = 3  # the pruners' reduction factor: successive halving's rungs are at steps 1, 3, 9, ...
+MAX_RUNG_STEP = 10**7
 JOURNAL = "optuna.journal"
 LOCK_GRACE_S = 5  # a journal lock untouched this long is a dead writer's (an append takes milliseconds)
 
@@ -66,12 +68,25 @@ def make_pruner(name: str):
         # A fixed first rung (Ray Tune's grace period of 1), not "auto": auto waits for a trial to
         # complete, and the trials running meanwhile are then judged at every passed rung with
         # their current value, which inflates those rungs against every later trial.
-        return p.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+        return p.SuccessiveHalvingPruner(min_resource=1, reduction_factor=RUNG_BASE)
     if name == "hyperband":
-        return p.HyperbandPruner(min_resource=1, reduction_factor=3)
+        return p.HyperbandPruner(min_resource=1, reduction_factor=RUNG_BASE)
     if name == "median":
         return p.MedianPruner(n_startup_trials=4, n_warmup_steps=0)
     return p.NopPruner()
+
+
+def judged_steps(name: str) -> str:
+    """The steps at which the pruner ``name`` decides, as ENV_TRIAL_JUDGED says them: the rungs
+    of (asynchronous) successive halving and Hyperband (min_resource 1, factor 3: every
+    bracket's rungs are powers of 3), every step for the median rule, none without a pruner."""
+    if name in ("asha", "hyperband"):
+        steps, step = [], 1
+        while step <= MAX_RUNG_STEP:
+            steps.append(step)
+            step *= RUNG_BASE
+        return ",".join(map(str, steps))
+    return "*" if name == "median" else ""
 
 
 class Study:

@@ -19,7 +19,8 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, open_first, server_urls
+from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_JUDGED, judged_between,
+                              open_first, server_urls)
 from deeppod.job_folder import JobFolder
 from deeppod.runtime.context import job_context
 
@@ -67,6 +68,11 @@ class Reporter:
         self.trial: int | None = int(trial) if trial.isdigit() else None  # the search trial reports are for
         self._send_lock = threading.Lock()  # flush() sends from the caller's thread too
         self.pruning: frozenset[int] = frozenset()  # trials of this process a pruner stopped (the server says)
+        # a report at a step the pruner decides on is sent at once (not at the next flush), and
+        # the server's answer waits for the decision: a short trial hears it an epoch later, not ten
+        self.judged = os.environ.get(ENV_TRIAL_JUDGED, "")
+        self._judged_upto: tuple[int | None, int] = (None, -1)  # (trial, step) last sent at once
+        self._wake = threading.Event()
         self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -89,6 +95,11 @@ class Reporter:
     def report(self, step: int, **metrics) -> None:
         if self.enabled:
             self._q.put(("m", step, time.time(), metrics, self.trial))
+            if self.judged and self.trial is not None:
+                trial, upto = self._judged_upto
+                if judged_between(self.judged, upto if trial == self.trial else -1, step):
+                    self._judged_upto = (self.trial, step)
+                    self._wake.set()
 
     def histograms(self, step: int, tensors: dict) -> None:
         if self.enabled:
@@ -160,7 +171,8 @@ class Reporter:
     def _run(self) -> None:
         backoff = self.flush_seconds
         while not self._stop.is_set():
-            self._stop.wait(backoff)
+            self._wake.wait(backoff)  # a report the pruner judges (or close()) sends now
+            self._wake.clear()
             self._drain()
             if self._tb is not None:
                 self._tb.flush()
@@ -185,6 +197,7 @@ class Reporter:
         if not self.enabled or self._stop.is_set():
             return
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=2)
         self.flush(timeout)
         if self._tb is not None:

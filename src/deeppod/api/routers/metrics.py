@@ -1,6 +1,6 @@
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
-from deeppod.api.deps import Id, PrincipalDep, SessionDep
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.metrics import HistogramOut, MetricsAccepted, MetricsIn, MetricsOut
 from deeppod.experiments import service as experiments
 from deeppod.jobs import metrics
@@ -9,9 +9,13 @@ router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["metrics"])
 
 
 @router.post("/metrics", status_code=202, response_model=MetricsAccepted, response_model_exclude_defaults=True)
-def ingest(job_id: Id, body: MetricsIn, session: SessionDep, principal: PrincipalDep) -> MetricsAccepted:
+def ingest(job_id: Id, body: MetricsIn, request: Request, session: SessionDep,
+           principal: PrincipalDep) -> MetricsAccepted:
     points = [p.model_dump() for p in body.points]
     stored = metrics.ingest(session, principal, job_id, points)
+    if experiments.awaits_judgement(session, job_id, points):  # a trial at a rung: its pruner decides now
+        session.commit()
+        get_ctx(request).experiments.judged()
     # a search's process that runs trial after trial hears here that a pruner stopped its trial
     return MetricsAccepted(stored=stored, pruning=experiments.pruning(session, job_id))
 

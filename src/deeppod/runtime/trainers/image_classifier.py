@@ -78,6 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="register the artifact as a new version of model NAME when training ends")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
+    p.add_argument("--val-step", choices=("step", "epoch"), default="step",
+                   help="the step validation scores are reported at: the training step (beside the loss curve), "
+                        "or the epochs done (a search's pruner then compares trials of different batch sizes at "
+                        "equal training: 'deeppod tune image-classifier' uses it)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (0: each epoch)")
     p.add_argument("--resize-check-every", type=int, default=0,
                    help="steps between checks for an in-place resize (0: every step on CPU, every 10 with CUDA)")
@@ -552,7 +556,7 @@ class Run:
         from deeppod import runtime
 
         scores = evaluate(self.ddp, self.val_items, self.args, self.ctx, self.channels_last, self.amp, self.loss_fn)
-        runtime.report(self.step, **scores)
+        runtime.report(self.epoch + 1 if self.args.val_step == "epoch" else self.step, **scores)
         return scores
 
     def run(self) -> int:
