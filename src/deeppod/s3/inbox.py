@@ -213,10 +213,10 @@ def complete(ns: Namespace, tenant_id: int, folder: Path, key: str, asked: list[
         stored = part_checksums(folder, n).get(multipart_checksums.header(spec))
         multipart_checksums.check_listed(spec, n, listed, stored)
         sums.append(stored)
-    tmp, etag, crc = _join(ns, tenant_id, folder, [(n, e) for n, e, _ in asked])
+    tmp, etag, whole = _join(ns, tenant_id, folder, [(n, e) for n, e, _ in asked], multipart_checksums.whole_crc(spec))
     checksums = {}
     if spec:
-        value = multipart_checksums.combine(spec, sums, crc)
+        value = multipart_checksums.combine(spec, sums, whole)
         try:
             multipart_checksums.check_expected(spec, headers or {}, value)
         except S3Error:
@@ -250,21 +250,24 @@ def _check_listed(asked: list[tuple[int, str, dict]], have: dict) -> None:
                           "least 5 MiB")
 
 
-def _join(ns: Namespace, tenant_id: int, folder: Path, asked: list[tuple[int, str]]) -> tuple[Path, str, int]:
-    """The parts, in order, into a new file: (file, ETag, CRC32 of every byte)."""
+def _join(ns: Namespace, tenant_id: int, folder: Path, asked: list[tuple[int, str]],
+          whole_crc: str | None) -> tuple[Path, str, int]:
+    """The parts, in order, into a new file: (file, ETag, the ``whole_crc`` of every byte, or 0)."""
     import hashlib
-    import zlib
+
+    from deeppod.s3 import crc
 
     tmp = temp_file(ns, tenant_id)
-    joined, crc = hashlib.md5(), 0
+    joined, whole = hashlib.md5(), 0
     with open(tmp, "wb") as out:
         for n, etag in asked:
             with open(folder / f"{n:05d}", "rb") as f:
                 for block in iter(lambda: f.read(1 << 20), b""):
-                    crc = zlib.crc32(block, crc)
+                    if whole_crc:
+                        whole = crc.update(whole_crc, block, whole)
                     out.write(block)
             joined.update(bytes.fromhex(etag.strip('"')))
-    return tmp, f"{joined.hexdigest()}-{len(asked)}", crc
+    return tmp, f"{joined.hexdigest()}-{len(asked)}", whole
 
 
 def _upload_meta(folder: Path) -> dict:

@@ -1,38 +1,44 @@
 """A multipart upload's checksum, as S3 keeps it: the algorithm named when the upload starts
 (``x-amz-checksum-algorithm``, and ``x-amz-checksum-type`` COMPOSITE or FULL_OBJECT), each
 part's checksum checked as it arrives, and at completion either the checksum of the parts'
-checksums ("...-N", COMPOSITE) or, for CRC32, the whole object's (FULL_OBJECT), which current
-SDKs check every download against.
-
-CRC32, SHA-1 and SHA-256 are computed here; an upload naming another algorithm (CRC32C,
-CRC64NVME) completes without a checksum, as a single PUT does.
+checksums ("...-N", COMPOSITE) or, for a CRC, the whole object's (FULL_OBJECT), which current
+SDKs check every download against. CRC64NVME is FULL_OBJECT only, as on S3.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import zlib
 
 from deeppod.errors import S3Error
+from deeppod.s3 import crc
 
-COMPUTED = {"CRC32": "crc32", "SHA1": "sha1", "SHA256": "sha256"}
+COMPUTED = {"CRC32": "crc32", "CRC32C": "crc32c", "CRC64NVME": "crc64nvme", "SHA1": "sha1", "SHA256": "sha256"}
 TYPES = ("COMPOSITE", "FULL_OBJECT")
 
 
 def requested(headers) -> dict:
-    """What a CreateMultipartUpload asks for: {"algorithm", "type"}, or {} for none (or one
-    not computed here)."""
+    """What a CreateMultipartUpload asks for: {"algorithm", "type"}, or {} for none."""
     algorithm = headers.get("x-amz-checksum-algorithm", "").strip().upper()
     kind = headers.get("x-amz-checksum-type", "").strip().upper()
     if kind and kind not in TYPES:
         raise S3Error("InvalidRequest", f"x-amz-checksum-type must be COMPOSITE or FULL_OBJECT, not {kind!r}")
-    if algorithm not in COMPUTED:
+    if not algorithm:
         return {}
-    kind = kind or "COMPOSITE"
-    if kind == "FULL_OBJECT" and algorithm != "CRC32":
+    if algorithm not in COMPUTED:
+        raise S3Error("InvalidRequest", f"x-amz-checksum-algorithm must be one of {', '.join(COMPUTED)}, "
+                      f"not {algorithm!r}")
+    kind = kind or ("FULL_OBJECT" if algorithm == "CRC64NVME" else "COMPOSITE")
+    if kind == "FULL_OBJECT" and COMPUTED[algorithm] not in crc.WIDTH:
         raise S3Error("InvalidRequest", f"a FULL_OBJECT checksum is a CRC: {algorithm} uploads are COMPOSITE")
+    if kind == "COMPOSITE" and algorithm == "CRC64NVME":
+        raise S3Error("InvalidRequest", "CRC64NVME uploads are FULL_OBJECT (the whole object's CRC)")
     return {"algorithm": algorithm, "type": kind}
+
+
+def whole_crc(spec: dict) -> str | None:
+    """The CRC to compute over every byte as the parts are joined (FULL_OBJECT), or None."""
+    return COMPUTED[spec["algorithm"]] if spec.get("type") == "FULL_OBJECT" else None
 
 
 def header(spec: dict) -> str:
@@ -58,17 +64,16 @@ def check_listed(spec: dict, number: int, listed: dict, stored: str | None) -> N
                       "with: list each part with the checksum its UploadPart returned")
 
 
-def combine(spec: dict, part_values: list[str], whole_crc32: int) -> str:
+def combine(spec: dict, part_values: list[str], whole: int) -> str:
     """The object's checksum: of the parts' checksums (COMPOSITE, "-N") or of every byte
-    (FULL_OBJECT: ``whole_crc32``, computed while the parts were joined)."""
+    (FULL_OBJECT: ``whole``, the CRC computed while the parts were joined)."""
+    name = COMPUTED[spec["algorithm"]]
     if spec["type"] == "FULL_OBJECT":
-        return base64.b64encode(whole_crc32.to_bytes(4, "big")).decode()
+        return crc.encode(name, whole)
     raw = b"".join(base64.b64decode(v) for v in part_values)
-    if spec["algorithm"] == "CRC32":
-        digest = zlib.crc32(raw).to_bytes(4, "big")
-    else:
-        digest = hashlib.new(COMPUTED[spec["algorithm"]], raw).digest()
-    return f"{base64.b64encode(digest).decode()}-{len(part_values)}"
+    value = crc.encode(name, crc.update(name, raw, 0)) if name in crc.WIDTH else \
+        base64.b64encode(hashlib.new(name, raw).digest()).decode()
+    return f"{value}-{len(part_values)}"
 
 
 def check_expected(spec: dict, headers, value: str) -> None:
