@@ -374,6 +374,25 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     got = b.get_object(Bucket="inbox", Key="docs/upload.bin", ChecksumMode="ENABLED")
     assert got["Body"].read() == big and got["ETag"].endswith('-3"')
 
+    # CRC32C and CRC64NVME (boto3 computes them with awscrt): kept, given back, checked by the
+    # client on every whole-object GET; CRC64NVME uploads in parts are the whole object's CRC
+    for algorithm in ("CRC32C", "CRC64NVME"):
+        field = f"Checksum{algorithm}"
+        put = b.put_object(Bucket="inbox", Key=f"docs/{algorithm}.bin", Body=part, ChecksumAlgorithm=algorithm)
+        got = b.get_object(Bucket="inbox", Key=f"docs/{algorithm}.bin", ChecksumMode="ENABLED")
+        assert got["Body"].read() == part and got[field] == put[field]
+        with pytest.raises(ClientError) as e:  # a body that is not what its checksum says
+            b.put_object(Bucket="inbox", Key=f"docs/{algorithm}-bad.bin", Body=b"abc", **{field: put[field]})
+        assert e.value.response["Error"]["Code"] == "BadDigest"
+    b.upload_file(str(server.home / "big.bin"), "inbox", "docs/crc64.bin", ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"},
+                  Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))
+    got = b.get_object(Bucket="inbox", Key="docs/crc64.bin", ChecksumMode="ENABLED")
+    assert got["Body"].read() == big and got["ChecksumType"] == "FULL_OBJECT" and "-" not in got["ChecksumCRC64NVME"]
+    with pytest.raises(ClientError) as e:
+        b.create_multipart_upload(Bucket="inbox", Key="docs/x.bin", ChecksumAlgorithm="CRC64NVME",
+                                  ChecksumType="COMPOSITE")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+
 
 def test_virtual_host_style_where_the_server_has_a_domain(tmp_path, monkeypatch):
     """With DEEPPOD_S3_DOMAIN, BUCKET.<domain> names the bucket in the host (what boto3 does with
