@@ -376,20 +376,24 @@ class S3App:
         digests = Digests.for_request(h, signed.payload)
         tmp = inbox.temp_file(self.ns, tenant)
         out = await anyio.to_thread.run_sync(open, tmp, "wb")
-        pending = bytearray()
+        pending: list[bytes] = []  # received, not yet hashed and written: a block's worth at most
+        waiting = received = 0
         try:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     raise _Gone()
                 data = decoder.feed(message.get("body", b""))
-                digests.update(data)
-                if digests.size > inbox.MAX_OBJECT:
+                received += len(data)
+                if received > inbox.MAX_OBJECT:
                     raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
-                pending += data
-                if len(pending) >= BLOCK or not message.get("more_body"):
-                    await anyio.to_thread.run_sync(out.write, bytes(pending))
-                    pending.clear()
+                pending.append(data)
+                waiting += len(data)
+                if waiting >= BLOCK or not message.get("more_body"):
+                    # hashed and written off the event loop (hashlib lets go of the GIL), with no
+                    # copy into one buffer: the loop goes on reading this and other requests
+                    await anyio.to_thread.run_sync(_absorb, out, digests, pending)
+                    pending, waiting = [], 0
                 if not message.get("more_body"):
                     break
             trailers = decoder.finish()
@@ -475,6 +479,13 @@ class S3App:
                             who.key_id, exc)
 
         threading.Thread(target=run, name=f"s3-commit-{name}", daemon=True).start()
+
+
+def _absorb(out, digests: Digests, pieces: list[bytes]) -> None:
+    """Pieces of an upload's body: into its digests and its file, in order."""
+    for piece in pieces:
+        digests.update(piece)
+    out.writelines(pieces)
 
 
 class _Gone(Exception):

@@ -96,6 +96,7 @@ class Decoder:
         self.chunk = hashlib.sha256()
         self.done = False
         self.trailers: dict[str, str] = {}
+        self.signed_chunks = mode in (sigv4.STREAMING_SIGNED, sigv4.STREAMING_SIGNED_TRAILER)
 
     def feed(self, data: bytes) -> bytes:
         if self.mode == "plain":
@@ -127,7 +128,8 @@ class Decoder:
                 take = bytes(self.buf[:self.left])
                 del self.buf[:len(take)]
                 self.left -= len(take)
-                self.chunk.update(take)
+                if self.signed_chunks:  # each chunk's SHA-256 goes into its signature
+                    self.chunk.update(take)
                 out += take
                 if self.left > 0:
                     return bytes(out)
@@ -159,7 +161,7 @@ class Decoder:
         return True
 
     def _verify_chunk(self) -> None:
-        if self.mode not in (sigv4.STREAMING_SIGNED, sigv4.STREAMING_SIGNED_TRAILER):
+        if not self.signed_chunks:
             return
         expected = sigv4.chunk_signature(self.key, self.signed, self.previous, self.chunk.hexdigest())
         if not hmac.compare_digest(expected, self.chunk_signature):
