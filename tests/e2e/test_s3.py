@@ -157,11 +157,24 @@ def test_tenants_signatures_scopes_presigned_urls_and_cut_uploads(server, tmp_pa
     with pytest.raises(ClientError) as e:
         b.put_object(Bucket="inbox", Key="cats/../../etc/passwd", Body=b"x")
     assert e.value.response["Error"]["Code"] == "InvalidArgument"
-    # the inbox is files: an object cannot also be a folder of keys (a clear refusal, not a 500)
-    with pytest.raises(ClientError) as e:
-        b.put_object(Bucket="inbox", Key="cats/c0/a.png/more.png", Body=b"x")
-    assert e.value.response["Error"]["Code"] == "InvalidArgument"
-    assert "cats/c0/a.png is an object in this inbox" in e.value.response["Error"]["Message"]
+    # an object and a folder of keys of the same name, as S3 allows: the object is kept in the
+    # folder (its hidden .object), keeps its key, bytes and ETag, and goes when it is deleted
+    before = b.head_object(Bucket="inbox", Key="cats/c0/a.png")["ETag"]
+    b.put_object(Bucket="inbox", Key="cats/c0/a.png/more.png", Body=b"x")
+    b.put_object(Bucket="inbox", Key="cats/c1", Body=b"beside")  # and the other way round
+    b.put_object(Bucket="inbox", Key="cats/c1/z.png", Body=b"z")
+    got = b.get_object(Bucket="inbox", Key="cats/c0/a.png")
+    assert got["Body"].read() == b"not yet an image" and got["ETag"] == before
+    assert b.get_object(Bucket="inbox", Key="cats/c1")["Body"].read() == b"beside"
+    listed = b.list_objects_v2(Bucket="inbox", Prefix="cats/", Delimiter="/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == ["cats/c1"]
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == ["cats/c0/", "cats/c1/"]
+    assert [o["Key"] for o in b.list_objects_v2(Bucket="inbox", Prefix="cats/c")["Contents"]] == [
+        "cats/c0/a.png", "cats/c0/a.png/more.png", "cats/c1", "cats/c1/z.png"]
+    b.delete_objects(Bucket="inbox", Delete={"Objects": [{"Key": "cats/c0/a.png/more.png"}, {"Key": "cats/c1"},
+                                                         {"Key": "cats/c1/z.png"}]})
+    assert [o["Key"] for o in b.list_objects_v2(Bucket="inbox", Prefix="cats/")["Contents"]] == ["cats/c0/a.png"]
+    assert b.get_object(Bucket="inbox", Key="cats/c0/a.png")["Body"].read() == b"not yet an image"
 
     read_only = admin.create_access_key(scope="read")
     with pytest.raises(ClientError) as e:
@@ -232,14 +245,7 @@ def test_folder_markers_as_hadoop_s3a_and_the_aws_console_make_them(server, tmp_
     flat = [o["Key"] for o in b.list_objects_v2(Bucket="inbox", Prefix="shapes/c0/")["Contents"]]
     assert flat == ["shapes/c0/"] + [f"shapes/c0/{i}.png" for i in range(6)]
     assert b.list_objects_v2(Bucket="inbox", Prefix="shapes/empty/")["Contents"][0]["Size"] == 0
-    # a marker and an object of the same name cannot both be (the inbox is files): refused clearly
-    with pytest.raises(ClientError) as e:
-        b.put_object(Bucket="inbox", Key="shapes/c0", Body=b"x")
-    assert e.value.response["Error"]["Code"] == "InvalidArgument"
-    with pytest.raises(ClientError) as e:
-        b.put_object(Bucket="inbox", Key="shapes/c0/0.png/", Body=b"")
-    assert "shapes/c0/0.png is an object in this inbox" in e.value.response["Error"]["Message"]
-    with pytest.raises(ClientError) as e:  # and none in the read-only buckets
+    with pytest.raises(ClientError) as e:  # none in the read-only buckets
         b.head_object(Bucket="datasets", Key="shapes/")
     assert e.value.response["Error"]["Code"] == "404"
     # deleting the empty folder's marker removes the folder; the others' files stay

@@ -24,7 +24,8 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
 from deeppod.s3 import metadata, multipart_checksums
-from deeppod.s3.namespace import COMMIT, Namespace, etag_path, etags_in, inbox_path, read_etag, segments, write_etag
+from deeppod.s3.namespace import (COMMIT, OBJECT, Namespace, etag_path, etags_in, inbox_path, read_etag, segments,
+                                  write_etag)
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part
@@ -33,6 +34,7 @@ MAX_PARTS = 10_000
 ABANDONED_AFTER = 7 * 86400  # a multipart upload untouched this long is removed at start
 _commits = threading.Lock()
 _placing = threading.Lock()  # a conditional write's check and rename, against this server's other writes
+_reshaping = threading.Lock()  # an object becoming its folder's .object, against this server's other writes
 
 
 def dataset_of(key: str) -> str:
@@ -89,17 +91,11 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
            condition: Condition | None) -> None:
     dataset_of(key)
     root = ns.inbox_root(tenant_id)
-    dest = inbox_path(root, key)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):  # an object where this key needs a folder
-        tmp.unlink(missing_ok=True)
-        above = next((p for p in dest.parents if p != root and p.is_file()), dest.parent)
-        raise S3Error("InvalidArgument", f"{key}: {above.relative_to(root).as_posix()} is an object in this inbox, "
-                      "so it cannot also be a folder of keys (the inbox is files); choose another key") from None
-    if dest.is_dir():
-        tmp.unlink(missing_ok=True)
-        raise S3Error("InvalidArgument", f"{key} is a folder of other keys in this inbox; choose another key")
+    with _reshaping:
+        dest = inbox_path(root, key)
+        _make_folders(root, dest.parent)
+        if dest.is_dir():  # a folder made meanwhile by another server's write: its .object
+            dest = inbox_path(root, key)
     if condition is not None:
         try:
             condition.check(dest, key)
@@ -109,6 +105,24 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
     write_etag(tmp, etag, dest)  # before it is in place: a listing never sees it without
     metadata.write(tmp, meta, dest)
     move_into_place(tmp, dest)
+
+
+def _make_folders(root: Path, folder: Path) -> None:
+    """``folder`` and those above it; an object where one must be ("a/b" for the key "a/b/c")
+    moves into it as its ``.object``, with what is kept beside it, and keeps its key."""
+    for above in reversed([folder, *folder.parents]):
+        if above == root or root not in above.parents:
+            continue
+        if above.is_file() and not above.is_symlink():
+            moving = above.with_name(f".{above.name}.{uuid.uuid4().hex}.moving")
+            os.rename(above, moving)
+            above.mkdir()
+            os.rename(moving, above / OBJECT)
+            for beside, into in ((etag_path(above), etag_path(above / OBJECT)),
+                                 (metadata.sidecar(above), metadata.sidecar(above / OBJECT))):
+                if beside.exists():
+                    os.rename(beside, into)
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def delete(ns: Namespace, tenant_id: int, key: str) -> None:

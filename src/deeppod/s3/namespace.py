@@ -9,7 +9,8 @@
 - ``inbox``: where writers put files for a dataset's next version: ``NAME/PATH``. PUT, GET,
   LIST, DELETE; ``deeppod data commit NAME`` (or a PUT of ``NAME/.commit``) ingests them. A
   key ending in ``/`` is a folder marker (what Hadoop's S3A and the AWS console write for a
-  "mkdir"): a hidden ``.folder`` file in that folder, which ingest skips.
+  "mkdir"): a hidden ``.folder`` file in that folder. An object whose key is also a folder of
+  other keys (``a/b`` beside ``a/b/c``) is the hidden file ``a/b/.object``. Ingest skips both.
 - ``models``: the tenant's model versions' artifacts, read-only: ``NAME/vN/FILE``.
 - ``jobs``: the tenant's jobs' outputs, read-only: ``ID/model/...`` and ``ID/outputs/...``.
   A job wrote them, so they are read as root reads what a job may change (deeppod.nofollow):
@@ -45,6 +46,7 @@ COMMIT = ".commit"
 MANIFEST, STATS = ".manifest.jsonl", ".stats.json"
 ETAG_SUFFIX = ".etag"  # beside an inbox file where xattrs are not kept: its MD5 (".NAME.etag")
 FOLDER = ".folder"  # an inbox folder's marker object (key "NAME/DIR/"): hidden, so never ingested
+OBJECT = ".object"  # the object "NAME/DIR" where DIR is also a folder of keys ("NAME/DIR/FILE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,13 @@ def segments(key: str, *, inbox: bool = False) -> list[str]:
 
 
 def inbox_path(root: Path, key: str) -> Path:
-    """Where an inbox key's object is: its file, or for a folder marker (``a/b/``) the hidden
-    marker file in that folder. The key is checked first (InvalidArgument)."""
+    """Where an inbox key's object is: its file; for a folder marker (``a/b/``) the hidden
+    marker file in that folder; for a key that is a folder of other keys too, the hidden
+    ``.object`` in it. The key is checked first (InvalidArgument)."""
     if key.endswith("/"):
         return root.joinpath(*segments(key[:-1], inbox=True), FOLDER)
-    return root.joinpath(*segments(key, inbox=True))
+    path = root.joinpath(*segments(key, inbox=True))
+    return path / OBJECT if path.is_dir() and not path.is_symlink() else path
 
 
 def file_md5(e: Entry) -> str:
@@ -154,7 +158,7 @@ class Namespace:
         if bucket == "inbox":
             path = inbox_path(self.inbox_root(tenant_id), key)
             st = _regular(path)
-            if st is None or (path.name.startswith(".") and path.name != FOLDER):  # NAME/.commit
+            if st is None or (path.name.startswith(".") and path.name not in (FOLDER, OBJECT)):  # NAME/.commit
                 raise _no_key(key)
             return Entry(key, st.st_size, st.st_mtime, None, path, sidecar=True)
         if key.endswith("/"):  # no folder objects in the read-only buckets
@@ -180,8 +184,9 @@ class Namespace:
             except OSError:
                 continue
             for entry in listing:
-                if entry.name == FOLDER and entry.is_file(follow_symlinks=False):
-                    key = entry.path[base:-len(FOLDER)].replace(os.sep, "/")  # "a/b/": its folder's marker
+                if entry.name in (FOLDER, OBJECT) and entry.is_file(follow_symlinks=False):
+                    # "a/b/": its folder's marker; "a/b": the object the folder shares its name with
+                    key = entry.path[base:-len(entry.name) - (entry.name == OBJECT)].replace(os.sep, "/")
                     if key.startswith(prefix):
                         yield Entry(key, -1, 0.0, None, entry.path, sidecar=True)
                 if entry.name.startswith("."):
