@@ -34,7 +34,7 @@ MAX_PARTS = 10_000
 ABANDONED_AFTER = 7 * 86400  # a multipart upload untouched this long is removed at start
 _commits = threading.Lock()
 _placing = threading.Lock()  # a conditional write's check and rename, against this server's other writes
-_reshaping = threading.Lock()  # an object becoming its folder's .object, against this server's other writes
+_reshaping = threading.Lock()  # an inbox write's place and rename (an object may become its folder's .object)
 
 
 def dataset_of(key: str) -> str:
@@ -91,20 +91,20 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
            condition: Condition | None) -> None:
     dataset_of(key)
     root = ns.inbox_root(tenant_id)
+    # where it goes, and putting it there, are one step against this server's other writes: a
+    # key under this one arriving meanwhile would make a folder of the place it is renamed to
     with _reshaping:
         dest = inbox_path(root, key)
         _make_folders(root, dest.parent)
-        if dest.is_dir():  # a folder made meanwhile by another server's write: its .object
-            dest = inbox_path(root, key)
-    if condition is not None:
-        try:
-            condition.check(dest, key)
-        except S3Error:
-            tmp.unlink(missing_ok=True)
-            raise
-    write_etag(tmp, etag, dest)  # before it is in place: a listing never sees it without
-    metadata.write(tmp, meta, dest)
-    move_into_place(tmp, dest)
+        if condition is not None:
+            try:
+                condition.check(dest, key)
+            except S3Error:
+                tmp.unlink(missing_ok=True)
+                raise
+        write_etag(tmp, etag, dest)  # before it is in place: a listing never sees it without
+        metadata.write(tmp, meta, dest)
+        move_into_place(tmp, dest)
 
 
 def _make_folders(root: Path, folder: Path) -> None:
