@@ -8,6 +8,7 @@ test checks that it stays so.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -103,10 +104,21 @@ ENV_TRIAL_JUDGED = "DEEPPOD_TRIAL_JUDGED"
 
 def judged_between(judged: str, after: int, step: int) -> bool:
     """Whether the pruner decides on a step in (after, step]; ``judged`` as ENV_TRIAL_JUDGED
-    says it (a trial that reports every few steps is judged at the first report past a rung)."""
+    says it (a trial that reports every few steps is judged at the first report past a rung).
+    Called by runtime.report() on every step: the text is parsed once."""
     if not judged or step <= after:
         return False
-    return judged == "*" or any(after < int(j) <= step for j in judged.split(",") if j.isdigit())
+    steps = _judged_steps(judged)
+    if steps is None:
+        return True
+    i = bisect.bisect_right(steps, after)
+    return i < len(steps) and steps[i] <= step
+
+
+@functools.lru_cache(maxsize=8)
+def _judged_steps(judged: str) -> tuple[int, ...] | None:
+    """ENV_TRIAL_JUDGED's steps, sorted; None for "*" (every step)."""
+    return None if judged == "*" else tuple(sorted(int(j) for j in judged.split(",") if j.isdigit()))
 
 
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

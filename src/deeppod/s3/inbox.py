@@ -7,7 +7,6 @@ so a failed, cut or refused upload leaves nothing; multipart parts wait in ``upl
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -33,8 +32,9 @@ MIN_PART = 5 << 20  # every part but the last (S3's)
 MAX_PARTS = 10_000
 ABANDONED_AFTER = 7 * 86400  # a multipart upload untouched this long is removed at start
 _commits = threading.Lock()
-_placing = threading.Lock()  # a conditional write's check and rename, against this server's other writes
-_reshaping = threading.Lock()  # an inbox write's place and rename (an object may become its folder's .object)
+# an inbox write's place, its condition and its rename, against this server's other writes (a
+# key under it arriving meanwhile would make a folder of its place; a condition must stay true)
+_placing = threading.Lock()
 
 
 def dataset_of(key: str) -> str:
@@ -56,8 +56,7 @@ def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: d
     """A complete, checked upload into its place (replacing what was there), with its metadata;
     ``condition``: the request's If-Match / If-None-Match, checked and kept true until it is in
     place (other writers of this server wait)."""
-    with _placing if condition else contextlib.nullcontext():
-        _place(ns, tenant_id, key, tmp, etag, meta or {}, condition)
+    _place(ns, tenant_id, key, tmp, etag, meta or {}, condition)
 
 
 @dataclass(frozen=True)
@@ -91,9 +90,7 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
            condition: Condition | None) -> None:
     dataset_of(key)
     root = ns.inbox_root(tenant_id)
-    # where it goes, and putting it there, are one step against this server's other writes: a
-    # key under this one arriving meanwhile would make a folder of the place it is renamed to
-    with _reshaping:
+    with _placing:
         dest = inbox_path(root, key)
         _make_folders(root, dest.parent)
         if condition is not None:
