@@ -94,7 +94,11 @@ def _build(config: str, a: dict, device, cuda: bool, *, width: int, layers: int)
 def _step(model, opt, x, cuda: bool) -> None:
     import torch
 
-    loss = model(x).float().pow(2).mean()
+    # DDP computes in bf16 on a GPU as FSDP's mixed precision does (and as the trainer's AMP
+    # does): the comparison is of the strategies, not of fp32 against bf16
+    sharded = hasattr(model, "unshard")
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and not sharded):
+        loss = model(x).float().pow(2).mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

@@ -35,7 +35,8 @@ def test_nvml_reads_what_nvidia_smi_shows():
     for i, s in smi.items():
         r = nv[i]
         assert abs(r.memory_total_mb - s["total"]) <= 0.01 * s["total"] + 2, (i, r, s)
-        assert abs(r.memory_used_mb - s["used"]) <= 0.05 * s["total"], (i, r, s)
+        # what the driver reserves is not "used" (NVML's version 1 counted 600 MiB more on an H200)
+        assert abs(r.memory_used_mb - s["used"]) <= 64, (i, r, s)
         assert abs(r.temperature_c - s["temp"]) <= 5, (i, r, s)
         assert abs(r.power_w - s["power"]) <= max(30.0, 0.2 * s["power"]), (i, r, s)
         assert 0 <= r.util <= 100 and r.ecc_uncorrected == int(s["ecc"]), (i, r, s)

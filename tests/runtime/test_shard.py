@@ -320,6 +320,69 @@ def test_a_background_sharded_save_keeps_the_state_of_its_step_while_training_go
             "shown": ["ckpt-000000000003.dcp"], "step": 3}
 
 
+class ConvBlock(torch.nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(channels, channels, 3, padding=1), torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return x + torch.relu(self.norm(self.conv(x)))
+
+
+def _alone(rank, folder):
+    """A job of one worker: no process group until shard() makes one; bf16 compute (as on a
+    GPU) on a model with batch norm, whose running statistics stay fp32."""
+    import torch.distributed as dist
+
+    from deeppod.runtime import Checkpointer
+    from deeppod.runtime.sharding import shard
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                *[ConvBlock(8) for _ in range(3)], torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 3))
+    os.environ["WORLD_SIZE"] = "2"
+    try:
+        shard(model)
+        refused = ""
+    except RuntimeError as e:
+        refused = str(e)
+    os.environ["WORLD_SIZE"] = "1"
+    model = shard(model, mixed_precision=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 3, 12, 12, generator=g), torch.randint(0, 3, (16,), generator=g)
+    losses = []
+    for _ in range(4):
+        loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    Checkpointer(f"{folder}/ckpt-alone", rank=0).save(4, model=model, optimizer=opt, epoch=0)
+    norm = model[2].norm
+    with open(f"{folder}/alone.json", "w") as f:
+        json.dump({"refused": refused, "losses": losses, "world": dist.get_world_size(),
+                   "norm": [str(norm.weight.dtype), str(norm.running_mean.dtype)],
+                   "moved": float(norm.running_mean.abs().sum()), "conv": str(model[2].conv.weight.dtype),
+                   "saved": sorted(p.name for p in Path(folder, "ckpt-alone").iterdir())}, f)
+    dist.destroy_process_group()
+    _leave()
+
+
+def test_one_worker_shards_without_a_process_group_and_keeps_batch_norm_in_fp32(tmp_path, monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    mp.start_processes(_alone, args=(str(tmp_path),), nprocs=1, start_method="spawn")
+    got = json.loads((tmp_path / "alone.json").read_text())
+    assert "call runtime.init() first" in got["refused"]  # a worker of a larger job must have joined it
+    assert got["world"] == 1 and got["saved"] == ["ckpt-000000000004.dcp"]
+    assert got["norm"] == ["torch.float32", "torch.float32"] and got["moved"] > 0
+    assert got["conv"] == "torch.float32"  # the shards stay fp32; bf16 is what a block computes with
+    assert all(v == v for v in got["losses"]) and got["losses"][-1] < got["losses"][0]
+
+
 if sys.platform != "linux":
     pytestmark = pytest.mark.skip("Linux only")
 

@@ -107,3 +107,16 @@ def test_a_sharded_job_stopped_at_two_workers_resumes_at_three(tmp_path, images)
     epoch = seen(records, upto={0: stopped})
     assert set(epoch.values()) == {1} and len(epoch) == 69, "every sample of the epoch once, across the two sizes"
     assert (tmp_path / "model" / "model.pt2").exists()
+
+
+def test_a_one_worker_sharded_run_resumes_at_two(tmp_path, images):
+    """One worker shards too (offload to host memory is why a one-GPU job would): its sharded
+    checkpoint is one of the world of 1, and two workers take it up."""
+    args = ["--strategy", "fsdp", "--batch-size", "34"]
+    codes, logs = finish(tmp_path, run(tmp_path, images, 1, *args, "--epochs", "1", tag="one"), "one")
+    assert codes == [0], logs
+    assert [p.name for p in (tmp_path / "checkpoints").glob("ckpt-*")] == ["ckpt-000000000003.dcp"]
+    codes, logs = finish(tmp_path, run(tmp_path, images, 2, *args, "--epochs", "2", tag="two", restart=1), "two")
+    assert codes == [0, 0], logs
+    assert "resuming at epoch 1 step 3" in logs[0] and "world 2 (base 1)" in logs[0], logs[0]
+    assert "epoch 1: loss" in logs[0] and (tmp_path / "model" / "model.pt2").exists()

@@ -121,13 +121,21 @@ class NvmlSampler:
             except self.nv.NVMLError:  # a device that left between the event and now
                 continue
 
+    def _memory(self, i: int):
+        """GPU ``i``'s memory as nvidia-smi shows it: NVML's version 2, whose ``used`` leaves
+        out what the driver reserves (version 1 counts it: 600 MiB more on an idle H200); version
+        1 where the driver or the library has no version 2."""
+        v2 = getattr(self.nv, "nvmlMemory_v2", None)
+        mem = self.nvml.get(i, self.nv.nvmlDeviceGetMemoryInfo, v2, default=None) if v2 is not None else None
+        return mem if mem is not None else self.nvml.get(i, self.nv.nvmlDeviceGetMemoryInfo, default=None)
+
     def read(self) -> list[GpuReading]:
         nv, get = self.nv, self.nvml.get
         xids = self._xids()
         out = []
         for i in range(len(self.handles)):
             util = get(i, nv.nvmlDeviceGetUtilizationRates, default=None)
-            mem = get(i, nv.nvmlDeviceGetMemoryInfo, default=None)
+            mem = self._memory(i)
             ecc = get(i, nv.nvmlDeviceGetTotalEccErrors, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC,
                       default=0)
             xid = xids.get(i, 0)

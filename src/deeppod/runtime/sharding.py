@@ -165,6 +165,45 @@ def _post_order(module):
     yield module
 
 
+def _norms_in_fp32(options: dict, fully_shard, policy) -> Callable:
+    """Under bf16 mixed precision, a function that shards each batch norm of a module (not
+    yet sharded) on its own with fp32 weights: its running statistics are fp32 buffers, which
+    batch norm refuses beside bf16 weights; with fp32 weights it takes the bf16 activations as
+    autocast gives them. FSDP1's mixed precision leaves batch norm out the same way."""
+    import torch
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    mp = options.get("mp_policy")
+    if mp is None or mp.param_dtype in (None, torch.float32):
+        return lambda module: None
+    fp32 = options | {"mp_policy": policy(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                                          cast_forward_inputs=False)}
+    done: set[int] = set()
+
+    def shard_norms(module) -> None:
+        for m in module.modules():
+            if isinstance(m, _BatchNorm) and id(m) not in done and any(True for _ in m.parameters()):
+                fully_shard(m, **fp32)
+                done.add(id(m))
+
+    return shard_norms
+
+
+def _join_alone() -> None:
+    """A job of one worker has no process group (``runtime.init`` makes one only for two or
+    more), yet sharding is what lets it offload to host memory: one is made for it here, in
+    process. A worker of a larger job must have joined its group first."""
+    import torch
+    import torch.distributed as dist
+
+    from deeppod.runtime.context import job_context
+
+    if job_context().world_size != 1:
+        raise RuntimeError("runtime.shard() needs the job's process group: call runtime.init() first")
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
+
+
 def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_precision: bool | None = None,
           offload: bool = False, activation_checkpointing: bool = False, reshard_after_forward: bool = True,
           init: Callable | None = None):
@@ -177,8 +216,7 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("runtime.shard() needs the job's process group: call runtime.init() first "
-                           "(a single process can run it too: WORLD_SIZE=1)")
+        _join_alone()
     cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     kinds = tuple(blocks) if blocks is not None else find_blocks(model)
@@ -194,7 +232,9 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
                            "torch.device('meta') (shard() materializes it), or none of it")
     if not offload and not meta:
         model.to(device)
-    make = _Materializer(model, torch.device("cpu") if offload else device, init) if meta else None
+    # offloaded too, a block is initialized on the GPU (its random generator is many times the
+    # host's, which fills one number at a time) and fully_shard moves its shards to host memory
+    make = _Materializer(model, device, init) if meta else None
     if activation_checkpointing and kinds:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
@@ -205,6 +245,7 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if offload:
         options["offload_policy"] = CPUOffloadPolicy()
+    norms = _norms_in_fp32(options, fully_shard, MixedPrecisionPolicy)
     wrapped = 0
     insides = {id(m._checkpoint_wrapped_module) for m in model.modules() if hasattr(m, "_checkpoint_wrapped_module")}
     with make.seeded() if make else contextlib.nullcontext():
@@ -215,10 +256,12 @@ def shard(model, *, blocks: tuple[type, ...] | list[type] | None = None, mixed_p
                                         isinstance(module, kinds) and id(module) not in insides):
                 if make:
                     make.materialize(module)
+                norms(module)
                 fully_shard(module, **options)
                 wrapped += 1
         if make:
             make.materialize(model)
+    norms(model)
     fully_shard(model, **options)
     log.info("runtime.shard: %d blocks (%s) and the root over %d workers on %s%s%s%s", wrapped,
              ", ".join(k.__name__ for k in kinds) or "none found", dist.get_world_size(), device.type,
