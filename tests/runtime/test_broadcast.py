@@ -60,6 +60,17 @@ def test_a_shared_file_carries_every_dtype_and_shape_and_only_its_owner_reads_it
     assert all(torch.equal(a, b) for a, b in zip(sent, got))
 
 
+def test_a_shared_file_fills_bf16_non_contiguous_and_parameter_tensors_and_a_short_one_is_an_error(tmp_path):
+    sent = [torch.randn(4, 6).to(torch.bfloat16), torch.randn(5, 3), torch.nn.Parameter(torch.randn(8))]
+    path = _broadcast.write_shared([sent[0], sent[1].t(), sent[2]], str(tmp_path))  # the middle one transposed
+    got = [torch.empty(4, 6, dtype=torch.bfloat16), torch.empty(5, 3).t(), torch.nn.Parameter(torch.empty(8))]
+    _broadcast.read_shared(path, got)
+    assert torch.equal(got[0], sent[0]) and torch.equal(got[1], sent[1].t()) and torch.equal(got[2], sent[2])
+    os.truncate(path, 16)
+    with pytest.raises(ValueError, match="ends before its tensors do"):
+        _broadcast.read_shared(path, got)
+
+
 def test_no_shared_file_when_the_folder_has_no_room(tmp_path, monkeypatch):
     full = namedtuple("statvfs", "f_bavail f_frsize")(1, 4096)
     monkeypatch.setattr(os, "statvfs", lambda _path: full)

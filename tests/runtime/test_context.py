@@ -15,8 +15,8 @@ def test_wait_for_store_returns_as_soon_as_the_store_listens():
 
     def listen_later():
         time.sleep(0.3)
+        opened.append(time.monotonic())  # before it listens: a connect may come back before the next line runs
         srv = socket.create_server(("127.0.0.1", port))
-        opened.append(time.monotonic())
         srv.accept()[0].close()
         srv.close()
 

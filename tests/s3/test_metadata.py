@@ -38,3 +38,17 @@ def test_a_part_of_a_multipart_object():
         metadata.part_range(meta, 3, 8)
     assert dict(metadata.checksum_headers(meta, 2)) == {b"x-amz-checksum-sha256": b"p2",
                                                         b"x-amz-checksum-type": b"COMPOSITE"}
+    whole = {metadata.CHECKSUMS: {"x-amz-checksum-crc32c": "q=="}}  # put in one request: part 1 is all of it
+    assert dict(metadata.checksum_headers(whole, 1)) == {b"x-amz-checksum-crc32c": b"q=="}
+
+
+def test_non_ascii_metadata_goes_back_as_the_client_reads_it():
+    # botocore sends UTF-8 bytes, which arrive decoded as latin-1, and reads answers as latin-1
+    wire = "Hello World\xe9".encode().decode("latin-1")
+    sent = dict(metadata.headers(metadata.from_request({"x-amz-meta-meta1": wire}), "a", {}))
+    assert sent[b"x-amz-meta-meta1"].decode("latin-1") == "Hello World\xe9"
+    beyond = "\u732b".encode().decode("latin-1")  # not in latin-1: RFC 2047, as S3 sends it
+    assert dict(metadata.headers({"x-amz-meta-cat": beyond}, "a", {}))[b"x-amz-meta-cat"] == b"=?UTF-8?B?54yr?="
+    assert dict(metadata.headers({"x-amz-meta-raw": "caf\xe9"}, "a", {}))[b"x-amz-meta-raw"] == b"caf\xe9"
+    assert dict(metadata.headers({}, "a", {"response-content-disposition": "\u732b"}))[
+        b"content-disposition"] == b"=?UTF-8?B?54yr?="

@@ -135,14 +135,20 @@ def _layout(tensors: list) -> tuple[list[int], int]:
     return offsets, at
 
 
+def _bytes(t):
+    """A contiguous CPU tensor's memory as a writable byte view (0-d and bf16 ones too)."""
+    import torch
+
+    return memoryview(t.detach().reshape(-1).view(torch.uint8).numpy())
+
+
 def write_shared(tensors: list, folder: str) -> str | None:
     """Rank 0: every tensor into one new file under ``folder`` (a tmpfs); its path, or None
-    when the folder is not there or has no room (a full /dev/shm would kill the writer with
-    SIGBUS)."""
-    import mmap
+    when the folder is not there or has no room. Written with pwrite, not through a mapping:
+    the kernel copies into the file's pages without a page fault each (204 MB, a ResNet-50 and
+    its momentum: 0.09 s against 0.2-0.3 s mapped, on two cores), and a full tmpfs is an
+    error here where a mapping's writer would die of SIGBUS."""
     import tempfile
-
-    import torch
 
     offsets, total = _layout(tensors)
     try:
@@ -154,12 +160,15 @@ def write_shared(tensors: list, folder: str) -> str | None:
     fd, path = tempfile.mkstemp(prefix="deeppod-resize-", dir=folder)  # mode 0600: the job's alone
     try:
         os.ftruncate(fd, total)
-        with mmap.mmap(fd, total) as mem:
-            buf = torch.frombuffer(mem, dtype=torch.uint8)
-            for t, at in zip(tensors, offsets):
-                nbytes = t.numel() * t.element_size()
-                buf[at:at + nbytes].view(t.dtype).view(t.shape).copy_(t.detach())
-            del buf
+        for t, at in zip(tensors, offsets):
+            view = _bytes(t if t.is_contiguous() else t.contiguous())
+            while view:
+                n = os.pwrite(fd, view, at)
+                view, at = view[n:], at + n
+    except OSError as exc:
+        os.unlink(path)
+        log.warning("could not write the state to %s (%s): sending it by broadcast", folder, exc)
+        return None
     except BaseException:
         os.unlink(path)
         raise
@@ -169,19 +178,26 @@ def write_shared(tensors: list, folder: str) -> str | None:
 
 
 def read_shared(path: str, tensors: list) -> None:
-    """A reader: copy the file rank 0 wrote into ``tensors`` (same shapes and dtypes)."""
-    import mmap
-
+    """A reader: the file rank 0 wrote into ``tensors`` (same shapes and dtypes), read straight
+    into their memory (no mapping to fault in page by page)."""
     import torch
 
-    offsets, total = _layout(tensors)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), total, access=mmap.ACCESS_COPY) as mem:
-        buf = torch.frombuffer(mem, dtype=torch.uint8)
+    offsets, _ = _layout(tensors)
+    fd = os.open(path, os.O_RDONLY)
+    try:
         for t, at in zip(tensors, offsets):
-            nbytes = t.numel() * t.element_size()
-            with torch.no_grad():
-                t.copy_(buf[at:at + nbytes].view(t.dtype).view(t.shape))
-        del buf
+            into = t if t.is_contiguous() and t.device.type == "cpu" else t.new_empty(t.shape, device="cpu")
+            view = _bytes(into)
+            while view:
+                n = os.preadv(fd, [view], at)
+                if n == 0:
+                    raise ValueError(f"{path} ends before its tensors do")
+                view, at = view[n:], at + n
+            if into is not t:
+                with torch.no_grad():
+                    t.copy_(into)
+    finally:
+        os.close(fd)
 
 
 def read_by_all(path: str, tensors: list, device, *, read: bool, owner: bool) -> bool:

@@ -11,6 +11,7 @@ so a GET of one part (``partNumber``) can answer it.
 
 from __future__ import annotations
 
+import base64
 import json
 import mimetypes
 import os
@@ -88,14 +89,32 @@ def headers(meta: dict, key: str, query: dict) -> list[tuple[bytes, bytes]]:
             if any(ord(c) < 32 or ord(c) == 127 for c in query[name]):
                 raise S3Error("InvalidArgument", f"{name} holds a control character")
             out[header] = query[name]
-    return [(k.encode(), str(v).encode("latin-1", "replace")) for k, v in out.items()]
+    return [(k.encode(), _value(str(v))) for k, v in out.items()]
+
+
+def _value(text: str) -> bytes:
+    """A header value as a client reads it back. A request's headers arrive decoded as latin-1,
+    and botocore sends a non-ASCII value as its UTF-8 bytes but decodes answers as latin-1: the
+    value it meant goes back as latin-1 where it can ("Hello World\xe9" round-trips), else
+    RFC 2047-encoded, as S3 sends non-ASCII metadata."""
+    if text.isascii():
+        return text.encode()
+    try:
+        meant = text.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # not UTF-8 on the wire (raw latin-1 bytes, or a decoded query value)
+        meant = text
+    try:
+        return meant.encode("latin-1")
+    except UnicodeEncodeError:
+        return f"=?UTF-8?B?{base64.b64encode(meant.encode()).decode()}?=".encode()
 
 
 def checksum_headers(meta: dict, part: int | None = None) -> list[tuple[bytes, bytes]]:
     """The checksums checked at upload, for an answer that is the whole object, or (``part``) the
-    checksum of that part of a checksummed multipart object."""
+    checksum of that part of a checksummed multipart object (part 1 of an object put whole is
+    all of it: its own checksums)."""
     sums = dict(meta.get(CHECKSUMS) or {})
-    if part is not None:
+    if part is not None and (meta.get(PARTS) or part != 1):
         parts = meta.get(PART_CHECKSUMS) or []
         if not 1 <= part <= len(parts):
             return []
