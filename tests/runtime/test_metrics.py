@@ -169,3 +169,24 @@ def test_judged_between(judged, after, step, expected):
     from deeppod.contract import judged_between
 
     assert judged_between(judged, after, step) is expected
+
+
+def test_a_process_that_exits_while_the_control_plane_restarts_waits_for_it(caplog):
+    """A short trial ended while its server restarted: its reports wait at exit for the server
+    (a search must not judge without them), not 10 s and then gone."""
+    port = free_port()
+    rep = Reporter(api_url=f"http://127.0.0.1:{port}", token="tok", job_id=3, tb_dir=None, flush_seconds=0.05,
+                   enabled=True)
+    for step in range(24):
+        rep.report(step, score=step / 24)
+    closing = threading.Thread(target=rep.close)
+    closing.start()
+    wait_until(lambda: any("does not answer: waiting up to" in r.getMessage() for r in caplog.records), 30,
+               interval=0.05, what="the exit to wait for the control plane")
+    sink = Sink(port)  # the control plane is back
+    try:
+        closing.join(60)
+        assert not closing.is_alive()
+        assert sorted(p["step"] for p in sink.points) == list(range(24))
+    finally:
+        sink.close()

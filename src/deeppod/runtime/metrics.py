@@ -48,6 +48,9 @@ def histogram(values, bins: int = 30) -> dict:
     return {"min": lo, "max": hi, "counts": counts}
 
 
+EXIT_WAIT_S = 60.0  # at exit, how long unsent points wait for the control plane to answer
+
+
 def _flush_seconds() -> float:
     try:
         return min(60.0, max(0.05, float(os.environ.get(ENV_METRICS_FLUSH, "1"))))
@@ -193,13 +196,24 @@ class Reporter:
             self._tb.flush()
         return not self._pending
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is left, waiting up to ``timeout`` (default :data:`EXIT_WAIT_S`) for a
+        control plane that does not answer: one restarting or failing over takes seconds, and a
+        process that left after 10 s lost a short trial's every report (a search then judged
+        without it)."""
         if not self.enabled or self._stop.is_set():
             return
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=2)
-        self.flush(timeout)
+        timeout = EXIT_WAIT_S if timeout is None else timeout
+        first = min(timeout, 2.0)
+        if not self.flush(first) and timeout > first:
+            log.warning("the control plane does not answer: waiting up to %.0f s for it to take %d metric points "
+                        "before this process exits", timeout - first, len(self._pending))
+            if not self.flush(timeout - first):
+                log.warning("%d metric points not sent: the control plane did not answer in %.0f s",
+                            len(self._pending), timeout)
         if self._tb is not None:
             self._tb.close()
 
