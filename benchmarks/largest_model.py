@@ -132,8 +132,7 @@ def run_trial(spec: dict, timeout_s: float) -> dict:
 
 
 def memory_gib(cap: str) -> float | None:
-    """The GPU memory a cap stands for (``full``: the device's), or the host's available
-    memory for offload, in GiB."""
+    """The GPU memory a cap stands for in GiB (``full``: the device's; None without a GPU)."""
     import torch
 
     if cap != "full":
@@ -194,7 +193,7 @@ def search(mode: str, cap: str, a, per_layer: int, log) -> dict:
     best = max(ok) if ok else None
     failed_above = best is not None and (best + 1) in tried and not tried[best + 1]["ok"]
     return {"mode": mode, "cap": cap, "best_layers": best,
-            "best_params": best * per_layer if best else None, "bracketed": failed_above,
+            "best_params": best * per_layer if best else None, "bracketed": failed_above,  # the next size up failed
             "tries": {str(k): v for k, v in sorted(tried.items())}}
 
 
