@@ -111,6 +111,17 @@ class LiveServer:
     def admin_token(self) -> str:
         return (self.home / "admin.token").read_text().strip()
 
+    def cli(self, cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """``deeppod ARGS`` as a user runs it, in ``cwd``, signed in to this server as its admin
+        (the terminal 250 columns wide); with ``check`` a failure fails the test with its output."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
+        env.update({"DEEPPOD_API_URL": self.url, "DEEPPOD_TOKEN": self.admin_token,
+                    "DEEPPOD_CONFIG": str(cwd / "c.json"), "COLUMNS": "250"})
+        p = subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=cwd)
+        assert not check or p.returncode == 0, p.stdout + p.stderr
+        return p
+
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()

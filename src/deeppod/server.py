@@ -188,7 +188,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     if fenced:
         executor = FencedExecutor(executor, leader.check)
     node = None if cluster_nodes(executor) is not None else local_node(
-        probe or default_probe(settings.gpus), cpus=settings.cpus, memory_mb=settings.memory_mb)
+        probe or default_probe(settings.gpus, settings.gpu_memory_mb), cpus=settings.cpus, memory_mb=settings.memory_mb)
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                               Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
                               settings.data_cold_after_seconds, server_id=leader.id)

@@ -79,6 +79,7 @@ class Settings:
     # empty: the listening address (a wildcard host: this machine's name)
     advertise_url: str = ""
     gpus: int | None = None  # logical GPU slots; None: probe NVML, else 0
+    gpu_memory_mb: int | None = None  # each logical slot's memory (sizing a cluster on CPUs); None: not known
     cpus: int | None = None  # None: os.cpu_count()
     memory_mb: int | None = None  # None: physical memory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL, for jobs and serving replicas that do not say

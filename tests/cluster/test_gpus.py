@@ -101,3 +101,15 @@ def test_without_nvlink_calls_the_links_are_unknown(monkeypatch):
     for name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetTopologyCommonAncestor"):
         monkeypatch.setattr(pynvml, name, unsupported)
     assert [g.links for g in NvmlProbe().probe()] == [(), ()]
+
+
+def test_a_node_s_gpu_memory_is_its_smallest_healthy_gpu_s_and_slots_may_say_theirs():
+    from deeppod.cluster.gpus import gpu_memory_of
+
+    rows = [GpuInfo(0, "a", "A100", 81_920, False).to_dict(), GpuInfo(1, "b", "A100", 40_960, False).to_dict()]
+    assert gpu_memory_of(rows) == 40_960
+    assert gpu_memory_of([rows[0], {**rows[1], "healthy": False}]) == 81_920  # a cordoned GPU is not offered
+    assert gpu_memory_of([*rows, GpuInfo(2, "c", "slot", 0, True).to_dict()]) == 0  # one does not say: not known
+    assert gpu_memory_of([]) == 0
+    assert [g.memory_mb for g in default_probe(2).probe()] == [0, 0]
+    assert [g.memory_mb for g in default_probe(2, 16_384).probe()] == [16_384, 16_384]

@@ -6,7 +6,6 @@ submitted past the CLI is stopped by the kernel, so the refusal was right. A sha
 job grows from 2 to 3 workers by a restart from its sharded checkpoint, its loss going on."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -37,16 +36,6 @@ def server(tmp_path):
         s.cleanup_jobs()
 
 
-def cli(server, tmp_path, *args, check=True):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
-    env.update({"DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token,
-                "DEEPPOD_CONFIG": str(tmp_path / "c.json"), "COLUMNS": "250"})
-    p = subprocess.run([sys.executable, "-m", "deeppod.cli", *args], env=env, capture_output=True, text=True,
-                       timeout=300, cwd=tmp_path)
-    assert not check or p.returncode == 0, p.stdout + p.stderr
-    return p
-
-
 def images(root):
     rng = np.random.default_rng(0)
     for c in range(3):
@@ -58,14 +47,14 @@ def images(root):
 
 @pytest.mark.timeout(600)
 def test_a_model_larger_than_a_worker_trains_sharded_and_ddp_is_refused(server, tmp_path):
-    cli(server, tmp_path, "data", "ingest", "shapes", str(images(tmp_path / "shapes")), "--split", "val=0.2")
+    server.cli(tmp_path, "data", "ingest", "shapes", str(images(tmp_path / "shapes")), "--split", "val=0.2")
     base = ["train", "image-classifier", "--dataset", "shapes", *TRAIN, "-n", "2", "--memory", MEMORY]
 
-    refused = cli(server, tmp_path, *base, "--strategy", "ddp", check=False)
+    refused = server.cli(tmp_path, *base, "--strategy", "ddp", check=False)
     assert refused.returncode == 2 and "resnet101 does not fit in 1,200 MiB per worker" in refused.stderr, refused.stderr
     assert "ddp at 2 workers" in refused.stderr and "optimizer" in refused.stderr
 
-    out = cli(server, tmp_path, *base).stdout
+    out = server.cli(tmp_path, *base).stdout
     assert "memory: fsdp at 2 workers" in out, out
     c = Client(server.url, server.admin_token)
     job_id = int(out.split("job ")[1].split()[0])

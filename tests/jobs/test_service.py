@@ -155,3 +155,31 @@ def test_a_resumed_jobs_run_time_counts_every_run(sessions, tmp_path):
     with sessions() as s:
         job = s.get(Job, jid)
         assert job.state == "running" and run_seconds(job) == pytest.approx(4200, abs=30)
+
+
+def test_a_gpu_memory_request_is_refused_where_no_gpu_has_it_and_reaches_the_scheduler(sessions, tmp_path):
+    from deeppod.cluster.gpus import FakeProbe, GpuInfo
+    from deeppod.cluster.inventory import local_node
+    from deeppod.cluster.service import register_node
+    from deeppod.jobs.snapshot import snapshot
+    from deeppod.scheduler import Config
+
+    world = populate(sessions)  # 4 logical slots: they do not say their memory, so any request fits
+    with sessions.begin() as s:
+        first = service.submit(s, world.alice, req(tmp_path, gpu_memory_mb=200_000), default_grace=30)
+        assert first.gpu_memory_mb == 200_000
+        l4 = [GpuInfo(i, f"GPU-{i}", "NVIDIA L4", 22_563, False) for i in range(4)]
+        register_node(s, local_node(FakeProbe(l4), cpus=8, memory_mb=16384))
+    for change, message in [(dict(gpu_memory_mb=40_000), "the largest GPUs have 22563 MiB"),
+                            (dict(gpu_memory_mb=8000, gpus_per_worker=0), "for no GPU"),
+                            (dict(gpu_memory_mb=0), "at least 1 MiB")]:
+        with pytest.raises(InvalidRequest, match=message):
+            with sessions.begin() as s:
+                service.submit(s, world.alice, req(tmp_path, **change), default_grace=30)
+    with sessions.begin() as s:
+        assert s.scalar(select(func.count()).select_from(Job)) == 1  # the refused wrote nothing
+        job = service.submit(s, world.alice, req(tmp_path, workers=2, gpu_memory_mb=20_000), default_grace=30)
+    with sessions() as s:
+        snap = snapshot(s, folder=lambda i: None, in_place=False, config=Config(), now=0.0)
+    assert [n.gpu_memory_mb for n in snap.nodes] == [22_563]
+    assert {q.id: q.gpu_memory_mb for q in snap.queued} == {first.id: 200_000, job.id: 20_000}

@@ -90,3 +90,46 @@ def test_plan_adds_the_strategy_that_fits_or_refuses_with_the_estimates(images):
     with pytest.raises(InvalidRequest) as refused:
         memory.plan(["--data", str(images / "cat"), "--model", "resnet101"], 100_000, 2)
     assert "two class folders" in str(refused.value)
+
+
+# -- GPU memory --------------------------------------------------------------------------------
+
+def test_on_a_gpu_a_sharded_parameter_costs_16_bytes_and_offload_leaves_the_working_set():
+    """The parts as counted on an H200 (docs/benchmarks.md, "Large models on one GPU"): fp32
+    weight and gradient and two Adam moments, in GPU memory; with offload only what a step
+    gathers, whatever the model's size."""
+    s = memory.shape(meta("resnet152"), 32)
+    how = {"per_worker_batch": 8, "optimizer": "adamw", "loader_workers": 2, "device": "gpu"}
+    one = memory.estimate(s, strategy="fsdp", workers=1, **how)
+    per_param = sum(one.parts[k] for k in ("weight shards", "gradient shards", "optimizer")) * MB / s.params
+    assert per_param == pytest.approx(16, rel=0.01)
+    assert "process" not in one.parts and one.parts["CUDA context"] == memory.CUDA_CONTEXT_MB
+    assert "MiB per GPU" in one.text()
+    ddp = memory.estimate(s, strategy="ddp", workers=2, **how)
+    assert ddp.parts["checkpoint copy"] == 0  # the copy is taken to host memory
+    assert ddp.total_mb > memory.estimate(s, strategy="fsdp", workers=2, **how).total_mb
+    offload = memory.estimate(s, strategy="fsdp", workers=1, offload=True, **how)
+    assert set(offload.parts) == {"gathered blocks", "activations", "CUDA context"}
+    assert offload.total_mb < one.total_mb / 2
+    # in bf16 (AMP, or the sharded model's mixed precision) activations take half of fp32's bytes
+    fp32 = memory.estimate(s, strategy="ddp", workers=2, amp=False, **how)
+    assert ddp.parts["activations"] == pytest.approx(fp32.parts["activations"] / 2, abs=1)
+    host = memory.estimate(s, strategy="ddp", workers=2, per_worker_batch=8, optimizer="adamw", loader_workers=2)
+    assert host.parts["activations"] == fp32.parts["activations"]
+
+
+def test_a_gpu_plan_takes_the_model_a_gpu_would_and_refuses_with_what_to_do(images):
+    base = ["--data", str(images), "--batch-size", "16", "--optimizer", "adam"]
+    args, e = memory.plan(base, None, 2, device="gpu")  # memory not known: the cheapest way, and its estimate
+    assert args[-2:] == ["--strategy", "ddp"] and e.device == "gpu"
+    resnet18 = memory.estimate(memory.shape(meta("resnet18", 2), 40), strategy="ddp", workers=2, per_worker_batch=8,
+                               optimizer="adam", loader_workers=4, device="gpu")
+    assert e.total_mb == resnet18.total_mb  # 'auto' is resnet18 on a GPU
+    fsdp = memory.estimate(memory.shape(meta("resnet152", 2), 40), strategy="fsdp", workers=2, per_worker_batch=8,
+                           optimizer="adam", loader_workers=2, device="gpu")
+    args, e = memory.plan([*base, "--model", "resnet152"], fsdp.total_mb, 2, device="gpu")
+    assert args[-2:] == ["--strategy", "fsdp"] and e.total_mb == fsdp.total_mb
+    with pytest.raises(InvalidRequest) as refused:
+        memory.plan([*base, "--model", "resnet152"], 1000, 2, device="gpu")
+    said = str(refused.value)
+    assert "does not fit in 1,000 MiB per GPU" in said and "--gpu-memory" in said and "--offload" in said

@@ -4,9 +4,9 @@ from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, Ru
                                WorkerPlacement, schedule)
 
 
-def node(name="n", gpus=8, cpus=64.0, mem=1 << 20, healthy=True, used=()):
+def node(name="n", gpus=8, cpus=64.0, mem=1 << 20, healthy=True, used=(), gmem=0):
     free = tuple(g for g in range(gpus) if g not in used)
-    return NodeState(name, free, cpus, mem, healthy, total_gpus=gpus)
+    return NodeState(name, free, cpus, mem, healthy, total_gpus=gpus, gpu_memory_mb=gmem)
 
 
 def job(id, tenant="a", workers=1, gpus=1, priority=0, t=0.0, max_workers=None, cpus=0.0, mem=0, **kw):
@@ -14,11 +14,11 @@ def job(id, tenant="a", workers=1, gpus=1, priority=0, t=0.0, max_workers=None, 
 
 
 def running(id, tenant, gpus_list, node="n", gpw=1, min_workers=None, max_workers=None, priority=0, started=0.0,
-            ckpt=None, preemptible=True, stopping=False):
+            ckpt=None, preemptible=True, stopping=False, gmem=0):
     placement = tuple(WorkerPlacement(r, node, tuple(g), 0.0, 0) for r, g in enumerate(gpus_list))
     n = len(placement)
     return RunningJob(id, tenant, placement, gpw, min_workers or n, max_workers or n, priority, preemptible,
-                      started, ckpt, stopping)
+                      started, ckpt, stopping, gpu_memory_mb=gmem)
 
 
 def plan(*nodes):
@@ -419,6 +419,71 @@ def test_a_cpu_only_job_that_does_not_fit_says_cpus():
     n = NodeState("n", (0,), 1.0, 1 << 20, True, total_gpus=1)
     reason = waits(schedule(snap([n], [job(1, workers=2, gpus=0, cpus=1.0)])))[1]
     assert reason.startswith("not enough free CPUs: 2 workers x 1 CPUs, 1 CPUs free")
+
+
+# -- GPU memory requests ----------------------------------------------------------------------
+
+G = 1024  # MiB
+
+
+def test_a_gpu_memory_request_places_only_on_gpus_that_have_it():
+    nodes = [node("small", gpus=4, gmem=16 * G), node("big", gpus=4, gmem=80 * G)]
+    d = started(schedule(snap(nodes, [job(1, workers=2, gpu_memory_mb=40 * G)])))
+    assert {w.node for w in d[1].placement} == {"big"}
+    d = started(schedule(snap(nodes, [job(1, workers=2)])))
+    assert {w.node for w in d[1].placement} == {"small"}  # without it: the first of the equally full nodes
+    # a node whose GPUs' memory is not known (logical slots) takes any request
+    d = started(schedule(snap([node("small", gmem=16 * G), node("slots")], [job(1, gpu_memory_mb=40 * G)])))
+    assert d[1].placement[0].node == "slots"
+
+
+def test_a_wait_for_big_gpus_says_gpu_memory():
+    nodes = [node("small", gpus=4, gmem=16 * G), node("big", gpus=2, gmem=80 * G, used=(0, 1))]
+    reason = waits(schedule(snap(nodes, [job(1, workers=2, gpu_memory_mb=40 * G)])))[1]
+    assert reason.startswith(f"waiting for 2 GPUs with {40 * G} MiB each")
+    # big GPUs free, but one per node: a worker of 2 does not fit, though 2 small ones are free together
+    nodes = [node("small", gpus=2, gmem=16 * G)] + [node(f"big{i}", gpus=2, gmem=80 * G, used=(0,)) for i in (1, 2)]
+    reason = waits(schedule(snap(nodes, [job(1, gpus=2, gpu_memory_mb=40 * G)])))[1]
+    assert reason.startswith(f"no set of nodes has 1 x 2 free GPUs with {40 * G} MiB each at once")
+    assert "2 of the 4 free GPUs have that much memory" in reason and "--gpu-memory" in reason
+
+
+def test_reclaim_for_big_gpus_preempts_on_the_nodes_that_have_them():
+    # 2 of 4 small GPUs are free, but a's job needs a big one: b's job on the big node goes,
+    # not the one on the small node (a count of free GPUs would see room and take nothing)
+    p = plan(PlanNode("a", guaranteed=2), PlanNode("b"))
+    nodes = [node("small", gpus=4, gmem=16 * G, used=(0, 1)), node("big", gpus=2, gmem=80 * G, used=(0, 1))]
+    jobs = [running(1, "b", [(0,), (1,)], node="small", started=0), running(2, "b", [(0, 1)], node="big", gpw=2,
+                                                                                started=0)]
+    d = schedule(snap(nodes, [job(10, "a", gpu_memory_mb=80 * G)], jobs, plan_=p, now=5000.0))
+    assert [x.job_id for x in d.preempts] == [2] and "reclaim for tenant a" in d.preempts[0].reason
+    # what a count saw: the job waits on 2 free GPUs that are too small, and nothing is reclaimed
+    d = schedule(snap(nodes, [job(10, "a", gpu_memory_mb=0)], jobs, plan_=p, now=5000.0))
+    assert d.preempts == [] and 10 in started(d)
+
+
+def test_a_big_job_reserves_only_nodes_with_big_gpus():
+    nodes = [node("small", gpus=8, gmem=16 * G), node("big", gpus=8, gmem=80 * G, used=(0, 1, 2, 3, 4, 5))]
+    others = [running(50, "z", [(g,) for g in range(6)], node="big")]
+    queued = [job(1, workers=4, t=0.0, gpu_memory_mb=80 * G), job(2, t=10.0, gpu_memory_mb=80 * G), job(3, t=11.0)]
+    d = schedule(snap(nodes, queued, others, now=1000.0, reserve_after_seconds=300, grow=False))
+    assert any(w.job_id == 1 and "reserved" in w.reason for w in d.waits)
+    # the big node's 2 free GPUs are held for job 1: job 2 (big GPUs too) waits; job 3 goes to the small node
+    assert [(s.job_id, s.placement[0].node) for s in d.starts] == [(3, "small")]
+
+
+def test_an_elastic_job_grows_only_onto_gpus_with_its_memory():
+    nodes = [node("small", gpus=4, gmem=16 * G), node("big", gpus=4, gmem=80 * G, used=(0, 1))]
+    grows = RunningJob(**{**running(1, "a", [(0,), (1,)], node="big", max_workers=8, gmem=80 * G).__dict__,
+                          "in_place": True})
+    [r] = schedule(snap(nodes, [], [grows])).resizes
+    assert (r.workers, {w.node for w in r.added}) == (4, {"big"})
+    # a restart to a larger size: only if the big GPUs hold it (without the request it grows onto the small ones)
+    nodes = [node("small", gpus=4, gmem=16 * G), node("big", gpus=2, gmem=80 * G, used=(0, 1))]
+    big_only = running(1, "a", [(0,), (1,)], node="big", max_workers=4, gmem=80 * G)
+    assert schedule(snap(nodes, [], [big_only])).resizes == []
+    [r] = schedule(snap(nodes, [], [running(1, "a", [(0,), (1,)], node="big", max_workers=4)])).resizes
+    assert r.workers == 4
 
 
 # -- least attained service -----------------------------------------------------------------

@@ -49,6 +49,9 @@ def submit(
         help="CPUs per worker (default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
              "idle; 1 for a CPU-only worker)", show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(
+        help="the memory each of a worker's GPUs must have, e.g. 40G: it runs only on such GPUs, and is refused "
+             "now where the cluster has none", show_default=False)] = None,
     pids_per_worker: Annotated[Optional[int], typer.Option(
         help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
         show_default=False)] = None,
@@ -93,7 +96,7 @@ def submit(
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
                    requirements=read_requirements(requirements), image=image,
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
-                   grace_seconds=grace)
+                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory))
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     if follow:
         follow_job(c, job["id"])
@@ -150,7 +153,8 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     console.print(f"[bold]job {j['id']}[/] {j['name']}  {state(j['state'])}  tenant {j['tenant']}  user {j['user']}")
     console.print(f"command:   {' '.join(j['command'])}")
     console.print(f"workdir:   {j['workdir']}")
-    console.print(f"workers:   {j['workers']} x ({j['gpus_per_worker']} GPU, {j['cpus_per_worker']:g} CPU"
+    gpus = f"{j['gpus_per_worker']} GPU" + (f" of {j['gpu_memory_mb']} MiB" if j.get("gpu_memory_mb") else "")
+    console.print(f"workers:   {j['workers']} x ({gpus}, {j['cpus_per_worker']:g} CPU"
                   f"{', %d MiB' % j['memory_mb_per_worker'] if j['memory_mb_per_worker'] else ''})  priority {j['priority']}")
     console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
     if j.get("requirements") or j.get("python"):

@@ -19,6 +19,9 @@ def server(
     port: Annotated[Optional[int], typer.Option(help="port (default 7447)")] = None,
     home: Annotated[Optional[Path], typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(
+        help="the memory each logical slot stands for, e.g. 80G: jobs' --gpu-memory is then checked against it "
+             "(DEEPPOD_GPU_MEMORY_MB; default: not known, any request fits)", show_default=False)] = None,
     cpus: Annotated[Optional[int], typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
     database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
@@ -71,7 +74,7 @@ def server(
 
     settings = Settings.from_env().with_overrides(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
-        memory_mb=parse_memory(memory), database_url=database_url,
+        gpu_memory_mb=parse_memory(gpu_memory), memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
         cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
         cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,

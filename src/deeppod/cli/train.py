@@ -42,6 +42,10 @@ def train_image_classifier(
     memory: Annotated[Optional[str], typer.Option(
         help="memory per worker, e.g. 4G (enforced): the strategy follows from it (--strategy auto), and a job "
              "that cannot fit is refused with the estimate")] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(
+        help="the memory each GPU must have, e.g. 40G: the strategy follows from it, and the job runs only on such "
+             "GPUs (default: the estimate, and the strategy that fits the cluster's largest GPUs)",
+        show_default=False)] = None,
     strategy: Annotated[str, typer.Option(
         help="auto, ddp (every worker the whole model) or fsdp (sharded: a model larger than one worker); "
              "auto: ddp, or fsdp where --memory needs it")] = "auto",
@@ -68,17 +72,13 @@ def train_image_classifier(
         args += ["--strategy", strategy]
     check_args(args, model)
     low, high = parse_workers(workers)
-    memory_mb = parse_memory(memory)
-    if memory_mb is not None and (not gpus_per_worker or "--offload" in args):
-        # the model lives in host memory (no GPU asked for, or offloaded): what a worker needs is known now
-        from deeppod.runtime.trainers.memory import plan
-
-        args, estimate = plan(args, memory_mb, low)
-        console.print(f"memory: {estimate.text()}")
-    command = image_classifier(args)
+    memory_mb, gpu_memory_mb = parse_memory(memory), parse_memory(gpu_memory)
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
+    args, gpu_memory_mb = _sized(c, args, low, gpus_per_worker, memory_mb, gpu_memory_mb)
+    command = image_classifier(args)
     job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low, max_workers=high,
-                   gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, max_restarts=max_restarts,
+                   gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
+                   max_restarts=max_restarts,
                    own_folder=True,
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                    datasets=[dataset] if dataset else None)
@@ -86,3 +86,37 @@ def train_image_classifier(
                   f"and 'deeppod metrics {job['id']} -f'")
     if follow:
         follow_job(c, job["id"])
+
+
+def _sized(c, args: list[str], workers: int, gpus_per_worker: int | None, memory_mb: int | None,
+           gpu_memory_mb: int | None) -> tuple[list[str], int | None]:
+    """The trainer's options with the strategy that fits the memory it will have (runtime/trainers/
+    memory.py), said on the terminal, and the GPU memory the job asks of each GPU."""
+    from deeppod.runtime.trainers.memory import plan
+
+    gpus, largest = _gpus(c, gpus_per_worker)
+    if gpu_memory_mb is not None and not gpus:
+        raise InvalidRequest("--gpu-memory is for GPU workers: the job gets no GPU (give --gpus-per-worker)")
+    if gpus and (gpu_memory_mb or largest):
+        # each GPU holds the model (and with --offload what is gathered for a step): the estimate is
+        # what the job asks of every GPU, so it is placed only where it fits (slots that do not say
+        # their memory take any job: nothing to weigh)
+        args, estimate = plan(args, gpu_memory_mb or largest, workers, device="gpu")
+        console.print(f"GPU memory: {estimate.text()}")
+        gpu_memory_mb = gpu_memory_mb or estimate.total_mb
+    if memory_mb is not None and (not gpus_per_worker or "--offload" in args):
+        # the model lives in host memory (no GPU asked for, logical slots, or offloaded): what a worker needs
+        # is known now
+        args, estimate = plan(args, memory_mb, workers)
+        console.print(f"memory: {estimate.text()}")
+    return args, gpu_memory_mb
+
+
+def _gpus(c, gpus_per_worker: int | None) -> tuple[int, int | None]:
+    """The GPUs each worker will get (as the server's default picks them when not given), and
+    the memory of the cluster's largest GPUs (None where a node's GPUs do not say: logical slots)."""
+    nodes = [n for n in c.nodes() if n["healthy"] and n.get("up", True)]
+    with_gpus = [n for n in nodes if n["gpus"]]
+    gpus = gpus_per_worker if gpus_per_worker is not None else (1 if with_gpus else 0)
+    sizes = [n.get("gpu_memory_mb", 0) for n in with_gpus]
+    return gpus, (max(sizes) if sizes and 0 not in sizes else None)

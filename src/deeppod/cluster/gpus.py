@@ -32,13 +32,14 @@ class GpuProbe(Protocol):
 
 
 class LogicalProbe:
-    """``n`` logical GPU slots: scheduling works exactly as with real GPUs."""
+    """``n`` logical GPU slots: scheduling works exactly as with real GPUs. ``memory_mb``: what
+    each stands for (0: not known; a job's GPU memory request is then not checked)."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, memory_mb: int | None = None):
+        self.n, self.memory_mb = n, memory_mb or 0
 
     def probe(self) -> list[GpuInfo]:
-        return [GpuInfo(i, f"logical-{i}", "logical GPU slot", 0, True) for i in range(self.n)]
+        return [GpuInfo(i, f"logical-{i}", "logical GPU slot", self.memory_mb, True) for i in range(self.n)]
 
 
 class FakeProbe:
@@ -68,8 +69,16 @@ class NvmlProbe:
                     for i in range(len(nvml.handles))]
 
 
-def default_probe(logical_gpus: int | None) -> GpuProbe:
-    """``--gpus N`` asks for N logical slots; otherwise the real GPUs, if any."""
+def default_probe(logical_gpus: int | None, logical_memory_mb: int | None = None) -> GpuProbe:
+    """``--gpus N`` asks for N logical slots (``--gpu-memory`` each); otherwise the real GPUs, if any."""
     if logical_gpus is not None:
-        return LogicalProbe(logical_gpus)
+        return LogicalProbe(logical_gpus, logical_memory_mb)
     return NvmlProbe()
+
+
+def gpu_memory_of(gpus: list[dict]) -> int:
+    """What a job may count on from every healthy GPU of a node (its inventory's rows, as
+    ``GpuInfo.to_dict`` writes them): the least memory among them, in MiB; 0 when one of
+    them does not say (logical slots): any request fits there."""
+    sizes = [int(g.get("memory_mb") or 0) for g in gpus if g.get("healthy", True)]
+    return 0 if not sizes or 0 in sizes else min(sizes)

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal, require_admin
+from deeppod.cluster.gpus import gpu_memory_of
 from deeppod.cluster.inventory import NodeInfo
 from deeppod.contract import HOLDING_STATES
 from deeppod.errors import InvalidRequest, NotFound
@@ -93,6 +94,7 @@ def capacity(session: Session) -> dict:
     # columns, not Node rows: asked on every submit
     nodes = session.execute(select(Node.gpus, Node.cpus, Node.memory_mb)
                             .where(Node.healthy.is_(True), Node.up.is_(True))).all()
+    gpu_memory = [gpu_memory_of(n.gpus) for n in nodes if n.gpus]
     return {
         "nodes": len(nodes),
         "gpus": sum(1 for n in nodes for g in n.gpus if g.get("healthy", True)),
@@ -101,6 +103,8 @@ def capacity(session: Session) -> dict:
         "max_node_cpus": max((n.cpus for n in nodes), default=0),
         "max_node_memory_mb": max((n.memory_mb for n in nodes), default=0),
         "max_node_gpus": max((len(n.gpus) for n in nodes), default=0),
+        # what each GPU of the best node has (0 where a node's GPUs do not say: then any request fits)
+        "max_gpu_memory_mb": max(gpu_memory, default=0), "gpu_memory_unknown": 0 in gpu_memory,
         # the fewest CPUs per GPU on any GPU node: a GPU worker's default CPU request fits everywhere
         "cpus_per_gpu": min((n.cpus / len(n.gpus) for n in nodes if n.gpus), default=None),
     }

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 MODES = ("min", "max")
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
-            "memory_mb_per_worker", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets",
+            "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets",
             "requirements", "python", "image")
 
 

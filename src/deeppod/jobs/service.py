@@ -40,6 +40,7 @@ class JobRequest:
     gpus_per_worker: int | None = None  # None: 1 when the cluster has GPUs, else 0
     cpus_per_worker: float | None = None  # None: default_cpus()
     memory_mb_per_worker: int | None = None
+    gpu_memory_mb: int | None = None  # the memory each of its GPUs must have; None: any GPU
     pids_per_worker: int | None = None  # processes and threads; None: the plan's, or the server's default
     network: str | None = None  # "host", "isolated" or "none" (sandboxed jobs); None: the server's default
     requirements: str | None = None  # a requirements.txt's text: its own Python environment (envs/)
@@ -91,6 +92,22 @@ def with_defaults(req: JobRequest, cap: dict) -> JobRequest:
     return replace(req, gpus_per_worker=gpus, cpus_per_worker=cpus)
 
 
+def check_gpu_memory(need_mb: int | None, gpus_per_worker: int, cap: dict) -> None:
+    """A request for GPUs of ``need_mb`` MiB each that no node can meet is refused now, with
+    what the largest have; a cluster whose GPUs do not say (logical slots) takes any request."""
+    if need_mb is None:
+        return
+    if need_mb < 1:
+        raise InvalidRequest(f"gpu_memory_mb must be at least 1 MiB (got {need_mb})")
+    if not gpus_per_worker:
+        raise InvalidRequest(f"the job asks for GPUs of {need_mb} MiB but for no GPU: give --gpus-per-worker, "
+                             "or leave out --gpu-memory")
+    if not cap["gpu_memory_unknown"] and need_mb > cap["max_gpu_memory_mb"]:
+        have = f"the largest GPUs have {cap['max_gpu_memory_mb']} MiB" if cap["max_gpu_memory_mb"] else "it has none"
+        raise InvalidRequest(f"each GPU must have {need_mb} MiB of memory but {have} ({cap['gpus']} GPUs in the "
+                             "cluster); shard the model over more workers, offload it, or lower the batch")
+
+
 def validate(req: JobRequest, cap: dict) -> None:
     """Everything that can be checked before anything is written."""
     if not req.command or not req.command[0]:
@@ -135,6 +152,7 @@ def validate(req: JobRequest, cap: dict) -> None:
     if mem > cap["max_node_memory_mb"] or req.workers * mem > cap["memory_mb"]:
         raise InvalidRequest(f"the job asks for {req.workers} x {mem} MiB of memory but the largest node has "
                              f"{cap['max_node_memory_mb']} MiB and the cluster {cap['memory_mb']} MiB")
+    check_gpu_memory(req.gpu_memory_mb, req.gpus_per_worker, cap)
     if req.grace_seconds is not None and not 0 <= req.grace_seconds <= 3600:
         raise InvalidRequest(f"grace_seconds must be between 0 and 3600 (got {req.grace_seconds})")
     # a program of the job's image, or one its requirements install, is not on the server's PATH
@@ -235,7 +253,8 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
         max_workers=req.max_workers if req.max_workers != req.workers else None,
         preemptible=req.preemptible, max_restarts=req.max_restarts, stop_rules=check_rules(req.stop_rules),
         gpus_per_worker=req.gpus_per_worker, cpus_per_worker=req.cpus_per_worker,
-        memory_mb_per_worker=req.memory_mb_per_worker, pids_per_worker=req.pids_per_worker, priority=req.priority,
+        memory_mb_per_worker=req.memory_mb_per_worker, gpu_memory_mb=req.gpu_memory_mb,
+        pids_per_worker=req.pids_per_worker, priority=req.priority,
         network=req.network or "host", python=wanted.python if wanted else None,
         requirements="\n".join(wanted.lines()) if wanted else None, image=req.image,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,

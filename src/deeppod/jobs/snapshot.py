@@ -8,6 +8,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from deeppod.cluster.gpus import gpu_memory_of
 from deeppod.cluster.service import NodeUsage, usage_of
 from deeppod.contract import HOLDING_STATES, JobState
 from deeppod.job_folder import JobFolder
@@ -54,7 +55,7 @@ def _running(job: Job, tenant: str, folder: JobFolder, in_place: bool, reclaim_i
         reclaim_first=job.kind == "trial" or (job.idle_since is not None and reclaim_idle_first),
         attained=job.attained_gpu_seconds + current_run_service(job),
         in_place=in_place and alloc.resize is None and not job.stopping and job.handle is not None
-        and folder.resizable())
+        and folder.resizable(), gpu_memory_mb=job.gpu_memory_mb or 0)
 
 
 def _node(n: Node, held: NodeUsage) -> NodeState:
@@ -63,7 +64,7 @@ def _node(n: Node, held: NodeUsage) -> NodeState:
                      free_cpus=n.cpus - held.cpus, free_memory_mb=n.memory_mb - held.memory_mb,
                      healthy=n.healthy and n.up, total_gpus=len(good),
                      sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True)),
-                     topology=topology_of(n.gpus))
+                     topology=topology_of(n.gpus), gpu_memory_mb=gpu_memory_of(n.gpus))
 
 
 def topology_of(gpus: list[dict]) -> Topology | None:
@@ -78,7 +79,7 @@ def topology_of(gpus: list[dict]) -> Topology | None:
 
 QUEUED_COLUMNS = (Job.id, Job.workers, Job.gpus_per_worker, Job.cpus_per_worker, Job.memory_mb_per_worker,
                   Job.priority, Job.submitted_at, Job.max_workers, Job.preemptible, Job.resize_to, Job.avoid,
-                  Job.attained_gpu_seconds, Job.queued_at)
+                  Job.attained_gpu_seconds, Job.queued_at, Job.gpu_memory_mb)
 
 
 def _queued(j) -> PendingJob:
@@ -88,4 +89,5 @@ def _queued(j) -> PendingJob:
                       preemptible=j.preemptible, resize_to=j.resize_to,
                       avoid=frozenset((node, int(g)) for node, g in (j.avoid or [])),
                       attained=j.attained_gpu_seconds,
-                      queued_at=j.queued_at.timestamp() if j.queued_at else None)
+                      queued_at=j.queued_at.timestamp() if j.queued_at else None,
+                      gpu_memory_mb=j.gpu_memory_mb or 0)

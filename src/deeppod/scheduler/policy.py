@@ -134,14 +134,14 @@ class _Round:
             # Free GPUs are earmarked for as many jobs as fit in the guarantee: that preempts
             # nothing, so it is not the tenant's one reclaim of the round. (One job per round
             # left a tenant short by a GPU per event for minutes: W41 at 256 GPUs.)
-            tried: set[tuple[int, int]] = set()
+            tried: set[tuple[int, int, int]] = set()
             room = tenants.guaranteed[t] - tenants.usage[t]
             for head in st.queues[t]:
                 need = head.min_workers * head.gpus_per_worker
-                shape = (head.min_workers, head.gpus_per_worker)
+                shape = (head.min_workers, head.gpus_per_worker, head.gpu_memory_mb)
                 if not 0 < need <= room:
                     continue
-                if st.cfg.earmark_free and head.gpus_per_worker == 1 and need <= st.avail():
+                if st.cfg.earmark_free and head.gpus_per_worker == 1 and need <= st.avail_for(head):
                     st.held_for[t] += need
                     st.reclaim_for.setdefault(t, set()).add(head.id)
                     room -= need
@@ -170,7 +170,7 @@ class _Round:
             need = head.min_workers * head.gpus_per_worker
             if need == 0 or st.held_for[t] >= need or tenants.usage[t] + need > st.entitled.get(t, 0) + 1e-9:
                 continue
-            if st.avail() + st.held_for[t] >= need:
+            if st.avail_for(head) + st.held_for[t] >= need:
                 continue
             self.preempt.take_back(t, head, lambda v: min(tenants.usage[v] - st.entitled.get(v, 0),
                                                           tenants.above_guarantee(v)),
@@ -182,16 +182,24 @@ class _Round:
         for t, q in st.queues.items():
             head = q[0]
             need = head.min_workers * head.gpus_per_worker
-            if need == 0 or st.avail() + st.held_for[t] >= need:
+            if need == 0 or st.avail_for(head) + st.held_for[t] >= need:
                 continue
             if not st.has_lower_victim(t, head.priority):
                 continue  # none of its jobs has a lower priority: nothing to preempt
             lower = sorted((j for j in st.victims.get(t, []) if j.priority < head.priority),
                            key=lambda j: (j.priority, *loss_key(j, st.now)))
-            short, chosen = need - st.avail() - st.held_for[t], []
+            short, chosen = need - st.avail_for(head) - st.held_for[t], []
             for job in lower:
                 if short <= 0:
                     break
+                if head.gpu_memory_mb:  # only its GPUs on nodes with the head's memory are room for it
+                    on_fit = sum(len(w.gpus) for w in job.placement if w.node in st.pool.index
+                                 and st.pool.gpus_fit(st.pool.index[w.node], head.gpu_memory_mb))
+                    if not on_fit:
+                        continue
+                    chosen.append(job)
+                    short -= on_fit
+                    continue
                 chosen.append(job)
                 short -= st.planned.get(job.id, job.workers) * job.gpus_per_worker
             if short <= 0:
@@ -330,7 +338,7 @@ class _Round:
         pos = {t: 0 for t in st.queues}
         st.reserved = False
         cpu_only = st.cpu_only
-        st.failed_need: dict[int, int] = {}  # gpus_per_worker -> smallest gang that did not fit this round
+        st.failed_need: dict[tuple[int, int], int] = {}  # (GPUs per worker, GPU MiB) -> smallest gang unplaced
         waited = {w.job_id for w in st.out.waits}
         st.reported = {t for t, q in st.queues.items() if q[0].id in waited}
         while heap:
@@ -374,13 +382,15 @@ class _Round:
         for job in growable:
             extra = min(job.max_workers - job.workers, slots(st.avail(), job.gpus_per_worker),
                         slots(tenants.cap_room(job.tenant), job.gpus_per_worker))
+            if job.gpu_memory_mb:  # only free GPUs with its memory are room for it
+                extra = min(extra, slots(st.pool.free_with(job.gpu_memory_mb), job.gpus_per_worker))
             if extra < max(1, job.workers // 4):
                 continue
             why = f"grow from {job.workers} to {job.workers + extra} workers into idle GPUs"
             if job.in_place:
                 # the running workers stay where they are; the new ones go where GPUs are free
                 w0 = job.placement[0]
-                added = st.pool.place(extra, job.gpus_per_worker, w0.cpus, w0.memory_mb)
+                added = st.pool.place(extra, job.gpus_per_worker, w0.cpus, w0.memory_mb, gmem=job.gpu_memory_mb)
                 if added is None:
                     continue
                 added = tuple(replace(w, rank=job.workers + i) for i, w in enumerate(added))
@@ -388,7 +398,7 @@ class _Round:
             else:
                 trial = st.pool.copy()
                 trial.release(job.placement)
-                if trial.place(job.workers + extra, job.gpus_per_worker) is None:
+                if trial.place(job.workers + extra, job.gpus_per_worker, gmem=job.gpu_memory_mb) is None:
                     continue
                 st.pool = trial
                 st.out.resizes.append(Resize(job.id, job.workers + extra, why))
@@ -426,6 +436,8 @@ class _Round:
         is_head = t not in st.reported  # the first job of its tenant that does not start gets the reason
         borrowing = tenants.usage[t] + need > tenants.guaranteed[t]
         usable = st.free_for(t) - (st.nonlendable if borrowing else 0)
+        if job.gpu_memory_mb:
+            usable = min(usable, st.pool.free_with(job.gpu_memory_mb))  # the rest are too small for it
         if t in st.reclaim_for and job.id not in st.reclaim_for[t]:
             usable -= st.held_for[t]  # reclaimed GPUs are for the jobs they were reclaimed for
         if need > tenants.cap_room(t):
@@ -433,7 +445,8 @@ class _Round:
                 self._wait(t, job, f"tenant {t} is at its max ({tenants.usage[t]:g} GPUs in use); "
                                    "it starts when the tenant's own jobs end")
             return False
-        if need > 0 and (need > usable or st.failed_need.get(per_worker, 1 << 30) <= job.min_workers):
+        shape = (per_worker, job.gpu_memory_mb)  # gangs of this shape larger than a failed one fail too
+        if need > 0 and (need > usable or st.failed_need.get(shape, 1 << 30) <= job.min_workers):
             if is_head:
                 self._wait_for_gpus(t, job, need, usable, borrowing)
             return False
@@ -442,15 +455,16 @@ class _Round:
             fair_room = slots(st.entitled.get(t, 0) - tenants.usage[t], per_worker)
             top = max(job.min_workers, min(top, fair_room, slots(tenants.cap_room(t), per_worker),
                                            slots(usable, per_worker)))
-        placement = pool.place(top, per_worker, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid)
+        placement = pool.place(top, per_worker, job.cpus_per_worker, job.memory_mb_per_worker, job.avoid,
+                               job.gpu_memory_mb)
         if placement is None and top != job.min_workers:
             placement = pool.place(job.min_workers, per_worker, job.cpus_per_worker, job.memory_mb_per_worker,
-                                   job.avoid)
+                                   job.avoid, job.gpu_memory_mb)
         if placement is None:
-            st.failed_need[per_worker] = min(st.failed_need.get(per_worker, 1 << 30), job.min_workers)
+            st.failed_need[shape] = min(st.failed_need.get(shape, 1 << 30), job.min_workers)
             if is_head:
                 self._wait(t, job, pool.shortage(job.min_workers, per_worker, job.cpus_per_worker,
-                                                 job.memory_mb_per_worker))
+                                                 job.memory_mb_per_worker, job.gpu_memory_mb))
             return False
         gpus = len(placement) * per_worker
         st.held_for[t] = max(0.0, st.held_for[t] - gpus)
@@ -475,20 +489,22 @@ class _Round:
         st = self.st
         reachable = st.capacity - (st.nonlendable if borrowing else 0)
         deserved = max(st.tenants.guaranteed[t], st.entitled.get(t, 0)) - st.tenants.usage[t]
+        with_ = f" with {job.gpu_memory_mb} MiB each" if job.gpu_memory_mb else ""
         if (not st.reserved and job.gpus_per_worker and st.now - job.submitted_at >= st.cfg.reserve_after_seconds
                 and need <= reachable and need <= deserved + 1e-9):
-            held = _reserve(st.pool, st.snap, need, limit=int(st.avail()))
+            held = _reserve(st.pool, st.snap, need, limit=int(st.avail()), gmem=job.gpu_memory_mb)
             st.reserved = True
-            self._wait(t, job, f"waiting for {need} GPUs; {held} free GPUs are reserved "
+            self._wait(t, job, f"waiting for {need} GPUs{with_}; {held} free GPUs are reserved "
                                "for it and smaller jobs backfill elsewhere")
         else:
-            self._wait(t, job, f"waiting for {need} GPUs ({max(0, int(usable))} free)")
+            self._wait(t, job, f"waiting for {need} GPUs{with_} ({max(0, int(usable))} free)")
 
 
-def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:
+def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int, gmem: int = 0) -> int:
     """Hold the free GPUs of the nodes that will first add up to ``need``: the big job
     collects them round after round while smaller jobs backfill on the other nodes.
-    At most ``limit`` GPUs: those earmarked for a reclaiming tenant are not taken."""
+    At most ``limit`` GPUs: those earmarked for a reclaiming tenant are not taken. Only
+    nodes whose GPUs have the job's ``gmem`` MiB each."""
     # the fullest nodes first, then by index: the buckets from the top, each in index order
     # (as a sort of every node would give, without one: this stops after a few nodes)
     order = (i for k in range(len(pool.buckets) - 1, -1, -1) for i in sorted(pool.buckets[k]))
@@ -496,6 +512,8 @@ def _reserve(pool: FreePool, snap: Snapshot, need: int, limit: int) -> int:
     for i in order:
         if capacity >= need:
             break
+        if not pool.gpus_fit(i, gmem):
+            continue
         n = snap.nodes[i]  # the pool's nodes are the snapshot's, in order
         capacity += n.total_gpus if n.total_gpus is not None else len(n.free_gpus)
         gpus = list(pool.free[i])[: max(0, limit - held)]

@@ -21,11 +21,13 @@ class FreePool:
         self.cpus = [n.free_cpus if n.healthy else 0.0 for n in nodes]
         self.mem = [n.free_memory_mb if n.healthy else 0 for n in nodes]
         self.topo = [n.topology for n in nodes]
+        self.gmem = [n.gpu_memory_mb for n in nodes]
         self._fill()
 
     @classmethod
     def of_parts(cls, names: list[str], index: dict[str, int], free: list[list[int]], cpus: list[float],
-                 mem: list[int], buckets: list[set[int]], total_free: int, topo: list | None = None) -> FreePool:
+                 mem: list[int], buckets: list[set[int]], total_free: int, topo: list | None = None,
+                 gmem: list[int] | None = None) -> FreePool:
         """The pool ``FreePool(nodes)`` builds, from parts kept from one round to the next
         (round_cache.py): ``buckets`` as ``fresh_bucket`` builds each. Shared, not copied: the
         names, the index, each node's free list (a change replaces it, never edits it) and each
@@ -34,6 +36,7 @@ class FreePool:
         pool.names, pool.index = names, index
         pool.free, pool.cpus, pool.mem = list(free), list(cpus), list(mem)
         pool.topo = topo if topo is not None else [None] * len(names)
+        pool.gmem = gmem if gmem is not None else [0] * len(names)
         pool.buckets, pool._shared = list(buckets), set(range(len(buckets)))
         pool.width, pool.total_free = len(buckets) - 1, total_free
         return pool
@@ -88,14 +91,25 @@ class FreePool:
         other.free = [list(f) for f in self.free]
         other.cpus = list(self.cpus)
         other.mem = list(self.mem)
-        other.topo = self.topo
+        other.topo, other.gmem = self.topo, self.gmem
         other.buckets = [set(b) for b in self.buckets]
         other._shared = None
         other.total_free = self.total_free
         return other
 
     # -- placement -----------------------------------------------------------------
-    def _room(self, i: int, gpw: int, cpw: float, mpw: int) -> int:
+    def gpus_fit(self, i: int, gmem: int) -> bool:
+        """Whether node ``i``'s GPUs have the ``gmem`` MiB a job asks of each (a node whose GPU
+        memory is not known, logical slots, takes any job)."""
+        return not gmem or not self.gmem[i] or self.gmem[i] >= gmem
+
+    def free_with(self, gmem: int) -> int:
+        """The free GPUs that have ``gmem`` MiB each (``gpus_fit``)."""
+        return sum(len(f) for i, f in enumerate(self.free) if self.gpus_fit(i, gmem)) if gmem else self.total_free
+
+    def _room(self, i: int, gpw: int, cpw: float, mpw: int, gmem: int = 0) -> int:
+        if gmem and gpw and 0 < self.gmem[i] < gmem:
+            return 0
         room = len(self.free[i]) // gpw if gpw else 1 << 30
         if cpw:
             room = min(room, int(self.cpus[i] / cpw + 1e-9))
@@ -103,10 +117,15 @@ class FreePool:
             room = min(room, self.mem[i] // mpw)
         return room
 
-    def shortage(self, workers: int, gpw: int, cpw: float = 0.0, mpw: int = 0) -> str:
+    def shortage(self, workers: int, gpw: int, cpw: float = 0.0, mpw: int = 0, gmem: int = 0) -> str:
         """Why ``place`` found no room for this gang: which resource is short (for wait reasons)."""
-        def fits(c: float, m: int) -> bool:
-            return self.copy().place(workers, gpw, c, m) is not None
+        def fits(c: float, m: int, g: int = 0) -> bool:
+            return self.copy().place(workers, gpw, c, m, gmem=g) is not None
+
+        if gmem and gpw and fits(cpw, mpw) and not fits(cpw, mpw, gmem):
+            return (f"no set of nodes has {workers} x {gpw} free GPUs with {gmem} MiB each at once "
+                    f"({self.free_with(gmem)} of the {self.total_free} free GPUs have that much memory; lower "
+                    "--gpu-memory, or wait for running jobs)")
 
         free_cpus = sum(max(0.0, c) for c in self.cpus)
         free_mem = sum(max(0, m) for m in self.mem)
@@ -156,18 +175,19 @@ class FreePool:
         return workers * gpw <= self.total_free
 
     def place(self, workers: int, gpw: int, cpw: float = 0.0, mpw: int = 0,
-              avoid: frozenset[tuple[str, int]] = frozenset()) -> tuple[WorkerPlacement, ...] | None:
+              avoid: frozenset[tuple[str, int]] = frozenset(), gmem: int = 0) -> tuple[WorkerPlacement, ...] | None:
         """Place ``workers`` workers at once (a gang) or return None; takes the slots.
 
         One node if any can hold the whole job (the fullest such node, to keep empty nodes
         for large jobs); otherwise the emptiest nodes first so it spans as few as possible.
         Ranks are ordered node by node. ``avoid`` slots are used only if nothing else fits.
+        ``gmem``: only nodes whose GPUs have that much memory each (``gpus_fit``).
         """
         if avoid:
             hidden = [(self.index[n], g) for n, g in avoid if n in self.index and g in self.free[self.index[n]]]
             for i, g in hidden:
                 self.take(i, [g], 0, 0)
-            got = self.place(workers, gpw, cpw, mpw)
+            got = self.place(workers, gpw, cpw, mpw, gmem=gmem)
             for i, g in hidden:
                 self.give(self.names[i], (g,), 0, 0)
             if got is not None:
@@ -192,7 +212,7 @@ class FreePool:
         else:
             need = workers * gpw
             for k in range(need, len(self.buckets)):
-                fits = (i for i in self.buckets[k] if self._room(i, gpw, cpw, mpw) >= workers)
+                fits = (i for i in self.buckets[k] if self._room(i, gpw, cpw, mpw, gmem) >= workers)
                 first = next(fits, None)
                 if first is not None:
                     chosen = [(self._tightest_node(first, fits, need) if need > 1 else first, workers)]
@@ -201,7 +221,7 @@ class FreePool:
                 left = workers
                 for k in range(len(self.buckets) - 1, gpw - 1, -1):
                     for i in sorted(self.buckets[k]):
-                        r = min(self._room(i, gpw, cpw, mpw), left)
+                        r = min(self._room(i, gpw, cpw, mpw, gmem), left)
                         if r > 0:
                             chosen.append((i, r))
                             left -= r

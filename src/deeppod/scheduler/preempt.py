@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import compress
+from operator import not_
 
 from deeppod.scheduler.pool import FreePool
 from deeppod.scheduler.round_state import RoundState, loss_key, slots
@@ -28,7 +30,10 @@ class Preemption:
         is how many GPUs donor ``v`` may give up."""
         st = self.st
         need = head.min_workers * head.gpus_per_worker
-        if head.gpus_per_worker > 1:
+        pool, gmem = st.pool, head.gpu_memory_mb
+        some_nodes = need and gmem and not all(pool.gpus_fit(i, gmem) for i in range(len(pool.names)))
+        if head.gpus_per_worker > 1 or some_nodes:
+            # room on some nodes, not anywhere: a count of free GPUs would mislead
             return allow_preempt and self.take_back_nodes(t, head, floor_of, why)
         now_free = min(need, st.avail())
         short = need - now_free
@@ -144,10 +149,13 @@ class Preemption:
         for where in st.coming_back():
             for i, n in where:
                 free_on[i] += n
+        fit = [pool.gpus_fit(i, head.gpu_memory_mb) for i in range(len(pool.names))]
+        for i in compress(range(len(fit)), map(not_, fit)):
+            free_on[i] = 0  # its GPUs are too small for this job: nothing there is room for it
         whole = [i for i, f in enumerate(free_on) if f >= per_worker and pool.names[i] in st.healthy]
         missing = head.min_workers - sum(free_on[i] // per_worker for i in whole)
         if missing <= 0:
-            if sum(len(pool.free[i]) // per_worker for i in range(len(pool.names))) >= head.min_workers:
+            if sum(len(pool.free[i]) // per_worker for i in range(len(pool.names)) if fit[i]) >= head.min_workers:
                 self.hold_for(t, head)  # it can start now: keep them for it
             elif st.cfg.defragment:  # whole once their jobs have stopped: the fullest first
                 whole.sort(key=lambda i: (-free_on[i], i))
@@ -164,7 +172,8 @@ class Preemption:
         for job, where in st.spans():
             if id(job) in stoppable and job.tenant != t:
                 for i, _ in where:
-                    on_node[i].setdefault(id(job), job)
+                    if fit[i]:
+                        on_node[i].setdefault(id(job), job)
         budget = {v: floor_of(v) for v in st.victims if v != t}
         chosen: list[RunningJob] = []
         cleared: list[int] = []
@@ -199,7 +208,8 @@ class Preemption:
         earmarked for it would not stop a whole node from going to another tenant's job."""
         st = self.st
         placement = st.pool.place(head.min_workers, head.gpus_per_worker, head.cpus_per_worker,
-                                    head.memory_mb_per_worker, head.avoid) if st.cfg.defragment else None
+                                  head.memory_mb_per_worker, head.avoid, head.gpu_memory_mb) \
+            if st.cfg.defragment else None
         if placement is None:  # defragment off, or CPUs or memory are short: a count
             st.held_for[t] += min(head.min_workers * head.gpus_per_worker, st.avail())
         else:
@@ -236,7 +246,8 @@ class Preemption:
             trial.take(i, list(trial.free[i]), 0, 0)
         plan = _Clearing(self.st, t, trial, set(whole), {v: floor_of(v) for v in st.victims if v != t})
         order = sorted((per_worker - free_on[i] % per_worker, i) for i in on_node
-                       if i not in plan.targets and pool.names[i] in st.healthy)
+                       if i not in plan.targets and pool.names[i] in st.healthy
+                       and pool.gpus_fit(i, head.gpu_memory_mb))
         cleared: list[int] = []
         for _, i in order:
             if len(cleared) >= missing:
@@ -325,7 +336,8 @@ class _Clearing:
         landed = set()
         for job in moved:
             w0 = job.placement[0]
-            while (got := pool.place(job.workers, job.gpus_per_worker, w0.cpus, w0.memory_mb)) is None:
+            while (got := pool.place(job.workers, job.gpus_per_worker, w0.cpus, w0.memory_mb,
+                                     gmem=job.gpu_memory_mb)) is None:
                 if spare is None:
                     here = planned | set(map(id, jobs))
                     spare = sorted((j for js in st.victims.values() for j in js

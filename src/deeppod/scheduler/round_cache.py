@@ -139,7 +139,7 @@ class RoundCache:
             base = FreePool(nodes)
             self._names, self._index, self._free = base.names, base.index, base.free
             self._cpus, self._mem, self._buckets, self._total = base.cpus, base.mem, base.buckets, base.total_free
-            self._topo = base.topo
+            self._topo, self._gmem = base.topo, base.gmem
             self._node_healthy = {n.name for n in nodes if n.healthy}
             self._sick = {n.name for n in nodes if n.sick_gpus}
         else:
@@ -151,6 +151,7 @@ class RoundCache:
                 self._cpus[i] = n.free_cpus if n.healthy else 0.0
                 self._mem[i] = n.free_memory_mb if n.healthy else 0
                 self._topo[i] = n.topology
+                self._gmem[i] = n.gpu_memory_mb
                 now = len(self._free[i])
                 self._total += now - was
                 if now != was:
@@ -164,7 +165,7 @@ class RoundCache:
             for k in moved:  # as a fresh pool fills them: the order place() reads them in
                 self._buckets[k] = fresh_bucket(self._buckets[k])
         pool = FreePool.of_parts(self._names, self._index, self._free, self._cpus, self._mem, self._buckets,
-                                 self._total, self._topo)
+                                 self._total, self._topo, self._gmem)
         return pool, set(self._node_healthy), bool(self._sick)
 
     def plan_tables(self, plan, build) -> tuple:

@@ -139,7 +139,8 @@ class RoundState:
     # the starts phase's
     nonlendable: float = 0.0  # idle guaranteed GPUs their tenants do not lend
     reserved: bool = False  # a big job got a reservation of whole nodes this round
-    failed_need: dict[int, int] = field(default_factory=dict)  # GPUs per worker -> smallest gang that did not fit
+    # (GPUs per worker, GPU MiB each) -> the smallest gang of that shape that did not fit
+    failed_need: dict[tuple[int, int], int] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)  # tenants whose first waiting job was told why
     victim_ids: set[int] = field(default_factory=set)  # id() of the jobs in ``victims``
     left: list[RunningJob] = field(default_factory=list)  # the jobs of ``leaving``
@@ -328,3 +329,8 @@ class RoundState:
     def avail(self) -> float:
         """Free GPUs nobody has earmarked."""
         return max(0.0, self.pool.total_free - self.held_for.total)
+
+    def avail_for(self, job: PendingJob) -> float:
+        """``avail()``, but no more than the free GPUs that have the memory ``job`` asks of each."""
+        gmem = job.gpu_memory_mb
+        return min(self.avail(), self.pool.free_with(gmem)) if gmem else self.avail()

@@ -18,6 +18,7 @@ class NodeState:
     total_gpus: int | None = None  # healthy GPUs on the node, free or not (default: the free ones)
     sick_gpus: tuple[int, ...] = ()  # cordoned or failed GPUs: jobs on them are requeued
     topology: Topology | None = None  # how its GPUs are linked (topology.py); None: all alike
+    gpu_memory_mb: int = 0  # the least memory of its healthy GPUs; 0: not known (logical slots), any job fits
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class PendingJob:
     avoid: frozenset[tuple[str, int]] = frozenset()  # (node, gpu) where it last failed
     attained: float = 0.0  # GPU-seconds it has run so far (earlier runs): its service class
     queued_at: float | None = None  # when it last entered the queue (default: submitted_at)
+    gpu_memory_mb: int = 0  # the memory each of its GPUs must have; 0: any
 
     @property
     def min_workers(self) -> int:
@@ -76,6 +78,7 @@ class RunningJob:
     # adds its GPUs' worth every second since (a caller that keeps its rows from one round to
     # the next need not make a new one each round: the simulator)
     attained_since: float | None = None
+    gpu_memory_mb: int = 0  # what each of its GPUs must have (a grow places new workers on such GPUs only)
 
     @property
     def workers(self) -> int:

@@ -361,11 +361,12 @@ class Client:
                datasets: list[str] | None = None, code: str | os.PathLike | None = None,
                own_folder: bool = False, network: str | None = None,
                requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
-               image: str | None = None) -> dict:
+               image: str | None = None, gpu_memory_mb: int | None = None) -> dict:
         """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
         ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
         Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
-        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker).
+        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker). ``gpu_memory_mb``: the memory
+        each of its GPUs must have (it runs only on such GPUs, and is refused where there are none).
 
         Where it runs: ``workdir``, a folder on the server; or ``code``, a folder here that is
         sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the
@@ -380,7 +381,7 @@ class Client:
             memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
             priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
             max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder,
-            network=network, requirements=requirements, python=python, image=image))
+            network=network, requirements=requirements, python=python, image=image, gpu_memory_mb=gpu_memory_mb))
 
     def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
                  gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
@@ -391,7 +392,7 @@ class Client:
                  datasets: list[str] | None = None, code: str | os.PathLike | None = None,
                  own_folder: bool = False, network: str | None = None,
                  requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
-                 image: str | None = None) -> dict:
+                 image: str | None = None, gpu_memory_mb: int | None = None) -> dict:
         """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
         there is code to send. Arguments as :meth:`submit`."""
         if (workdir is not None) + (code is not None) + own_folder > 1:
@@ -408,7 +409,8 @@ class Client:
                 "requirements": requirements_text(requirements),
                 "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
                 "code": self.send_code(code) if code is not None else None,
-                "priority": priority, "grace_seconds": grace_seconds}
+                "priority": priority, "grace_seconds": grace_seconds,
+                **({"gpu_memory_mb": gpu_memory_mb} if gpu_memory_mb is not None else {})}
 
     def runs_in_place(self, folder: str) -> bool:
         """Whether a job submitted from ``folder`` may run there on the server: yes unless the

@@ -144,6 +144,7 @@ class Job(Base):
     gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)
     cpus_per_worker: Mapped[float] = mapped_column(Float, default=1.0)
     memory_mb_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what each of its GPUs must have
     pids_per_worker: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: its plan's, or the server's
     # its own Python environment (envs/): requirements (one per line) and interpreter; the key
     # of the environment its last start used; what its supervisor does before the workers start

@@ -26,6 +26,10 @@ class JobCreate(Strict):
                                           description="default: a GPU worker gets its node's CPUs per GPU for each "
                                                       "GPU (so every GPU can be used); a CPU worker 1")
     memory_mb_per_worker: int | None = Field(default=None, ge=1)
+    gpu_memory_mb: int | None = Field(default=None, ge=1, le=1 << 24,
+                                      description="the memory each of a worker's GPUs must have (MiB): it is placed "
+                                                  "only on such GPUs, and refused at submit where the cluster has "
+                                                  "none")
     pids_per_worker: int | None = Field(default=None, ge=16, le=1 << 22,
                                         description="processes and threads each worker may have (sandbox isolation); "
                                                     "default: the plan's pids_per_worker for the tenant, else the "
@@ -70,6 +74,7 @@ class JobOut(Out):
     gpus_per_worker: int
     cpus_per_worker: float
     memory_mb_per_worker: int | None
+    gpu_memory_mb: int | None = None
     pids_per_worker: int | None = None
     network: str = "host"
     requirements: str | None = None

@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from deeppod.api.schemas.base import Out, Strict
+from deeppod.cluster.gpus import gpu_memory_of
 
 
 class NodeHealth(Strict):
@@ -22,6 +23,7 @@ class NodeOut(Out):
     cpus_used: float = 0.0
     memory_mb_used: int = 0
     workers: int = 0
+    gpu_memory_mb: int = 0  # what a job may count on from each of its healthy GPUs; 0: not known (logical slots)
 
 
 def node_out(node, use) -> NodeOut:
@@ -32,4 +34,5 @@ def node_out(node, use) -> NodeOut:
         **{c: getattr(node, c) for c in ("name", "address", "gpus", "cpus", "memory_mb", "healthy", "up",
                                    "last_seen")},
         "gpus_used": len(held), "gpus_free": len(healthy - held), "cpus_used": round(use.cpus, 3) if use else 0.0,
-        "memory_mb_used": use.memory_mb if use else 0, "workers": use.workers if use else 0})
+        "memory_mb_used": use.memory_mb if use else 0, "workers": use.workers if use else 0,
+        "gpu_memory_mb": gpu_memory_of(node.gpus)})

@@ -19,7 +19,14 @@ step keeps for its backward pass. The rest is counted per parameter (4 bytes eac
 The fixed parts were measured on this trainer (anonymous memory of its control group: ResNet-50
 at 2 workers, Adam, 32 px, per-worker batch 8: DDP 1,144 MiB, FSDP 857 MiB, estimated 1,259
 and 954); a margin covers the allocator's slack. The estimate is of a worker whose model is in host memory (a
-CPU job, or offload on a GPU); a model on a GPU needs GPU memory, which this does not judge.
+CPU job, or offload on a GPU).
+
+On a GPU (``device="gpu"``) the same parts are counted in GPU memory, with what differs there:
+activations in bf16 (AMP, or the sharded model's mixed precision: half of fp32's bytes), no
+checkpoint copy (it is taken to host memory), the CUDA context instead of the Python process,
+and with offload only the gathered blocks and the activations. Checked against an H200
+(docs/benchmarks.md, "Large models on one GPU"): 16 bytes a parameter under FSDP and AdamW, plus
+the layer at work.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ MB = 1 << 20
 BASE_MB = 400  # Python, torch and torchvision imported, the data index: a worker at rest (measured 375-400)
 LOADER_WORKER_MB = 120  # each data-loader worker (measured: 2 add 235 MiB)
 SLACK = 1.05  # the allocator's free pieces, the loader's batches in flight
+CUDA_CONTEXT_MB = 600  # the CUDA context, cuDNN and cuBLAS workspaces: GPU memory outside PyTorch's allocator
+GPU_SLACK = 1.10  # the caching allocator's fragmentation
 OPTIMIZER_COPIES = {"sgd": 0, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2, "adagrad": 1, "adadelta": 2,
                     "rmsprop": 1}
 
@@ -54,11 +63,13 @@ class Estimate:
     workers: int
     parts: dict  # MiB by part
     total_mb: int
+    device: str = "host"  # or "gpu": the memory of each of the worker's GPUs
 
     def text(self) -> str:
         ac = " with activation checkpointing" if self.activation_checkpointing else ""
         parts = ", ".join(f"{k} {v:,} MiB" for k, v in self.parts.items() if v)
-        return f"{self.strategy}{ac} at {self.workers} workers: {self.total_mb:,} MiB per worker ({parts})"
+        per = "per GPU" if self.device == "gpu" else "per worker"
+        return f"{self.strategy}{ac} at {self.workers} workers: {self.total_mb:,} MiB {per} ({parts})"
 
 
 def shape(model, image_size: int) -> Shape:
@@ -101,24 +112,36 @@ def shape(model, image_size: int) -> Shape:
 
 
 def estimate(s: Shape, *, strategy: str, workers: int, per_worker_batch: int, optimizer: str,
-             loader_workers: int, activation_checkpointing: bool = False) -> Estimate:
-    """One worker's host memory for a model of shape ``s`` trained this way (MiB)."""
+             loader_workers: int, activation_checkpointing: bool = False, device: str = "host",
+             offload: bool = False, amp: bool = True) -> Estimate:
+    """One worker's host memory (``device="host"``), or the memory of each of its GPUs
+    (``"gpu"``: ``offload`` keeps shards and optimizer state in host memory, ``amp`` computes
+    in bf16), for a model of shape ``s`` trained this way (MiB)."""
+    gpu = device == "gpu"
     p, copies = 4 * s.params, OPTIMIZER_COPIES.get(optimizer, 2)
     if activation_checkpointing and s.block_inputs_per_sample:
         kept = s.block_inputs_per_sample + s.largest_block_activations
         acts = per_worker_batch * min(s.activations_per_sample, kept)
     else:
         acts = per_worker_batch * s.activations_per_sample
+    if gpu and (amp or strategy == "fsdp"):
+        acts //= 2  # bf16: AMP, or the sharded model's mixed precision
     if strategy == "ddp":
         parts = {"weights": p, "gradients": p, "DDP buckets": p if workers > 1 else 0, "optimizer": copies * p,
-                 "checkpoint copy": p}
+                 "checkpoint copy": 0 if gpu else p}  # a GPU's checkpoint is copied to host memory
     else:
         n = max(1, workers)
         working = 4 * (2 * s.largest_block + s.root_own)  # gathered: the block at work, the next, the root's own
-        parts = {"weight shards": p // n, "gradient shards": p // n, "optimizer": copies * p // n,
-                 "gathered blocks": working + 4 * s.largest_block}
+        parts = {"weight shards": p // n, "gradient shards": p // n, "optimizer": copies * p // n}
+        if gpu and offload:
+            parts = {}  # in host memory: the GPU holds what is gathered for the step
+        parts["gathered blocks"] = working + 4 * s.largest_block
     parts["activations"] = acts
     parts = {k: round(v / MB) for k, v in parts.items()}
+    if gpu:
+        parts["CUDA context"] = CUDA_CONTEXT_MB
+        return Estimate(strategy, activation_checkpointing, workers, parts, round(sum(parts.values()) * GPU_SLACK),
+                        device)
     parts["process"] = BASE_MB + LOADER_WORKER_MB * loader_workers
     total = round(sum(parts.values()) * SLACK)
     if strategy == "fsdp":  # the end: the whole model on the chief for the artifact, beside its shards
@@ -141,21 +164,23 @@ def choose(s: Shape, memory_mb: int, *, strategy: str | None, activation_checkpo
 
 
 
-def plan(args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Estimate]:
-    """The trainer's options for a job of ``workers`` workers with ``memory_mb`` each: ``args``
-    with the strategy (and activation checkpointing) that fits, unless they name one, and the
-    estimate. The model, image size, batch and optimizer are read from ``args`` as the trainer
-    reads them ('auto' as on CPU). InvalidRequest, with the estimates, when nothing fits."""
+def plan(args: list[str], memory_mb: int | None, workers: int, device: str = "host") -> tuple[list[str], Estimate]:
+    """The trainer's options for a job of ``workers`` workers with ``memory_mb`` each (host
+    memory, or with ``device="gpu"`` each GPU's; None: not known, the cheapest way is taken):
+    ``args`` with the strategy (and activation checkpointing) that fits, unless they name one,
+    and the estimate. The model, image size, batch and optimizer are read from ``args`` as the
+    trainer reads them ('auto' as on that device). InvalidRequest, with the estimates, when
+    nothing fits."""
     from deeppod.errors import InvalidRequest
     from deeppod.runtime.trainers import image_classifier as trainer
 
     try:
-        return _plan(trainer.parse_args(args), args, memory_mb, workers)
+        return _plan(trainer.parse_args(args), args, memory_mb, workers, device)
     except SystemExit as exc:  # what the trainer would say about these images at its start
         raise InvalidRequest(str(exc.code)) from None
 
 
-def _plan(a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], Estimate]:
+def _plan(a, args: list[str], memory_mb: int | None, workers: int, device: str) -> tuple[list[str], Estimate]:
     from pathlib import Path
 
     import torch
@@ -163,7 +188,8 @@ def _plan(a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], 
     from deeppod.errors import InvalidRequest
     from deeppod.runtime.trainers import image_classifier as trainer
 
-    model = trainer.SMALL_CNN if a.model == trainer.AUTO else a.model
+    gpu = device == "gpu"
+    model = ("resnet18" if gpu else trainer.SMALL_CNN) if a.model == trainer.AUTO else a.model
     # a class-per-folder tree (not a dataset version, as the trainer tells them): its own classes and sizes
     items = trainer.scan(Path(a.data)) if a.data and trainer.dataset_dir(a) is None else None
     size, assumed = a.image_size, ""
@@ -175,14 +201,18 @@ def _plan(a, args: list[str], memory_mb: int, workers: int) -> tuple[list[str], 
         s = shape(trainer.build_model(model, len(items[0]) if items else 1000), size)
     fixed = "--strategy" in args
     try:
-        chosen = choose(s, memory_mb, strategy=a.strategy if fixed else None,
+        chosen = choose(s, memory_mb if memory_mb is not None else 1 << 40,
+                        strategy=a.strategy if fixed else None,
                         activation_checkpointing=True if a.activation_checkpointing else None, workers=workers,
                         per_worker_batch=max(1, -(-a.batch_size // (a.base_workers or workers))),
-                        optimizer=a.optimizer, loader_workers=a.loader_workers)
+                        optimizer=a.optimizer, loader_workers=a.loader_workers, device=device,
+                        offload=a.offload, amp=a.amp != "off")
     except ValueError as exc:
-        raise InvalidRequest(f"{model} does not fit in {memory_mb:,} MiB per worker{assumed}: {exc}. Ask for more "
-                             f"memory (--memory), more workers (-n) to shard over, a smaller --batch-size or "
-                             f"--image-size, or a lighter --optimizer") from None
+        more = ("GPUs with more memory (--gpu-memory), more workers (-n) to shard over, --offload with --strategy "
+                "fsdp" if gpu else "more memory (--memory), more workers (-n) to shard over")
+        raise InvalidRequest(f"{model} does not fit in {memory_mb:,} MiB per {'GPU' if gpu else 'worker'}{assumed}: "
+                             f"{exc}. Ask for {more}, a smaller --batch-size or --image-size, or a lighter "
+                             "--optimizer") from None
     extra = [] if fixed else ["--strategy", chosen.strategy]
     if chosen.activation_checkpointing and not a.activation_checkpointing:
         extra.append("--activation-checkpointing")
