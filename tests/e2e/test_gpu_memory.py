@@ -44,12 +44,13 @@ def test_train_asks_for_gpus_that_hold_its_estimate_and_a_model_none_can_hold_is
     c = Client(server.url, server.admin_token)
     assert [n["gpu_memory_mb"] for n in c.nodes()] == [1024]
 
-    refused = server.cli(tmp_path, "train", "image-classifier", "--data", data, "--model", "resnet152", *TRAIN,
-                  "-n", "2", check=False)
+    refused = server.cli(tmp_path, "train", "image-classifier", "--data", data, "--model", "resnet152",
+                         "--image-size", "224", "--batch-size", "64", "-n", "2", check=False)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     said = " ".join(refused.stderr.split())  # the error box wraps lines
-    assert "resnet152 does not fit in 1,024 MiB per GPU" in said and "fsdp at 2 workers" in said, said
-    assert "--offload" in said and c.jobs() == []
+    assert "resnet152 does not fit in 1,024 MiB per GPU" in said, said
+    assert "fsdp with activation checkpointing and offload at 2 workers" in said and "--gpu-memory" in said
+    assert c.jobs() == []
 
     out = server.cli(tmp_path, "train", "image-classifier", "--data", data, "--model", "resnet50", *TRAIN,
               "-n", "2").stdout

@@ -129,7 +129,16 @@ def test_a_gpu_plan_takes_the_model_a_gpu_would_and_refuses_with_what_to_do(imag
                            optimizer="adam", loader_workers=2, device="gpu")
     args, e = memory.plan([*base, "--model", "resnet152"], fsdp.total_mb, 2, device="gpu")
     assert args[-2:] == ["--strategy", "fsdp"] and e.total_mb == fsdp.total_mb
+    # less than that: sharded and offloaded to host memory, the last way on a GPU (never for DDP)
+    args, e = memory.plan([*base, "--model", "resnet152"], fsdp.total_mb - 100, 2, device="gpu")
+    assert args[-3:] == ["--strategy", "fsdp", "--offload"] and e.offload and "with offload" in e.text()
     with pytest.raises(InvalidRequest) as refused:
-        memory.plan([*base, "--model", "resnet152"], 1000, 2, device="gpu")
+        memory.plan([*base, "--model", "resnet152", "--strategy", "ddp"], fsdp.total_mb - 100, 2, device="gpu")
+    assert "offload" not in str(refused.value).split(". Ask")[0]
+    with pytest.raises(InvalidRequest) as refused:
+        memory.plan([*base, "--model", "resnet152"], 500, 2, device="gpu")
     said = str(refused.value)
-    assert "does not fit in 1,000 MiB per GPU" in said and "--gpu-memory" in said and "--offload" in said
+    assert "does not fit in 500 MiB per GPU" in said and "--gpu-memory" in said
+    assert "fsdp with activation checkpointing and offload at 2 workers" in said  # every way was tried
+    host, _ = memory.plan([*base, "--model", "resnet152"], 100_000, 2)
+    assert "--offload" not in host  # host memory: offload is no way to save it

@@ -64,9 +64,11 @@ class Estimate:
     parts: dict  # MiB by part
     total_mb: int
     device: str = "host"  # or "gpu": the memory of each of the worker's GPUs
+    offload: bool = False  # on a GPU: shards and optimizer state in host memory
 
     def text(self) -> str:
         ac = " with activation checkpointing" if self.activation_checkpointing else ""
+        ac += (" and offload" if ac else " with offload") if self.offload else ""
         parts = ", ".join(f"{k} {v:,} MiB" for k, v in self.parts.items() if v)
         per = "per GPU" if self.device == "gpu" else "per worker"
         return f"{self.strategy}{ac} at {self.workers} workers: {self.total_mb:,} MiB {per} ({parts})"
@@ -141,7 +143,7 @@ def estimate(s: Shape, *, strategy: str, workers: int, per_worker_batch: int, op
     if gpu:
         parts["CUDA context"] = CUDA_CONTEXT_MB
         return Estimate(strategy, activation_checkpointing, workers, parts, round(sum(parts.values()) * GPU_SLACK),
-                        device)
+                        device, offload and strategy == "fsdp")
     parts["process"] = BASE_MB + LOADER_WORKER_MB * loader_workers
     total = round(sum(parts.values()) * SLACK)
     if strategy == "fsdp":  # the end: the whole model on the chief for the artifact, beside its shards
@@ -150,13 +152,15 @@ def estimate(s: Shape, *, strategy: str, workers: int, per_worker_batch: int, op
 
 
 def choose(s: Shape, memory_mb: int, *, strategy: str | None, activation_checkpointing: bool | None,
-           **how) -> Estimate:
+           offload: bool | None = False, **how) -> Estimate:
     """The first way that fits ``memory_mb``, in order of cost: DDP, sharded, sharded with
-    activation checkpointing (only those the caller left open). ValueError with every estimate
-    when none fits."""
-    ways = [(st, ac) for st in ("ddp", "fsdp") for ac in (False, True)
-            if (strategy in (None, st)) and (activation_checkpointing in (None, ac)) and not (st == "ddp" and ac)]
-    tried = [estimate(s, strategy=st, activation_checkpointing=ac, **how) for st, ac in ways]
+    activation checkpointing, and on a GPU the same two offloaded (only those the caller left
+    open: None leaves a choice open). ValueError with every estimate when none fits."""
+    gpu = how.get("device") == "gpu"
+    ways = [(st, ac, off) for off in (False, True) for st in ("ddp", "fsdp") for ac in (False, True)
+            if strategy in (None, st) and activation_checkpointing in (None, ac) and offload in (None, off)
+            and not (st == "ddp" and (ac or off)) and not (off and not gpu)]
+    tried = [estimate(s, strategy=st, activation_checkpointing=ac, offload=off, **how) for st, ac, off in ways]
     for e in tried:
         if e.total_mb <= memory_mb:
             return e
@@ -206,14 +210,16 @@ def _plan(a, args: list[str], memory_mb: int | None, workers: int, device: str) 
                         activation_checkpointing=True if a.activation_checkpointing else None, workers=workers,
                         per_worker_batch=max(1, -(-a.batch_size // (a.base_workers or workers))),
                         optimizer=a.optimizer, loader_workers=a.loader_workers, device=device,
-                        offload=a.offload, amp=a.amp != "off")
+                        offload=(True if a.offload else None) if gpu else False, amp=a.amp != "off")
     except ValueError as exc:
-        more = ("GPUs with more memory (--gpu-memory), more workers (-n) to shard over, --offload with --strategy "
-                "fsdp" if gpu else "more memory (--memory), more workers (-n) to shard over")
+        more = ("GPUs with more memory (--gpu-memory), more workers (-n) to shard over (--strategy fsdp, which "
+                "may also --offload to host memory)" if gpu else "more memory (--memory), more workers (-n) to shard over")
         raise InvalidRequest(f"{model} does not fit in {memory_mb:,} MiB per {'GPU' if gpu else 'worker'}{assumed}: "
                              f"{exc}. Ask for {more}, a smaller --batch-size or --image-size, or a lighter "
                              "--optimizer") from None
     extra = [] if fixed else ["--strategy", chosen.strategy]
     if chosen.activation_checkpointing and not a.activation_checkpointing:
         extra.append("--activation-checkpointing")
+    if chosen.offload and not a.offload:
+        extra.append("--offload")
     return [*args, *extra], chosen
