@@ -92,6 +92,9 @@ JOINER_READY = ".joiner-ready-{rank}"  # a joiner built its model and waits: now
 # worker's log file
 ENV_SPARE = "DEEPPOD_SPARE"
 SPARE_PARKED = ".spare-parked-{n}"  # in the checkpoint folder while spare N waits
+# metric points a process could not send before it exited (the control plane did not answer),
+# one JSON point a line, in the checkpoint folder: the server takes them when the run ends
+METRICS_SPOOL = ".metrics-unsent.jsonl"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 ENV_TRIAL = "DEEPPOD_TRIAL"  # the trial number a search's job was started for

@@ -177,3 +177,45 @@ def test_rounds_with_nothing_to_decide_do_not_write(sessions, world, tmp_path):
     rec.executor.finish(jid, {0: 0})
     rec.tick()
     assert job(sessions, jid).state == "succeeded" and len(fences) > started  # that round wrote
+
+
+def test_points_its_processes_could_not_send_are_taken_when_the_run_ends(sessions, world, rec, tmp_path):
+    """runtime/metrics.py keeps what a process could not send (the control plane away past the
+    wait at exit) in the checkpoint folder; the run's end stores it as if sent. A link planted
+    there is not followed."""
+    import json
+
+    from deeppod.contract import METRICS_SPOOL
+    from deeppod.jobs import metrics
+    from deeppod.store.models import JobMetric
+
+    jid = submit(sessions, world.alice, tmp_path)
+    rec.tick()
+    spool = rec.launcher.folder(jid).checkpoints / METRICS_SPOOL
+    lines = [json.dumps({"step": s, "at": 1.0, "metrics": {"loss": 1.0 / (s + 1)}}) for s in range(3)]
+    lines += ["{not json", json.dumps({"step": -1, "metrics": {"loss": 1}}),
+              json.dumps({"step": 3, "at": 1.0, "metrics": {"loss": "nan"}, "trial": 2})]
+    spool.write_text("\n".join(lines) + "\n")
+    rec.executor.finish(jid, {0: 0})
+    rec.tick()
+    assert job(sessions, jid).state == "succeeded" and not spool.exists()
+    with sessions() as s:
+        got = s.execute(select(JobMetric.step, JobMetric.value, JobMetric.trial).where(JobMetric.job_id == jid)
+                        .order_by(JobMetric.step)).all()
+        assert [tuple(r) for r in got] == [(0, 1.0, None), (1, 0.5, None), (2, 1 / 3, None), (3, None, 2)]
+        assert metrics.series(s, world.alice, jid)["metrics"]["loss"]["points"] == 4
+    said = [e.message for e in _events(sessions, world, jid) if e.kind == "metrics"]
+    assert said == ["4 metric points its processes could not send before they exited were taken from its "
+                    "folder; 2 lines that were not points left out"]
+
+    other = submit(sessions, world.alice, tmp_path)
+    rec.tick()
+    outside = tmp_path / "points.jsonl"
+    outside.write_text(lines[0] + "\n")
+    link = rec.launcher.folder(other).checkpoints / METRICS_SPOOL
+    link.symlink_to(outside)
+    rec.executor.finish(other, {0: 0})
+    rec.tick()
+    with sessions() as s:
+        assert s.scalars(select(JobMetric).where(JobMetric.job_id == other)).all() == []
+    assert outside.read_text() == lines[0] + "\n" and link.is_symlink()

@@ -190,3 +190,31 @@ def test_a_process_that_exits_while_the_control_plane_restarts_waits_for_it(capl
         assert sorted(p["step"] for p in sink.points) == list(range(24))
     finally:
         sink.close()
+
+
+def test_points_a_control_plane_never_took_are_kept_for_the_server(tmp_path, monkeypatch, caplog):
+    """Away longer than the wait at exit: the points go to the checkpoint folder (the server
+    takes them when the run ends: tests/jobs/test_controller.py), appended run after run; a
+    link planted there is not followed."""
+    from deeppod.contract import ENV_CHECKPOINT_DIR, METRICS_SPOOL
+
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path))
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens
+    for run in range(2):
+        rep = Reporter(api_url=url, token="tok", job_id=3, tb_dir=None, flush_seconds=0.05, enabled=True)
+        rep.trial = 5 if run else None
+        for step in range(10):
+            rep.report(step, loss=1.0 / (step + 1))
+        rep.close(timeout=0.3)
+    lines = [json.loads(line) for line in (tmp_path / METRICS_SPOOL).read_text().splitlines()]
+    assert [p["step"] for p in lines] == list(range(10)) * 2 and [p.get("trial") for p in lines[9:11]] == [None, 5]
+    assert lines[0]["metrics"] == {"loss": 1.0}
+    assert any("kept in" in r.getMessage() for r in caplog.records)
+
+    (tmp_path / METRICS_SPOOL).unlink()
+    (tmp_path / METRICS_SPOOL).symlink_to(tmp_path / "elsewhere")
+    rep = Reporter(api_url=url, token="tok", job_id=3, tb_dir=None, flush_seconds=0.05, enabled=True)
+    rep.report(0, loss=1.0)
+    rep.close(timeout=0.3)
+    assert not (tmp_path / "elsewhere").exists()
+    assert any("not kept" in r.getMessage() for r in caplog.records)

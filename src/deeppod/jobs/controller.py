@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -27,9 +26,10 @@ from deeppod.errors import DeepPodError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor
 from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.launch import Isolation, Launcher
+from deeppod.jobs.metrics import take_spool
 from deeppod.jobs.progress import stop_outcome
 from deeppod.jobs.resize import Resizes
-from deeppod.jobs.runs import outcome, requeue
+from deeppod.jobs.runs import outcome, requeue, same_reason
 from deeppod.jobs.service import add_event, finish
 from deeppod.jobs.snapshot import snapshot
 from deeppod.scheduler import Config, Snapshot, Start, schedule
@@ -37,11 +37,6 @@ from deeppod.store.models import Job, Node, utcnow
 
 log = logging.getLogger(__name__)
 MAX_RESUMES = 100  # a job that keeps asking to be resumed is stopped at some point
-
-
-def _same_reason(a: str, b: str) -> bool:
-    """Waiting reasons differ only in counts from round to round; record real changes."""
-    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
 class JobController:
@@ -135,6 +130,7 @@ class JobController:
 
     def _ended(self, s: Session, job: Job, status: ExecStatus) -> None:
         """A run ended: the job is done, or goes back to the queue (a restart, a resume)."""
+        take_spool(s, job, self.launcher.folder(job.id).checkpoints)  # points sent while the server was away
         asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
         state, reason = outcome(job, status, stop_outcome(self.launcher.folder(job.id).checkpoints, asked))
         revoke_job_tokens(s, job.id)
@@ -207,7 +203,7 @@ class JobController:
         for w in d.waits:
             job = s.get(Job, w.job_id)
             if job.reason != w.reason:
-                if not _same_reason(job.reason, w.reason):
+                if not same_reason(job.reason, w.reason):
                     add_event(s, job, "waiting", w.reason)
                 job.reason = w.reason
         return d.starts, stop_now

@@ -3,18 +3,24 @@ downsampled for tables, sparklines and the UI's charts."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import defaultdict
+from pathlib import Path
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from deeppod import nofollow
 from deeppod.auth.service import Principal
-from deeppod.contract import JobState
+from deeppod.contract import METRICS_SPOOL, JobState
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
 from deeppod.jobs.stop_rules import triggered
 from deeppod.store.models import JobHistogram, JobMetric, Trial
+
+SPOOL_MAX_BYTES = 64 << 20  # of a job's unsent points (a process keeps at most 100,000)
 
 
 def _number(v) -> float | None:
@@ -29,27 +35,41 @@ def _number(v) -> float | None:
 
 def ingest(session: Session, principal: Principal, job_id: int, points: list[dict]) -> int:
     """Store a batch of points; evaluate the job's stop rules. Returns how many values were stored."""
-    job = get_job(session, principal, job_id)
+    return _store(session, get_job(session, principal, job_id), points)
+
+
+def _check(p) -> None:
+    """InvalidRequest, saying what to fix, unless ``p`` is a point as runtime/metrics.py sends it."""
+    if not isinstance(p, dict):
+        raise InvalidRequest("every point is an object with a step and metrics or histograms")
+    step = p.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise InvalidRequest(f"every point needs a whole-number step >= 0 (got {step!r})")
+    trial = p.get("trial")  # a search's process that runs trial after trial says which
+    if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
+        raise InvalidRequest(f"a point's trial must be a whole number >= 0 (got {trial!r})")
+    for value in (p.get("metrics") or {}).values():
+        _number(value)
+    for name, h in (p.get("histograms") or {}).items():
+        counts = h.get("counts") if isinstance(h, dict) else None
+        if not isinstance(counts, list) or not all(isinstance(c, int) for c in counts) or len(counts) > 1000:
+            raise InvalidRequest(f"histogram {name!r} needs 'counts': a list of at most 1000 whole numbers")
+
+
+def _store(session: Session, job, points: list[dict]) -> int:
     stored = 0
     touched: set[str] = set()
     rows: list[JobMetric] = []
     for p in points:
-        step = p.get("step")
-        if not isinstance(step, int) or step < 0:
-            raise InvalidRequest(f"every point needs a whole-number step >= 0 (got {step!r})")
-        trial = p.get("trial")  # a search's process that runs trial after trial says which
-        if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
-            raise InvalidRequest(f"a point's trial must be a whole number >= 0 (got {trial!r})")
+        _check(p)
+        step, trial = p["step"], p.get("trial")
         for name, value in (p.get("metrics") or {}).items():
             rows.append(JobMetric(job_id=job.id, name=str(name)[:128], step=step, value=_number(value), trial=trial))
             touched.add(str(name)[:128])
             stored += 1
         for name, h in (p.get("histograms") or {}).items():
-            counts = h.get("counts")
-            if not isinstance(counts, list) or not all(isinstance(c, int) for c in counts) or len(counts) > 1000:
-                raise InvalidRequest(f"histogram {name!r} needs 'counts': a list of at most 1000 whole numbers")
             session.add(JobHistogram(job_id=job.id, name=str(name)[:256], step=step, min=float(h.get("min", 0.0)),
-                                     max=float(h.get("max", 0.0)), counts=counts))
+                                     max=float(h.get("max", 0.0)), counts=h["counts"]))
             stored += 1
     _supersede(session, job.id, rows)
     session.add_all(rows)
@@ -59,6 +79,43 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
         if reason:
             job.stop_reason = reason
             add_event(session, job, "stop-requested", f"{reason}; workers get SIGTERM and keep their checkpoint")
+    return stored
+
+
+def take_spool(session: Session, job, checkpoints: Path) -> int:
+    """The points the job's processes could not send before they exited (runtime/metrics.py
+    keeps them in its checkpoint folder when the control plane is away): stored as if sent,
+    with an event, and the file removed. Read with no link followed (the folder is the job's);
+    a line that is not a valid point is left out and counted. Returns the values stored."""
+    try:
+        dir_fd = nofollow.open_dir(checkpoints)
+    except OSError:
+        return 0
+    try:
+        fd, _ = nofollow.open_regular(dir_fd, METRICS_SPOOL)
+    except OSError:  # none (the usual case), or not a regular file: nothing to take
+        os.close(dir_fd)
+        return 0
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(SPOOL_MAX_BYTES + 1)
+        os.unlink(METRICS_SPOOL, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    points, bad = [], 0
+    for line in data[:SPOOL_MAX_BYTES].splitlines():
+        try:
+            p = json.loads(line)
+            _check(p)
+        except (ValueError, InvalidRequest, AttributeError, TypeError):
+            bad += 1
+            continue
+        points.append(p)
+    stored = _store(session, job, points) if points else 0
+    cut = f" (its first {SPOOL_MAX_BYTES >> 20} MiB)" if len(data) > SPOOL_MAX_BYTES else ""
+    add_event(session, job, "metrics", f"{len(points)} metric points its processes could not send before they "
+                                       f"exited were taken from its folder{cut}"
+                                       + (f"; {bad} lines that were not points left out" if bad else ""))
     return stored
 
 

@@ -1,9 +1,10 @@
 """A job's runs: what a finished run means, the time and GPU-time of the current one, and
-putting a job back in the queue for its next run."""
+putting a job back in the queue for its next run, and whether a waiting reason changed."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 from sqlalchemy.orm import Session
 
@@ -13,6 +14,11 @@ from deeppod.jobs.service import add_event
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
+
+
+def same_reason(a: str, b: str) -> bool:
+    """Waiting reasons differ only in counts from round to round: an event records a real change."""
+    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
 def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str]:

@@ -19,8 +19,8 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_JUDGED, judged_between,
-                              open_first, server_urls)
+from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_JUDGED, METRICS_SPOOL,
+                              judged_between, open_first, server_urls)
 from deeppod.job_folder import JobFolder
 from deeppod.runtime.context import job_context
 
@@ -211,11 +211,31 @@ class Reporter:
         if not self.flush(first) and timeout > first:
             log.warning("the control plane does not answer: waiting up to %.0f s for it to take %d metric points "
                         "before this process exits", timeout - first, len(self._pending))
-            if not self.flush(timeout - first):
-                log.warning("%d metric points not sent: the control plane did not answer in %.0f s",
-                            len(self._pending), timeout)
+            self.flush(timeout - first)
+        if self._pending:
+            self._spool()
         if self._tb is not None:
             self._tb.close()
+
+    def _spool(self) -> None:
+        """What is still unsent goes to the checkpoint folder (``contract.METRICS_SPOOL``), where
+        the server takes it when the run ends: a control plane that is away longer than the wait
+        at exit loses nothing."""
+        folder = job_context().checkpoint_dir
+        if not folder or not (self.api_url and self.job_id is not None):
+            log.warning("%d metric points not sent: the control plane did not answer", len(self._pending))
+            return
+        path = os.path.join(folder, METRICS_SPOOL)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(p) + "\n" for p in self._pending)
+        except OSError as exc:
+            log.warning("%d metric points not sent, and not kept (%s)", len(self._pending), exc)
+            return
+        log.warning("%d metric points not sent (the control plane did not answer): kept in %s, where the server "
+                    "takes them when this run ends", len(self._pending), path)
+        self._pending.clear()
 
 
 _default: Reporter | None = None
