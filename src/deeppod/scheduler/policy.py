@@ -436,8 +436,6 @@ class _Round:
         is_head = t not in st.reported  # the first job of its tenant that does not start gets the reason
         borrowing = tenants.usage[t] + need > tenants.guaranteed[t]
         usable = st.free_for(t) - (st.nonlendable if borrowing else 0)
-        if job.gpu_memory_mb:
-            usable = min(usable, st.pool.free_with(job.gpu_memory_mb))  # the rest are too small for it
         if t in st.reclaim_for and job.id not in st.reclaim_for[t]:
             usable -= st.held_for[t]  # reclaimed GPUs are for the jobs they were reclaimed for
         if need > tenants.cap_room(t):
@@ -446,6 +444,8 @@ class _Round:
                                    "it starts when the tenant's own jobs end")
             return False
         shape = (per_worker, job.gpu_memory_mb)  # gangs of this shape larger than a failed one fail too
+        if job.gpu_memory_mb and 0 < need <= usable and st.failed_need.get(shape, 1 << 30) > job.min_workers:
+            usable = min(usable, st.pool.free_with(job.gpu_memory_mb))  # the rest are too small for it
         if need > 0 and (need > usable or st.failed_need.get(shape, 1 << 30) <= job.min_workers):
             if is_head:
                 self._wait_for_gpus(t, job, need, usable, borrowing)
