@@ -116,7 +116,7 @@ def _gpus(c, gpus_per_worker: int | None) -> tuple[int, int | None]:
     """The GPUs each worker will get (as the server's default picks them when not given), and
     the memory of the cluster's largest GPUs (None where a node's GPUs do not say: logical slots)."""
     nodes = [n for n in c.nodes() if n["healthy"] and n.get("up", True)]
-    with_gpus = [n for n in nodes if n["gpus"]]
+    with_gpus = [n for n in nodes if any(g.get("healthy", True) for g in n["gpus"])]
     gpus = gpus_per_worker if gpus_per_worker is not None else (1 if with_gpus else 0)
     sizes = [n.get("gpu_memory_mb", 0) for n in with_gpus]
     return gpus, (max(sizes) if sizes and 0 not in sizes else None)

@@ -94,7 +94,7 @@ def capacity(session: Session) -> dict:
     # columns, not Node rows: asked on every submit
     nodes = session.execute(select(Node.gpus, Node.cpus, Node.memory_mb)
                             .where(Node.healthy.is_(True), Node.up.is_(True))).all()
-    gpu_memory = [gpu_memory_of(n.gpus) for n in nodes if n.gpus]
+    gpu_memory = [gpu_memory_of(n.gpus) for n in nodes if any(g.get("healthy", True) for g in n.gpus)]
     return {
         "nodes": len(nodes),
         "gpus": sum(1 for n in nodes for g in n.gpus if g.get("healthy", True)),

@@ -192,16 +192,14 @@ class _Round:
             for job in lower:
                 if short <= 0:
                     break
+                freed = st.planned.get(job.id, job.workers) * job.gpus_per_worker
                 if head.gpu_memory_mb:  # only its GPUs on nodes with the head's memory are room for it
-                    on_fit = sum(len(w.gpus) for w in job.placement if w.node in st.pool.index
-                                 and st.pool.gpus_fit(st.pool.index[w.node], head.gpu_memory_mb))
-                    if not on_fit:
+                    freed = sum(len(w.gpus) for w in job.placement if w.node in st.pool.index
+                                and st.pool.gpus_fit(st.pool.index[w.node], head.gpu_memory_mb))
+                    if not freed:
                         continue
-                    chosen.append(job)
-                    short -= on_fit
-                    continue
                 chosen.append(job)
-                short -= st.planned.get(job.id, job.workers) * job.gpus_per_worker
+                short -= freed
             if short <= 0:
                 for job in chosen:
                     st.evict(job, f"job {head.id} of tenant {t} has higher priority "

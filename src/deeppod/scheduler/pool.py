@@ -108,7 +108,7 @@ class FreePool:
         return sum(len(f) for i, f in enumerate(self.free) if self.gpus_fit(i, gmem)) if gmem else self.total_free
 
     def _room(self, i: int, gpw: int, cpw: float, mpw: int, gmem: int = 0) -> int:
-        if gmem and gpw and 0 < self.gmem[i] < gmem:
+        if gmem and gpw and 0 < self.gmem[i] < gmem:  # not gpus_fit(): inline in the placement walk
             return 0
         room = len(self.free[i]) // gpw if gpw else 1 << 30
         if cpw:

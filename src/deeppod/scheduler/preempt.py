@@ -211,7 +211,7 @@ class Preemption:
                                   head.memory_mb_per_worker, head.avoid, head.gpu_memory_mb) \
             if st.cfg.defragment else None
         if placement is None:  # defragment off, or CPUs or memory are short: a count
-            st.held_for[t] += min(head.min_workers * head.gpus_per_worker, st.avail())
+            st.held_for[t] += min(head.min_workers * head.gpus_per_worker, st.avail_for(head))
         else:
             st.node_hold[t] = (head.id, placement)
 
