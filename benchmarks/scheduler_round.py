@@ -6,6 +6,7 @@ the FIFO baseline on the same snapshot, and prints the ratio. Aims: <= 40 ms a r
 
     python benchmarks/scheduler_round.py [--queued 10000] [--nodes 128] [--repeat 20]
     python benchmarks/scheduler_round.py --sweep   # 128 to 2,500 nodes, 8 queued jobs a node
+    python benchmarks/scheduler_round.py --gpu-memory   # the same snapshot with GPU memory requests too
 
 The sweep grows the cluster and its queue together (n = queued + running jobs) and prints
 each round's time next to what n log n growth from the smallest size would allow.
@@ -18,6 +19,7 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,6 +54,30 @@ def sweep(sizes: list[int], repeat: int) -> None:
               f"{med / fmed:>7.2f} {med / base[0]:>11.2f} {allows:>15.2f}")
 
 
+def with_gpu_memory(snap):
+    """The snapshot on a cluster of two GPU sizes (every other node 80 GiB, the rest 40 GiB),
+    where every other waiting job asks for 60 GiB GPUs: they fit half the nodes."""
+    nodes = tuple(replace(n, gpu_memory_mb=81920 if i % 2 else 40960) for i, n in enumerate(snap.nodes))
+    queued = tuple(replace(j, gpu_memory_mb=61440) if i % 2 else j for i, j in enumerate(snap.queued))
+    return replace(snap, nodes=nodes, queued=queued)
+
+
+def gpu_memory(snap, repeat: int) -> None:
+    """The round on the snapshot as built and with GPU memory requests, interleaved."""
+    mixed = with_gpu_memory(snap)
+    plain_t, mixed_t = [], []
+    for _ in range(repeat):
+        plain_t.append(timeit(schedule, snap, 1)[0])
+        mixed_t.append(timeit(schedule, mixed, 1)[0])
+    d = schedule(mixed)
+    at = {n.name: n.gpu_memory_mb for n in mixed.nodes}
+    asks = {j.id: j.gpu_memory_mb for j in mixed.queued}
+    wrong = [s.job_id for s in d.starts if any(at[w.node] < asks.get(s.job_id, 0) for w in s.placement)]
+    pm, mm = statistics.median(plain_t), statistics.median(mixed_t)
+    print(f"round, no GPU memory asked: median {pm:.1f} ms; with half the jobs asking 60 GiB GPUs on a 40/80 GiB "
+          f"cluster: median {mm:.1f} ms ({mm / pm:.2f}x); {len(d.starts)} starts, {len(wrong)} on GPUs too small")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queued", type=int, default=10_000)
@@ -59,6 +85,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--sweep", nargs="?", const="128,256,512,1250,2500", default=None, metavar="NODES",
                     help="round time at these cluster sizes (8 queued jobs a node)")
+    ap.add_argument("--gpu-memory", action="store_true",
+                    help="also time the round with GPU memory requests on a cluster of two GPU sizes")
     a = ap.parse_args()
     if a.sweep:
         sweep([int(x) for x in a.sweep.split(",")], min(a.repeat, 5))
@@ -73,6 +101,8 @@ def main() -> None:
     print(f"deeppod round: median {med:.1f} ms, max {worst:.1f} ms  (aim <= 40 ms at 1,024 GPUs, <= 100 ms at 10,000)")
     print(f"fifo round:    median {fmed:.1f} ms, max {fworst:.1f} ms")
     print(f"ratio deeppod/fifo: {med / fmed:.2f}x the time of a policy that does no sharing at all")
+    if a.gpu_memory:
+        gpu_memory(snap, a.repeat)
 
 
 if __name__ == "__main__":

@@ -472,6 +472,30 @@ def test_a_big_job_reserves_only_nodes_with_big_gpus():
     assert [(s.job_id, s.placement[0].node) for s in d.starts] == [(3, "small")]
 
 
+def test_the_count_of_free_gpus_with_a_memory_is_kept_through_takes_gives_and_copies():
+    import random
+
+    from deeppod.scheduler.pool import FreePool
+
+    rng = random.Random(7)
+    sizes = [0, 16 * G, 40 * G, 80 * G]
+    pool = FreePool(tuple(node(f"n{i}", gpus=8, gmem=rng.choice(sizes)) for i in range(40)))
+
+    def counted(p, gmem):
+        return sum(len(f) for i, f in enumerate(p.free) if p.gpus_fit(i, gmem))
+
+    for step in range(400):
+        gmem = rng.choice([20 * G, 60 * G, 80 * G])
+        assert pool.free_with(gmem) == counted(pool, gmem), step
+        got = pool.place(rng.randint(1, 3), rng.choice([1, 2]), gmem=rng.choice([0, gmem]))
+        if got and rng.random() < 0.5:
+            pool.release(got[:1])
+        if step % 50 == 0:
+            pool = pool.copy()
+    assert all(pool.free_with(g) == counted(pool, g) for g in (20 * G, 60 * G, 80 * G))
+    assert pool.free_with(0) == pool.total_free
+
+
 def test_an_elastic_job_grows_only_onto_gpus_with_its_memory():
     nodes = [node("small", gpus=4, gmem=16 * G), node("big", gpus=4, gmem=80 * G, used=(0, 1))]
     grows = RunningJob(**{**running(1, "a", [(0,), (1,)], node="big", max_workers=8, gmem=80 * G).__dict__,

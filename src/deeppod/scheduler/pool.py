@@ -39,6 +39,7 @@ class FreePool:
         pool.gmem = gmem if gmem is not None else [0] * len(names)
         pool.buckets, pool._shared = list(buckets), set(range(len(buckets)))
         pool.width, pool.total_free = len(buckets) - 1, total_free
+        pool._fit_free = {}
         return pool
 
     def _fill(self) -> None:
@@ -50,6 +51,7 @@ class FreePool:
             buckets[len(f)].add(i)
         self.total_free = sum(map(len, self.free))
         self._shared: set[int] | None = None
+        self._fit_free: dict[int, int] = {}  # GPU MiB asked -> free GPUs that have it (free_with), kept as they change
 
     def _bucket(self, i: int) -> set[int]:
         n = len(self.free[i])
@@ -69,6 +71,8 @@ class FreePool:
         self.mem[node] -= mem
         self._bucket(node).add(node)
         self.total_free -= len(taken)
+        if self._fit_free:
+            self._count_fit(node, -len(taken))
 
     def give(self, node: str, gpus: tuple[int, ...], cpus: float, mem: int) -> None:
         i = self.index.get(node)
@@ -80,6 +84,8 @@ class FreePool:
         self.mem[i] += mem
         self._bucket(i).add(i)
         self.total_free += len(gpus)
+        if self._fit_free:
+            self._count_fit(i, len(gpus))
 
     def release(self, placement: tuple[WorkerPlacement, ...]) -> None:
         for w in placement:
@@ -95,6 +101,7 @@ class FreePool:
         other.buckets = [set(b) for b in self.buckets]
         other._shared = None
         other.total_free = self.total_free
+        other._fit_free = dict(self._fit_free)
         return other
 
     # -- placement -----------------------------------------------------------------
@@ -104,8 +111,19 @@ class FreePool:
         return not gmem or not self.gmem[i] or self.gmem[i] >= gmem
 
     def free_with(self, gmem: int) -> int:
-        """The free GPUs that have ``gmem`` MiB each (``gpus_fit``)."""
-        return sum(len(f) for i, f in enumerate(self.free) if self.gpus_fit(i, gmem)) if gmem else self.total_free
+        """The free GPUs that have ``gmem`` MiB each (``gpus_fit``): counted once, then kept as
+        GPUs are taken and given (a round asks for it per waiting job that asks GPU memory)."""
+        if not gmem:
+            return self.total_free
+        got = self._fit_free.get(gmem)
+        if got is None:
+            got = self._fit_free[gmem] = sum(len(f) for i, f in enumerate(self.free) if self.gpus_fit(i, gmem))
+        return got
+
+    def _count_fit(self, i: int, delta: int) -> None:
+        for gmem in self._fit_free:
+            if self.gpus_fit(i, gmem):
+                self._fit_free[gmem] += delta
 
     def _room(self, i: int, gpw: int, cpw: float, mpw: int, gmem: int = 0) -> int:
         if gmem and gpw and 0 < self.gmem[i] < gmem:  # not gpus_fit(): inline in the placement walk
