@@ -48,7 +48,7 @@ def train_image_classifier(
         show_default=False)] = None,
     strategy: Annotated[str, typer.Option(
         help="auto, ddp (every worker the whole model) or fsdp (sharded: a model larger than one worker); "
-             "auto: ddp, or fsdp where --memory needs it")] = "auto",
+             "auto: the cheapest that fits --memory, or the GPUs' memory (ddp where nothing says)")] = "auto",
     name: Optional[str] = None,
     max_restarts: int = 3,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
