@@ -99,9 +99,10 @@ def test_at_80_columns_no_header_or_cell_is_cut_and_the_rest_is_named(monkeypatc
     assert all(len(line) <= 80 for line in lines)
     assert "MEMORY USED" in text and "195.3G/500.0G" in text and "node-017" in text
     assert "…" not in text and "127.0.0" not in text  # the address is left out whole, not cut
-    assert "hidden at this width: ADDRESS (deeppod -o wide)" in text
+    assert "hidden at this width: GPU MEMORY, ADDRESS (deeppod -o wide)" in text
     monkeypatch.setattr(output, "WIDE", True)
-    assert "127.0.0.1:40123" in "\n".join(_render(output.nodes_table([NODE]), width=200))
+    wide = "\n".join(_render(output.nodes_table([NODE, {**NODE, "name": "h100-1", "gpu_memory_mb": 81_559}]), width=200))
+    assert "127.0.0.1:40123" in wide and "GPU MEMORY" in wide and "79.6G" in wide  # logical slots: "-"
 
 
 def test_a_size_never_wraps_and_free_text_is_cut_in_its_cell():

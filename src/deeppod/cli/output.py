@@ -168,9 +168,11 @@ def nodes_table(nodes: list[dict]) -> Table:
         rows.append({"node": n["name"], "health": health, "gpus used": f"{n['gpus_used']}/{len(n['gpus'])}{kind}",
                      "gpus free": str(n["gpus_free"]), "cpus used": f"{n['cpus_used']:g}/{n['cpus']}",
                      "memory used": f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
-                     "workers": str(n["workers"]), "address": n["address"]})
+                     "workers": str(n["workers"]), "address": n["address"],
+                     # what --gpu-memory may ask there; "-": the GPUs do not say (logical slots)
+                     "gpu memory": _gib(n["gpu_memory_mb"]) if n.get("gpu_memory_mb") else "-"})
     return rows_table(rows, ["node", "health", "gpus used", "gpus free", "cpus used", "memory used", "workers",
-                             "address"], keep=2)
+                             "gpu memory", "address"], keep=2)
 
 
 def _gib(mb: int) -> str:
