@@ -194,3 +194,30 @@ def test_a_running_jobs_page_shows_its_warm_spares(api, tmp_path):
     with api.ctx.sessions.begin() as s:
         s.get(Job, job).allocation = {"workers": [{"rank": 0, "node": "n1", "gpus": [], "cpus": 1, "memory_mb": 0}]}
     assert "job-spares" not in Browser(api, api.admin).get(f"/jobs/{job}/status").text
+
+
+def test_the_trainer_form_asks_for_gpus_that_hold_its_estimate_or_refuses_next_to_the_model(api, tmp_path):
+    """As `deeppod train` does (tests/e2e/test_gpu_memory.py): on GPUs that say their memory
+    (here 1 GiB each) the way that fits and the estimate as the job's request; a model no GPU
+    holds, even sharded and offloaded, is refused with every way's estimate above the form."""
+    from deeppod.cluster.gpus import FakeProbe, GpuInfo
+    from deeppod.cluster.inventory import local_node
+    from deeppod.cluster.service import register_node
+    from tests.datasets.images import class_folders
+    from tests.datasets.test_datasets import upload
+
+    upload(api, "pets", class_folders(tmp_path / "src"))
+    with api.ctx.sessions.begin() as s:
+        register_node(s, local_node(FakeProbe([GpuInfo(i, f"GPU-{i}", "1 GiB GPU", 1024, False) for i in range(4)]),
+                                    cpus=8, memory_mb=16384))
+    b = Browser(api, api.admin)
+    form = {"dataset": "pets", "optimizer": "adam", "workers": "2", "epochs": "1"}
+    r = b.post("/jobs/new/trainer", {**form, "model": "resnet152", "image_size": "224", "batch_size": "64"})
+    assert r.status_code == 422
+    said = re.search(r'id="form-error">([^<]*)<', r.text).group(1).replace("&#39;", "'")
+    assert "resnet152 does not fit in 1,024 MiB per GPU" in said and "offload at 2 workers" in said, said
+    assert api.http.get("/v1/jobs", headers=api.as_(api.admin)).json() == []
+    r = b.post("/jobs/new/trainer", {**form, "model": "resnet50", "image_size": "32", "batch_size": "16"})
+    assert r.status_code == 303, r.text
+    job = api.http.get("/v1/jobs", headers=api.as_(api.admin)).json()[0]
+    assert 600 < job["gpu_memory_mb"] <= 1024 and "--strategy fsdp" in " ".join(job["command"])

@@ -92,18 +92,17 @@ def _sized(c, args: list[str], workers: int, gpus_per_worker: int | None, memory
            gpu_memory_mb: int | None) -> tuple[list[str], int | None]:
     """The trainer's options with the strategy that fits the memory it will have (runtime/trainers/
     memory.py), said on the terminal, and the GPU memory the job asks of each GPU."""
-    from deeppod.runtime.trainers.memory import plan
+    from deeppod.runtime.trainers.memory import gpu_request, plan
 
     gpus, largest = _gpus(c, gpus_per_worker)
     if gpu_memory_mb is not None and not gpus:
         raise InvalidRequest("--gpu-memory is for GPU workers: the job gets no GPU (give --gpus-per-worker)")
-    if gpus and (gpu_memory_mb or largest):
+    if gpus:
         # each GPU holds the model (and with --offload what is gathered for a step): the estimate is
-        # what the job asks of every GPU, so it is placed only where it fits (slots that do not say
-        # their memory take any job: nothing to weigh)
-        args, estimate = plan(args, gpu_memory_mb or largest, workers, device="gpu")
-        console.print(f"GPU memory: {estimate.text()}")
-        gpu_memory_mb = gpu_memory_mb or estimate.total_mb
+        # what the job asks of every GPU, so it is placed only where it fits
+        args, estimate, gpu_memory_mb = gpu_request(args, workers, largest_mb=largest, asked_mb=gpu_memory_mb)
+        if estimate is not None:
+            console.print(f"GPU memory: {estimate.text()}")
     if memory_mb is not None and (not gpus_per_worker or "--offload" in args):
         # the model lives in host memory (no GPU asked for, logical slots, or offloaded): what a worker needs
         # is known now

@@ -184,6 +184,19 @@ def plan(args: list[str], memory_mb: int | None, workers: int, device: str = "ho
         raise InvalidRequest(str(exc.code)) from None
 
 
+def gpu_request(args: list[str], workers: int, *, largest_mb: int | None, asked_mb: int | None
+                ) -> tuple[list[str], Estimate | None, int | None]:
+    """For a job whose workers get GPUs: ``args`` with the way that fits ``asked_mb`` (what the
+    user asked of each GPU) or else the cluster's ``largest_mb`` GPUs, its estimate, and what
+    the job asks the scheduler for (``asked_mb``, else the estimate). Nothing is estimated
+    where neither is known (logical slots that do not say their memory). InvalidRequest, with
+    every estimate, when nothing fits (``deeppod train`` and the console's trainer form)."""
+    if not (asked_mb or largest_mb):
+        return args, None, asked_mb
+    args, e = plan(args, asked_mb or largest_mb, workers, device="gpu")
+    return args, e, asked_mb or e.total_mb
+
+
 def _plan(a, args: list[str], memory_mb: int | None, workers: int, device: str) -> tuple[list[str], Estimate]:
     from pathlib import Path
 

@@ -130,6 +130,19 @@ def _dataset_choices(session, viewer) -> list[str]:
     return [ds.name for ds, _, _ in datasets.search(session, viewer.principal, "")]
 
 
+def _gpu_request(session, args: list[str], workers: int, gpus: int | None) -> tuple[list[str], int | None]:
+    """As ``deeppod train`` does: on GPUs that say their memory, the way that fits the largest
+    and the estimate as the job's request (runtime/trainers/memory.py); a model none holds is refused."""
+    from deeppod.cluster.service import capacity
+    from deeppod.runtime.trainers.memory import gpu_request
+
+    cap = capacity(session)
+    if not (gpus if gpus is not None else cap["gpus"]) or cap["gpu_memory_unknown"]:
+        return args, None
+    args, _, request = gpu_request(args, workers, largest_mb=cap["max_gpu_memory_mb"] or None, asked_mb=None)
+    return args, request
+
+
 @router.post("/jobs/new/trainer")
 def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/jobs")
@@ -149,14 +162,19 @@ def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.
               if nums[f] is not None for a in (flag, str(nums[f]))],
             "--optimizer", (form.get("optimizer") or "momentum").strip(), *(["--register", register] if register else [])]
     values = dict(values=form, models=MODELS, optimizers=OPTIMIZERS, datasets=_dataset_choices(session, viewer))
+    gpu_memory = None
     try:
         if not errors:
             try:
                 trainer.check_args(args, model)
             except InvalidRequest as exc:
                 raise forms.service_error(exc, TRAINER_FIELDS) from None
+            try:
+                args, gpu_memory = _gpu_request(session, args, low or 1, gpus)
+            except InvalidRequest as exc:  # no GPU of the cluster holds the model: every way's estimate, above the form
+                raise forms.FormErrors({forms.FORM_ERROR: exc.message}, exc.status) from None
         body = {"command": trainer.image_classifier(args), "name": forms.blank_none(form.get("name")) or ("train-classifier" if model == "auto" else f"train-{model}"),
-                "workers": low, "max_workers": high, "gpus_per_worker": gpus,
+                "workers": low, "max_workers": high, "gpus_per_worker": gpus, "gpu_memory_mb": gpu_memory,
                 "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
                 "datasets": [dataset] if dataset else [], "stop_rules": [{"kind": "nan", "metric": "loss"}]}
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors,
