@@ -308,3 +308,23 @@ def test_size_says_what_a_workload_needs_and_why(cli):
     p = cli("size", "--images", "100", "--epochs", "1", "--hours", "1", "--images-per-gpu", "100",
             "--inference-rps", "5", check=False)
     assert p.returncode == 2 and "--rps-per-gpu" in p.stderr
+
+
+def test_gpu_memory_from_submit_and_tune_reaches_their_jobs(cli, live_server, tmp_path):
+    from deeppod import Client
+    from tests.helpers import wait_until
+
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    p = cli("submit", "--gpu-memory", "8G", "--", sys.executable, "-c", "print(1)", **admin)
+    job = json.loads(cli("job", "show", p.stdout.split()[1], "--json", **admin).stdout)
+    assert job["gpu_memory_mb"] == 8192  # the live server's logical slots say no memory: any request fits
+    (tmp_path / "space.yaml").write_text("lr: {type: float, low: 0.001, high: 0.1, log: true}\n")
+    cli("tune", "create", "gm", "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--parallel", "1",
+        "--gpu-memory", "8G", "--", sys.executable, "-c", "print({lr})", **admin)
+    c = Client(live_server.url, live_server.admin_token)
+
+    def trial():
+        return next((j for j in c.jobs() if j["kind"] == "trial"), None)
+
+    wait_until(trial, 60, what="the search's first trial")
+    assert trial()["gpu_memory_mb"] == 8192

@@ -6,11 +6,10 @@ starts on them; `deeppod submit --gpu-memory` more than any GPU has is refused a
 
 import sys
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from deeppod import Client
+from tests.datasets.images import class_folders
 from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (browser: a fixture)
 from tests.helpers import LiveServer, wait_until
 
@@ -29,18 +28,9 @@ def server(tmp_path):
         s.cleanup_jobs()
 
 
-def images(root):
-    rng = np.random.default_rng(0)
-    for c in range(2):
-        (root / f"c{c}").mkdir(parents=True)
-        for i in range(8):
-            Image.fromarray((rng.random((32, 32, 3)) * 80 + c * 60).astype("uint8")).save(root / f"c{c}" / f"{i}.png")
-    return root
-
-
 @pytest.mark.timeout(300)
 def test_train_asks_for_gpus_that_hold_its_estimate_and_a_model_none_can_hold_is_refused(server, tmp_path, browser):
-    data = str(images(tmp_path / "pics"))
+    data = str(class_folders(tmp_path / "pics", size=(32, 32)))
     c = Client(server.url, server.admin_token)
     assert [n["gpu_memory_mb"] for n in c.nodes()] == [1024]
 

@@ -131,6 +131,8 @@ BAD_SUBMITS = [
     ({"command": "python x.py", "workdir": "relative/dir"}, "workdir", ""),
     ({"command": "python x.py", "priority": "99999"}, "priority", "less than or equal to 1000"),
     ({"command": "python x.py", "name": "x" * 200}, "name", "at most 128"),
+    ({"command": "python x.py", "gpu_memory_mb": "0"}, "gpu_memory_mb", "greater than or equal to 1"),
+    ({"command": "python x.py", "gpus_per_worker": "0", "gpu_memory_mb": "4096"}, "gpu_memory_mb", "for no GPU"),
 ]
 
 

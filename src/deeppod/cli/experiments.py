@@ -71,6 +71,8 @@ def create(
                                                            show_default=False)] = None,
     cpus_per_worker: Annotated[Optional[float], typer.Option(show_default=False)] = None,
     memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G")] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(
+        help="the memory each GPU of a trial must have, e.g. 40G (as submit's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every trial (repeatable)")] = [],  # noqa: B006
     dataset: Annotated[list[str], typer.Option("--dataset", help="NAME[@VERSION] staged for every trial")] = [],  # noqa: B006
     workdir: Annotated[Optional[Path], typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
@@ -95,7 +97,7 @@ def create(
         sampler=sampler, pruner=pruner, seed=seed, register=register, register_at_chance=register_at_chance,
         reuse=reuse, workers=low, max_workers=high,
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
-        env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
+        gpu_memory_mb=parse_memory(gpu_memory), env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
         requirements=read_requirements(requirements), python=python, image=image)
     _created(exp, as_json)

@@ -103,9 +103,9 @@ def _sized(c, args: list[str], workers: int, gpus_per_worker: int | None, memory
         args, estimate, gpu_memory_mb = gpu_request(args, workers, largest_mb=largest, asked_mb=gpu_memory_mb)
         if estimate is not None:
             console.print(f"GPU memory: {estimate.text()}")
-    if memory_mb is not None and (not gpus_per_worker or "--offload" in args):
-        # the model lives in host memory (no GPU asked for, logical slots, or offloaded): what a worker needs
-        # is known now
+    if memory_mb is not None and (not gpus or largest is None or "--offload" in args):
+        # the model lives in host memory (no GPU, logical slots that stand for none, or offloaded): what a
+        # worker needs is known now
         args, estimate = plan(args, memory_mb, workers)
         console.print(f"memory: {estimate.text()}")
     return args, gpu_memory_mb

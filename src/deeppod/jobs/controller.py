@@ -130,9 +130,10 @@ class JobController:
 
     def _ended(self, s: Session, job: Job, status: ExecStatus) -> None:
         """A run ended: the job is done, or goes back to the queue (a restart, a resume)."""
-        take_spool(s, job, self.launcher.folder(job.id).checkpoints)  # points sent while the server was away
+        checkpoints = self.launcher.folder(job.id).checkpoints
+        take_spool(s, job, checkpoints)  # points its processes could not send while the server was away
         asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
-        state, reason = outcome(job, status, stop_outcome(self.launcher.folder(job.id).checkpoints, asked))
+        state, reason = outcome(job, status, stop_outcome(checkpoints, asked))
         revoke_job_tokens(s, job.id)
         if status.lost_nodes:
             mark_down(s, status.lost_nodes)

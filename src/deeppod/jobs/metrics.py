@@ -39,7 +39,8 @@ def ingest(session: Session, principal: Principal, job_id: int, points: list[dic
 
 
 def _check(p) -> None:
-    """InvalidRequest, saying what to fix, unless ``p`` is a point as runtime/metrics.py sends it."""
+    """InvalidRequest, saying what to fix, unless ``p`` has the shape of a point as
+    runtime/metrics.py sends it (its metric values are checked as they are stored: ``_number``)."""
     if not isinstance(p, dict):
         raise InvalidRequest("every point is an object with a step and metrics or histograms")
     step = p.get("step")
@@ -48,8 +49,6 @@ def _check(p) -> None:
     trial = p.get("trial")  # a search's process that runs trial after trial says which
     if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
         raise InvalidRequest(f"a point's trial must be a whole number >= 0 (got {trial!r})")
-    for value in (p.get("metrics") or {}).values():
-        _number(value)
     for name, h in (p.get("histograms") or {}).items():
         counts = h.get("counts") if isinstance(h, dict) else None
         if not isinstance(counts, list) or not all(isinstance(c, int) for c in counts) or len(counts) > 1000:
@@ -107,6 +106,8 @@ def take_spool(session: Session, job, checkpoints: Path) -> int:
         try:
             p = json.loads(line)
             _check(p)
+            for value in (p.get("metrics") or {}).values():
+                _number(value)  # a bad value here would refuse the whole file's points in _store
         except (ValueError, InvalidRequest, AttributeError, TypeError):
             bad += 1
             continue

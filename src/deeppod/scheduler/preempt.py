@@ -149,8 +149,9 @@ class Preemption:
         for where in st.coming_back():
             for i, n in where:
                 free_on[i] += n
-        fit = [pool.gpus_fit(i, head.gpu_memory_mb) for i in range(len(pool.names))]
-        for i in compress(range(len(fit)), map(not_, fit)):
+        gmem = head.gpu_memory_mb  # without it, every node fits: no walk over them to say so
+        fit = [pool.gpus_fit(i, gmem) for i in range(len(pool.names))] if gmem else [True] * len(pool.names)
+        for i in compress(range(len(fit)), map(not_, fit)) if gmem else ():
             free_on[i] = 0  # its GPUs are too small for this job: nothing there is room for it
         whole = [i for i, f in enumerate(free_on) if f >= per_worker and pool.names[i] in st.healthy]
         missing = head.min_workers - sum(free_on[i] // per_worker for i in whole)

@@ -32,12 +32,12 @@ MODELS = ("auto", "small-cnn", "resnet18", "resnet34", "resnet50", "mobilenet_v3
 OPTIMIZERS = ("momentum", "sgd", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "max_workers": "workers",
                  "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
-                 "memory_mb_per_worker": "memory_mb", "env": "env", "priority": "priority",
+                 "memory_mb_per_worker": "memory_mb", "gpu_memory_mb": "gpu_memory_mb", "env": "env", "priority": "priority",
                  "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
                  "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
-SERVICE_FIELDS = {"image": "image", "requirements": "requirements", "install from": "requirements", "is not a version": "python", "network": "network",
+SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image", "requirements": "requirements", "install from": "requirements", "is not a version": "python", "network": "network",
                   "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
                   "env": "env", "command": "command", "executable": "command", "name": "name"}
@@ -89,6 +89,7 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
             "gpus_per_worker": forms.number(errors, "gpus_per_worker", form.get("gpus_per_worker")),
             "cpus_per_worker": forms.number(errors, "cpus_per_worker", form.get("cpus_per_worker"), float),
             "memory_mb_per_worker": forms.number(errors, "memory_mb", form.get("memory_mb")),
+            "gpu_memory_mb": forms.number(errors, "gpu_memory_mb", form.get("gpu_memory_mb")),
             "env": forms.env_lines(errors, "env", form.get("env")),
             "priority": forms.number(errors, "priority", form.get("priority")) or 0,
             "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
