@@ -208,7 +208,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                          stage=lambda version_id: datasets.stage(sessions, data, version_id),
                          on_finished=on_finished, isolation=isolation,
                          ca_cert=str(served.trust) if served and served.trust else None,
-                         fence=leader.fence if fenced else None, spares=settings.spare_workers)
+                         fence=leader.fence if fenced else None, spares=settings.spare_workers,
+                         autoscaler=executor.autoscaler() if hasattr(executor, "autoscaler") else None)
     jobs.launcher.envs = Builds(str(settings.envs_root), _uv(), settings.env_index)
     jobs.launcher.image_dir = settings.image_dir
     balancer = Balancer()

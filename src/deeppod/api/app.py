@@ -15,7 +15,7 @@ from deeppod.api.limits import BodyLimit
 from deeppod.api.predict_path import PredictPath
 from deeppod.audit.log import AuditMiddleware
 from deeppod.api.latency import Latency
-from deeppod.api.routers import (access_keys, audit, code, datasets, deployments, envs, experiments, images, jobs, metrics,
+from deeppod.api.routers import (access_keys, audit, burst, code, datasets, deployments, envs, experiments, images, jobs, metrics,
                                  models, monitor, nodes, plans, servers, sizing, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
 from deeppod.store.db import pool_capacity
@@ -53,7 +53,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
     docs.install(app)
     errors.install(app)
     for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit,
-              experiments, monitor, envs, images, access_keys, sizing):
+              experiments, monitor, envs, images, access_keys, sizing, burst):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(experiments.host_router)

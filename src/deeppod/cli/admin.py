@@ -12,7 +12,7 @@ import typer
 
 from deeppod.cli import aws_profile as aws_profiles
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
-from deeppod.cli.output import console, nodes_table, print_json, rows_table
+from deeppod.cli.output import burst_tables, console, nodes_table, print_json, rows_table
 from deeppod.cli.values import parse_age
 from deeppod.contract import server_urls
 from deeppod.errors import InvalidRequest
@@ -82,11 +82,14 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, toke
     """Nodes and their GPUs (cordoned GPUs are listed as sick)."""
     if ctx.invoked_subcommand:
         return
-    rows = client(url, token).nodes()
+    c = client(url, token)
+    rows = c.nodes()
     if as_json:
         print_json(rows)
         return
     console.print(nodes_table(rows))
+    for table in burst_tables(c.burst()):  # when the plan has burst types, or tenants were charged for them
+        console.print(table)
 
 
 @nodes_app.command("cordon")

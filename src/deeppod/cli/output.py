@@ -170,9 +170,33 @@ def nodes_table(nodes: list[dict]) -> Table:
                      "memory used": f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",
                      "workers": str(n["workers"]), "address": n["address"],
                      # what --gpu-memory may ask there; "-": the GPUs do not say (logical slots)
-                     "gpu memory": _gib(n["gpu_memory_mb"]) if n.get("gpu_memory_mb") else "-"})
-    return rows_table(rows, ["node", "health", "gpus used", "gpus free", "cpus used", "memory used", "workers",
-                             "gpu memory", "address"], keep=2)
+                     "gpu memory": _gib(n["gpu_memory_mb"]) if n.get("gpu_memory_mb") else "-",
+                     "burst": n.get("burst") or "-"})
+    columns = ["node", "health", "gpus used", "gpus free", "cpus used", "memory used", "workers", "gpu memory",
+               "address"]
+    if any(n.get("burst") for n in nodes):  # a burst node's type: which nodes come and go (docs/cluster.md)
+        columns.insert(2, "burst")
+    return rows_table(rows, columns, keep=2)
+
+
+def burst_tables(burst: dict) -> list[Table]:
+    """Burst node types with their nodes up and asked for; each tenant's burst cost."""
+    out = []
+    if burst["types"]:
+        out.append(rows_table([{
+            "burst type": t["name"], "gpus": str(t["gpus"]),
+            "nodes up": f"{t['nodes_up']}/{t['max_nodes']}",
+            "asked": "-" if t["nodes_asked"] is None else str(t["nodes_asked"]),
+            "cost/h": f"{t['cost_per_hour']:g}", "tenants": ",".join(t["tenants"]), "why": t["reason"] or "-"}
+            for t in burst["types"]], ["burst type", "gpus", "nodes up", "asked", "cost/h", "tenants", "why"], keep=2))
+    budgets = {b["tenant"]: b for b in burst["budgets"]}
+    if burst["charges"]:
+        out.append(rows_table([{
+            "tenant": c["tenant"], "burst type": c["node_type"], "nodes": str(c["nodes"]),
+            "node hours": f"{c['seconds'] / 3600:.3f}", "cost": f"{c['cost']:.2f}",
+            "budget": f"{budgets[c['tenant']]['budget']:g}" if c["tenant"] in budgets else "-"}
+            for c in burst["charges"]], ["tenant", "burst type", "nodes", "node hours", "cost", "budget"], keep=2))
+    return out
 
 
 def _gib(mb: int) -> str:

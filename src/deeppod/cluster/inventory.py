@@ -17,6 +17,7 @@ class NodeInfo:
     memory_mb: int
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
     healthy: bool = True
+    burst: str | None = None  # a burst node's type (its Ray resource deeppod-burst-TYPE); None: the cluster's own
 
 
 def physical_memory_mb() -> int:

@@ -19,7 +19,7 @@ from deeppod.store.models import Job, Node, utcnow
 def register_node(session: Session, info: NodeInfo) -> Node:
     node = session.scalar(select(Node).where(Node.name == info.name))
     if node is None:
-        node = Node(name=info.name)
+        node = Node(name=info.name, joined_at=utcnow())
         session.add(node)
         node.healthy = info.healthy
     # An administrator's cordon of the node or of single GPUs survives re-registration.
@@ -28,6 +28,7 @@ def register_node(session: Session, info: NodeInfo) -> Node:
     node.cpus = info.cpus
     node.memory_mb = info.memory_mb
     node.gpus = [{**g.to_dict(), "healthy": g.index not in sick} for g in info.gpus]
+    node.burst = info.burst
     node.up = True
     node.last_seen = utcnow()
     session.flush()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from deeppod.cluster.gpus import GpuInfo
 from deeppod.cluster.inventory import NodeInfo
+from deeppod.scheduler.burst_types import RESOURCE_PREFIX, type_of_resources
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, LaunchSpec
@@ -39,6 +40,7 @@ MIN_RAY = (2, 55)
 NAMESPACE = "deeppod"
 START_TIMEOUT_S = 120.0  # an agent's start on a node (a cold node starts a Ray worker process first)
 ALIVE_TIMEOUT_S = 10.0
+BURST_HOLD = 0.001  # of a burst node's deeppod-burst-TYPE resource, held by each agent there
 SAMPLE_TIMEOUT_S = 5.0  # a node whose sampler does not answer in time is left out of that round
 
 
@@ -199,6 +201,7 @@ class RayExecutor:
         self._asked: dict[str, tuple] = {}  # agent name -> (its pending alive() answer, when asked)
         self._real: dict[str, bool] = {}  # DeepPod node name -> Ray sees real GPUs there
         self._up: frozenset[str] = frozenset()  # nodes Ray reports alive (replaced whole: read by the monitor's thread)
+        self._burst: dict[str, str] = {}  # DeepPod node name -> its burst resource (burst nodes only)
         log.info("connected to the Ray cluster at %s (Ray %s)", address, ray.__version__)
 
     # nodes -------------------------------------------------------------------------------
@@ -212,15 +215,21 @@ class RayExecutor:
             self._ids[name] = n["NodeID"]
             real = int(res.get("GPU", 0))
             self._real[name] = bool(real)
+            if (kind := type_of_resources(res)) is not None:
+                self._burst[name] = RESOURCE_PREFIX + kind
             if n.get("Alive"):
                 up.add(name)
             count = real or (self.gpus_per_node or 0)
             gpus = tuple(GpuInfo(i, f"{n['NodeID'][:12]}-{i}", "GPU" if real else "logical", 0, not real)
                          for i in range(count))
             out.append(NodeInfo(name=name, address=n["NodeManagerAddress"], cpus=int(res.get("CPU", 0)),
-                                memory_mb=int(res.get("memory", 0)) >> 20, gpus=gpus, healthy=bool(n.get("Alive"))))
+                                memory_mb=int(res.get("memory", 0)) >> 20, gpus=gpus, healthy=bool(n.get("Alive")),
+                                burst=type_of_resources(res)))
         self._up = frozenset(up)
         return out
+
+    def _burst_hold(self, node: str) -> dict[str, float]:
+        return {self._burst[node]: BURST_HOLD} if node in self._burst else {}
 
     def live_nodes(self) -> list[str]:
         if not self._ids:
@@ -258,6 +267,10 @@ class RayExecutor:
         finally:
             self.ray.kill(agent)
 
+    def autoscaler(self) -> "RayAutoscaler":
+        """Ray's autoscaler, for bursting (cluster/burst.py)."""
+        return RayAutoscaler(self.ray)
+
     # jobs --------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> dict:
         job_dir, folder = spec.job_dir, JobFolder(spec.job_dir)
@@ -272,8 +285,10 @@ class RayExecutor:
             for part, (node, ranks) in enumerate(by_node.items()):
                 name = f"{_agent_prefix(spec.job_id)}{part}"
                 self._kill_named(name)  # a leftover of an earlier run of this job
-                agent = self._agent.options(name=name, lifetime="detached",
-                                            scheduling_strategy=self._strategy(node)).remote()
+                # on a burst node, a sliver of its burst resource: the autoscaler sees it in use and
+                # does not let it go as idle under the job
+                agent = self._agent.options(name=name, lifetime="detached", scheduling_strategy=self._strategy(node),
+                                            resources=self._burst_hold(node)).remote()
                 started.append(agent)
                 try:
                     why = self.ray.get(agent.start.remote(str(job_dir), ranks, part, nonce),
@@ -363,6 +378,43 @@ class RayExecutor:
 
     def terminate(self, handle: dict) -> None:
         JobFolder(Path(handle["job_dir"])).ask_stop("stop")
+
+
+class RayAutoscaler:
+    """Ray's own autoscaler (its cluster config's node types provide the burst nodes):
+    ``request_resources`` says how many of each to keep, its status what failed."""
+
+    def __init__(self, ray):
+        self.ray = ray
+
+    def request(self, nodes: dict[str, int]) -> None:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{res: 1} for res, count in sorted(nodes.items()) for _ in range(count)])
+
+    def notes(self) -> dict[str, str]:
+        import json
+
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        try:
+            raw = _internal_kv_get("__autoscaling_status")  # what `ray status` reads (monitor.py writes it)
+        except Exception as exc:  # the head does not answer now: nothing new to report
+            log.info("the autoscaler's status was not read: %s", exc)
+            return {}
+        report = (json.loads(raw) if raw else {}).get("autoscaler_report") or {}
+        out: dict[str, str] = {}
+        for node_type, count in (report.get("pending_launches") or {}).items():
+            if count:
+                out[node_type] = f"{count} launch{'es' if count > 1 else ''} of node type {node_type} pending"
+        for _ip, node_type in report.get("failed_nodes") or []:
+            out[node_type] = "a node of this type started but failed its setup"
+        for node_type, rec in ((report.get("node_availability_summary") or {}).get("node_availabilities")
+                               or {}).items():
+            info = rec.get("unavailable_node_information") or {}
+            if not rec.get("is_available", True) and info:
+                out[node_type] = f"{info.get('category', '')}: {info.get('description', '')}".strip(": ")
+        return out
 
 
 def _part_of(node: dict) -> int:

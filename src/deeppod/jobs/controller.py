@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import revoke_job_tokens
 from deeppod.loops import IDLE, run_rounds
+from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import HOLDING_STATES, JobState, base_environment
 from deeppod.errors import DeepPodError, NodeLost, NotLeader
@@ -32,7 +33,7 @@ from deeppod.jobs.resize import Resizes
 from deeppod.jobs.runs import outcome, requeue, same_reason
 from deeppod.jobs.service import add_event, finish
 from deeppod.jobs.snapshot import snapshot
-from deeppod.scheduler import Config, Snapshot, Start, schedule
+from deeppod.scheduler import Config, Snapshot, Start
 from deeppod.store.models import Job, Node, utcnow
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ class JobController:
                  api_url: str, server_env: dict[str, str] | None = None, config: Config | None = None,
                  clock: Callable[[], float] = time.time, stage: Callable[[int], str] | None = None,
                  on_finished: Callable[[Session, Job], None] | None = None, isolation: Isolation | None = None,
-                 ca_cert: str | None = None, fence: Callable[[Session], None] | None = None, spares: int = 0):
+                 ca_cert: str | None = None, fence: Callable[[Session], None] | None = None, spares: int = 0,
+                 autoscaler: Autoscaler | None = None):
         self.sessions = sessions
         self.executor = executor
         # inside every deciding transaction: raises NotLeader unless this server leads
@@ -59,6 +61,7 @@ class JobController:
         self.resizes = Resizes(sessions, self.launcher, fence=self.fence, clock=clock, spares=spares)
         self.hurry = self.resizes.hurry  # set when a grow's workers are ready or a trial is added: the next round now
         self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
+        self.bursting = Bursting(autoscaler, clock)  # the plan's burst nodes (none without an autoscaler)
         self.last_round_ms = 0.0
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
@@ -70,7 +73,8 @@ class JobController:
             holding = list(s.scalars(select(Job).where(Job.state.in_(HOLDING_STATES))))
             # not the queue's rows: a deep queue would be loaded (and its env unsealed) every round for nothing
             waiting = s.scalar(select(Job.id).where(Job.state == JobState.QUEUED).limit(1)) is not None
-            if not holding and not waiting and not self.resizes.grows:  # nothing to decide: an idle server idles
+            bursting = self.bursting.active(s)  # burst nodes cost money while up: a round each tick
+            if not holding and not waiting and not self.resizes.grows and not bursting:  # an idle server idles
                 self.rounds += 1
                 return IDLE
             # fences the transaction itself, once it has something to write
@@ -81,22 +85,22 @@ class JobController:
         for handle in stopping:
             self.executor.terminate(handle)
         starts, stop_now = [], []
-        if changed or self.resizes.grows or waiting or elastic or self._something_sick():
+        if changed or self.resizes.grows or waiting or elastic or bursting or self._something_sick():
             with self.sessions.begin() as s:
                 self.fence(s)
                 starts, stop_now = self.decide(s)
         for handle in stop_now:
             self.executor.terminate(handle)
+        self.bursting.send()  # after the commit: no transaction waits on the autoscaler
         self.resizes.start_grows()
         for start in starts:
             self.start(start)
         self.rounds += 1
 
     def _something_sick(self) -> bool:
-        """Whether a node or GPU is sick (its jobs move). With that, a waiting job or an elastic
-        one running (it may grow into GPUs that freed up), the policy could decide something;
-        otherwise the round skips the snapshot: a server that only runs fixed-size jobs and
-        replicas idles."""
+        """Whether a node or GPU is sick (its jobs move). With that, a waiting job, an elastic one
+        running (it may grow into GPUs that freed up) or burst nodes, the policy could decide
+        something; otherwise the round skips the snapshot: a server running fixed jobs idles."""
         with self.sessions() as s:
             return any(not (n.up and n.healthy) or not all(g.get("healthy", True) for g in n.gpus)
                        for n in s.scalars(select(Node)))
@@ -172,8 +176,7 @@ class JobController:
         """Ask the policy; record every decision with its reason. Resources are taken in the
         store before any process starts; stops are sent after the commit."""
         snap = self.snapshot(s)
-        began = time.perf_counter()
-        d = schedule(snap)
+        began, d = time.perf_counter(), self.bursting.schedule(s, snap)  # the policy's, then the burst round
         self.last_round_ms = (time.perf_counter() - began) * 1000
         stop_now = []
         for p in d.preempts:

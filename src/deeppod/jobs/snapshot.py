@@ -64,7 +64,7 @@ def _node(n: Node, held: NodeUsage) -> NodeState:
                      free_cpus=n.cpus - held.cpus, free_memory_mb=n.memory_mb - held.memory_mb,
                      healthy=n.healthy and n.up, total_gpus=len(good),
                      sick_gpus=tuple(g["index"] for g in n.gpus if not g.get("healthy", True)),
-                     topology=topology_of(n.gpus), gpu_memory_mb=gpu_memory_of(n.gpus))
+                     topology=topology_of(n.gpus), gpu_memory_mb=gpu_memory_of(n.gpus), burst=n.burst)
 
 
 def topology_of(gpus: list[dict]) -> Topology | None:

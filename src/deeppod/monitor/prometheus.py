@@ -1,6 +1,7 @@
 """The cluster in Prometheus' text format (``GET /metrics``): jobs by state and tenant, the
-queue, each tenant's GPUs (guaranteed, allocated, borrowed), the scheduling round, API
-request latency and the latest GPU samples per node. Read from the store at each scrape."""
+queue, each tenant's GPUs (guaranteed, allocated, borrowed), burst nodes and their cost, the
+scheduling round, API request latency and the latest GPU samples per node. Read from the
+store at each scrape."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import Counter as CounterMetric
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,7 +18,7 @@ from deeppod.auth.service import Principal
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.monitor import service
 from deeppod.plans.service import plan_status
-from deeppod.store.models import GpuSample, Job, Tenant
+from deeppod.store.models import BurstCharge, GpuSample, Job, Node, Tenant
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GPU_GAUGES = (("util", "deeppod_gpu_utilization_percent", "GPU utilization"),
@@ -53,6 +54,7 @@ class ClusterCollector:
             yield from self._jobs(s, now)
             yield from self._tenants(s)
             yield from self._gpus(s, now)
+            yield from self._burst(s)
         g = GaugeMetricFamily("deeppod_scheduler_round_milliseconds", "time the last scheduling round took")
         g.add_metric([], float(self.round_ms()))
         yield g
@@ -89,6 +91,24 @@ class ClusterCollector:
                          ("lent", t.lent), ("waiting", t.waiting)):
                 fams[k].add_metric([t.name], v)
         yield from fams.values()
+
+    def _burst(self, s: Session):
+        cost = CounterMetricFamily("deeppod_burst_cost", "what burst nodes cost, per tenant and burst type "
+                                   "(in the plan's currency)", labels=["tenant", "node_type"])
+        secs = CounterMetricFamily("deeppod_burst_node_seconds", "burst node time charged, per tenant and burst "
+                                   "type", labels=["tenant", "node_type"])
+        for tenant, kind, c, t in s.execute(select(BurstCharge.tenant, BurstCharge.node_type, func.sum(BurstCharge.cost),
+                                                   func.sum(BurstCharge.seconds))
+                                            .group_by(BurstCharge.tenant, BurstCharge.node_type)):
+            cost.add_metric([tenant, kind], float(c))
+            secs.add_metric([tenant, kind], float(t))
+        yield cost
+        yield secs
+        nodes = GaugeMetricFamily("deeppod_burst_nodes", "burst nodes up, per burst type", labels=["node_type"])
+        for kind, n in s.execute(select(Node.burst, func.count()).where(Node.burst.is_not(None), Node.up.is_(True))
+                                 .group_by(Node.burst)):
+            nodes.add_metric([kind], n)
+        yield nodes
 
     def _gpus(self, s: Session, now: float):
         names = dict(s.execute(select(Tenant.id, Tenant.name)).all())

@@ -27,10 +27,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from deeppod.errors import InvalidRequest
+from deeppod.scheduler.burst_types import BurstType, parse_burst
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
-           "package_indexes"}
+           "package_indexes", "burst_budget"}
 _INDEX = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 MIN_PIDS = 16  # a worker's Python, its threads and a shell
 SURPLUS_ORDERS = ("service", "share")
@@ -52,6 +53,9 @@ class PlanNode:
     # package indexes its jobs' requirements may name (--index-url / --extra-index-url lines),
     # its sub-tenants' too; none: only the server's (DEEPPOD_ENV_INDEX_URL)
     package_indexes: tuple[str, ...] = ()
+    # the most its jobs (its sub-tenants' too) may spend on burst nodes, in the burst types'
+    # currency; None: no cap of its own
+    burst_budget: float | None = None
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
@@ -62,6 +66,8 @@ class PlanNode:
             d["storage_gb"] = self.storage_gb
         if self.package_indexes:
             d["package_indexes"] = list(self.package_indexes)
+        if self.burst_budget is not None:
+            d["burst_budget"] = self.burst_budget
         if self.children:
             d["children"] = [c.to_dict() for c in self.children]
         return d
@@ -72,9 +78,12 @@ class Plan:
     tenants: tuple[PlanNode, ...] = ()
     reclaim_idle_first: bool = False  # jobs idle on their GPUs (monitor/) are the first to give them back
     surplus: str = "service"  # who gets GPUs beyond the guarantees: SURPLUS_ORDERS
+    burst: tuple[BurstType, ...] = ()  # cloud nodes some tenants may add (burst_types.py, burst.py)
 
     def to_dict(self) -> dict:
         d: dict = {"tenants": [t.to_dict() for t in self.tenants]}
+        if self.burst:
+            d["burst"] = [b.to_dict() for b in self.burst]
         if self.reclaim_idle_first:
             d["reclaim_idle_first"] = True
         if self.surplus != "service":
@@ -114,6 +123,17 @@ class Plan:
     def package_indexes(self, tenant: str) -> set[str]:
         """The package indexes a tenant's requirements may name: what its node or one above allows."""
         return {url for n in self.path_to(tenant) for url in n.package_indexes}
+
+    def burst_types_for(self, tenant: str) -> list[BurstType]:
+        """The burst types whose nodes ``tenant``'s jobs may run on: those naming it or a node above it."""
+        path = {n.name for n in self.path_to(tenant)}
+        return [b for b in self.burst if path & set(b.tenants)]
+
+    def burst_budgets(self, tenant: str) -> list[tuple[str, float, list[str]]]:
+        """(plan node, budget, the tenants whose burst spending counts against it) for every
+        node on ``tenant``'s path that has a burst budget."""
+        return [(n.name, n.burst_budget, [m.name for m, _, _ in Plan((n,)).walk()])
+                for n in self.path_to(tenant) if n.burst_budget is not None]
 
     def storage_quotas(self) -> list[tuple[str, float, list[str]]]:
         """(node, GB, the tenants whose job folders count against it) for every node with a quota."""
@@ -173,6 +193,7 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
     if not isinstance(indexes, list) or not all(isinstance(u, str) and _INDEX.match(u) for u in indexes):
         raise InvalidRequest(f"{where}: package_indexes must be a list of http(s) URLs of package indexes, e.g. "
                              f"['https://pypi.example.com/simple'] (got {indexes!r})")
+    budget = _num(where, "burst_budget", raw.get("burst_budget"), allow_none=True, kind=float)
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -181,17 +202,19 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
         for c in children:
             if c.guaranteed > mx:
                 raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max ({mx})")
-    return PlanNode(name, g, mx, lend, weight, children, pids, storage, tuple(u.rstrip("/") for u in indexes))
+    return PlanNode(name, g, mx, lend, weight, children, pids, storage, tuple(u.rstrip("/") for u in indexes),
+                    budget)
 
 
 def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     """Validate a plan document (from YAML or JSON). Errors say what to fix."""
     if raw is None:
         raw = {"tenants": []}
-    if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus"}:
+    if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus", "burst"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
-                             "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, children), and optionally 'reclaim_idle_first': true and "
-                             "'surplus': service or share")
+                             "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, burst_budget, "
+                             "children), and optionally 'reclaim_idle_first': true, 'surplus': service or share, and "
+                             "'burst': a list of burst node types")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]
     if not isinstance(idle_first, bool):
         raise InvalidRequest(f"'reclaim_idle_first' must be true or false (got {idle_first!r})")
@@ -204,7 +227,8 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     if not isinstance(tenants_raw, list):
         raise InvalidRequest("'tenants' must be a list")
     seen: set[str] = set()
-    plan = Plan(tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw)), idle_first, surplus)
+    tenants = tuple(_node(t, f"tenants[{i}]", seen) for i, t in enumerate(tenants_raw))
+    plan = Plan(tenants, idle_first, surplus, parse_burst(raw.get("burst"), seen))
     if cluster_gpus is not None and plan.guaranteed_total() > cluster_gpus:
         raise InvalidRequest(f"the plan guarantees {plan.guaranteed_total()} GPUs but the cluster has {cluster_gpus}; "
                              "lower the guarantees so that they add up to at most the cluster")

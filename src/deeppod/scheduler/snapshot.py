@@ -19,6 +19,7 @@ class NodeState:
     sick_gpus: tuple[int, ...] = ()  # cordoned or failed GPUs: jobs on them are requeued
     topology: Topology | None = None  # how its GPUs are linked (topology.py); None: all alike
     gpu_memory_mb: int = 0  # the least memory of its healthy GPUs; 0: not known (logical slots), any job fits
+    burst: str | None = None  # a burst node's type (burst.py); None: one of the cluster's own
 
 
 @dataclass(frozen=True)

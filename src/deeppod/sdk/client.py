@@ -207,6 +207,10 @@ class Client:
     def hosts(self) -> list[dict]:
         return self._request("GET", "/v1/monitor/hosts")
 
+    def burst(self) -> dict:
+        """Burst node types (nodes up and asked for), each tenant's burst cost, and the budgets."""
+        return self._request("GET", "/v1/burst")
+
     # hyperparameter search
     def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
                           trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",

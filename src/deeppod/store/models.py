@@ -102,6 +102,24 @@ class Node(Base):
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)  # False: cordoned by an administrator
     up: Mapped[bool] = mapped_column(Boolean, default=True)  # False: the executor lost it (a Ray node that left)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    burst: Mapped[str | None] = mapped_column(String(64), nullable=True)  # a burst node's type (scheduler/burst.py)
+    joined_at: Mapped[datetime | None] = mapped_column(nullable=True)  # when it was first seen
+
+
+class BurstCharge(Base):
+    """What a tenant was charged for one burst node: its time there, at its type's cost per
+    hour (scheduler/burst.py; accrued by cluster/burst.py while the node is up)."""
+
+    __tablename__ = "burst_charges"
+    __table_args__ = (UniqueConstraint("node", "tenant"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    node_type: Mapped[str] = mapped_column(String(64))
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0)
+    first_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Server(Base):

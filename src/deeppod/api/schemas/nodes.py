@@ -24,6 +24,7 @@ class NodeOut(Out):
     memory_mb_used: int = 0
     workers: int = 0
     gpu_memory_mb: int = 0  # what a job may count on from each of its healthy GPUs; 0: not known (logical slots)
+    burst: str | None = None  # a burst node's type; None: one of the cluster's own
 
 
 def node_out(node, use) -> NodeOut:
@@ -32,7 +33,7 @@ def node_out(node, use) -> NodeOut:
     healthy = {g["index"] for g in node.gpus if g.get("healthy", True)} if node.healthy and node.up else set()
     return NodeOut.model_validate({
         **{c: getattr(node, c) for c in ("name", "address", "gpus", "cpus", "memory_mb", "healthy", "up",
-                                   "last_seen")},
+                                   "last_seen", "burst")},
         "gpus_used": len(held), "gpus_free": len(healthy - held), "cpus_used": round(use.cpus, 3) if use else 0.0,
         "memory_mb_used": use.memory_mb if use else 0, "workers": use.workers if use else 0,
         "gpu_memory_mb": gpu_memory_of(node.gpus)})

@@ -1,0 +1,218 @@
+"""Bursting, applied: the autoscaler behind a small interface (Ray's, in executor/ray.py; a
+fake here), the cost ledger (what each tenant was charged for burst nodes), and the
+controller's memory between rounds. What to ask for is decided by the pure
+``scheduler.burst``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Protocol
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from deeppod.plans.service import plan_now
+from deeppod.scheduler.policy import schedule
+from deeppod.scheduler.burst import Ask, BurstDecisions, BurstView, burst_round, split
+from deeppod.scheduler.burst_types import RESOURCE_PREFIX
+from deeppod.scheduler.plan import Plan
+from deeppod.scheduler.snapshot import Decisions, Snapshot
+from deeppod.store.models import BurstCharge, Node
+
+log = logging.getLogger(__name__)
+RESEND_S = 30.0  # the same ask is sent again this often (an autoscaler or head that restarted forgot it)
+
+
+class Autoscaler(Protocol):
+    def request(self, nodes: dict[str, int]) -> None:
+        """Keep this many nodes with each resource (deeppod-burst-TYPE); replaces the last request."""
+
+    def notes(self) -> dict[str, str]:
+        """Per node type of the autoscaler's config (named after the burst type): what it
+        reports about adding its nodes (launches pending, failures), where it reports any."""
+
+
+@dataclass
+class FakeAutoscaler:
+    """Records what it was asked (tests); ``broken`` types report a failure."""
+
+    asked: list[dict[str, int]] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
+
+    def request(self, nodes: dict[str, int]) -> None:
+        self.asked.append(dict(nodes))
+
+    def notes(self) -> dict[str, str]:
+        return dict(self.broken)
+
+
+def spent_by_tenant(s: Session) -> dict[str, float]:
+    return {t: c for t, c in s.execute(select(BurstCharge.tenant, func.sum(BurstCharge.cost))
+                                       .group_by(BurstCharge.tenant))}
+
+
+def charges(s: Session) -> list[BurstCharge]:
+    return list(s.scalars(select(BurstCharge).order_by(BurstCharge.tenant, BurstCharge.node)))
+
+
+class Bursting:
+    """The controller's side of bursting: one ``round`` inside the deciding transaction, one
+    ``send`` after it commits (the autoscaler is never called with a transaction open)."""
+
+    def __init__(self, autoscaler: Autoscaler | None, clock: Callable[[], float] = time.time):
+        """``autoscaler``: None where the executor has none (one machine): no node is added,
+        and burst nodes, if any, are still never the own round's."""
+        self.autoscaler = autoscaler
+        self.clock = clock
+        self.asks: dict[str, Ask] = {}
+        self.idle_since: dict[str, float] = {}  # burst node -> since when no job runs there
+        self.short_since: dict[str, float] = {}  # type -> since when fewer nodes are up than asked
+        self.accrued_at: dict[str, float] = {}  # burst node -> charged up to
+        self.last_tenant: dict[str, str] = {}  # burst node -> who used it last (charged while it idles)
+        self.wanted_by: dict[str, str] = {}  # type -> the tenant whose job asked for its newest nodes
+        self._sent: tuple[dict[str, int], float] | None = None
+
+    def active(self, s: Session) -> bool:
+        """Whether a round has something to do: a burst node is up, or nodes are asked for."""
+        if self.autoscaler is None:
+            return False
+        return any(a.nodes for a in self.asks.values()) or s.scalar(
+            select(Node.id).where(Node.burst.is_not(None), Node.up.is_(True)).limit(1)) is not None
+
+    def schedule(self, s: Session, snap: Snapshot) -> Decisions:
+        """The policy's round on the cluster's own nodes and jobs, then (with an autoscaler)
+        the burst round on what it left waiting."""
+        d = schedule(split(snap)[0])
+        if self.autoscaler is not None:
+            self.round(s, snap, d)
+        return d
+
+    def round(self, s: Session, snap: Snapshot, own: Decisions) -> BurstDecisions:
+        """The burst round after the own round's ``own``, whose starts and waits it adds to."""
+        _, part = split(snap)
+        now = snap.now
+        types = {b.name: b for b in snap.plan.burst}
+        self._charge(s, part, types, now)
+        busy = {w.node for j in part.running for w in j.placement}
+        up = [n for n in part.nodes if n.healthy]
+        for n in up:
+            if n.name in busy:
+                self.idle_since.pop(n.name, None)
+            else:
+                self.idle_since.setdefault(n.name, now)
+        notes = self.autoscaler.notes()
+        view = BurstView(spent=spent_by_tenant(s), idle_since=dict(self.idle_since),
+                         short_since=dict(self.short_since),
+                         notes={t: notes[t] for t in types if t in notes})
+        d = burst_round(part, own, view)
+        for start in d.starts:
+            for w in start.placement:
+                self.idle_since.pop(w.node, None)
+        self.wanted_by.update(d.wanted_by)
+        for name, ask in d.asks.items():
+            if ask.nodes > sum(1 for n in up if n.burst == name):
+                self.short_since.setdefault(name, now)
+            else:
+                self.short_since.pop(name, None)
+        if {k: a.nodes for k, a in d.asks.items()} != {k: a.nodes for k, a in self.asks.items()}:
+            log.info("burst nodes asked for: %s", ", ".join(f"{a.type} {a.nodes} ({a.reason})"
+                                                            for a in d.asks.values()) or "none")
+        self.asks = d.asks
+        own.starts += d.starts
+        moved = {x.job_id for x in d.starts} | {w.job_id for w in d.waits}
+        own.waits = [w for w in own.waits if w.job_id not in moved] + d.waits
+        return d
+
+    def _charge(self, s: Session, part: Snapshot, types: dict, now: float) -> None:
+        """Charge every burst node up to ``now`` to the tenant using it (or who used it last,
+        or whose job asked for it, while it idles)."""
+        users = {w.node: j.tenant for j in part.running for w in j.placement}
+        for n in part.nodes:
+            if not n.healthy or n.burst not in types:
+                continue
+            row = s.scalar(select(Node).where(Node.name == n.name))
+            since = self.accrued_at.get(n.name) or self._charged_until(s, n.name) or _ts(row.joined_at) or now
+            self.accrued_at[n.name] = now
+            tenant = users.get(n.name) or self.last_tenant.get(n.name) or self.wanted_by.get(n.burst)
+            if tenant is None or now <= since:
+                continue
+            self.last_tenant[n.name] = tenant
+            charge = s.scalar(select(BurstCharge).where(BurstCharge.node == n.name, BurstCharge.tenant == tenant))
+            if charge is None:
+                charge = BurstCharge(node=n.name, node_type=n.burst, tenant=tenant, seconds=0.0, cost=0.0,
+                                     first_at=_dt(since))
+                s.add(charge)
+            charge.seconds += now - since
+            charge.cost += (now - since) * types[n.burst].cost_per_hour / 3600
+            charge.last_at = _dt(now)
+
+    @staticmethod
+    def _charged_until(s: Session, node: str) -> float | None:
+        """A node charged by an earlier server (this one restarted): from where that one stopped."""
+        last = s.scalar(select(func.max(BurstCharge.last_at)).where(BurstCharge.node == node))
+        return _ts(last)
+
+    def send(self) -> None:
+        """The asks to the autoscaler: when they changed, and every RESEND_S."""
+        if self.autoscaler is None or (not self.asks and self._sent is None):
+            return
+        nodes = {RESOURCE_PREFIX + k: a.nodes for k, a in self.asks.items()}
+        now = time.monotonic()
+        if self._sent is not None and self._sent[0] == nodes and now - self._sent[1] < RESEND_S:
+            return
+        self.autoscaler.request(nodes)
+        self._sent = (nodes, now)
+
+
+def _ts(when: datetime | None) -> float | None:
+    if when is None:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, timezone.utc)
+
+
+@dataclass
+class BurstStatus:
+    """What bursting costs and holds now (``GET /v1/burst``, ``deeppod nodes``, the console)."""
+
+    types: list[dict]  # each plan burst type: its figures, nodes up, nodes asked for and why
+    charges: list[dict]  # per tenant and burst type: seconds of nodes and their cost
+    budgets: list[dict]  # each plan node with a burst budget: what it spent
+
+
+def burst_status(s: Session, principal, asks: dict[str, Ask]) -> BurstStatus:
+    """Administrators see every tenant's charges; others their own tenant's only. ``asks``:
+    the leader's last asks ({} on a standby, or before its first round)."""
+    plan = plan_now(s)
+    up: dict[str, int] = {}
+    for kind in s.scalars(select(Node.burst).where(Node.burst.is_not(None), Node.up.is_(True))):
+        up[kind] = up.get(kind, 0) + 1
+    types = [{**b.to_dict(), "nodes_up": up.get(b.name, 0),
+              "nodes_asked": asks[b.name].nodes if b.name in asks else None,
+              "reason": asks[b.name].reason if b.name in asks else ""} for b in plan.burst]
+    rows: dict[tuple[str, str], dict] = {}
+    for c in charges(s):
+        if not principal.is_admin and c.tenant != principal.tenant:
+            continue
+        r = rows.setdefault((c.tenant, c.node_type), {"tenant": c.tenant, "node_type": c.node_type, "nodes": 0,
+                                                       "seconds": 0.0, "cost": 0.0})
+        r["nodes"] += 1
+        r["seconds"] += c.seconds
+        r["cost"] += c.cost
+    spent = spent_by_tenant(s)
+    budgets = []
+    for node, _parent, _ in plan.walk():
+        if node.burst_budget is None:
+            continue
+        below = [m.name for m, _, _ in Plan((node,)).walk()]
+        if principal.is_admin or principal.tenant in below:
+            budgets.append({"tenant": node.name, "budget": node.burst_budget,
+                            "spent": round(sum(spent.get(m, 0.0) for m in below), 4)})
+    return BurstStatus(types, sorted(rows.values(), key=lambda r: (r["tenant"], r["node_type"])), budgets)

@@ -1,0 +1,166 @@
+"""Bursting, pure: which waiting jobs go on burst nodes, and how many nodes of each burst type
+to ask Ray's autoscaler for (IBM AI Infrastructure RA §5.7: add cloud nodes for the tenants
+allowed to, give them back when idle).
+
+The cluster's own round (policy.py) never sees burst nodes or the jobs on them: their GPUs
+are not part of anyone's guarantee or share, and a job there is never a victim of reclaim or
+preemption (it pays for its node). A job runs wholly on the own cluster or wholly on burst
+nodes of one type. This round runs after the own round, on what it left waiting:
+
+- a job of a tenant that may burst, waiting at least its type's ``wait_minutes``, while the
+  own round makes no room for anyone (no preemption or shrink this round: reclaim and
+  preemption come first), whose tenant's budgets are not spent, goes on free burst nodes of
+  a type it may use, or, if none is free, new nodes of the first such type below its
+  ``max_nodes`` are asked for;
+- every type's ask is the nodes busy, idle for less than its ``idle_minutes``, and new:
+  a node idle longer is left out, and the autoscaler lets it go.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from deeppod.scheduler.burst_types import BurstType
+from deeppod.scheduler.pool import FreePool
+from deeppod.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start, Wait
+
+
+@dataclass(frozen=True)
+class BurstView:
+    """What the controller knows beside the snapshot (its own memory and the store)."""
+
+    spent: dict[str, float] = field(default_factory=dict)  # tenant -> spent on burst nodes so far
+    idle_since: dict[str, float] = field(default_factory=dict)  # burst node -> when it last had no job
+    short_since: dict[str, float] = field(default_factory=dict)  # type -> since when fewer nodes than asked are up
+    notes: dict[str, str] = field(default_factory=dict)  # type -> what the autoscaler reports on adding its nodes
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Keep ``nodes`` nodes of burst type ``type`` (the autoscaler adds or lets go the difference)."""
+
+    type: str
+    nodes: int
+    reason: str
+
+
+@dataclass
+class BurstDecisions:
+    starts: list[Start] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)  # new reasons for jobs still waiting
+    asks: dict[str, Ask] = field(default_factory=dict)
+    wanted_by: dict[str, str] = field(default_factory=dict)  # type -> the tenant whose job asked for new nodes last
+
+
+def split(snap: Snapshot) -> tuple[Snapshot, Snapshot]:
+    """(the own cluster: no burst node and no job on one; the burst part: its nodes and jobs)."""
+    burst = {n.name for n in snap.nodes if n.burst}
+    if not burst:
+        return snap, replace(snap, nodes=(), running=())
+    on_burst = tuple(j for j in snap.running if any(w.node in burst for w in j.placement))
+    own = replace(snap, nodes=tuple(n for n in snap.nodes if not n.burst),
+                  running=tuple(j for j in snap.running if j not in on_burst))
+    return own, replace(snap, nodes=tuple(n for n in snap.nodes if n.burst), running=on_burst)
+
+
+def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisions:
+    """``part``: the burst part of the snapshot (``split``), with the whole queue; ``own``:
+    what the own round decided."""
+    types = {b.name: b for b in part.plan.burst}
+    out = BurstDecisions()
+    busy = {w.node for j in part.running for w in j.placement}
+    up = [n for n in part.nodes if n.healthy and n.burst in types]
+    waiting = {w.job_id: w for w in own.waits}
+    started = {s.job_id for s in own.starts}
+    queued = [j for j in part.queued if j.id in waiting and j.id not in started and j.gpus_per_worker > 0]
+    making_room = bool(own.preempts or own.resizes)
+    pools = {t: FreePool(tuple(n for n in up if n.burst == t)) for t in types}
+    new: dict[str, int] = {t: 0 for t in types}
+    placed_on: set[str] = set()
+    for job in sorted(queued, key=lambda j: (-j.priority, j.queued_at or j.submitted_at, j.id)):
+        allowed = [b for b in part.plan.burst_types_for(job.tenant) if _fits(b, job)]
+        if not allowed:
+            continue
+        why = _over_budget(part, job, view)
+        if why:
+            out.waits.append(Wait(job.id, f"{waiting[job.id].reason}; {why}"))
+            continue
+        for b in allowed:  # free burst nodes first: they are paid for already
+            got = pools[b.name].place(job.workers, job.gpus_per_worker, job.cpus_per_worker,
+                                      job.memory_mb_per_worker, job.avoid, job.gpu_memory_mb)
+            if got is not None:
+                placed_on.update(w.node for w in got)
+                out.starts.append(Start(job.id, got, f"on burst nodes of type {b.name} (tenant {job.tenant} may "
+                                                     f"burst; the cluster's own GPUs are taken)"))
+                break
+        else:
+            why = _not_yet(part, job, allowed, making_room)
+            if not why:
+                why, chosen = _ask_more(job, allowed, up, new, view, part.now)
+                if chosen:
+                    out.wanted_by[chosen] = job.tenant
+            out.waits.append(Wait(job.id, f"{waiting[job.id].reason}; {why}"))
+    for name, b in types.items():
+        mine = [n for n in up if n.burst == name]
+        kept = [n.name for n in mine if n.name in busy or n.name in placed_on
+                or part.now - view.idle_since.get(n.name, part.now) < b.idle_minutes * 60]
+        nodes = min(b.max_nodes, len(kept) + new[name])
+        parts = [f"{len(kept)} in use or idle under {b.idle_minutes:g} min"] if kept else []
+        if new[name]:
+            parts.append(f"{new[name]} more for waiting jobs")
+        out.asks[name] = Ask(name, nodes, ", ".join(parts) or "no job needs one")
+    return out
+
+
+def _fits(b: BurstType, job: PendingJob) -> bool:
+    return (job.gpus_per_worker <= b.gpus and (not b.gpu_memory_mb or job.gpu_memory_mb <= b.gpu_memory_mb)
+            and (not b.cpus or job.cpus_per_worker <= b.cpus)
+            and (not b.memory_mb or job.memory_mb_per_worker <= b.memory_mb))
+
+
+def _over_budget(part: Snapshot, job: PendingJob, view: BurstView) -> str:
+    """Why ``job`` may not burst: a budget on its tenant's path is spent ('' if none is)."""
+    for node, budget, members in part.plan.burst_budgets(job.tenant):
+        spent = sum(view.spent.get(m, 0.0) for m in members)
+        if spent >= budget:
+            return f"the burst budget of {node!r} ({budget:g}) is spent ({spent:.2f}), so no burst node is asked for"
+    return ""
+
+
+def _not_yet(part: Snapshot, job: PendingJob, allowed: list[BurstType], making_room: bool) -> str:
+    """Why no node is added for ``job`` yet ('' if one may be)."""
+    waited = part.now - (job.queued_at or job.submitted_at)
+    soonest = min(b.wait_minutes for b in allowed) * 60
+    if waited < soonest:
+        return f"burst nodes are asked for after {soonest:g} s in the queue ({waited:.0f} s so far)"
+    if making_room:
+        return "the cluster is making room (preemption or shrinks this round), so no burst node is asked for yet"
+    return ""
+
+
+def _ask_more(job: PendingJob, allowed: list[BurstType], up: list, new: dict[str, int], view: BurstView,
+              now: float) -> tuple[str, str | None]:
+    """Count the new nodes ``job`` needs of the first type it may use that has room: its wait
+    reason, and that type (None if none has room)."""
+    full = []
+    for b in allowed:
+        per_node = b.gpus // job.gpus_per_worker
+        if b.cpus and job.cpus_per_worker:
+            per_node = min(per_node, int(b.cpus // job.cpus_per_worker))
+        if b.memory_mb and job.memory_mb_per_worker:
+            per_node = min(per_node, b.memory_mb // job.memory_mb_per_worker)
+        need = math.ceil(job.workers / max(per_node, 1))
+        have = sum(1 for n in up if n.burst == b.name)
+        if have + new[b.name] + need > b.max_nodes:
+            full.append(f"{b.name} (at most {b.max_nodes} nodes)")
+            continue
+        new[b.name] += need
+        why = f"{need} burst node{'s' if need > 1 else ''} of type {b.name} asked of Ray's autoscaler"
+        since = view.short_since.get(b.name)
+        if since is not None and now - since > b.start_minutes * 60:
+            why += (f"; nodes asked for {now - since:.0f} s ago have not joined"
+                    + (f" (the autoscaler says: {view.notes[b.name]})" if view.notes.get(b.name) else "")
+                    + "; the autoscaler keeps trying")
+        return why, b.name
+    return f"no burst node to add: {', '.join(full)} already asked for", None
