@@ -141,6 +141,17 @@ def test_nodes_that_do_not_join_are_reported_with_what_the_autoscaler_says():
     assert b.asks["cloud"].nodes == 1  # still asked for: the autoscaler retries
 
 
+def test_jobs_behind_a_queue_s_head_get_nodes_in_the_same_round():
+    s = snap([node("own", gpus=1, used=(0,))], [job(1, "vision", t=0.0), job(2, "vision", t=1.0)],
+             [running(9, "nlp", [[0]], node="own")], plan_=parse_plan(PLAN), now=1000.0)
+    _, b = both(s)
+    assert b.asks["cloud"].nodes == 1 and {w.job_id for w in b.waits} == {1, 2}  # both on one 2-GPU node
+    assert "room for it" in b.waits[1].reason
+    s = replace(s, queued=(*s.queued, job(3, "vision", t=2.0)))
+    _, b = both(s)
+    assert b.asks["cloud"].nodes == 2
+
+
 def test_a_job_too_large_for_a_burst_node_is_left_to_the_own_cluster():
     s = snap([node("own", gpus=4, used=(0, 1, 2, 3))], [job(1, "vision", gpus=4, t=0.0)],
              [running(9, "nlp", [[0, 1, 2, 3]], node="own", gpw=4)], plan_=parse_plan(PLAN), now=1000.0)

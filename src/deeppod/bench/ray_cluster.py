@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -81,7 +82,7 @@ class LocalRayCluster:
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
-                    args = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    args = _args(int(entry))
                 except OSError:
                     continue
                 if marker is None and str(self.temp) not in args:
@@ -95,11 +96,13 @@ class LocalRayCluster:
                     found.append(int(entry))
         return found
 
-    def kill_node(self, node_id_prefix: str) -> None:
-        """The node dies as a machine would: its raylet and everything under it, SIGKILL."""
-        raylets = self.pids(f"--node_id={node_id_prefix}")
+    def kill_node(self, node_id_end: str) -> None:
+        """The node dies as a machine would: its raylet and everything under it, SIGKILL.
+        ``node_id_end``: the end of its Ray node id (what DeepPod's node name ends with)."""
+        raylets = [pid for pid in self.pids("--node_id=") if re.search(
+            rf"--node_id=[0-9a-f]*{re.escape(node_id_end)}(\s|$)", _args(pid))]
         if not raylets:
-            raise RuntimeError(f"no raylet of node {node_id_prefix}")
+            raise RuntimeError(f"no raylet of node ...{node_id_end}")
         victims = set(raylets)
         for entry in os.listdir("/proc"):  # the raylet's children: its workers, our node agent
             if entry.isdigit():
@@ -119,3 +122,7 @@ class LocalRayCluster:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _args(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

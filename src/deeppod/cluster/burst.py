@@ -28,8 +28,11 @@ RESEND_S = 30.0  # the same ask is sent again this often (an autoscaler or head 
 
 
 class Autoscaler(Protocol):
-    def request(self, nodes: dict[str, int]) -> None:
-        """Keep this many nodes with each resource (deeppod-burst-TYPE); replaces the last request."""
+    def request(self, nodes: dict[str, int], kept: set[str]) -> None:
+        """Keep this many nodes with each resource (deeppod-burst-TYPE); replaces the last
+        request. ``kept``: the burst nodes up that DeepPod still uses or keeps for the next
+        job; on the others nothing of DeepPod's may stay (a sampler included), so that the
+        autoscaler sees them idle and lets them go."""
 
     def notes(self) -> dict[str, str]:
         """Per node type of the autoscaler's config (named after the burst type): what it
@@ -41,10 +44,12 @@ class FakeAutoscaler:
     """Records what it was asked (tests); ``broken`` types report a failure."""
 
     asked: list[dict[str, int]] = field(default_factory=list)
+    kept: set[str] = field(default_factory=set)
     broken: dict[str, str] = field(default_factory=dict)
 
-    def request(self, nodes: dict[str, int]) -> None:
+    def request(self, nodes: dict[str, int], kept: set[str]) -> None:
         self.asked.append(dict(nodes))
+        self.kept = set(kept)
 
     def notes(self) -> dict[str, str]:
         return dict(self.broken)
@@ -74,7 +79,7 @@ class Bursting:
         self.accrued_at: dict[str, float] = {}  # burst node -> charged up to
         self.last_tenant: dict[str, str] = {}  # burst node -> who used it last (charged while it idles)
         self.wanted_by: dict[str, str] = {}  # type -> the tenant whose job asked for its newest nodes
-        self._sent: tuple[dict[str, int], float] | None = None
+        self._sent: tuple[dict[str, int], set[str], float] | None = None
 
     def active(self, s: Session) -> bool:
         """Whether a round has something to do: a burst node is up, or nodes are asked for."""
@@ -161,11 +166,12 @@ class Bursting:
         if self.autoscaler is None or (not self.asks and self._sent is None):
             return
         nodes = {RESOURCE_PREFIX + k: a.nodes for k, a in self.asks.items()}
+        kept = {n for a in self.asks.values() for n in a.kept}
         now = time.monotonic()
-        if self._sent is not None and self._sent[0] == nodes and now - self._sent[1] < RESEND_S:
+        if self._sent is not None and self._sent[:2] == (nodes, kept) and now - self._sent[2] < RESEND_S:
             return
-        self.autoscaler.request(nodes)
-        self._sent = (nodes, now)
+        self.autoscaler.request(nodes, kept)
+        self._sent = (nodes, kept, now)
 
 
 def _ts(when: datetime | None) -> float | None:

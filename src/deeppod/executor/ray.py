@@ -150,6 +150,10 @@ class RayNodes:
         refs = {}
         for name in ex.live_nodes():
             node_id = ex.node_id(name)
+            if name in ex.let_go:
+                if (gone := self._actors.pop(node_id, None)) is not None:
+                    ray.kill(gone)
+                continue
             actor = self._actors.get(node_id)
             if actor is None:
                 actor = self._actors[node_id] = ex.start_sampler(name)
@@ -202,6 +206,9 @@ class RayExecutor:
         self._real: dict[str, bool] = {}  # DeepPod node name -> Ray sees real GPUs there
         self._up: frozenset[str] = frozenset()  # nodes Ray reports alive (replaced whole: read by the monitor's thread)
         self._burst: dict[str, str] = {}  # DeepPod node name -> its burst resource (burst nodes only)
+        # burst nodes DeepPod lets go: not sampled, so that Ray sees them idle (a live actor
+        # keeps a node busy in the raylet's eyes) and the autoscaler can remove them
+        self.let_go: frozenset[str] = frozenset()
         log.info("connected to the Ray cluster at %s (Ray %s)", address, ray.__version__)
 
     # nodes -------------------------------------------------------------------------------
@@ -211,7 +218,9 @@ class RayExecutor:
         out, up = [], set()
         for n in self.ray.nodes():
             res = n.get("Resources") or {}
-            name = f"{n.get('NodeManagerHostname') or n['NodeManagerAddress']}-{n['NodeID'][:8]}"
+            # the id's end: Ray's ids are random throughout, and nodes an autoscaler's provider
+            # numbers (its fake multi-node one) differ only there
+            name = f"{n.get('NodeManagerHostname') or n['NodeManagerAddress']}-{n['NodeID'][-8:]}"
             self._ids[name] = n["NodeID"]
             real = int(res.get("GPU", 0))
             self._real[name] = bool(real)
@@ -220,7 +229,7 @@ class RayExecutor:
             if n.get("Alive"):
                 up.add(name)
             count = real or (self.gpus_per_node or 0)
-            gpus = tuple(GpuInfo(i, f"{n['NodeID'][:12]}-{i}", "GPU" if real else "logical", 0, not real)
+            gpus = tuple(GpuInfo(i, f"{n['NodeID'][-12:]}-{i}", "GPU" if real else "logical", 0, not real)
                          for i in range(count))
             out.append(NodeInfo(name=name, address=n["NodeManagerAddress"], cpus=int(res.get("CPU", 0)),
                                 memory_mb=int(res.get("memory", 0)) >> 20, gpus=gpus, healthy=bool(n.get("Alive")),
@@ -269,7 +278,7 @@ class RayExecutor:
 
     def autoscaler(self) -> "RayAutoscaler":
         """Ray's autoscaler, for bursting (cluster/burst.py)."""
-        return RayAutoscaler(self.ray)
+        return RayAutoscaler(self)
 
     # jobs --------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> dict:
@@ -384,12 +393,13 @@ class RayAutoscaler:
     """Ray's own autoscaler (its cluster config's node types provide the burst nodes):
     ``request_resources`` says how many of each to keep, its status what failed."""
 
-    def __init__(self, ray):
-        self.ray = ray
+    def __init__(self, executor: RayExecutor):
+        self.executor = executor
 
-    def request(self, nodes: dict[str, int]) -> None:
+    def request(self, nodes: dict[str, int], kept: set[str]) -> None:
         from ray.autoscaler.sdk import request_resources
 
+        self.executor.let_go = frozenset(n for n in self.executor._burst if n not in kept)
         request_resources(bundles=[{res: 1} for res, count in sorted(nodes.items()) for _ in range(count)])
 
     def notes(self) -> dict[str, str]:

@@ -43,6 +43,7 @@ class Ask:
     type: str
     nodes: int
     reason: str
+    kept: tuple[str, ...] = ()  # the nodes up it counts (busy, or idle under idle_minutes); the others go
 
 
 @dataclass
@@ -73,10 +74,12 @@ def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisio
     up = [n for n in part.nodes if n.healthy and n.burst in types]
     waiting = {w.job_id: w for w in own.waits}
     started = {s.job_id for s in own.starts}
-    queued = [j for j in part.queued if j.id in waiting and j.id not in started and j.gpus_per_worker > 0]
+    # every job still queued, not only those the own round gave a reason: it reasons about the
+    # head of each queue, and the jobs behind it need nodes as much
+    queued = [j for j in part.queued if j.id not in started and j.gpus_per_worker > 0]
     making_room = bool(own.preempts or own.resizes)
     pools = {t: FreePool(tuple(n for n in up if n.burst == t)) for t in types}
-    new: dict[str, int] = {t: 0 for t in types}
+    new: dict[str, list[list[float]]] = {t: [] for t in types}  # the nodes to add: each one's free room
     placed_on: set[str] = set()
     for job in sorted(queued, key=lambda j: (-j.priority, j.queued_at or j.submitted_at, j.id)):
         allowed = [b for b in part.plan.burst_types_for(job.tenant) if _fits(b, job)]
@@ -84,7 +87,7 @@ def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisio
             continue
         why = _over_budget(part, job, view)
         if why:
-            out.waits.append(Wait(job.id, f"{waiting[job.id].reason}; {why}"))
+            out.waits.append(Wait(job.id, _reason(waiting, job, why)))
             continue
         for b in allowed:  # free burst nodes first: they are paid for already
             got = pools[b.name].place(job.workers, job.gpus_per_worker, job.cpus_per_worker,
@@ -100,17 +103,26 @@ def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisio
                 why, chosen = _ask_more(job, allowed, up, new, view, part.now)
                 if chosen:
                     out.wanted_by[chosen] = job.tenant
-            out.waits.append(Wait(job.id, f"{waiting[job.id].reason}; {why}"))
+            out.waits.append(Wait(job.id, _reason(waiting, job, why)))
     for name, b in types.items():
         mine = [n for n in up if n.burst == name]
         kept = [n.name for n in mine if n.name in busy or n.name in placed_on
                 or part.now - view.idle_since.get(n.name, part.now) < b.idle_minutes * 60]
-        nodes = min(b.max_nodes, len(kept) + new[name])
+        nodes = min(b.max_nodes, len(kept) + len(new[name]))
         parts = [f"{len(kept)} in use or idle under {b.idle_minutes:g} min"] if kept else []
         if new[name]:
-            parts.append(f"{new[name]} more for waiting jobs")
-        out.asks[name] = Ask(name, nodes, ", ".join(parts) or "no job needs one")
+            parts.append(f"{len(new[name])} more for waiting jobs")
+        out.asks[name] = Ask(name, nodes, ", ".join(parts) or "no job needs one", tuple(sorted(kept)))
     return out
+
+
+def _reason(waiting: dict[int, Wait], job: PendingJob, why: str) -> str:
+    own = waiting[job.id].reason if job.id in waiting else "waiting behind its tenant's earlier jobs"
+    return f"{own}; {why}"
+
+
+def _holds(room: list[float], job: PendingJob) -> bool:
+    return room[0] >= job.gpus_per_worker and room[1] >= job.cpus_per_worker and room[2] >= job.memory_mb_per_worker
 
 
 def _fits(b: BurstType, job: PendingJob) -> bool:
@@ -132,31 +144,38 @@ def _not_yet(part: Snapshot, job: PendingJob, allowed: list[BurstType], making_r
     """Why no node is added for ``job`` yet ('' if one may be)."""
     waited = part.now - (job.queued_at or job.submitted_at)
     soonest = min(b.wait_minutes for b in allowed) * 60
-    if waited < soonest:
+    if soonest and waited < soonest:
         return f"burst nodes are asked for after {soonest:g} s in the queue ({waited:.0f} s so far)"
     if making_room:
         return "the cluster is making room (preemption or shrinks this round), so no burst node is asked for yet"
     return ""
 
 
-def _ask_more(job: PendingJob, allowed: list[BurstType], up: list, new: dict[str, int], view: BurstView,
-              now: float) -> tuple[str, str | None]:
-    """Count the new nodes ``job`` needs of the first type it may use that has room: its wait
-    reason, and that type (None if none has room)."""
+def _ask_more(job: PendingJob, allowed: list[BurstType], up: list, new: dict[str, list[list[float]]],
+              view: BurstView, now: float) -> tuple[str, str | None]:
+    """Add the nodes ``job`` needs, of the first type it may use that has room, to ``new``
+    (each new node's free GPUs, CPUs and memory: jobs asked for in one round share them):
+    its wait reason, and that type (None if none has room)."""
     full = []
     for b in allowed:
-        per_node = b.gpus // job.gpus_per_worker
-        if b.cpus and job.cpus_per_worker:
-            per_node = min(per_node, int(b.cpus // job.cpus_per_worker))
-        if b.memory_mb and job.memory_mb_per_worker:
-            per_node = min(per_node, b.memory_mb // job.memory_mb_per_worker)
-        need = math.ceil(job.workers / max(per_node, 1))
+        nodes = [list(n) for n in new[b.name]]
+        before = len(nodes)
+        for _ in range(job.workers):
+            room = next((n for n in nodes if _holds(n, job)), None)
+            if room is None:
+                room = [float(b.gpus), float(b.cpus or math.inf), float(b.memory_mb or math.inf)]
+                nodes.append(room)
+            room[0] -= job.gpus_per_worker
+            room[1] -= job.cpus_per_worker
+            room[2] -= job.memory_mb_per_worker
         have = sum(1 for n in up if n.burst == b.name)
-        if have + new[b.name] + need > b.max_nodes:
+        if have + len(nodes) > b.max_nodes:
             full.append(f"{b.name} (at most {b.max_nodes} nodes)")
             continue
-        new[b.name] += need
-        why = f"{need} burst node{'s' if need > 1 else ''} of type {b.name} asked of Ray's autoscaler"
+        new[b.name] = nodes
+        need = len(nodes) - before
+        why = (f"{need} burst node{'s' if need != 1 else ''} of type {b.name} asked of Ray's autoscaler" if need
+               else f"a burst node of type {b.name} asked of Ray's autoscaler for an earlier job has room for it")
         since = view.short_since.get(b.name)
         if since is not None and now - since > b.start_minutes * 60:
             why += (f"; nodes asked for {now - since:.0f} s ago have not joined"

@@ -7,10 +7,13 @@ from deeppod.api.schemas.base import Strict
 
 class PlanIn(Strict):
     tenants: list[dict] = Field(description="tenants: name, guaranteed, max, lend_limit, weight, pids_per_worker, "
-                                            "storage_gb, children")
+                                            "storage_gb, package_indexes, burst_budget, children")
     reclaim_idle_first: bool | None = Field(None, description="jobs idle on their GPUs give them back first")
     surplus: str | None = Field(None, description="who gets GPUs beyond the guarantees: 'service' (default: the "
                                                   "waiting job with the least attained service) or 'share' (by weight)")
+    burst: list[dict] | None = Field(None, description="burst node types Ray's autoscaler adds for some tenants: "
+                                                       "name, gpus, max_nodes, cost_per_hour, tenants, idle_minutes, "
+                                                       "wait_minutes, start_minutes, cpus, memory_gb, gpu_memory_gb")
 
 
 class TenantStatusOut(BaseModel):
