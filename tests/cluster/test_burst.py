@@ -10,10 +10,10 @@ from sqlalchemy import select
 from deeppod.cluster.burst import FakeAutoscaler, burst_status, charges
 from deeppod.cluster.gpus import LogicalProbe
 from deeppod.cluster.inventory import NodeInfo
-from deeppod.cluster.service import register_node, sync_nodes
+from deeppod.cluster.service import capacity, register_node, sync_nodes
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs.controller import JobController
-from deeppod.plans.service import apply_plan
+from deeppod.plans.service import apply_plan, plan_status
 from deeppod.store.models import Node
 from tests.fixtures import Clock, load_job, populate, submit_job
 
@@ -81,6 +81,10 @@ def test_a_tenant_that_may_burst_gets_a_node_is_charged_and_lets_it_go(sessions,
     j = load_job(sessions, bursting)
     assert j.state == "running" and j.placed_workers[0]["node"] == "cloud-1"
     assert load_job(sessions, waiting_b).state == "queued"  # a free burst node is still not b's
+    with sessions() as s:
+        assert capacity(s)["gpus"] == 1  # the own node's: nobody is guaranteed a burst node
+        vision = {t.name: t for t in plan_status(s, world.admin)}["a"]
+        assert vision.in_use == 0 and vision.borrowed == 0  # its burst GPU is outside the plan's arithmetic
     clock.t += 100
     rec.tick()
     assert _charged(sessions)["a"] == pytest.approx(101, abs=2)  # since it joined, at 1 a second

@@ -152,3 +152,27 @@ def test_a_form_that_waits_for_the_database_holds_up_no_other_request(fresh_serv
     finally:
         other.close()
     assert "waited" in c.get("/admin").text
+
+
+def test_the_cluster_page_shows_burst_nodes_their_types_and_what_they_cost(api):
+    from deeppod.cluster.gpus import LogicalProbe
+    from deeppod.cluster.inventory import NodeInfo
+    from deeppod.cluster.service import register_node
+    from deeppod.store.models import BurstCharge
+
+    api.user("ana", "vision")
+    cy = api.user("cy", "nlp")
+    plan = {"tenants": [{"name": "vision", "burst_budget": 40}, {"name": "nlp"}],
+            "burst": [{"name": "cloud", "gpus": 1, "max_nodes": 3, "cost_per_hour": 2.5, "tenants": ["vision"]}]}
+    assert api.http.put("/v1/plan", json=plan, headers=api.as_(api.admin)).status_code == 200
+    with api.ctx.sessions.begin() as s:
+        register_node(s, NodeInfo("cloud-7", "10.0.0.7", 4, 8192, tuple(LogicalProbe(1).probe()), burst="cloud"))
+        s.add(BurstCharge(node="cloud-7", node_type="cloud", tenant="vision", seconds=5400.0, cost=3.75))
+    page = Browser(api, api.admin).get("/cluster").text
+    assert "burst: cloud" in page and 'id="burst-types"' in page
+    assert "<td>cloud</td><td>1</td><td>1 of 3</td>" in page
+    assert "<td>vision</td><td>cloud</td><td>1</td><td>1.500</td><td>3.75</td>" in page
+    assert "vision spent 3.75 of 40" in page
+    assert "bursting needs --executor ray" in page  # one machine: no autoscaler adds nodes
+    nlp = Browser(api, cy).get("/cluster").text
+    assert 'id="burst-types"' in nlp and "3.75" not in nlp  # another tenant's cost is not shown

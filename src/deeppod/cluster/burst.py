@@ -25,6 +25,7 @@ from deeppod.store.models import BurstCharge, Node
 
 log = logging.getLogger(__name__)
 RESEND_S = 30.0  # the same ask is sent again this often (an autoscaler or head that restarted forgot it)
+NOTES_S = 5.0  # what the autoscaler says of types short of nodes is read this often
 
 
 class Autoscaler(Protocol):
@@ -80,6 +81,15 @@ class Bursting:
         self.last_tenant: dict[str, str] = {}  # burst node -> who used it last (charged while it idles)
         self.wanted_by: dict[str, str] = {}  # type -> the tenant whose job asked for its newest nodes
         self._sent: tuple[dict[str, int], set[str], float] | None = None
+        # what the autoscaler said of the types short of nodes, read after a round (never in
+        # its transaction: a head that does not answer must not hold the database's writer)
+        self.notes: dict[str, str] = {}
+        self._noted = -NOTES_S
+
+    @property
+    def known_asks(self) -> dict[str, Ask] | None:
+        """The last asks, or None where there is no autoscaler (``burst_status``)."""
+        return self.asks if self.autoscaler is not None else None
 
     def active(self, s: Session) -> bool:
         """Whether a round has something to do: a burst node is up, or nodes are asked for."""
@@ -92,7 +102,7 @@ class Bursting:
         """The policy's round on the cluster's own nodes and jobs, then (with an autoscaler)
         the burst round on what it left waiting."""
         d = schedule(split(snap)[0])
-        if self.autoscaler is not None:
+        if self.autoscaler is not None and (snap.plan.burst or any(n.burst for n in snap.nodes)):
             self.round(s, snap, d)
         return d
 
@@ -109,10 +119,9 @@ class Bursting:
                 self.idle_since.pop(n.name, None)
             else:
                 self.idle_since.setdefault(n.name, now)
-        notes = self.autoscaler.notes()
         view = BurstView(spent=spent_by_tenant(s), idle_since=dict(self.idle_since),
                          short_since=dict(self.short_since),
-                         notes={t: notes[t] for t in types if t in notes})
+                         notes={t: self.notes[t] for t in types if t in self.notes})
         d = burst_round(part, own, view)
         for start in d.starts:
             for w in start.placement:
@@ -162,12 +171,17 @@ class Bursting:
         return _ts(last)
 
     def send(self) -> None:
-        """The asks to the autoscaler: when they changed, and every RESEND_S."""
+        """The asks to the autoscaler: when they changed, and every RESEND_S; and, while a type
+        is short of nodes, what the autoscaler says of it (every NOTES_S)."""
         if self.autoscaler is None or (not self.asks and self._sent is None):
             return
+        now = time.monotonic()
+        if not self.short_since:
+            self.notes = {}
+        elif now - self._noted >= NOTES_S:
+            self.notes, self._noted = self.autoscaler.notes(), now
         nodes = {RESOURCE_PREFIX + k: a.nodes for k, a in self.asks.items()}
         kept = {n for a in self.asks.values() for n in a.kept}
-        now = time.monotonic()
         if self._sent is not None and self._sent[:2] == (nodes, kept) and now - self._sent[2] < RESEND_S:
             return
         self.autoscaler.request(nodes, kept)
@@ -193,16 +207,22 @@ class BurstStatus:
     budgets: list[dict]  # each plan node with a burst budget: what it spent
 
 
-def burst_status(s: Session, principal, asks: dict[str, Ask]) -> BurstStatus:
+def burst_status(s: Session, principal, asks: dict[str, Ask] | None) -> BurstStatus:
     """Administrators see every tenant's charges; others their own tenant's only. ``asks``:
-    the leader's last asks ({} on a standby, or before its first round)."""
+    the leader's last asks ({} on a standby, or before its first round); None: this server
+    has no autoscaler (the local executor), so no burst node is ever added."""
+    if asks is None:
+        asks = {}
+        none = "no node is added: bursting needs --executor ray and Ray's autoscaler (docs/cluster.md, 'Bursting')"
+    else:
+        none = ""
     plan = plan_now(s)
     up: dict[str, int] = {}
     for kind in s.scalars(select(Node.burst).where(Node.burst.is_not(None), Node.up.is_(True))):
         up[kind] = up.get(kind, 0) + 1
     types = [{**b.to_dict(), "nodes_up": up.get(b.name, 0),
               "nodes_asked": asks[b.name].nodes if b.name in asks else None,
-              "reason": asks[b.name].reason if b.name in asks else ""} for b in plan.burst]
+              "reason": asks[b.name].reason if b.name in asks else none} for b in plan.burst]
     rows: dict[tuple[str, str], dict] = {}
     for c in charges(s):
         if not principal.is_admin and c.tenant != principal.tenant:

@@ -91,10 +91,11 @@ def usage_of(jobs: Iterable[Job]) -> dict[str, NodeUsage]:
 
 
 def capacity(session: Session) -> dict:
-    """Totals over healthy nodes: what the largest possible job may ask for."""
+    """Totals over the cluster's own healthy nodes: what the largest possible job may ask
+    for. Burst nodes, which come and go, are not counted (nor are they guaranteed to anyone)."""
     # columns, not Node rows: asked on every submit
     nodes = session.execute(select(Node.gpus, Node.cpus, Node.memory_mb)
-                            .where(Node.healthy.is_(True), Node.up.is_(True))).all()
+                            .where(Node.healthy.is_(True), Node.up.is_(True), Node.burst.is_(None))).all()
     gpu_memory = [gpu_memory_of(n.gpus) for n in nodes if any(g.get("healthy", True) for g in n.gpus)]
     return {
         "nodes": len(nodes),

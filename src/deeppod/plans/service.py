@@ -17,7 +17,7 @@ from deeppod.cluster.service import capacity
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.scheduler.plan import Plan, parse_plan
-from deeppod.store.models import Job, PlanVersion, Tenant
+from deeppod.store.models import Job, Node, PlanVersion, Tenant
 
 
 def current_plan(session: Session) -> tuple[Plan, PlanVersion | None]:
@@ -112,11 +112,12 @@ def plan_status(session: Session, principal: Principal) -> list[TenantStatus]:
     wait: dict[str, int] = defaultdict(int)
     rows = session.execute(select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
                            .where(Job.state.in_(ACTIVE_STATES)))
+    burst = set(session.scalars(select(Node.name).where(Node.burst.is_not(None))))  # outside the plan's arithmetic
     for job, tenant in rows:
         if job.state == JobState.QUEUED:
             wait[tenant] += job.workers * job.gpus_per_worker
         else:
-            use[tenant] += sum(len(w["gpus"]) for w in job.placed_workers)
+            use[tenant] += sum(len(w["gpus"]) for w in job.placed_workers if w["node"] not in burst)
     out: list[TenantStatus] = []
     seen = set()
     for node, parent, depth in plan.walk():
