@@ -80,9 +80,12 @@ def test_a_tenant_that_may_not_burst_is_never_placed_on_a_burst_node():
     assert b.asks["cloud"].nodes == 0  # and nothing is asked for it: b1, idle for long, goes
 
 
-def test_a_waiting_job_goes_on_a_free_burst_node_at_once():
+def test_a_waiting_job_goes_on_a_free_burst_node_before_more_are_asked_for():
     s = snap([node("own", gpus=1, used=(0,)), burst_node("b1")], [job(1, "vision", t=995.0)],
              [running(9, "nlp", [[0]], node="own")], plan_=parse_plan(PLAN), now=1000.0)
+    _, b = both(s, BurstView(idle_since={"b1": 990.0}))
+    assert not b.starts and "it may burst after 60 s in the queue (5 s so far)" in b.waits[0].reason
+    s = replace(s, now=1056.0)
     _, b = both(s, BurstView(idle_since={"b1": 990.0}))
     (start,) = b.starts
     assert start.job_id == 1 and start.placement[0].node == "b1" and "burst nodes of type cloud" in start.reason
@@ -102,13 +105,15 @@ def test_nodes_are_asked_for_after_the_wait_and_not_while_room_is_made():
 
 
 def test_reclaim_comes_first():
-    """vision is below its guarantee and nlp borrows: the own round preempts, nothing is asked."""
+    """vision is below its guarantee and nlp borrows: the own round preempts, nothing is asked
+    and a free burst node is not taken (the room being made may be for this job)."""
     plan = parse_plan(PLAN)
-    s = snap([node("own", gpus=2, used=(0, 1))], [job(1, "vision", t=0.0)],
+    s = snap([node("own", gpus=2, used=(0, 1)), burst_node("b1")], [job(1, "vision", t=0.0)],
              [running(9, "nlp", [[0], [1]], node="own", started=0.0, min_workers=2)], plan_=plan, now=5000.0)
-    d, b = both(s)
+    d, b = both(s, BurstView(idle_since={"b1": 0.0}))
     assert d.preempts
     assert b.asks["cloud"].nodes == 0 and not b.starts
+    assert "the cluster is making room" in b.waits[0].reason
 
 
 def test_max_nodes_and_the_budget_cap_the_asks():
@@ -162,7 +167,7 @@ def test_a_job_too_large_for_a_burst_node_is_left_to_the_own_cluster():
 
 def test_an_unhealthy_burst_node_gets_nothing():
     s = snap([node("own", gpus=1, used=(0,)), replace(burst_node("b1"), healthy=False)],
-             [job(1, "vision", t=995.0)], [running(9, "nlp", [[0]], node="own")], plan_=parse_plan(PLAN), now=1000.0)
+             [job(1, "vision", t=0.0)], [running(9, "nlp", [[0]], node="own")], plan_=parse_plan(PLAN), now=1000.0)
     _, b = both(s)
     assert not b.starts
 

@@ -11,7 +11,7 @@ nodes of one type. This round runs after the own round, on what it left waiting:
   own round makes no room for anyone (no preemption or shrink this round: reclaim and
   preemption come first), whose tenant's budgets are not spent, goes on free burst nodes of
   a type it may use, or, if none is free, new nodes of the first such type below its
-  ``max_nodes`` are asked for;
+  ``max_nodes`` are asked for (jobs asked for in one round share them);
 - every type's ask is the nodes busy, idle for less than its ``idle_minutes``, and new:
   a node idle longer is left out, and the autoscaler lets it go.
 """
@@ -85,7 +85,9 @@ def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisio
         allowed = [b for b in part.plan.burst_types_for(job.tenant) if _fits(b, job)]
         if not allowed:
             continue
-        why = _over_budget(part, job, view)
+        # a budget spent, too short a wait, or room being made on the own cluster (perhaps for
+        # this very job): no burst node, free or new, this round
+        why = _over_budget(part, job, view) or _not_yet(part, job, allowed, making_room)
         if why:
             out.waits.append(Wait(job.id, _reason(waiting, job, why)))
             continue
@@ -98,11 +100,9 @@ def burst_round(part: Snapshot, own: Decisions, view: BurstView) -> BurstDecisio
                                                      f"burst; the cluster's own GPUs are taken)"))
                 break
         else:
-            why = _not_yet(part, job, allowed, making_room)
-            if not why:
-                why, chosen = _ask_more(job, allowed, up, new, view, part.now)
-                if chosen:
-                    out.wanted_by[chosen] = job.tenant
+            why, chosen = _ask_more(job, allowed, up, new, view, part.now)
+            if chosen:
+                out.wanted_by[chosen] = job.tenant
             out.waits.append(Wait(job.id, _reason(waiting, job, why)))
     for name, b in types.items():
         mine = [n for n in up if n.burst == name]
@@ -145,9 +145,9 @@ def _not_yet(part: Snapshot, job: PendingJob, allowed: list[BurstType], making_r
     waited = part.now - (job.queued_at or job.submitted_at)
     soonest = min(b.wait_minutes for b in allowed) * 60
     if soonest and waited < soonest:
-        return f"burst nodes are asked for after {soonest:g} s in the queue ({waited:.0f} s so far)"
+        return f"it may burst after {soonest:g} s in the queue ({waited:.0f} s so far)"
     if making_room:
-        return "the cluster is making room (preemption or shrinks this round), so no burst node is asked for yet"
+        return "the cluster is making room (preemption or shrinks this round), so it does not burst yet"
     return ""
 
 

@@ -27,7 +27,7 @@ class BurstType:
     memory_mb: int = 0  # per node; 0: not said
     gpu_memory_mb: int = 0  # each GPU's; 0: not said (any GPU memory request fits, as on logical slots)
     idle_minutes: float = 5.0  # an idle node is kept this long for the next job, then let go
-    wait_minutes: float = 1.0  # a job waits this long in the queue before nodes are added for it
+    wait_minutes: float = 1.0  # a job waits this long in the queue before it may burst
     start_minutes: float = 10.0  # nodes asked for that have not joined after this long are reported
 
     @property
