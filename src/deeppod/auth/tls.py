@@ -7,7 +7,6 @@ import datetime
 import ipaddress
 import logging
 import os
-import shutil
 import socket
 import ssl
 from pathlib import Path
@@ -63,7 +62,8 @@ def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, 
             .sign(key, hashes.SHA256()))
     atomic_write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                               serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    # whole or not at all: a client or job may read it while the server starts
+    atomic_write(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
     log.info("made a self-signed certificate for %s in %s", ", ".join(wanted), folder)
     return cert_path, key_path
 
@@ -91,7 +91,8 @@ def prepare(home: Path, cert: str, key: str, ca: str, hosts: list[str]) -> Serve
         return Served(cert_path, key_path, None)
     trust.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     os.chmod(trust.parent, 0o755)
-    shutil.copyfile(ca, trust)
-    os.chmod(trust, 0o644)
+    # renamed into place whole: a reader (a client, a job, a second server starting) never sees
+    # it half copied, which is what an empty trust file looks like to ssl ("no certificate found")
+    atomic_write(trust, Path(ca).read_bytes(), mode=0o644)
     return Served(cert_path, key_path, trust)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Protocol
@@ -69,11 +68,10 @@ class Bursting:
     """The controller's side of bursting: one ``round`` inside the deciding transaction, one
     ``send`` after it commits (the autoscaler is never called with a transaction open)."""
 
-    def __init__(self, autoscaler: Autoscaler | None, clock: Callable[[], float] = time.time):
+    def __init__(self, autoscaler: Autoscaler | None):
         """``autoscaler``: None where the executor has none (one machine): no node is added,
-        and burst nodes, if any, are still never the own round's."""
+        and burst nodes, if any, are still never the own round's. Times are the snapshot's."""
         self.autoscaler = autoscaler
-        self.clock = clock
         self.asks: dict[str, Ask] = {}
         self.idle_since: dict[str, float] = {}  # burst node -> since when no job runs there
         self.short_since: dict[str, float] = {}  # type -> since when fewer nodes are up than asked
@@ -114,6 +112,10 @@ class Bursting:
         self._charge(s, part, types, now)
         busy = {w.node for j in part.running for w in j.placement}
         up = [n for n in part.nodes if n.healthy]
+        known = {n.name for n in up}
+        for memo in (self.idle_since, self.accrued_at, self.last_tenant):  # nodes gone: forgotten
+            for name in [k for k in memo if k not in known]:
+                del memo[name]
         for n in up:
             if n.name in busy:
                 self.idle_since.pop(n.name, None)

@@ -61,7 +61,7 @@ class JobController:
         self.resizes = Resizes(sessions, self.launcher, fence=self.fence, clock=clock, spares=spares)
         self.hurry = self.resizes.hurry  # set when a grow's workers are ready or a trial is added: the next round now
         self.wake = threading.Event()  # set when a job is submitted in this process (server.build)
-        self.bursting = Bursting(autoscaler, clock)  # the plan's burst nodes (none without an autoscaler)
+        self.bursting = Bursting(autoscaler)  # the plan's burst nodes (none without an autoscaler)
         self.last_round_ms = 0.0
         self.rounds = 0  # rounds completed (a new leader's first one is its first decision)
 
