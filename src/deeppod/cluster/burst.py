@@ -150,8 +150,7 @@ class Bursting:
         for n in part.nodes:
             if not n.healthy or n.burst not in types:
                 continue
-            row = s.scalar(select(Node).where(Node.name == n.name))
-            since = self.accrued_at.get(n.name) or self._charged_until(s, n.name) or _ts(row.joined_at) or now
+            since = self.accrued_at.get(n.name) or self._first_seen(s, n.name) or now
             self.accrued_at[n.name] = now
             tenant = users.get(n.name) or self.last_tenant.get(n.name) or self.wanted_by.get(n.burst)
             if tenant is None or now <= since:
@@ -167,10 +166,12 @@ class Bursting:
             charge.last_at = _dt(now)
 
     @staticmethod
-    def _charged_until(s: Session, node: str) -> float | None:
-        """A node charged by an earlier server (this one restarted): from where that one stopped."""
+    def _first_seen(s: Session, node: str) -> float | None:
+        """Where a node this server has not charged yet is charged from: where an earlier
+        server stopped (this one restarted or took over), else when it joined. Asked once per
+        node: after that ``accrued_at`` says."""
         last = s.scalar(select(func.max(BurstCharge.last_at)).where(BurstCharge.node == node))
-        return _ts(last)
+        return _ts(last) or _ts(s.scalar(select(Node.joined_at).where(Node.name == node)))
 
     def send(self) -> None:
         """The asks to the autoscaler: when they changed, and every RESEND_S; and, while a type

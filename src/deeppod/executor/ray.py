@@ -237,6 +237,10 @@ class RayExecutor:
         self._up = frozenset(up)
         return out
 
+    def leave_alone(self, kept: set[str]) -> None:
+        """The burst nodes not in ``kept`` are let go: their samplers end (``let_go``)."""
+        self.let_go = frozenset(n for n in self._burst if n not in kept)
+
     def _burst_hold(self, node: str) -> dict[str, float]:
         return {self._burst[node]: BURST_HOLD} if node in self._burst else {}
 
@@ -399,7 +403,7 @@ class RayAutoscaler:
     def request(self, nodes: dict[str, int], kept: set[str]) -> None:
         from ray.autoscaler.sdk import request_resources
 
-        self.executor.let_go = frozenset(n for n in self.executor._burst if n not in kept)
+        self.executor.leave_alone(kept)
         request_resources(bundles=[{res: 1} for res, count in sorted(nodes.items()) for _ in range(count)])
 
     def notes(self) -> dict[str, str]:
