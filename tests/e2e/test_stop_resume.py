@@ -61,7 +61,7 @@ def test_a_stopped_training_job_resumes_at_the_step_it_stopped_at(fresh_server, 
     assert "DataLoader worker" not in log and "checkpoint saved" in log
     step = step_in(log, "stopping at epoch ")
     assert job["reason"] == f"stopped by admin; checkpoint saved at step {step}"
-    assert job["exit_codes"] == {"0": 75}
+    assert job["exit_codes"] == {"0": 75}, (job, log[-3000:])
 
     cli(env, "resume", str(job_id))
     wait_until(lambda: "resuming at epoch" in log_of(c, job_id), 120, what="the job to resume")

@@ -218,3 +218,35 @@ def test_points_a_control_plane_never_took_are_kept_for_the_server(tmp_path, mon
     rep.close(timeout=0.3)
     assert not (tmp_path / "elsewhere").exists()
     assert any("not kept" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stopping_process_waits_for_the_control_plane_only_within_its_grace(tmp_path, monkeypatch):
+    """A stop's SIGKILL comes at the grace's end: a control plane that takes the connection and
+    never answers must not hold the exit past it (the job would end with -9, not "resume me").
+    The points go to the checkpoint folder instead."""
+    import socket
+    import time
+
+    from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, METRICS_SPOOL
+    from deeppod.runtime import metrics, stop
+
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_GRACE, "6")
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never answers
+    held = []
+    threading.Thread(target=lambda: held.append(mute.accept()), daemon=True).start()
+    try:
+        rep = Reporter(api_url=f"http://127.0.0.1:{mute.getsockname()[1]}", token="tok", job_id=3, tb_dir=None,
+                       flush_seconds=0.05, enabled=True)
+        for step in range(5):
+            rep.report(step, loss=1.0)
+        stop.request_stop("SIGTERM")
+        began = time.monotonic()
+        rep.close()
+        took = time.monotonic() - began
+        assert took < metrics.SEND_TIMEOUT_S - 2, took  # 2 s (6 s less the margin): not EXIT_WAIT_S, nor one send's 10 s
+        lines = (tmp_path / METRICS_SPOOL).read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == list(range(5))
+    finally:
+        stop._reset_for_tests()
+        mute.close()

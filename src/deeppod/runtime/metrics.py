@@ -22,6 +22,7 @@ import urllib.error
 from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_JUDGED, METRICS_SPOOL,
                               judged_between, open_first, server_urls)
 from deeppod.job_folder import JobFolder
+from deeppod.runtime import stop
 from deeppod.runtime.context import job_context
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def histogram(values, bins: int = 30) -> dict:
 
 
 EXIT_WAIT_S = 60.0  # at exit, how long unsent points wait for the control plane to answer
+STOP_EXIT_MARGIN_S = 4.0  # on a stop's way out, the grace time kept for spooling and exiting
+SEND_TIMEOUT_S = 10.0
 
 
 def _flush_seconds() -> float:
@@ -134,11 +137,16 @@ class Reporter:
             self.dropped += len(self._pending) - self.max_buffer
             del self._pending[: len(self._pending) - self.max_buffer]
 
-    def _send(self) -> bool:
-        with self._send_lock:  # two senders would send a batch twice and drop the next one unsent
-            return self._send_batch()
+    def _send(self, timeout: float = SEND_TIMEOUT_S) -> bool:
+        # two senders would send a batch twice and drop the next one unsent
+        if not self._send_lock.acquire(timeout=timeout):
+            return False
+        try:
+            return self._send_batch(timeout)
+        finally:
+            self._send_lock.release()
 
-    def _send_batch(self) -> bool:
+    def _send_batch(self, timeout: float) -> bool:
         if not (self.api_url and self.job_id is not None):
             self._pending.clear()  # not under DeepPod: TensorBoard files only
             return True
@@ -152,7 +160,7 @@ class Reporter:
             batch.append(p)
         try:  # api_url may name several servers (a failover control plane): the first that answers
             answer = open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
-                       data=json.dumps({"points": batch}).encode(), timeout=10, cafile=os.environ.get(ENV_CA_CERT),
+                       data=json.dumps({"points": batch}).encode(), timeout=timeout, cafile=os.environ.get(ENV_CA_CERT),
                        headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
@@ -189,9 +197,9 @@ class Reporter:
         """Send everything queued so far (blocks up to ``timeout``)."""
         deadline = time.monotonic() + timeout
         self._drain()
-        while self._pending and time.monotonic() < deadline:
-            if not self._send():
-                time.sleep(0.2)
+        while self._pending and (left := deadline - time.monotonic()) > 0:
+            if not self._send(min(SEND_TIMEOUT_S, max(0.1, left))):
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         if self._tb is not None:
             self._tb.flush()
         return not self._pending
@@ -203,10 +211,13 @@ class Reporter:
         without it)."""
         if not self.enabled or self._stop.is_set():
             return
+        timeout = EXIT_WAIT_S if timeout is None else timeout
+        left = stop.grace_left()
+        if left is not None:  # a stop: the SIGKILL comes at the grace's end; what is unsent is spooled
+            timeout = min(timeout, max(0.0, left - STOP_EXIT_MARGIN_S))
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=2)
-        timeout = EXIT_WAIT_S if timeout is None else timeout
+        self._thread.join(timeout=min(2.0, timeout))
         first = min(timeout, 2.0)
         if not self.flush(first) and timeout > first:
             log.warning("the control plane does not answer: waiting up to %.0f s for it to take %d metric points "

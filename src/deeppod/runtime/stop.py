@@ -18,6 +18,7 @@ from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, EXIT_RESUME
 
 _requested = threading.Event()
 _reason: list[str] = []
+_requested_at: list[float] = []  # time.monotonic() of the first request
 _installed = False
 
 
@@ -40,6 +41,7 @@ def install() -> None:
 def request_stop(reason: str = "requested") -> None:
     if not _requested.is_set():
         _reason.append(reason)
+        _requested_at.append(time.monotonic())
     _requested.set()
 
 
@@ -94,6 +96,15 @@ def grace_seconds() -> float:
         return max(0.0, float(os.environ.get(ENV_GRACE, "30")))
     except ValueError:
         return 30.0
+
+
+def grace_left() -> float | None:
+    """Seconds left before a requested stop's SIGKILL (None: no stop was requested). What a
+    process does on its way out of a stop must fit in them, or it dies with -9 and its exit
+    no longer says "resume me"."""
+    if not _requested_at:
+        return None
+    return max(0.0, grace_seconds() - (time.monotonic() - _requested_at[0]))
 
 
 class StopGuard:
@@ -219,3 +230,4 @@ def holding_sigterm():
 def _reset_for_tests() -> None:
     _requested.clear()
     _reason.clear()
+    _requested_at.clear()
