@@ -82,3 +82,43 @@ def test_another_rank_exits_once_rank_0_has_saved(tmp_path):
     assert p.poll() is None  # ...and waits for rank 0's checkpoint, which is not there yet
     (folder / "ckpt-000000000007.pt").write_bytes(b"x")
     assert p.wait(timeout=30) == EXIT_RESUME
+
+
+STRAGGLER = textwrap.dedent("""
+    import multiprocessing, sys
+    from deeppod.runtime import stop
+
+    def loader_worker(ready, never):  # ignores SIGTERM, as DeepPod's loader workers do, and is slow to leave
+        stop.loader_worker_init()
+        ready.set()
+        never.wait()
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context("forkserver")
+        ready, never = ctx.Event(), ctx.Event()
+        worker = ctx.Process(target=loader_worker, args=(ready, never), daemon=True)
+        worker.start()
+        assert ready.wait(60)
+        print(worker.pid, flush=True)
+        stop.exit_for_resume()
+""")
+
+
+def test_a_loader_worker_left_behind_does_not_hold_the_exit_for_resume(tmp_path):
+    """multiprocessing's exit-time clean-up SIGTERMs its daemonic children and joins them: a
+    loader worker ignores SIGTERM, so one still alive would hold the exit until the grace's
+    SIGKILL (a stopped job then ends -9, not "resume me")."""
+    script = tmp_path / "straggler.py"
+    script.write_text(STRAGGLER)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == EXIT_RESUME, p.stderr
+    pid = int(p.stdout.split()[0])
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -87,7 +87,24 @@ def exit_for_resume() -> None:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - a peer may already be gone; we are exiting anyway
             pass
+    _kill_children()
     sys.exit(EXIT_RESUME)
+
+
+def _kill_children() -> None:
+    """SIGKILL what multiprocessing started (loader workers) before exiting: they ignore
+    SIGTERM (:func:`loader_worker_init`), so one that outlived the loader's own shutdown would
+    hold multiprocessing's exit-time join, and the process, until the grace's SIGKILL. The
+    supervisor kills whatever the worker leaves behind anyway."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    for child in mp.active_children():
+        try:
+            child.kill()
+            child.join(1.0)
+        except (OSError, ValueError, AssertionError):  # already gone, or not ours to join
+            pass
 
 
 def grace_seconds() -> float:
