@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from deeppod.contract import EXIT_RESUME
 
 LOOP = textwrap.dedent("""
@@ -100,18 +102,22 @@ STRAGGLER = textwrap.dedent("""
         worker.start()
         assert ready.wait(60)
         print(worker.pid, flush=True)
-        stop.exit_for_resume()
+        if sys.argv[1] == "resume":
+            stop.exit_for_resume()
+        stop.kill_daemonic_children_at_exit()  # what a stop-safe loader registers
+        sys.exit(0)
 """)
 
 
-def test_a_loader_worker_left_behind_does_not_hold_the_exit_for_resume(tmp_path):
+@pytest.mark.parametrize("how, code", [("resume", EXIT_RESUME), ("done", 0)])
+def test_a_loader_worker_left_behind_does_not_hold_the_exit(tmp_path, how, code):
     """multiprocessing's exit-time clean-up SIGTERMs its daemonic children and joins them: a
     loader worker ignores SIGTERM, so one still alive would hold the exit until the grace's
-    SIGKILL (a stopped job then ends -9, not "resume me")."""
+    SIGKILL (a stopped job then ends -9, not "resume me"), or for ever."""
     script = tmp_path / "straggler.py"
     script.write_text(STRAGGLER)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert p.returncode == EXIT_RESUME, p.stderr
+    p = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=60)
+    assert p.returncode == code, p.stderr
     pid = int(p.stdout.split()[0])
     assert not _alive(pid)
 

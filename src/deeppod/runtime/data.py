@@ -208,6 +208,9 @@ def stop_safe_loader(dataset, *, num_workers: int = 0, worker_init_fn=None, **kw
     import torch
 
     if num_workers:  # a partial of a module function: picklable under any start method
+        from deeppod.runtime.stop import kill_daemonic_children_at_exit
+
+        kill_daemonic_children_at_exit()  # torch's terminate() of a late worker is a SIGTERM they ignore
         kw["worker_init_fn"] = functools.partial(_init_stop_safe_worker, worker_init_fn)
         if kw.get("multiprocessing_context") is None:
             kw["multiprocessing_context"] = worker_context()

@@ -5,6 +5,7 @@ with :data:`EXIT_RESUME`, which tells DeepPod "preempted, resume me" rather than
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ _requested = threading.Event()
 _reason: list[str] = []
 _requested_at: list[float] = []  # time.monotonic() of the first request
 _installed = False
+_exit_hook = False
 
 
 def install() -> None:
@@ -91,20 +93,32 @@ def exit_for_resume() -> None:
     sys.exit(EXIT_RESUME)
 
 
-def _kill_children() -> None:
+def _kill_children(daemonic_only: bool = False) -> None:
     """SIGKILL what multiprocessing started (loader workers) before exiting: they ignore
     SIGTERM (:func:`loader_worker_init`), so one that outlived the loader's own shutdown would
-    hold multiprocessing's exit-time join, and the process, until the grace's SIGKILL. The
-    supervisor kills whatever the worker leaves behind anyway."""
+    hold multiprocessing's exit-time join (SIGTERM, then join), and the process, until the
+    grace's SIGKILL or for ever. The supervisor kills whatever the worker leaves behind anyway."""
     mp = sys.modules.get("multiprocessing")
     if mp is None:
         return
     for child in mp.active_children():
+        if daemonic_only and not child.daemon:
+            continue
         try:
             child.kill()
             child.join(1.0)
         except (OSError, ValueError, AssertionError):  # already gone, or not ours to join
             pass
+
+
+def kill_daemonic_children_at_exit() -> None:
+    """Once per process: at exit, SIGKILL the daemonic children multiprocessing would SIGTERM
+    and then wait for (registered after multiprocessing's own hook, so it runs first)."""
+    global _exit_hook
+    if not _exit_hook:
+        import multiprocessing.util  # noqa: F401 - its hook first, so that ours runs before it
+        atexit.register(_kill_children, daemonic_only=True)
+        _exit_hook = True
 
 
 def grace_seconds() -> float:
