@@ -99,6 +99,13 @@ def test_plan_apply_show_and_bad_plans(cli, live_server, tmp_path):
     assert "GUARANTEED" in shown and "team-x" in shown and "least attained service" in shown
     (tmp_path / "share.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 2\nsurplus: share\n")
     assert "(surplus: share)" in cli("plan", "apply", str(tmp_path / "share.yaml"), **admin).stdout
+    (tmp_path / "burst.yaml").write_text("tenants:\n  - name: team-x\nburst:\n  - {name: cloud, gpus: 1, max_nodes: 2, "
+                                         "cost_per_hour: 3, tenants: [team-x]}\n")
+    p = cli("plan", "apply", str(tmp_path / "burst.yaml"), **admin)
+    assert "warning:" in p.stdout and "bursting needs --executor ray" in p.stdout  # one machine adds no nodes
+    burst = json.loads(cli("nodes", "burst", "--json", **admin).stdout)
+    assert [(t["name"], t["nodes_up"], t["cost_per_hour"]) for t in burst["types"]] == [("cloud", 0, 3.0)]
+    assert burst["charges"] == [] and "BURST TYPE" in cli("nodes", "burst", **admin).stdout
     (tmp_path / "bad.yaml").write_text("tenants:\n  - name: team-x\n    guaranteed: 99\n")
     p = cli("plan", "apply", str(tmp_path / "bad.yaml"), check=False, **admin)
     assert p.returncode == 2 and "cluster has 4" in p.stderr

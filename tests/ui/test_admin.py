@@ -99,7 +99,10 @@ def test_an_admin_adds_a_tenant_and_a_user_whose_token_works(api):
 def test_the_plan_is_edited_as_yaml_and_bad_plans_are_refused_whole(api):
     b = Browser(api, api.admin)
     r = b.post("/admin/plan", {"plan": "tenants:\n  - name: default\n    guaranteed: 2\n"})
-    assert "plan applied" in r.text
+    assert "plan applied" in r.text and "bursting needs" not in r.text
+    r = b.post("/admin/plan", {"plan": "tenants:\n  - name: default\n    guaranteed: 2\nburst:\n  - {name: cloud, "
+                                       "gpus: 1, max_nodes: 1, cost_per_hour: 2, tenants: [default]}\n"})
+    assert "plan applied" in r.text and "bursting needs --executor ray" in r.text  # one machine adds no node
     assert api.http.get("/v1/plan", headers=api.as_(api.admin)).json()["plan"]["tenants"][0]["guaranteed"] == 2
     for bad, says in (("tenants: [", "not valid YAML"), ("- a\n- b", "write the plan as"),
                       ("tenants:\n  - name: default\n    guaranteed: -3\n", "guaranteed"),

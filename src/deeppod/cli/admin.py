@@ -92,6 +92,20 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, toke
         console.print(table)
 
 
+@nodes_app.command("burst")
+def nodes_burst(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Burst node types (nodes up, asked for, and why) and each tenant's burst cost and budget."""
+    shown = client(url, token).burst()
+    if as_json:
+        print_json(shown)
+        return
+    tables = burst_tables(shown)
+    for table in tables:
+        console.print(table)
+    if not tables:
+        console.print("the plan has no burst types, and no tenant was charged for burst nodes")
+
+
 @nodes_app.command("cordon")
 def nodes_cordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
                  url: UrlOpt = None, token: TokenOpt = None) -> None:

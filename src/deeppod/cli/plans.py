@@ -40,6 +40,8 @@ def plan_apply(path: Path, url: UrlOpt = None, token: TokenOpt = None) -> None:
     console.print(f"plan applied: {len(shown['plan']['tenants'])} top-level tenants")
     console.print(plan_table(shown["tenants"]))
     console.print(surplus_line(shown["plan"]))
+    for warning in shown.get("warnings") or ():
+        console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 @plan_app.command("show")

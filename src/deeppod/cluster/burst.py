@@ -210,13 +210,24 @@ class BurstStatus:
     budgets: list[dict]  # each plan node with a burst budget: what it spent
 
 
+NO_AUTOSCALER = "no node is added: bursting needs --executor ray and Ray's autoscaler (docs/cluster.md, 'Bursting')"
+
+
+def plan_warnings(plan: dict, bursting: Bursting) -> list[str]:
+    """What an administrator applying ``plan`` (its to_dict) should know that is not an error:
+    burst types on a server that cannot add nodes."""
+    if plan.get("burst") and bursting.autoscaler is None:
+        return [f"the plan's burst types are kept, but {NO_AUTOSCALER}"]
+    return []
+
+
 def burst_status(s: Session, principal, asks: dict[str, Ask] | None) -> BurstStatus:
     """Administrators see every tenant's charges; others their own tenant's only. ``asks``:
     the leader's last asks ({} on a standby, or before its first round); None: this server
     has no autoscaler (the local executor), so no burst node is ever added."""
     if asks is None:
         asks = {}
-        none = "no node is added: bursting needs --executor ray and Ray's autoscaler (docs/cluster.md, 'Bursting')"
+        none = NO_AUTOSCALER
     else:
         none = ""
     plan = plan_now(s)

@@ -6,6 +6,7 @@ with :data:`EXIT_RESUME`, which tells DeepPod "preempted, resume me" rather than
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import signal
 import sys
@@ -116,7 +117,7 @@ def kill_daemonic_children_at_exit() -> None:
     and then wait for (registered after multiprocessing's own hook, so it runs first)."""
     global _exit_hook
     if not _exit_hook:
-        import multiprocessing.util  # noqa: F401 - its hook first, so that ours runs before it
+        importlib.import_module("multiprocessing.util")  # its hook first, so that ours runs before it
         atexit.register(_kill_children, daemonic_only=True)
         _exit_hook = True
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from deeppod.errors import InvalidRequest
+from deeppod.scheduler.plan_fields import number
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 RESOURCE_PREFIX = "deeppod-burst-"  # a Ray node with resource deeppod-burst-NAME is a burst node of type NAME
@@ -53,14 +54,6 @@ def type_of_resources(resources: dict) -> str | None:
     return next((k[len(RESOURCE_PREFIX):] for k in resources if k.startswith(RESOURCE_PREFIX)), None)
 
 
-def _number(where: str, key: str, value, *, whole: bool = False, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
-        raise InvalidRequest(f"{where}: '{key}' must be a {'whole number' if whole else 'number'} (got {value!r})")
-    if value < 0 or (positive and value == 0):
-        raise InvalidRequest(f"{where}: '{key}' must be {'more than 0' if positive else 'at least 0'} (got {value})")
-    return int(value) if whole else float(value)
-
-
 def parse_burst(raw, tenant_names: set[str]) -> tuple[BurstType, ...]:
     """The plan's ``burst`` list. Errors say what to fix."""
     if raw is None:
@@ -96,12 +89,13 @@ def parse_burst(raw, tenant_names: set[str]) -> tuple[BurstType, ...]:
         if unknown_tenants := sorted(set(tenants) - tenant_names):
             raise InvalidRequest(f"{where}: tenants {', '.join(unknown_tenants)} are not in the plan's tenants; "
                                  "add them to 'tenants' first")
-        minutes = {k: _number(where, k, t[k]) for k in ("idle_minutes", "wait_minutes", "start_minutes") if k in t}
+        minutes = {k: number(where, k, t[k], kind=float)
+                   for k in ("idle_minutes", "wait_minutes", "start_minutes") if k in t}
         out.append(BurstType(
-            name=name, gpus=_number(where, "gpus", t["gpus"], whole=True, positive=True),
-            max_nodes=_number(where, "max_nodes", t["max_nodes"], whole=True, positive=True),
-            cost_per_hour=_number(where, "cost_per_hour", t["cost_per_hour"]), tenants=tuple(tenants),
-            cpus=_number(where, "cpus", t.get("cpus", 0)),
-            memory_mb=int(_number(where, "memory_gb", t.get("memory_gb", 0)) * 1024),
-            gpu_memory_mb=int(_number(where, "gpu_memory_gb", t.get("gpu_memory_gb", 0)) * 1024), **minutes))
+            name=name, gpus=number(where, "gpus", t["gpus"], positive=True),
+            max_nodes=number(where, "max_nodes", t["max_nodes"], positive=True),
+            cost_per_hour=number(where, "cost_per_hour", t["cost_per_hour"], kind=float), tenants=tuple(tenants),
+            cpus=number(where, "cpus", t.get("cpus", 0), kind=float),
+            memory_mb=int(number(where, "memory_gb", t.get("memory_gb", 0), kind=float) * 1024),
+            gpu_memory_mb=int(number(where, "gpu_memory_gb", t.get("gpu_memory_gb", 0), kind=float) * 1024), **minutes))
     return tuple(out)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from deeppod.errors import InvalidRequest
 from deeppod.scheduler.burst_types import BurstType, parse_burst
+from deeppod.scheduler.plan_fields import number
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
@@ -145,18 +146,6 @@ class Plan:
         return out
 
 
-def _num(where: str, key: str, value, *, allow_none: bool, kind=int):
-    if value is None:
-        if allow_none:
-            return None
-        raise InvalidRequest(f"{where}: '{key}' is required")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-        raise InvalidRequest(f"{where}: '{key}' must be a {'whole number' if kind is int else 'number'} (got {value!r})")
-    if value < 0:
-        raise InvalidRequest(f"{where}: '{key}' must not be negative (got {value})")
-    return kind(value)
-
-
 def _node(raw, path: str, seen: set[str]) -> PlanNode:
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{path}: each tenant must be a mapping with name, guaranteed, max, ... (got {raw!r})")
@@ -171,10 +160,10 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
     if name in seen:
         raise InvalidRequest(f"{where} appears twice in the plan; names must be unique")
     seen.add(name)
-    g = _num(where, "guaranteed", raw.get("guaranteed", 0), allow_none=False)
-    mx = _num(where, "max", raw.get("max"), allow_none=True)
-    lend = _num(where, "lend_limit", raw.get("lend_limit"), allow_none=True)
-    weight = _num(where, "weight", raw.get("weight", 1.0), allow_none=False, kind=float)
+    g = number(where, "guaranteed", raw.get("guaranteed", 0), allow_none=False)
+    mx = number(where, "max", raw.get("max"), allow_none=True)
+    lend = number(where, "lend_limit", raw.get("lend_limit"), allow_none=True)
+    weight = number(where, "weight", raw.get("weight", 1.0), allow_none=False, kind=float)
     if weight <= 0:
         raise InvalidRequest(f"{where}: weight must be more than 0 (got {weight})")
     if mx is not None and mx < g:
@@ -184,16 +173,16 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
     children_raw = raw.get("children") or []
     if not isinstance(children_raw, list):
         raise InvalidRequest(f"{where}: children must be a list")
-    pids = _num(where, "pids_per_worker", raw.get("pids_per_worker"), allow_none=True)
+    pids = number(where, "pids_per_worker", raw.get("pids_per_worker"), allow_none=True)
     if pids is not None and pids < MIN_PIDS:
         raise InvalidRequest(f"{where}: pids_per_worker must be at least {MIN_PIDS} (got {pids}): a worker's Python "
                              "and its threads need that many")
-    storage = _num(where, "storage_gb", raw.get("storage_gb"), allow_none=True, kind=float)
+    storage = number(where, "storage_gb", raw.get("storage_gb"), allow_none=True, kind=float)
     indexes = raw.get("package_indexes") or []
     if not isinstance(indexes, list) or not all(isinstance(u, str) and _INDEX.match(u) for u in indexes):
         raise InvalidRequest(f"{where}: package_indexes must be a list of http(s) URLs of package indexes, e.g. "
                              f"['https://pypi.example.com/simple'] (got {indexes!r})")
-    budget = _num(where, "burst_budget", raw.get("burst_budget"), allow_none=True, kind=float)
+    budget = number(where, "burst_budget", raw.get("burst_budget"), allow_none=True, kind=float)
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "

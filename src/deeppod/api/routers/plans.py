@@ -1,9 +1,10 @@
 from dataclasses import asdict
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from deeppod.api.deps import PrincipalDep, SessionDep
+from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.plans import PlanIn, PlanOut, TenantStatusOut
+from deeppod.cluster import burst
 from deeppod.plans import service
 
 router = APIRouter(prefix="/v1/plan", tags=["plan"])
@@ -22,6 +23,8 @@ def show(session: SessionDep, principal: PrincipalDep) -> PlanOut:
 
 
 @router.put("", response_model=PlanOut)
-def apply(body: PlanIn, session: SessionDep, principal: PrincipalDep) -> PlanOut:
-    service.apply_plan(session, principal, body.model_dump(exclude_none=True))
-    return _out(session, principal)
+def apply(body: PlanIn, request: Request, session: SessionDep, principal: PrincipalDep) -> PlanOut:
+    row = service.apply_plan(session, principal, body.model_dump(exclude_none=True))
+    out = _out(session, principal)
+    out.warnings = burst.plan_warnings(row.document, get_ctx(request).jobs.bursting)
+    return out

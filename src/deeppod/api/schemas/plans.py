@@ -35,3 +35,5 @@ class PlanOut(BaseModel):
     applied_at: datetime | None
     applied_by: str | None
     tenants: list[TenantStatusOut]
+    warnings: list[str] = Field(default_factory=list, description="when applied: what holds but may surprise "
+                                                                   "(burst types on a server without an autoscaler)")

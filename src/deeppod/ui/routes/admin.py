@@ -18,7 +18,7 @@ from deeppod.api.schemas.tenants import TenantCreate
 from deeppod.api.schemas.tokens import TokenCreate
 from deeppod.api.schemas.users import UserCreate
 from deeppod.auth import roles, service as auth
-from deeppod.cluster import service as cluster
+from deeppod.cluster import burst, service as cluster
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.plans import service as plans
 from deeppod.s3 import access_keys
@@ -205,14 +205,16 @@ def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep, form: f
             raise forms.FormErrors({"plan": "write the plan as 'tenants:' followed by a list of tenants"})
         body = forms.validated(PlanIn, doc, {}, {"tenants": "plan"})
         try:
-            plans.apply_plan(session, viewer.principal, body.model_dump(exclude_none=True))
+            row = plans.apply_plan(session, viewer.principal, body.model_dump(exclude_none=True))
         except DeepPodError as exc:
             raise forms.FormErrors({"plan": exc.message}, exc.status) from None
     except forms.FormErrors as exc:
         raise Rerender(_page(request, session, viewer, status=exc.status, errors=exc.errors, form=form,
                              plan_yaml=text)) from None
     session.flush()
-    return _page(request, session, viewer, message="plan applied: the scheduler uses it from its next round")
+    warnings = burst.plan_warnings(row.document, get_ctx(request).jobs.bursting)
+    return _page(request, session, viewer, message="; ".join(
+        ["plan applied: the scheduler uses it from its next round", *warnings]))
 
 
 @router.post("/cluster/nodes/{name}/health")
