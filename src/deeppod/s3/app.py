@@ -12,6 +12,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from email.utils import formatdate, parsedate_to_datetime
+from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
@@ -389,7 +390,7 @@ class S3App:
         decoder = Decoder(mode, signed, signing_key)
         digests = Digests.for_request(h, signed.payload)
         tmp = inbox.temp_file(self.ns, tenant)
-        out = await anyio.to_thread.run_sync(open, tmp, "wb")
+        out = None  # opened with the first block (a small upload: opened, written and closed in one call)
         pending: list[bytes] = []  # received, not yet hashed and written: a block's worth at most
         waiting = received = 0
         try:
@@ -406,12 +407,12 @@ class S3App:
                 if waiting >= BLOCK or not message.get("more_body"):
                     # hashed and written off the event loop (hashlib lets go of the GIL), with no
                     # copy into one buffer: the loop goes on reading this and other requests
-                    await anyio.to_thread.run_sync(_absorb, out, digests, pending)
+                    out = await anyio.to_thread.run_sync(_absorb, out, tmp, digests, pending,
+                                                         not message.get("more_body"))
                     pending, waiting = [], 0
                 if not message.get("more_body"):
                     break
             trailers = decoder.finish()
-            await anyio.to_thread.run_sync(out.close)
             if declared is not None and mode == "plain" and digests.size != int(declared):
                 raise S3Error("IncompleteBody", "you did not provide the number of bytes specified by the "
                               "Content-Length HTTP header")
@@ -422,11 +423,13 @@ class S3App:
                            **trailers})
             return tmp, digests
         except _Gone:
-            out.close()
+            if out is not None:
+                out.close()
             tmp.unlink(missing_ok=True)
             return None, None
         except BaseException:
-            out.close()
+            if out is not None:
+                out.close()
             tmp.unlink(missing_ok=True)
             raise
 
@@ -495,11 +498,21 @@ class S3App:
         threading.Thread(target=run, name=f"s3-commit-{name}", daemon=True).start()
 
 
-def _absorb(out, digests: Digests, pieces: list[bytes]) -> None:
-    """Pieces of an upload's body: into its digests and its file, in order."""
-    for piece in pieces:
-        digests.update(piece)
-    out.writelines(pieces)
+def _absorb(out, tmp: Path, digests: Digests, pieces: list[bytes], last: bool):
+    """Pieces of an upload's body: into its digests and its file (``tmp``, opened with the
+    first pieces), in order; the file closed after the ``last``. Returns the file."""
+    if out is None:
+        out = open(tmp, "wb")
+    try:
+        for piece in pieces:
+            digests.update(piece)
+        out.writelines(pieces)
+    except BaseException:
+        out.close()  # the caller's unlink follows
+        raise
+    if last:
+        out.close()
+    return out
 
 
 async def _stream(send, f, block: bytes, length: int) -> None:
