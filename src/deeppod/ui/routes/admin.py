@@ -48,7 +48,7 @@ def _values(session, viewer: Viewer) -> dict:
 
 def _page(request, session, viewer, status: int = 200, **extra) -> Response:
     values = {**_values(session, viewer), "errors": {}, "form": {}, "secret": None, "message": None, "s3": None,
-              **extra}
+              "warnings": (), **extra}
     return page(request, "admin.html", status=status, **values)
 
 
@@ -212,9 +212,8 @@ def apply_plan(request: Request, session: SessionDep, viewer: ViewerDep, form: f
         raise Rerender(_page(request, session, viewer, status=exc.status, errors=exc.errors, form=form,
                              plan_yaml=text)) from None
     session.flush()
-    warnings = burst.plan_warnings(row.document, get_ctx(request).jobs.bursting)
-    return _page(request, session, viewer, message="; ".join(
-        ["plan applied: the scheduler uses it from its next round", *warnings]))
+    return _page(request, session, viewer, message="plan applied: the scheduler uses it from its next round",
+                 warnings=burst.plan_warnings(row.document, get_ctx(request).jobs.bursting))
 
 
 @router.post("/cluster/nodes/{name}/health")
