@@ -18,6 +18,8 @@ from tests.helpers import LiveServer
 # the fixtures they use or the folder they live in, so a new one cannot forget the mark.
 SLOW_FIXTURES = {"live_server", "fresh_server", "cli"}
 SLOW_PATHS = ("tests/e2e/", "tests/executor/test_local.py", "tests/executor/test_sandbox.py", "tests/cli/test_cli.py")
+# not 'slow' (no server), but seconds to a minute a file: training processes, a browser sweep
+LONG_PATHS = ("tests/runtime/", "tests/test_markers.py", "tests/ui/test_no_5xx.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,6 +28,19 @@ def pytest_collection_modifyitems(config, items):
         where = str(item.path).removeprefix(root).lstrip("/")
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or where.startswith(SLOW_PATHS):
             item.add_marker(pytest.mark.slow)
+    # Long files first: xdist (scripts/test: --dist loadfile --no-loadscope-reorder) hands files
+    # out in this order as workers free up, so a run ends on short unit-test files, not with one
+    # worker on a long end-to-end file while the other waits (its own order puts the files with
+    # the fewest tests, often the longest, last). A stable sort: a file's tests stay together
+    # and in order.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def weight(item) -> int:
+        if item.path in slow_files:
+            return 0
+        return 1 if str(item.path).removeprefix(root).lstrip("/").startswith(LONG_PATHS) else 2
+
+    items.sort(key=weight)
 
 
 PG_ADMIN_URL = os.environ.get("DEEPPOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
