@@ -286,7 +286,8 @@ class S3App:
 
     # -- objects -------------------------------------------------------------------------------
     async def _get(self, send, req, q, tenant, bucket, key, rid):
-        whole = req.method == "GET" and "range" not in req.headers and "partNumber" not in q
+        h = req.headers  # a conditional GET may well be answered 304: its body is read only if sent
+        whole = req.method == "GET" and "range" not in h and "partNumber" not in q and not (h.keys() & _CONDITIONS)
         e, meta, opened = await anyio.to_thread.run_sync(self._object, tenant, bucket, key, BLOCK * 4 if whole else 0)
         try:
             await self._answer_get(send, req, q, key, e, meta, opened, rid)
@@ -537,6 +538,9 @@ def _open_at(e: Entry, start: int, first: int):
     except BaseException:
         f.close()
         raise
+
+
+_CONDITIONS = frozenset({"if-match", "if-none-match", "if-modified-since", "if-unmodified-since"})
 
 
 class _Gone(Exception):
