@@ -445,8 +445,7 @@ class S3App:
         if src_bucket not in BUCKETS or not src_key:
             raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
         tenant = who.principal.tenant_id
-        e = await anyio.to_thread.run_sync(self._find, tenant, src_bucket, src_key)
-        await anyio.to_thread.run_sync(self._fill_etags, [e])
+        e, src_meta, _ = await anyio.to_thread.run_sync(self._object, tenant, src_bucket, src_key)
         _check_copy_source(h, f'"{self._etag_of(e)}"', datetime.fromtimestamp(int(e.mtime), timezone.utc))
         first, last = (0, e.size - 1) if "x-amz-copy-source-range" not in h or part is None else \
             _range(h["x-amz-copy-source-range"], e.size, strict=True)
@@ -454,8 +453,7 @@ class S3App:
         if part is None and src_bucket == "inbox" and src_key == key and not replace:
             raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy an object to "
                           "itself without changing the object's metadata: add x-amz-metadata-directive: REPLACE")
-        meta = metadata.from_request(h) if replace else \
-            {k: v for k, v in (metadata.read(e.path) if src_bucket == "inbox" else {}).items() if k != metadata.PARTS}
+        meta = metadata.from_request(h) if replace else {k: v for k, v in src_meta.items() if k != metadata.PARTS}
         if metadata.CHECKSUMS in meta:  # the copy is one part: a composite (parts') checksum says nothing of it
             meta[metadata.CHECKSUMS] = {k: v for k, v in meta[metadata.CHECKSUMS].items()
                                         if k != "x-amz-checksum-type" and "-" not in v}
