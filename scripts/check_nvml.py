@@ -6,14 +6,16 @@ What the scheduler is told (cluster.gpus.NvmlProbe: each GPU's UUID, model and m
 links between GPUs that scheduler/topology.py places by) and what the monitor reads
 (cluster.readings.NvmlSampler: utilization, memory in use) are compared with what
 ``nvidia-smi`` prints for the same GPUs, while a matrix product keeps GPU 0 busy. The link
-matrix is printed beside ``nvidia-smi topo -m``'s (one GPU has none to compare). Exits 1 on
-a difference, naming it.
+matrix, each GPU's PCI address and the cores near it (executor/affinity.py: what a worker is
+pinned to) are compared with ``nvidia-smi topo -m``'s matrix, "CPU Affinity" column and PCI
+bus IDs (one GPU has no links, but its address and cores). Exits 1 on a difference, naming it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -39,6 +41,56 @@ def smi_gpus() -> list[dict]:
     return out
 
 
+def topo_m(text: str) -> tuple[list[list[str]], list[str]]:
+    """``nvidia-smi topo -m``'s GPU rows: the link cells between GPUs ("X", "NV4", "PIX"...)
+    and each GPU's "CPU Affinity" cell ("0-15", or "" where it prints none)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # its header is underlined
+    lines = text.splitlines()
+    head = next((line.split("\t") for line in lines if "CPU Affinity" in line), None)
+    if head is None:
+        raise ValueError("nvidia-smi topo -m printed no header with 'CPU Affinity'")
+    head = [h.strip() for h in head]
+    gpus = [h for h in head if re.fullmatch(r"GPU\d+", h)]
+    cpu_col = head.index("CPU Affinity")
+    links, cpus = [], []
+    for line in lines:
+        cells = line.split("\t")
+        if cells[0].strip() not in gpus:
+            continue
+        # a row's cells line up with the header's, whose first cell is the empty corner
+        links.append([cells[head.index(g)].strip() for g in gpus])
+        cpus.append(cells[cpu_col].strip() if cpu_col < len(cells) else "")
+    return links, cpus
+
+
+def _pci(address: str) -> tuple[int, str]:
+    """A PCI address whatever its domain's width: NVML writes 00000000:0b:00.0, the kernel 0000:0b:00.0."""
+    domain, _, rest = address.lower().partition(":")
+    return int(domain or "0", 16), rest
+
+
+def compare_topology(smi_text: str, links: list[list[int]], addresses: list[str], buses: list[str],
+                     near: list[set[int] | None]) -> list[str]:
+    """What differs between DeepPod's view of the node (NVML's link levels, the PCI addresses
+    affinity.py maps indices to, the cores near each GPU) and ``nvidia-smi topo -m``'s."""
+    from deeppod.executor.affinity import parse_list
+    from deeppod.scheduler.topology import Topology
+
+    problems: list[str] = []
+    cells, cpus = topo_m(smi_text)
+    theirs = Topology.parse(cells).links if cells else ()
+    if [list(r) for r in theirs] != [list(r) for r in links]:
+        problems.append(f"links: NVML says {links}, nvidia-smi topo -m says {[list(r) for r in theirs]}")
+    if [_pci(a) for a in addresses] != [_pci(b) for b in buses]:
+        problems.append(f"PCI addresses in index order: /proc/driver/nvidia/gpus gives {addresses}, NVML {buses}")
+    for i, (mine, smis) in enumerate(zip(near, cpus)):
+        if smis not in ("", "N/A") and mine is not None and mine != parse_list(smis):
+            problems.append(f"GPU {i} cores: local_cpulist {sorted(mine)}, nvidia-smi topo -m {smis}")
+        if mine is None:
+            problems.append(f"GPU {i}: no local_cpulist for its PCI address")
+    return problems
+
+
 def busy(started: threading.Event, stop: threading.Event) -> None:
     import torch
 
@@ -57,7 +109,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     from deeppod.cluster.gpus import NvmlProbe
-    from deeppod.cluster.nvml import Nvml
+    from deeppod.cluster.nvml import Nvml, _bus
+    from deeppod.executor import affinity
     from deeppod.cluster.readings import NvmlSampler
 
     problems: list[str] = []
@@ -74,8 +127,21 @@ def main() -> int:
                 problems.append(f"GPU {g.index} {what}: probe {mine!r}, nvidia-smi {smis!r}")
     with Nvml() as nvml:
         links = nvml.links()
+        buses = [_bus(nvml.get(i, nvml.nv.nvmlDeviceGetPciInfo, default=None)) for i in range(len(nvml.handles))]
     print("links (scheduler/topology.py levels):", links)
-    print(smi("topo", "-m"))
+    smi_topo = smi("topo", "-m")
+    print(smi_topo)
+    root = affinity.ROOT
+    addresses = affinity.gpu_addresses(root)
+    near = []
+    for a_ in addresses:
+        try:
+            near.append(affinity.parse_list((root / affinity.PCI / a_ / "local_cpulist").read_text()))
+        except OSError:
+            near.append(None)
+    print("PCI addresses (affinity.py):", addresses, "NVML:", buses)
+    print("cores near each GPU (local_cpulist):", [affinity.format_list(c) if c else c for c in near])
+    problems += compare_topology(smi_topo, links, addresses, buses, near)
     started, stop = threading.Event(), threading.Event()
     worker = threading.Thread(target=busy, args=(started, stop), daemon=True)
     worker.start()

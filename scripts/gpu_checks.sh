@@ -6,7 +6,9 @@
 #      H100 80GB's memory (benchmarks/largest_model.py);
 #   3. the built-in trainer sharded on the GPU with offload and activation checkpointing,
 #      one worker, then resumed from its sharded checkpoint;
-#   4. memory and throughput per strategy at one worker (benchmarks/large_model.py).
+#   4. memory and throughput per strategy at one worker (benchmarks/large_model.py);
+#   5. per-GPU training and inference rates of the seeds' sizing models (ResNet-50 and -152,
+#      224 px, AMP and channels_last), measured as `deeppod size --measure` measures them.
 # Needs only PyTorch, torchvision, Pillow and nvidia-ml-py beside this checkout.
 #     OUT=/tmp/out bash scripts/gpu_checks.sh
 # SECTIONS="1 3" runs only those; LARGEST_ARGS adds arguments to section 2's benchmark.
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
-SECTIONS=${SECTIONS:-1 2 3 4}
+SECTIONS=${SECTIONS:-1 2 3 4 5}
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 nvidia-smi -L; $PY -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 free -g | head -2
@@ -67,5 +69,24 @@ if on 4; then
     echo "== 4. strategies at one worker"
     timeout "${STRATEGIES_S:-90}" $PY benchmarks/large_model.py --workers 1 --width 4096 --layers 8 --seq 2048 \
         --batch 1 --steps 3 --rounds 1 --out "$OUT/large_model.json" 2>&1 | tee "$OUT/large_model.txt"
+fi
+if on 5; then
+    echo "== 5. per-GPU rates for sizing"
+    timeout "${RATES_S:-240}" $PY - "$OUT/rates.json" <<'PYTHON' 2>&1 | tee "$OUT/rates.txt"
+import json
+import sys
+
+from deeppod.bench.train import run_workers, summarize
+
+out = []
+for model in ("resnet50", "resnet152"):
+    for forward_only in (False, True):
+        args = ["--model", model, "--batch-size", "256", "--image-size", "224", "--steps", "30"]
+        r = summarize(run_workers(1, args + (["--forward-only"] if forward_only else [])))
+        row = {"model": model, "inference" if forward_only else "training": r["images_per_second_total"]}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+open(sys.argv[1], "w").write(json.dumps(out, indent=1))
+PYTHON
 fi
 echo "== done"
