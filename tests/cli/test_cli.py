@@ -312,6 +312,12 @@ def test_size_says_what_a_workload_needs_and_why(cli):
             "--users", "10", "--runs-per-user-day", "0.5", "--wait-minutes", "60", "--json")
     r = json.loads(p.stdout)
     assert r["gpus"] == r["training_gpus"] >= 3 and r["cpus_per_gpu"] == 6 and len(r["why"]) >= 4
+    p = cli("size", "--images", "1281167", "--epochs", "90", "--hours", "24", "--images-per-gpu", "2900",
+            "--users", "10", "--runs-per-user-day", "0.5", "--wait-minutes", "60")
+    table = p.stdout.split("simulated waits for GPUs, by the cluster's size:\n")[1].split("why:")[0].splitlines()
+    assert table[0].split() == ["GPUS", "P95", "WAIT", "(MIN)", "MEAN", "WAIT", "(MIN)"]
+    chosen = [row.split()[0] for row in table[1:] if row.rstrip().endswith("<- chosen")]
+    assert chosen == [str(r["training_gpus"])] and len(table) - 1 == len(r["waits"])
     p = cli("size", "--images", "100", "--epochs", "1", "--hours", "1", "--images-per-gpu", "100",
             "--inference-rps", "5", check=False)
     assert p.returncode == 2 and "--rps-per-gpu" in p.stderr

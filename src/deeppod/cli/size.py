@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from deeppod.cli.common import JsonOpt
-from deeppod.cli.output import console, print_json
+from deeppod.cli.output import console, print_json, rows_table
 from deeppod.errors import InvalidRequest
 
 app = typer.Typer()
@@ -65,8 +65,11 @@ def size(
                   f"of {gpus_per_node}\nCPU cores per GPU: {r.cpus_per_gpu}\nstorage: {r.read_gb_s:g} GB/s read, "
                   f"{r.capacity_tb:g} TB\na run: {r.job_gpus} GPU(s), {r.run_hours:g} h", soft_wrap=True)
     if r.waits:
-        console.print("simulated waits: " + ", ".join(f"{w['gpus']} GPUs: p95 {w['p95_wait_min']:g} min, mean "
-                                                      f"{w['mean_wait_min']:g} min" for w in r.waits), soft_wrap=True)
+        console.print("simulated waits for GPUs, by the cluster's size:")
+        console.print(rows_table([{"gpus": w["gpus"], "p95 wait (min)": f"{w['p95_wait_min']:g}",
+                                   "mean wait (min)": f"{w['mean_wait_min']:g}",
+                                   "": "<- chosen" if w["gpus"] == r.training_gpus else ""} for w in r.waits],
+                                 ["gpus", "p95 wait (min)", "mean wait (min)", ""]))
     console.print("why:\n" + "\n".join(f"- {line}" for line in r.why), soft_wrap=True)
 
 
