@@ -22,7 +22,7 @@ trial at or above the target. The whole search's time and the best accuracy of a
 ran all its epochs are printed too (same final accuracy is part of the aim).
 
     python benchmarks/tune.py [--task digits gratings] [--trials 20] [--parallel 2] [--seeds 1 2 3]
-        [--systems optuna,deeppod,deeppod-reuse] [--ray-python /path/to/python-with-ray-tune]
+        [--systems optuna,deeppod,deeppod-reuse] [--pruner asha] [--ray-python /path/to/python-with-ray-tune]
 
 Each seed is a round: every system runs it once, one after another, so a busy moment costs
 them all; the ratio to Optuna is printed per round with its median and worst round (a claim
@@ -114,7 +114,7 @@ def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: st
 
 
 def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str, data: str,
-                reuse: bool = False) -> None:
+                reuse: bool = False, pruner: str = "asha") -> None:
     from deeppod import Client
 
     import tune_task
@@ -127,7 +127,7 @@ def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: s
     c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, "--data", data,
                          *flags],
                         space=space, metric="val_acc", mode="max", trials=trials, parallel=parallel,
-                        sampler="tpe", pruner="asha", seed=seed, workdir=str(HERE), reuse=reuse)
+                        sampler="tpe", pruner=pruner, seed=seed, workdir=str(HERE), reuse=reuse)
     while (e := c.experiment(name))["state"] in ("running", "stopping"):
         time.sleep(0.5)
     if e["state"] != "completed":
@@ -162,7 +162,8 @@ def measure(system: str, task: str, seed: int, args, root: Path, server) -> dict
                        stdout=subprocess.DEVNULL, stderr=open(root / f"ray-{task}-{seed}.err", "w"),
                        env={**os.environ, "HOME": str(root / "ray-home")})
     else:
-        run_deeppod(server, task, args.trials, args.parallel, seed, log, data, reuse=system == "deeppod-reuse")
+        run_deeppod(server, task, args.trials, args.parallel, seed, log, data, reuse=system == "deeppod-reuse",
+                    pruner=args.pruner)
     r = summarize(log, began, time.time(), args.target or TARGETS[task], tune_task.EPOCHS)
     print(f"  {task} seed {seed} {system}: {json.dumps(r)}", flush=True)
     if args.keep:
@@ -188,6 +189,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--pruner", default="asha", choices=["asha", "hyperband", "median", "none"],
+                    help="DeepPod's pruner (Ray Tune's side is ASHA whatever this says)")
     ap.add_argument("--target", type=float, help="validation accuracy to reach (default: per task)")
     ap.add_argument("--ray-python", help="a Python with ray[tune], torch, scikit-learn and optuna")
     ap.add_argument("--systems", default="optuna,deeppod,deeppod-reuse",
@@ -221,7 +224,8 @@ def main() -> None:
                         results[task][s].append(measure(s, task, seed, args, root, server))
         finally:
             server.stop()
-    print(f"\n{args.trials} trials, {args.parallel} at a time (optuna: one at a time), TPE seeds {args.seeds}")
+    print(f"\n{args.trials} trials, {args.parallel} at a time (optuna: one at a time), TPE seeds {args.seeds}, "
+          f"DeepPod's pruner {args.pruner}")
     print("| task (target) | system | time to target | whole search | best acc, full trials | epochs run |")
     print("| --- | --- | --- | --- | --- | --- |")
     for task, rs in results.items():
