@@ -33,7 +33,9 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
     # still starting on a loaded machine, and its process left after 10 s with every report
     # unsent ("succeeded but never reported score"), so the pruner had three finished trials of
     # the four it waits for until too late. A process now waits up to a minute at exit for the
-    # control plane (runtime/metrics.EXIT_WAIT_S).
+    # control plane (runtime/metrics.EXIT_WAIT_S). Once more (2026-11-28): a trial launched just
+    # before the kill ran with a token that was to be committed with its launch, so every report
+    # got a 401; the token is now committed before the launch (jobs/controller.start).
     assert exp["state"] == "running" and len(exp["trial_table"]) == 1  # the first trial is submitted at once
     wait_until(lambda: len(c.experiment("xsearch")["trial_table"]) >= 4, 60, what="four trials")
     server.kill9()

@@ -101,6 +101,35 @@ def test_launch_failure_marks_failed_and_frees_resources(sessions, world, rec, t
         assert s.scalars(select(Job).where(Job.state == "running")).all() == []
 
 
+class Killed(BaseException):
+    """The server killed (-9) right after its executor started a job: nothing after it commits."""
+
+
+def test_a_job_started_just_before_its_server_died_keeps_a_token_the_restarted_server_knows(
+        sessions, world, rec, tmp_path):
+    launch = rec.executor.launch
+
+    def launch_then_die(spec):
+        launch(spec)  # the job's processes run on, with the token in their environment
+        raise Killed
+
+    rec.executor.launch = launch_then_die
+    jid = submit(sessions, world.alice, tmp_path)
+    with pytest.raises(Killed):
+        rec.tick()
+    token = rec.executor.launched[jid].workers[0].env["DEEPPOD_TOKEN"]
+    assert job(sessions, jid).handle is None  # the launch's own transaction never committed
+    with sessions() as s:
+        assert auth.authenticate(s, token).user == "alice"  # its metrics are let in (not a 401)
+    restarted = JobController(sessions, rec.executor, jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                              server_env={"PATH": "/usr/bin"})
+    rec.executor.finish(jid, {0: 0})
+    restarted.tick()  # it finds the job by its folder and records its end
+    assert job(sessions, jid).state == "succeeded"
+    with sessions() as s, pytest.raises(Unauthenticated):
+        auth.authenticate(s, token)  # revoked when the job ended
+
+
 def _stop_with_checkpoint(sessions, world, rec, tmp_path, write):
     """Run a job, stop it gracefully, let ``write(folder)`` act as the job on the way out."""
     jid = submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1)

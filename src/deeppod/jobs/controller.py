@@ -225,6 +225,12 @@ class JobController:
                 finish(s, s.get(Job, start.job_id), JobState.FAILED, f"could not stage its datasets: {exc}")
             log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
             return
+        # The job's token is committed before its workers start: a server killed between the
+        # launch and the commit below finds the job by its folder at its restart (poll), and the
+        # job's calls (its metrics) must still be let in (they were refused with a 401).
+        with self.sessions.begin() as s:
+            self.fence(s)
+            token = self.launcher.token(s, s.get(Job, start.job_id))
         with self.sessions.begin() as s:
             self.fence(s)
             job = s.get(Job, start.job_id)
@@ -232,7 +238,7 @@ class JobController:
             alloc.staged = staged  # joiners of an in-place grow get it too
             alloc.save(job)
             try:
-                spec = self.launcher.launch_spec(s, job, alloc.workers, staged)
+                spec = self.launcher.launch_spec(s, job, alloc.workers, staged, token)
                 job.handle = self.executor.launch(spec)
             except NotLeader:  # nothing started; the job's row is rolled back with the transaction
                 raise

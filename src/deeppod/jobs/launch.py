@@ -165,7 +165,8 @@ class Launcher:
         return specs
 
     def launch_spec(self, s: Session, job: Job, placed: list[WorkerPlacement],
-                    staged: dict[str, str]) -> LaunchSpec:
+                    staged: dict[str, str], token: str | None = None) -> LaunchSpec:
+        """What the executor starts: ``token`` is the job's (issued here when None)."""
         folder = self.folder(job.id)
         if job.network != "host" and len({w.node for w in placed}) > 1:
             raise ExecutorError(f"--network {job.network} gives a job a network of its own on one node, and its "
@@ -173,7 +174,7 @@ class Launcher:
                                 "workers, or with --network host")
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         folder.reset_world()
-        workers = self.workers(job, placed, placed, staged=staged, token=self.token(s, job),
+        workers = self.workers(job, placed, placed, staged=staged, token=token or self.token(s, job),
                                meet=self.rendezvous(s, job, placed[0].node), generation=0)
         sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
