@@ -160,6 +160,8 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
     log = (job_dir / "logs" / "rank-0.log").read_text()
     if how != "restart" and "resized in place" not in log:
         raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
+    if how != "restart":  # a lone worker gives its step up for the new world (Resizer.interruptible)
+        phases["gave_up"] = float("the step under way was given up" in log)
     return took, paused, phases
 
 
@@ -239,8 +241,10 @@ def main() -> None:
                 (entry["model"], entry["from"], entry["to"], "in-place")]
         entry["phases"] = {k: sorted(r["phases"][k] for r in runs)[len(runs) // 2] for k in PHASES}
         total = entry["in_place_s"] or 1e-9
+        gave_up = sum(r["phases"].get("gave_up", 0) for r in runs)
         print(f"  {entry['model']} {entry['from']} -> {entry['to']} ({total:.2f} s): " + ", ".join(
-            f"{k} {v:.2f} s ({100 * v / total:.0f}%)" for k, v in entry["phases"].items()))
+            f"{k} {v:.2f} s ({100 * v / total:.0f}%)" for k, v in entry["phases"].items())
+            + f"; the old step given up in {gave_up:.0f} of {len(runs)}")
     print(meter.line())
     out = ROOT / "benchmarks" / "results" / "resize.json"
     out.write_text(json.dumps({"device": device, "machine": machine(), "other_cores": round(meter.cores(), 2),

@@ -38,10 +38,16 @@ keeps its position, so every sample of the epoch is still seen once. Rank 0 then
 If the new group cannot be formed (a worker died during the switch), :meth:`check` answers
 "stop": rank 0 still holds the model and saves it, and the job restarts from that
 checkpoint at the new size, as before.
+
+A job of one worker need not finish the step under way: within :meth:`interruptible` its
+model's layers and its parameters' gradients look for a new world as the step runs and give
+the step up (:class:`StepAbandoned`); the loop drops it and calls :meth:`check`. Workers of
+a larger job finish their step: a peer may be in the step's all-reduce already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -61,6 +67,22 @@ log = logging.getLogger(__name__)
 
 RESIZE, RESIZED, STOP = "resize", "resized", "stop"
 SHM = "/dev/shm"  # the job's own in its sandbox, shared by its workers on this host
+POLL_S = 0.02  # how often a lone worker's step looks for a new world (a stat of the world file)
+
+
+def _blocks(model, want: int = 8) -> list:
+    """The model's modules at the shallowest depth that has ``want`` of them (or its leaves)."""
+    level = [model]
+    while len(level) < want:
+        deeper = [c for m in level for c in (list(m.children()) or [m])]
+        if len(deeper) == len(level):
+            break
+        level = deeper
+    return level
+
+
+class StepAbandoned(Exception):
+    """A lone worker gave up the step under way for a new world (:meth:`Resizer.interruptible`)."""
 
 
 def read_world(path: str | os.PathLike | None) -> dict | None:
@@ -105,6 +127,8 @@ class Resizer:
         self._ack: dict | None = None  # written after the first step at a new size
         self.last_switch_seconds: float | None = None
         self.resizes = 0
+        self._hooked = self._armed = False
+        self._next_poll = 0.0
         if os.environ.get(ENV_JOINING) == "1":
             self._join()
         if self.ctx.rank == 0 and self.ctx.checkpoint_dir:
@@ -156,6 +180,61 @@ class Resizer:
             self._agreed = seen
             return RESIZE
         return None
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """Around a step's forward and backward pass: a job of one worker gives the step up as
+        soon as a new world is there (the model's layers and its parameters' gradients look,
+        a stat every 20 ms) by raising :class:`StepAbandoned`. The caller drops the step (no
+        update; the sampler not advanced, so its samples are dealt again at the new size) and
+        calls :meth:`check`, which answers "resize". Only alone, and not in the first step at
+        a size (it is acknowledged first): a worker of several may be waited for in a
+        collective, so it switches at the step's end. Batch norm's running statistics keep
+        what the given-up forward pass added (one more batch in their average)."""
+        if self.model is None or not self.world_file or self.ctx.world_size != 1:
+            yield
+            return
+        self._hook()
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+
+    def _hook(self) -> None:
+        """A look before each of about 8 blocks of the model in the forward pass, and as each
+        block's first gradient comes in the backward pass: a step is given up within about an
+        eighth of it, for a dozen Python calls a step (not hundreds: one per layer and
+        parameter, each taking the GIL in a GPU's backward thread)."""
+        if self._hooked:
+            return
+        self._hooked = True
+        from deeppod.runtime.sharding import is_sharded
+
+        if is_sharded(self.model):  # a sharded job changes size through its checkpoint, not in place
+            return
+        for block in _blocks(self.model):
+            block.register_forward_pre_hook(self._on_forward)
+            first = next((p for p in block.parameters() if p.requires_grad), None)
+            if first is not None:
+                first.register_hook(self._on_grad)
+
+    def _on_forward(self, module, args) -> None:
+        self._poll()
+
+    def _on_grad(self, grad) -> None:
+        self._poll()
+
+    def _poll(self) -> None:
+        if not self._armed or self._ack is not None:
+            return
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + POLL_S
+        if self.ctx.world_size == 1 and self._look() > self.generation:
+            self._armed = False  # once: the rest of the pass runs no more checks
+            raise StepAbandoned(f"world generation {self._seen} is there")
 
     def resize(self) -> str:
         """Switch to the agreed world: "resized" (re-wrap the model, rebuild the loader) or

@@ -364,6 +364,7 @@ class Run:
         self.loss_fn = torch.nn.CrossEntropyLoss()
         # a joiner receives rank 0's state here
         self.resizer = runtime.Resizer(self.model, self.opt, self.sampler, self.shared, ctx=ctx)
+        self.gave_up = False  # the last step was given up for a new world (a lone worker: Resizer.interruptible)
         if joining:
             self.step, self.epoch, self.base_world = (self.shared["step"], self.shared["epoch"],
                                                       self.shared["base_world"])
@@ -447,7 +448,12 @@ class Run:
         self.began, self.seen, k = time.perf_counter(), 0, 0
         with self.ddp.join() if isinstance(self.ddp, DDP) else contextlib.nullcontext():
             for x, y in self._loader(order):
-                self._step(x, y)
+                if not self._step(x, y):  # given up for a new world: its samples are dealt again there
+                    event = self.resizer.check()
+                    if event is None:  # it saw the world the step was given up for
+                        raise RuntimeError("a step was given up for a new world that check() does not see")
+                    self.gave_up = True
+                    return event
                 if record is not None:
                     record.write(f"{self.epoch} {self.step} "
                                  f"{' '.join(map(str, order[k * self.batch:(k + 1) * self.batch]))}\n")
@@ -487,10 +493,12 @@ class Run:
             self.sampler.advance(self.batch)
             self.step += 1
 
-    def _step(self, x, y) -> None:
+    def _step(self, x, y) -> bool:
+        """One step; False where a lone worker gave it up for a new world (nothing updated)."""
         import torch
 
         from deeppod import runtime
+        from deeppod.runtime.resize import StepAbandoned
 
         args, ctx, opt, sampler = self.args, self.ctx, self.opt, self.sampler
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
@@ -499,11 +507,16 @@ class Run:
         if self.channels_last:
             x = x.to(memory_format=torch.channels_last)
         self._set_lr()
-        with torch.autocast(ctx.device.type, enabled=self.amp):
-            out = self.ddp(x)
-            self.loss = self.loss_fn(out, y)
-        opt.zero_grad(set_to_none=True)
-        self.scaler.scale(self.loss).backward()
+        try:
+            with self.resizer.interruptible():
+                with torch.autocast(ctx.device.type, enabled=self.amp):
+                    out = self.ddp(x)
+                    self.loss = self.loss_fn(out, y)
+                opt.zero_grad(set_to_none=True)
+                self.scaler.scale(self.loss).backward()
+        except StepAbandoned:
+            opt.zero_grad(set_to_none=True)
+            return False
         if args.step_delay:  # tests: a slow step (its forward and backward)
             time.sleep(args.step_delay)
         with self.guard:  # the step's update: a stop's save waits for it, or comes before it
@@ -518,6 +531,7 @@ class Run:
                        images_per_second=self.seen * ctx.world_size / max(1e-9, time.perf_counter() - self.began))
         if self.activations is not None and self.step % args.histograms_every == 0:
             runtime.report_histograms(self.step, {**runtime.model_histograms(self.model), **self.activations.tensors()})
+        return True
 
     def on_resize(self) -> bool:
         """Every worker left the epoch's join together, with the old group still up: switch to
@@ -533,7 +547,9 @@ class Run:
         if self.ctx.is_chief:
             print(f"resized in place to {self.ctx.world_size} workers in {self.resizer.last_switch_seconds:.2f} s: "
                   f"per-worker batch {self.batch}, lr {self.lr:g}, "
-                  f"{self.sampler.position}/{self.sampler.n} samples in", flush=True)
+                  f"{self.sampler.position}/{self.sampler.n} samples in"
+                  + ("; the step under way was given up for it" if self.gave_up else ""), flush=True)
+        self.gave_up = False
         return True
 
     def on_stop(self, stopping: bool) -> None:

@@ -1,0 +1,127 @@
+"""A lone worker gives up the step under way when a new world comes (Resizer.interruptible):
+in its forward pass or its backward pass, at the next block, with nothing updated; never a
+worker of several, outside a step, or the first step at a new size."""
+
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from deeppod.contract import ENV_WORLD_FILE
+from deeppod.runtime.context import JobContext
+from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, StepAbandoned, _blocks
+
+ran = {"forward": 0, "backward": 0}
+when: dict = {}  # {"forward" or "backward": block index}: the block whose pass writes the new world
+
+
+def write_world() -> None:
+    path = os.environ[ENV_WORLD_FILE]
+    with open(path + ".tmp", "w") as f:
+        json.dump({"generation": 1, "world_size": 2, "master_addr": "127.0.0.1", "master_port": 1,
+                   "decided_at": time.time()}, f)
+    os.replace(path + ".tmp", path)
+
+
+class Backward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, index):
+        ctx.index = index
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ran["backward"] += 1
+        if when.get("backward") == ctx.index:
+            write_world()
+        time.sleep(2 * POLL_S)  # a block's work: the next look is due when the next block starts
+        return grad, None
+
+
+class Block(torch.nn.Module):
+    def __init__(self, index: int):
+        super().__init__()
+        self.linear, self.index = torch.nn.Linear(4, 4), index
+
+    def forward(self, x):
+        ran["forward"] += 1
+        if when.get("forward") == self.index:
+            write_world()
+        time.sleep(2 * POLL_S)
+        return Backward.apply(self.linear(x), self.index)
+
+
+def model() -> torch.nn.Module:
+    return torch.nn.Sequential(*(Block(i) for i in range(8)))
+
+
+def step(m) -> None:
+    m(torch.ones(2, 4)).sum().backward()
+
+
+def ctx(world_size: int = 1) -> JobContext:
+    return JobContext(job_id=None, rank=0, local_rank=0, world_size=world_size, local_world_size=world_size,
+                      checkpoint_dir=None, api_url=None, restart_count=0)
+
+
+@pytest.fixture(autouse=True)
+def world_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_WORLD_FILE, str(tmp_path / "world.json"))
+    ran.update(forward=0, backward=0)
+    when.clear()
+
+
+def test_a_new_world_ends_the_forward_pass_at_the_next_block_and_check_answers_resize():
+    m = model()
+    r = Resizer(m, ctx=ctx())
+    when["forward"] = 2
+    with pytest.raises(StepAbandoned), r.interruptible():
+        step(m)
+    assert ran == {"forward": 3, "backward": 0}
+    assert all(p.grad is None for p in m.parameters())
+    assert r.check() == RESIZE
+
+
+def test_a_new_world_ends_the_backward_pass_at_the_next_block():
+    m = model()
+    r = Resizer(m, ctx=ctx())
+    when["backward"] = 5  # the backward pass runs the blocks from the last: 7, 6, 5, ...
+    with pytest.raises(StepAbandoned), r.interruptible():
+        step(m)
+    assert ran["forward"] == 8 and ran["backward"] == 3
+    assert r.check() == RESIZE
+
+
+def test_workers_of_a_larger_job_and_steps_outside_it_run_to_their_end():
+    m = model()
+    write_world()
+    with Resizer(m, ctx=ctx(world_size=2)).interruptible():
+        step(m)
+    assert ran == {"forward": 8, "backward": 8}
+    ran.update(forward=0, backward=0)
+    Resizer(m, ctx=ctx())
+    step(m)  # not within interruptible(): evaluation, or a loop that does not ask for it
+    assert ran == {"forward": 8, "backward": 8}
+
+
+def test_the_first_step_at_a_new_size_is_not_given_up():
+    m = model()
+    r = Resizer(m, ctx=ctx())
+    r._ack = {"generation": 0}  # a switch's acknowledgement waits for its first step
+    write_world()
+    with r.interruptible():
+        step(m)
+    assert ran == {"forward": 8, "backward": 8}
+
+
+def test_blocks_are_the_shallowest_level_with_eight_modules():
+    import torchvision
+
+    resnet = torchvision.models.resnet50()
+    assert [type(b).__name__ for b in _blocks(resnet)][:4] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"]
+    assert len(_blocks(resnet)) == 10
+    assert len(_blocks(model())) == 8
+    linear = torch.nn.Linear(2, 2)
+    assert _blocks(linear) == [linear]
