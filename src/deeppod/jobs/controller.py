@@ -18,7 +18,6 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from deeppod.auth.service import revoke_job_tokens
 from deeppod.loops import IDLE, run_rounds
 from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
@@ -137,8 +136,7 @@ class JobController:
         checkpoints = self.launcher.folder(job.id).checkpoints
         take_spool(s, job, checkpoints)  # points its processes could not send while the server was away
         asked = job.stop_requested_at.timestamp() if job.stop_requested_at else None
-        state, reason = outcome(job, status, stop_outcome(checkpoints, asked))
-        revoke_job_tokens(s, job.id)
+        state, reason = outcome(job, status, stop_outcome(checkpoints, asked))  # finish or requeue revokes its tokens
         if status.lost_nodes:
             mark_down(s, status.lost_nodes)
         if self.launcher.isolation is not None:  # its workers are gone: so is what they shared in memory
@@ -215,9 +213,11 @@ class JobController:
     def start(self, start: Start) -> None:
         """Stage the job's datasets, then launch its workers (a failure fails the job, a lost
         node sends it back to wait for others)."""
+        with self.sessions.begin() as s:  # its token is committed first: a server killed before the launch's
+            self.fence(s)  # commit finds the job by its folder at its restart, and the job's calls must get in
+            job = s.get(Job, start.job_id)
+            wanted, token = list(job.datasets or []), self.launcher.token(s, job)
         try:
-            with self.sessions() as s:
-                wanted = list(s.get(Job, start.job_id).datasets or [])
             staged = self.launcher.stage_datasets(wanted)  # may copy from a cold tier: no session held
         except (DeepPodError, OSError) as exc:
             with self.sessions.begin() as s:
@@ -225,12 +225,6 @@ class JobController:
                 finish(s, s.get(Job, start.job_id), JobState.FAILED, f"could not stage its datasets: {exc}")
             log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
             return
-        # The job's token is committed before its workers start: a server killed between the
-        # launch and the commit below finds the job by its folder at its restart (poll), and the
-        # job's calls (its metrics) must still be let in (they were refused with a 401).
-        with self.sessions.begin() as s:
-            self.fence(s)
-            token = self.launcher.token(s, s.get(Job, start.job_id))
         with self.sessions.begin() as s:
             self.fence(s)
             job = s.get(Job, start.job_id)
@@ -244,11 +238,9 @@ class JobController:
                 raise
             except NodeLost as exc:  # not the job's fault, and it never ran: it waits for other nodes
                 mark_down(s, exc.nodes)
-                revoke_job_tokens(s, job.id)
                 requeue(s, job, f"requeued: {exc}", ran=False)
             except (DeepPodError, OSError) as exc:
                 finish(s, job, JobState.FAILED, f"could not start: {exc}")
-                revoke_job_tokens(s, job.id)
                 log.warning("job %s could not start: %s", job.id, exc)
 
     # the loop ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from sqlalchemy.orm.attributes import flag_modified
 
 from deeppod.atomic import move_into_place
 from deeppod.auth.paths import TenantRoots
-from deeppod.auth.service import Principal
+from deeppod.auth.service import Principal, revoke_job_tokens
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
@@ -422,6 +422,8 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
 
 
 def finish(session: Session, job: Job, state: JobState, reason: str, exit_codes: dict[int, int] | None = None) -> None:
+    """The job ends for good; the tokens its processes were given go with it."""
+    revoke_job_tokens(session, job.id)
     job.state = state
     job.reason = reason
     job.ended_at = utcnow()
