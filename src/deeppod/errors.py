@@ -185,3 +185,17 @@ class S3Error(DeepPodError):
 
     def __init__(self, code: str, message: str):
         super().__init__(message, code=code, status=S3_STATUS.get(code, 400))
+
+
+class ClientGone(DeepPodError):
+    """An S3 client disconnected mid-body (s3/app.py catches it where the body is read: nobody
+    is left to answer, and what was written of the upload is removed)."""
+
+    code = "client_gone"
+
+
+class StepAbandoned(DeepPodError):
+    """A lone worker gave up the step under way for a new world (``runtime.Resizer.interruptible``):
+    drop the step and call ``check()``."""
+
+    code = "step_abandoned"

@@ -11,7 +11,8 @@ import torch
 
 from deeppod.contract import ENV_WORLD_FILE
 from deeppod.runtime.context import JobContext
-from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, StepAbandoned, _blocks
+from deeppod.errors import StepAbandoned
+from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, _blocks
 
 ran = {"forward": 0, "backward": 0}
 when: dict = {}  # {"forward" or "backward": block index}: the block whose pass writes the new world

@@ -26,7 +26,7 @@ _EXPORTS = {
     "ElasticSampler": "deeppod.runtime.sampler",
     "scale_for_world": "deeppod.runtime.scaling",
     "Resizer": "deeppod.runtime.resize",
-    "StepAbandoned": "deeppod.runtime.resize",
+    "StepAbandoned": "deeppod.errors",
     "shard": "deeppod.runtime.sharding",
     "EXIT_RESUME": "deeppod.runtime.stop",
     "should_stop": "deeppod.runtime.stop",

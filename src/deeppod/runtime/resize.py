@@ -60,6 +60,7 @@ from pathlib import Path
 from deeppod.atomic import atomic_json
 from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,
                               RESIZABLE_MARK, RESTART_MARK, WORLD_ACK)
+from deeppod.errors import StepAbandoned
 from deeppod.runtime import stop
 from deeppod.runtime.context import JobContext, job_context, wait_for_store
 
@@ -79,10 +80,6 @@ def _blocks(model, want: int = 8) -> list:
             break
         level = deeper
     return level
-
-
-class StepAbandoned(Exception):
-    """A lone worker gave up the step under way for a new world (:meth:`Resizer.interruptible`)."""
 
 
 def read_world(path: str | os.PathLike | None) -> dict | None:

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
 
-from deeppod.errors import DeepPodError, S3Error
+from deeppod.errors import ClientGone, DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4
 from deeppod.s3.body import Decoder, Digests
 from deeppod.s3.namespace import (BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, etags_in,
@@ -398,7 +398,7 @@ class S3App:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise _Gone()
+                    raise ClientGone()
                 data = decoder.feed(message.get("body", b""))
                 received += len(data)
                 if received > inbox.MAX_OBJECT:
@@ -423,7 +423,7 @@ class S3App:
             digests.check({**{k: v for k, v in h.items() if k == "content-md5" or k.startswith("x-amz-checksum-")},
                            **trailers})
             return tmp, digests
-        except _Gone:
+        except ClientGone:
             if out is not None:
                 out.close()
             tmp.unlink(missing_ok=True)
@@ -539,10 +539,6 @@ def _open_at(e: Entry, start: int, first: int):
 
 
 _CONDITIONS = frozenset({"if-match", "if-none-match", "if-modified-since", "if-unmodified-since"})
-
-
-class _Gone(Exception):
-    """The client disconnected mid-body."""
 
 
 class Router:

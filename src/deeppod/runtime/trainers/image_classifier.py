@@ -498,7 +498,7 @@ class Run:
         import torch
 
         from deeppod import runtime
-        from deeppod.runtime.resize import StepAbandoned
+        from deeppod.errors import StepAbandoned
 
         args, ctx, opt, sampler = self.args, self.ctx, self.opt, self.sampler
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
