@@ -32,3 +32,26 @@ def test_wait_for_store_gives_up_at_its_timeout():
     began = time.monotonic()
     wait_for_store("127.0.0.1", free_port(), 0.2)  # nobody listens: init_process_group then reports it
     assert 0.2 <= time.monotonic() - began < 10  # not before its timeout, and it does not hang
+
+
+def test_a_connect_that_meets_itself_is_not_a_store(monkeypatch):
+    """Polling a loopback port nobody listens on, the kernel in time picks that port as the
+    connect's own source port and the socket connects to itself (TCP simultaneous open)."""
+    from deeppod.runtime import context
+
+    port = free_port()
+    made = []
+
+    def self_connected(address, timeout=None):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.connect(address)  # Linux: connected to itself
+        made.append(sock.getsockname() == sock.getpeername())
+        return sock
+
+    monkeypatch.setattr(context.socket, "create_connection", self_connected)
+    began = time.monotonic()
+    wait_for_store("127.0.0.1", port, 0.2)
+    assert made and all(made)
+    assert time.monotonic() - began >= 0.2  # it waited for a real store, to its timeout

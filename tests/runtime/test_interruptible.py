@@ -4,12 +4,15 @@ worker of several, outside a step, or the first step at a new size."""
 
 import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from deeppod.contract import ENV_WORLD_FILE
+from deeppod.contract import ENV_WORLD_FILE, free_port
 from deeppod.runtime.context import JobContext
 from deeppod.errors import StepAbandoned
 from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, _blocks
@@ -126,3 +129,54 @@ def test_blocks_are_the_shallowest_level_with_eight_modules():
     assert len(_blocks(model())) == 8
     linear = torch.nn.Linear(2, 2)
     assert _blocks(linear) == [linear]
+
+
+# -- workers of a larger job (gloo, real processes) -------------------------------------
+
+JOB = Path(__file__).with_name("interruptible_job.py")
+
+
+def run_pair(tmp_path, writer: str, new_size: int) -> dict:
+    """Two workers in DDP; in step 2 the WRITER's block writes a world of ``new_size`` workers."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port, new_port = free_port(), free_port()
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WRITER": writer, "NEW_SIZE": str(new_size),
+               "NEW_PORT": str(new_port), "OMP_NUM_THREADS": "1", ENV_WORLD_FILE: str(tmp_path / "world.json")}
+        procs.append(subprocess.Popen([sys.executable, str(JOB), str(out)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    try:
+        for p in procs:
+            # The old group's own timeout is 30 minutes: a peer left waiting in it would be caught here.
+            output, _ = p.communicate(timeout=120)
+            assert p.returncode == 0, output
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return {rank: json.loads((out / f"rank-{rank}.json").read_text()) for rank in (0, 1)}
+
+
+def test_a_worker_gives_up_in_its_forward_pass_and_its_peer_waiting_in_the_all_reduce_gives_up_too(tmp_path):
+    got = run_pair(tmp_path, "0:forward:2", new_size=1)
+    zero, one = got[0], got[1]
+    assert "world generation 1 is there" in zero["gave_up"]["why"]
+    assert "a peer gave the step up" in one["gave_up"]["why"]  # it was in the step's all-reduce
+    assert zero["gave_up"]["step"] == one["gave_up"]["step"] == 3
+    # nothing of the given-up step was applied on either: both hold step 2's weights
+    assert zero["gave_up"]["weights"] == one["gave_up"]["weights"] == zero["steps"][1] == one["steps"][1]
+    assert one["steps"] == zero["steps"][:2] and "world_size" not in one  # rank 1 left at the switch
+    assert zero["world_size"] == 1 and len(zero["steps"]) == 4  # the step done again, alone
+
+
+def test_a_peer_that_gives_up_in_its_backward_pass_releases_the_other_and_both_go_on_together(tmp_path):
+    got = run_pair(tmp_path, "1:backward:5", new_size=2)
+    zero, one = got[0], got[1]
+    assert "world generation 1 is there" in one["gave_up"]["why"]
+    assert "a peer gave the step up" in zero["gave_up"]["why"]
+    assert zero["gave_up"]["weights"] == one["gave_up"]["weights"] == zero["steps"][1]
+    assert zero["world_size"] == one["world_size"] == 2
+    assert zero["steps"] == one["steps"] and len(zero["steps"]) == 4  # the same updates in the new group

@@ -59,10 +59,23 @@ def wait_for_store(addr: str, port: int, timeout_seconds: float) -> None:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         try:
-            socket.create_connection((addr, int(port)), timeout=1.0).close()
-            return
+            with socket.create_connection((addr, int(port)), timeout=1.0) as sock:
+                # On loopback a connect can meet itself (the kernel picked the port as its own
+                # source port, within minutes of polling): that is no store.
+                if sock.getsockname() != sock.getpeername():
+                    return
         except OSError:
-            time.sleep(0.005)
+            pass
+        time.sleep(0.005)
+
+
+def before_groups() -> None:
+    """Import, before any process group exists, what captures the group of the moment:
+    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as the default argument of ten
+    functions when imported (torch's DDP imports it through torch._dynamo), which keeps that
+    group and its connections alive past ``destroy_process_group``. A peer of a step given up
+    for a new world waits in that group's collective until its connections close."""
+    import torch.distributed.nn  # noqa: F401
 
 
 def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobContext:
@@ -73,6 +86,7 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> JobCont
 
     from deeppod.runtime import spare, stop
 
+    before_groups()
     if spare.is_spare():  # a warm spare: torch is imported; wait here to become a new worker
         spare.await_assignment()
         threads = os.environ.get("OMP_NUM_THREADS", "")

@@ -39,20 +39,27 @@ If the new group cannot be formed (a worker died during the switch), :meth:`chec
 "stop": rank 0 still holds the model and saves it, and the job restarts from that
 checkpoint at the new size, as before.
 
-A job of one worker need not finish the step under way: within :meth:`interruptible` its
-model's layers and its parameters' gradients look for a new world as the step runs and give
-the step up (:class:`StepAbandoned`); the loop drops it and calls :meth:`check`. Workers of
-a larger job finish their step: a peer may be in the step's all-reduce already.
+A worker need not finish the step under way: within :meth:`interruptible` its model's
+layers and its parameters' gradients look for a new world as the step runs and give the step
+up (:class:`StepAbandoned`); the loop drops it and calls :meth:`check`. In a job of several
+workers (gloo) the one that gives up first closes the old group as it switches, which ends
+its peers' collectives of that step with an error; each peer sees the new world and gives the
+step up too. No worker applies a step another gave up: a worker gives up before a block's
+forward pass or as a gradient comes in, before that gradient's bucket can be all-reduced, so no
+peer can complete the step's all-reduces.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
 import sys
 import time
+import traceback
+import weakref
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -62,13 +69,14 @@ from deeppod.contract import (ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE, E
                               RESIZABLE_MARK, RESTART_MARK, WORLD_ACK)
 from deeppod.errors import StepAbandoned
 from deeppod.runtime import stop
-from deeppod.runtime.context import JobContext, job_context, wait_for_store
+from deeppod.runtime.context import JobContext, before_groups, job_context, wait_for_store
 
 log = logging.getLogger(__name__)
 
 RESIZE, RESIZED, STOP = "resize", "resized", "stop"
 SHM = "/dev/shm"  # the job's own in its sandbox, shared by its workers on this host
-POLL_S = 0.02  # how often a lone worker's step looks for a new world (a stat of the world file)
+POLL_S = 0.02  # how often a step looks for a new world (a stat of the world file)
+PEER_WORLD_S = 5.0  # a peer's step failed: how long to wait for the world it switched to
 
 
 def _blocks(model, want: int = 8) -> list:
@@ -92,6 +100,12 @@ def read_world(path: str | os.PathLike | None) -> dict | None:
     except (OSError, ValueError):
         return None
     return world if isinstance(world, dict) and isinstance(world.get("generation"), int) else None
+
+
+def _let_go(exc: BaseException) -> None:
+    """Clear the locals of the given-up step's frames (DDP's forward holds its wrapper, which
+    holds the old group): the exception travels on, the group can close as the switch begins."""
+    traceback.clear_frames(exc.__traceback__)
 
 
 def _leave() -> None:
@@ -124,7 +138,9 @@ class Resizer:
         self._ack: dict | None = None  # written after the first step at a new size
         self.last_switch_seconds: float | None = None
         self.resizes = 0
-        self._hooked = self._armed = False
+        self._hooked: bool | None = False  # None: a sharded model, never hooked
+        self._armed = False
+        self._gave_up = False  # the step under way was given up: the old group is not to be used again
         self._next_poll = 0.0
         if os.environ.get(ENV_JOINING) == "1":
             self._join()
@@ -156,6 +172,9 @@ class Resizer:
         seen = self._look()
         import torch.distributed as dist
 
+        if self._gave_up:  # every worker gives the step up (or is in a collective the switch ends)
+            self._agreed = seen
+            return RESIZE
         if dist.is_available() and dist.is_initialized():
             import torch
 
@@ -179,42 +198,75 @@ class Resizer:
         return None
 
     @contextlib.contextmanager
-    def interruptible(self):
-        """Around a step's forward and backward pass: a job of one worker gives the step up as
-        soon as a new world is there (the model's layers and its parameters' gradients look,
-        a stat every 20 ms) by raising :class:`StepAbandoned`. The caller drops the step (no
-        update; the sampler not advanced, so its samples are dealt again at the new size) and
-        calls :meth:`check`, which answers "resize". Only alone, and not in the first step at
-        a size (it is acknowledged first): a worker of several may be waited for in a
-        collective, so it switches at the step's end. Batch norm's running statistics keep
-        what the given-up forward pass added (one more batch in their average)."""
-        if self.model is None or not self.world_file or self.ctx.world_size != 1:
+    def interruptible(self, together: bool = True):
+        """Around a step's forward and backward pass: give the step up as soon as a new world
+        is there (the model's layers and its parameters' gradients look, a stat every 20 ms) by
+        raising :class:`StepAbandoned`. The caller drops the step (no update; the sampler not
+        advanced, so its samples are dealt again at the new size), lets go of its DDP wrapper
+        (the old group closes only when nothing holds it) and calls :meth:`check`, which
+        answers "resize" without a collective.
+
+        In a job of several workers only with gloo, and only on a step every worker takes
+        (``together``; not an epoch's uneven tail under DDP's ``join()``, whose shadow
+        collectives run outside the step): a collective of the step that fails because a peer
+        gave up and closed the group is given up too, once the new world is seen here. NCCL's
+        workers finish their step (a peer's kernels would wait on the GPU). Never the first
+        step at a size (it is acknowledged first). Batch norm's running statistics keep what
+        the given-up forward pass added (one more batch in their average)."""
+        if self.model is None or not self.world_file or not (self.ctx.world_size == 1 or together and self._gloo()) \
+                or not self._hook():
             yield
             return
-        self._hook()
         self._armed = True
         try:
             yield
+        except StepAbandoned as exc:
+            self._gave_up = True
+            _let_go(exc)
+            raise
+        except RuntimeError as exc:  # gloo: "connection closed by peer" (a peer gave the step up)
+            if self.ctx.world_size == 1 or self._ack is not None or not self._new_world_soon():
+                raise
+            self._gave_up = True
+            _let_go(exc)
+            raise StepAbandoned(f"a peer gave the step up for world generation {self._seen}") from exc
         finally:
             self._armed = False
 
-    def _hook(self) -> None:
+    def _gloo(self) -> bool:
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"
+
+    def _new_world_soon(self) -> bool:
+        """A new world is there, or comes within a few seconds (the peer that gave up saw it)."""
+        deadline = time.monotonic() + PEER_WORLD_S
+        while self._look() <= self.generation:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def _hook(self) -> bool:
         """A look before each of about 8 blocks of the model in the forward pass, and as each
         block's first gradient comes in the backward pass: a step is given up within about an
         eighth of it, for a dozen Python calls a step (not hundreds: one per layer and
-        parameter, each taking the GIL in a GPU's backward thread)."""
-        if self._hooked:
-            return
-        self._hooked = True
+        parameter, each taking the GIL in a GPU's backward thread). False for a sharded model:
+        it changes size through its checkpoint, not in place."""
+        if self._hooked is None or self._hooked:
+            return bool(self._hooked)
         from deeppod.runtime.sharding import is_sharded
 
-        if is_sharded(self.model):  # a sharded job changes size through its checkpoint, not in place
-            return
+        if is_sharded(self.model):
+            self._hooked = None
+            return False
+        self._hooked = True
         for block in _blocks(self.model):
             block.register_forward_pre_hook(self._on_forward)
             first = next((p for p in block.parameters() if p.requires_grad), None)
             if first is not None:
                 first.register_hook(self._on_grad)
+        return True
 
     def _on_forward(self, module, args) -> None:
         self._poll()
@@ -229,7 +281,7 @@ class Resizer:
         if now < self._next_poll:
             return
         self._next_poll = now + POLL_S
-        if self.ctx.world_size == 1 and self._look() > self.generation:
+        if self._look() > self.generation:
             self._armed = False  # once: the rest of the pass runs no more checks
             raise StepAbandoned(f"world generation {self._seen} is there")
 
@@ -238,6 +290,7 @@ class Resizer:
         "stop" (the new group could not be formed: checkpoint and exit for resume). A worker
         whose rank is past the new size exits here with code 0, at once (no atexit handlers)."""
         if self._agreed <= self.generation:
+            self._gave_up = False
             return RESIZED
         return self._switch(self._agreed)
 
@@ -262,11 +315,20 @@ class Resizer:
 
         began, began_at = time.monotonic(), time.time()
         world = self._world(generation)
+        gave_up, self._gave_up = self._gave_up, False
         old = self.ctx.world_size
         size, rank = int(world["world_size"]), self.ctx.rank
         if dist.is_available() and dist.is_initialized():
             backend = self._backend or dist.get_backend()
+            held = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
+            if gave_up and old > 1:
+                # The group's connections close when its last holder goes (DDP's wrapper, in a
+                # cycle): that is what ends a peer's collective of the given-up step.
+                gc.collect()
+                if held() is not None:  # held elsewhere: a restart is what releases the peers (at exit)
+                    self._abandon("the old process group is still held after the step was given up")
+                    return STOP
         else:
             backend = self._backend or ("nccl" if self.ctx.backend == "nccl" else "gloo")
         if rank >= size:
@@ -276,6 +338,7 @@ class Resizer:
         os.environ.update({"WORLD_SIZE": str(size), "MASTER_ADDR": str(world["master_addr"]),
                            "MASTER_PORT": str(world["master_port"])})
         self.ctx = replace(self.ctx, world_size=size)
+        before_groups()
         try:
             if size > 1:
                 if rank != 0:
@@ -308,6 +371,7 @@ class Resizer:
         if self.ctx.checkpoint_dir:
             Path(self.ctx.checkpoint_dir, JOINER_READY.format(rank=self.ctx.rank)).write_text(str(time.time()))
         if self.ctx.world_size > 1 and not dist.is_initialized():
+            before_groups()
             backend = self._backend or self.ctx.backend or "gloo"
             if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:  # rank 0 listens once it switches
                 wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.timeout)

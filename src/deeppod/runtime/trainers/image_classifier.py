@@ -430,9 +430,7 @@ class Run:
     def train_epoch(self) -> str | None:
         """The steps of the epoch from where the sampler is; None at its end (or at a stop or
         --max-steps), RESIZE when the workers agreed on a new world size, STOP on a stop."""
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from deeppod import runtime
+        from deeppod.errors import StepAbandoned
 
         args, ctx, sampler = self.args, self.ctx, self.sampler
         sampler.set_epoch(self.epoch)
@@ -445,15 +443,28 @@ class Run:
             if args.record_samples else None
         self.loss = None  # stays None when a stop came after the epoch's last step: nothing left to train
         self.ddp.train()
-        self.began, self.seen, k = time.perf_counter(), 0, 0
+        self.began, self.seen = time.perf_counter(), 0
+        try:
+            return self._steps(order, even, fsdp, most, record)
+        except StepAbandoned:  # given up for a new world (left join() without its closing collectives)
+            self.opt.zero_grad(set_to_none=True)
+            self.loss = None
+            event = self.resizer.check()  # "resize", without a collective: the old group is given up
+            if event is None:  # it saw the world the step was given up for
+                raise RuntimeError("a step was given up for a new world that check() does not see") from None
+            self.gave_up = True
+            return event
+
+    def _steps(self, order, even, fsdp, most, record) -> str | None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from deeppod import runtime
+
+        args, sampler, k = self.args, self.sampler, 0
         with self.ddp.join() if isinstance(self.ddp, DDP) else contextlib.nullcontext():
             for x, y in self._loader(order):
-                if not self._step(x, y):  # given up for a new world: its samples are dealt again there
-                    event = self.resizer.check()
-                    if event is None:  # it saw the world the step was given up for
-                        raise RuntimeError("a step was given up for a new world that check() does not see")
-                    self.gave_up = True
-                    return event
+                # its samples are dealt again at the new size where it is given up (StepAbandoned)
+                self._step(x, y, together=k < even)
                 if record is not None:
                     record.write(f"{self.epoch} {self.step} "
                                  f"{' '.join(map(str, order[k * self.batch:(k + 1) * self.batch]))}\n")
@@ -493,12 +504,12 @@ class Run:
             self.sampler.advance(self.batch)
             self.step += 1
 
-    def _step(self, x, y) -> bool:
-        """One step; False where a lone worker gave it up for a new world (nothing updated)."""
+    def _step(self, x, y, together: bool) -> None:
+        """One step; StepAbandoned where it was given up for a new world (nothing updated).
+        ``together``: a step every worker takes (not an epoch's uneven tail)."""
         import torch
 
         from deeppod import runtime
-        from deeppod.errors import StepAbandoned
 
         args, ctx, opt, sampler = self.args, self.ctx, self.opt, self.sampler
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
@@ -507,16 +518,12 @@ class Run:
         if self.channels_last:
             x = x.to(memory_format=torch.channels_last)
         self._set_lr()
-        try:
-            with self.resizer.interruptible():
-                with torch.autocast(ctx.device.type, enabled=self.amp):
-                    out = self.ddp(x)
-                    self.loss = self.loss_fn(out, y)
-                opt.zero_grad(set_to_none=True)
-                self.scaler.scale(self.loss).backward()
-        except StepAbandoned:
+        with self.resizer.interruptible(together):
+            with torch.autocast(ctx.device.type, enabled=self.amp):
+                out = self.ddp(x)
+                self.loss = self.loss_fn(out, y)
             opt.zero_grad(set_to_none=True)
-            return False
+            self.scaler.scale(self.loss).backward()
         if args.step_delay:  # tests: a slow step (its forward and backward)
             time.sleep(args.step_delay)
         with self.guard:  # the step's update: a stop's save waits for it, or comes before it
@@ -531,7 +538,6 @@ class Run:
                        images_per_second=self.seen * ctx.world_size / max(1e-9, time.perf_counter() - self.began))
         if self.activations is not None and self.step % args.histograms_every == 0:
             runtime.report_histograms(self.step, {**runtime.model_histograms(self.model), **self.activations.tensors()})
-        return True
 
     def on_resize(self) -> bool:
         """Every worker left the epoch's join together, with the old group still up: switch to
@@ -539,6 +545,7 @@ class Run:
         from deeppod.runtime.resize import RESIZED
 
         self.shared.update(step=self.step, epoch=self.epoch, scaler=self.scaler.state_dict())
+        self.ddp = self.model  # the old wrapper holds the old group: a given-up step's peers wait for it to close
         if self.resizer.resize() != RESIZED:
             return False
         self.ctx = self.resizer.ctx
