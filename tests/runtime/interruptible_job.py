@@ -4,7 +4,8 @@ tests/runtime/test_interruptible.py, one process per worker).
 WRITER=RANK:PHASE:BLOCK: in step 2, that rank's block BLOCK writes world generation 1 (size
 NEW_SIZE, port NEW_PORT) in its "forward" or "backward" pass. The writer's blocks take 2 *
 POLL_S each; the other worker's take no time, so it waits in the step's all-reduce when the
-writer gives the step up. Each worker writes OUT/rank-R.json: the weights' checksum after
+writer gives the step up. KEEP=RANK: that rank keeps its old DDP wrapper (and with it the
+old group) when it gives up. Each worker writes OUT/rank-R.json: the weights' checksum after
 each step it applied, how it gave a step up, and the world it ended in.
 """
 
@@ -87,9 +88,13 @@ while step < STEPS:
         opt.zero_grad(set_to_none=True)
         record["gave_up"] = {"step": step + 1, "why": str(exc), "weights": checksum()}
         assert resizer.check() == "resize"
+        kept = ddp if os.environ.get("KEEP") == str(ctx.rank) else None  # code that keeps the old wrapper
         ddp = None  # the old group closes when nothing holds it
         json.dump(record, open(os.path.join(out, f"rank-{ctx.rank}.json"), "w"))  # a leaver exits in resize()
-        assert resizer.resize() == "resized"
+        if resizer.resize() == "stop":  # the old group could not be let go: a restart (exit 75) releases the peer
+            record["stopped"] = True
+            json.dump(record, open(os.path.join(out, f"rank-{ctx.rank}.json"), "w"))
+            os._exit(75)
         ddp = DDP(model, init_sync=False) if resizer.world_size > 1 else model
         continue
     opt.step()

@@ -113,7 +113,7 @@ def test_workers_of_a_larger_job_and_steps_outside_it_run_to_their_end():
 def test_the_first_step_at_a_new_size_is_not_given_up():
     m = model()
     r = Resizer(m, ctx=ctx())
-    r._ack = {"generation": 0}  # a switch's acknowledgement waits for its first step
+    r._settled = False  # a switch's (or a joiner's) first step: every worker of the new group agrees
     write_world()
     with r.interruptible():
         step(m)
@@ -136,7 +136,7 @@ def test_blocks_are_the_shallowest_level_with_eight_modules():
 JOB = Path(__file__).with_name("interruptible_job.py")
 
 
-def run_pair(tmp_path, writer: str, new_size: int) -> dict:
+def run_pair(tmp_path, writer: str, new_size: int, codes=(0, 0), **extra) -> dict:
     """Two workers in DDP; in step 2 the WRITER's block writes a world of ``new_size`` workers."""
     out = tmp_path / "out"
     out.mkdir()
@@ -145,14 +145,15 @@ def run_pair(tmp_path, writer: str, new_size: int) -> dict:
     for rank in (0, 1):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WRITER": writer, "NEW_SIZE": str(new_size),
-               "NEW_PORT": str(new_port), "OMP_NUM_THREADS": "1", ENV_WORLD_FILE: str(tmp_path / "world.json")}
+               "NEW_PORT": str(new_port), "OMP_NUM_THREADS": "1", ENV_WORLD_FILE: str(tmp_path / "world.json"),
+               **extra}
         procs.append(subprocess.Popen([sys.executable, str(JOB), str(out)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     try:
-        for p in procs:
+        for p, code in zip(procs, codes):
             # The old group's own timeout is 30 minutes: a peer left waiting in it would be caught here.
             output, _ = p.communicate(timeout=120)
-            assert p.returncode == 0, output
+            assert p.returncode == code, output
     finally:
         for p in procs:
             if p.poll() is None:
@@ -180,3 +181,11 @@ def test_a_peer_that_gives_up_in_its_backward_pass_releases_the_other_and_both_g
     assert zero["gave_up"]["weights"] == one["gave_up"]["weights"] == zero["steps"][1]
     assert zero["world_size"] == one["world_size"] == 2
     assert zero["steps"] == one["steps"] and len(zero["steps"]) == 4  # the same updates in the new group
+
+
+def test_a_worker_that_cannot_let_go_of_the_old_group_restarts_and_its_exit_releases_the_peer(tmp_path):
+    got = run_pair(tmp_path, "0:forward:2", new_size=1, codes=(75, 0), KEEP="0")
+    zero, one = got[0], got[1]
+    assert zero["stopped"] and "world generation 1 is there" in zero["gave_up"]["why"]  # resize() said "stop"
+    assert "a peer gave the step up" in one["gave_up"]["why"]  # released when rank 0 exited, then it left
+    assert zero["gave_up"]["weights"] == one["gave_up"]["weights"] == zero["steps"][1]

@@ -136,6 +136,7 @@ class Resizer:
         self._mtime = -1.0
         self._seen = self._agreed = self.generation
         self._ack: dict | None = None  # written after the first step at a new size
+        self._settled = True  # False until the first step at a new size: never given up (every worker agrees)
         self.last_switch_seconds: float | None = None
         self.resizes = 0
         self._hooked: bool | None = False  # None: a sharded model, never hooked
@@ -225,7 +226,7 @@ class Resizer:
             _let_go(exc)
             raise
         except RuntimeError as exc:  # gloo: "connection closed by peer" (a peer gave the step up)
-            if self.ctx.world_size == 1 or self._ack is not None or not self._new_world_soon():
+            if self.ctx.world_size == 1 or not self._settled or not self._new_world_soon():
                 raise
             self._gave_up = True
             _let_go(exc)
@@ -275,7 +276,7 @@ class Resizer:
         self._poll()
 
     def _poll(self) -> None:
-        if not self._armed or self._ack is not None:
+        if not self._armed or not self._settled:
             return
         now = time.monotonic()
         if now < self._next_poll:
@@ -322,9 +323,10 @@ class Resizer:
             backend = self._backend or dist.get_backend()
             held = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
-            if gave_up and old > 1:
-                # The group's connections close when its last holder goes (DDP's wrapper, in a
-                # cycle): that is what ends a peer's collective of the given-up step.
+            if gave_up and old > 1 and held() is not None:
+                # The group's connections close when its last holder goes: that is what ends a
+                # peer's collective of the given-up step. Held in a cycle, a collection frees it
+                # (0.2 s with a ResNet-50 in memory: only then).
                 gc.collect()
                 if held() is not None:  # held elsewhere: a restart is what releases the peers (at exit)
                     self._abandon("the old process group is still held after the step was given up")
@@ -356,6 +358,7 @@ class Resizer:
         self.resizes += 1
         self.last_switch_seconds = time.monotonic() - began
         # with its phases: where the time from the decision to the first step goes (benchmarks/resize.py)
+        self._settled = False
         self._ack = {"generation": generation, "world_size": size, "from": old,
                      "switch_seconds": round(self.last_switch_seconds, 3), "decided_at": world.get("decided_at"),
                      "began_at": began_at, "group_seconds": round(grouped - began, 4),
@@ -368,6 +371,7 @@ class Resizer:
         control plane sees every joiner ready), and receive what rank 0 holds."""
         import torch.distributed as dist
 
+        self._settled = False  # the workers that stayed do not give their first step at this size up either
         if self.ctx.checkpoint_dir:
             Path(self.ctx.checkpoint_dir, JOINER_READY.format(rank=self.ctx.rank)).write_text(str(time.time()))
         if self.ctx.world_size > 1 and not dist.is_initialized():
@@ -451,6 +455,7 @@ class Resizer:
         """A step is done (no collective): after the first one at a new size, rank 0 tells the
         control plane, with the time. :meth:`check` calls it; a loop that does not call
         ``check`` on every step (the end of an epoch) calls it itself."""
+        self._settled = True
         if self._ack is None:
             return
         ack, self._ack = self._ack, None
