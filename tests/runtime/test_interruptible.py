@@ -73,6 +73,7 @@ def ctx(world_size: int = 1) -> JobContext:
 @pytest.fixture(autouse=True)
 def world_file(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_WORLD_FILE, str(tmp_path / "world.json"))
+    ran.clear()
     ran.update(forward=0, backward=0)
     when.clear()
 
@@ -98,12 +99,45 @@ def test_a_new_world_ends_the_backward_pass_at_the_next_block():
     assert r.check() == RESIZE
 
 
+class Inner(torch.autograd.Function):
+    """Marks the middle of a block's backward pass."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ran["inner"] = ran.get("inner", 0) + 1
+        return grad
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self, index: int):
+        super().__init__()
+        self.a, self.b, self.index = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), index
+
+    def forward(self, x):
+        time.sleep(2 * POLL_S)
+        return Backward.apply(self.b(Inner.apply(self.a(x))), self.index)
+
+
+def test_a_new_world_ends_the_backward_pass_as_a_block_begins_it():
+    m = torch.nn.Sequential(*(TwoLayers(i) for i in range(8)))
+    r = Resizer(m, ctx=ctx())
+    when["backward"] = 5  # written as block 5's backward pass begins: its second layer's gradients come next
+    with pytest.raises(StepAbandoned), r.interruptible():
+        step(m)
+    assert ran["backward"] == 3 and ran.get("inner") == 2  # blocks 7 and 6 ran through; 5 stopped before its middle
+
+
 def test_workers_of_a_larger_job_and_steps_outside_it_run_to_their_end():
     m = model()
     write_world()
     with Resizer(m, ctx=ctx(world_size=2)).interruptible():
         step(m)
     assert ran == {"forward": 8, "backward": 8}
+    ran.clear()
     ran.update(forward=0, backward=0)
     Resizer(m, ctx=ctx())
     step(m)  # not within interruptible(): evaluation, or a loop that does not ask for it

@@ -250,9 +250,9 @@ class Resizer:
 
     def _hook(self) -> bool:
         """A look before each of about 8 blocks of the model in the forward pass, and as each
-        block's first gradient comes in the backward pass: a step is given up within about an
-        eighth of it, for a dozen Python calls a step (not hundreds: one per layer and
-        parameter, each taking the GIL in a GPU's backward thread). False for a sharded model:
+        block's backward pass begins and ends (the gradients of its last and first parameters):
+        a step is given up within about an eighth of it, for a score of Python calls a step (not
+        hundreds: one per layer and parameter, each taking the GIL in a GPU's backward thread). False for a sharded model:
         it changes size through its checkpoint, not in place."""
         if self._hooked is None or self._hooked:
             return bool(self._hooked)
@@ -264,9 +264,10 @@ class Resizer:
         self._hooked = True
         for block in _blocks(self.model):
             block.register_forward_pre_hook(self._on_forward)
-            first = next((p for p in block.parameters() if p.requires_grad), None)
-            if first is not None:
-                first.register_hook(self._on_grad)
+            params = [p for p in block.parameters() if p.requires_grad]
+            # the last one's gradient comes first in the block's backward pass, the first one's last
+            for p in {id(p): p for p in params[-1:] + params[:1]}.values():
+                p.register_hook(self._on_grad)
         return True
 
     def _on_forward(self, module, args) -> None:
