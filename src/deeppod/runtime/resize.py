@@ -252,8 +252,8 @@ class Resizer:
         """A look before each of about 8 blocks of the model in the forward pass, and as each
         block's backward pass begins and ends (the gradients of its last and first parameters):
         a step is given up within about an eighth of it, for a score of Python calls a step (not
-        hundreds: one per layer and parameter, each taking the GIL in a GPU's backward thread). False for a sharded model:
-        it changes size through its checkpoint, not in place."""
+        hundreds: one per layer and parameter, each taking the GIL in a GPU's backward thread).
+        False for a sharded model: it changes size through its checkpoint, not in place."""
         if self._hooked is None or self._hooked:
             return bool(self._hooked)
         from deeppod.runtime.sharding import is_sharded
