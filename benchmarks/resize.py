@@ -160,7 +160,7 @@ def one(model: str, old: int, new: int, how: str, data: Path, work: Path, args, 
     log = (job_dir / "logs" / "rank-0.log").read_text()
     if how != "restart" and "resized in place" not in log:
         raise RuntimeError(f"{model} {old}->{new}: no in-place resize in the log:\n{log[-2000:]}")
-    if how != "restart":  # a lone worker gives its step up for the new world (Resizer.interruptible)
+    if how != "restart":  # the step under way given up for the new world (Resizer.interruptible)
         phases["gave_up"] = float("the step under way was given up" in log)
     return took, paused, phases
 

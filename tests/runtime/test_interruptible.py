@@ -1,6 +1,8 @@
-"""A lone worker gives up the step under way when a new world comes (Resizer.interruptible):
-in its forward pass or its backward pass, at the next block, with nothing updated; never a
-worker of several, outside a step, or the first step at a new size."""
+"""A worker gives up the step under way when a new world comes (Resizer.interruptible): in its
+forward pass or its backward pass, at the next block, with nothing updated; never outside a
+step, in the first step at a new size, or (here without a process group) as a worker of several.
+With real gloo workers in DDP: a peer waiting in the step's all-reduce gives it up too, and no
+worker applies a step another gave up."""
 
 import json
 import os

@@ -364,7 +364,7 @@ class Run:
         self.loss_fn = torch.nn.CrossEntropyLoss()
         # a joiner receives rank 0's state here
         self.resizer = runtime.Resizer(self.model, self.opt, self.sampler, self.shared, ctx=ctx)
-        self.gave_up = False  # the last step was given up for a new world (a lone worker: Resizer.interruptible)
+        self.gave_up = False  # the last step was given up for a new world (Resizer.interruptible)
         if joining:
             self.step, self.epoch, self.base_world = (self.shared["step"], self.shared["epoch"],
                                                       self.shared["base_world"])
