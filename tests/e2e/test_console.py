@@ -302,7 +302,10 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
         "button.cls.on kbd", "k => [getComputedStyle(k).color, getComputedStyle(k).backgroundColor]")
     assert colour != ground, (colour, ground)
     assert "2 changes of 1797 images" in page.inner_text("#label-count")
-    page.click("#label-save")
+    # what the save answered, then the page it leads to: a failed save says why (its error stays on the page)
+    with page.expect_response(lambda r: r.url.endswith("/label/save"), timeout=240_000) as saved:
+        page.click("#label-save")
+    assert saved.value.ok, (saved.value.status, saved.value.text(), page.inner_text("#label-error"))
     page.wait_for_url(re.compile(r"/datasets/default/digits@2$"), timeout=120_000)
     lineage = page.inner_text("#lineage")
     assert "digits@1" in lineage and "deployment labeling-digits-cnn (digits-cnn@2)" in lineage
