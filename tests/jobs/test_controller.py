@@ -6,6 +6,7 @@ from sqlalchemy import select
 
 from deeppod.auth import service as auth
 from deeppod.errors import Unauthenticated
+from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
 from deeppod.jobs.controller import JobController
@@ -162,6 +163,18 @@ def test_a_stop_without_a_new_checkpoint_says_what_is_lost(sessions, world, rec,
 def test_a_stop_with_no_checkpoint_at_all_says_the_work_is_lost(sessions, world, rec, tmp_path):
     j = _stop_with_checkpoint(sessions, world, rec, tmp_path, lambda d: None)
     assert j.state == "stopped" and "no checkpoint was written" in j.reason and "work so far is lost" in j.reason
+
+
+def test_a_stop_whose_worker_outlived_its_grace_says_it_was_killed(sessions, world, rec, tmp_path):
+    def killed(d):  # saved, then still running when the grace ended
+        (d / "ckpt-000000000040.pt").write_bytes(b"x")
+        rec.executor.status[max(rec.executor.launched)] = ExecStatus(finished=True, exit_codes={0: -9},
+                                                                     reason="stop requested", stopped=True)
+
+    j = _stop_with_checkpoint(sessions, world, rec, tmp_path, killed)
+    assert j.state == "stopped", j.reason
+    assert j.reason == ("stopped by alice; checkpoint saved at step 40; rank 0 was killed (SIGKILL) before it "
+                        f"exited: a stop gives a job {j.grace_seconds:g} s after SIGTERM (its grace; set it with --grace)")
 
 
 def test_a_preempted_job_is_requeued_with_what_its_checkpoint_kept(sessions, world, rec, tmp_path):

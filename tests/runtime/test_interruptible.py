@@ -18,6 +18,7 @@ from deeppod.contract import ENV_WORLD_FILE, free_port
 from deeppod.runtime.context import JobContext
 from deeppod.errors import StepAbandoned
 from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, _blocks
+from tests.runtime.probe_blocks import Backward, blocks
 
 ran = {"forward": 0, "backward": 0}
 when: dict = {}  # {"forward" or "backward": block index}: the block whose pass writes the new world
@@ -31,36 +32,15 @@ def write_world() -> None:
     os.replace(path + ".tmp", path)
 
 
-class Backward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, index):
-        ctx.index = index
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        ran["backward"] += 1
-        if when.get("backward") == ctx.index:
-            write_world()
-        time.sleep(2 * POLL_S)  # a block's work: the next look is due when the next block starts
-        return grad, None
-
-
-class Block(torch.nn.Module):
-    def __init__(self, index: int):
-        super().__init__()
-        self.linear, self.index = torch.nn.Linear(4, 4), index
-
-    def forward(self, x):
-        ran["forward"] += 1
-        if when.get("forward") == self.index:
-            write_world()
-        time.sleep(2 * POLL_S)
-        return Backward.apply(self.linear(x), self.index)
+def on_pass(phase: str, index: int) -> None:
+    ran[phase] += 1
+    if when.get(phase) == index:
+        write_world()
+    time.sleep(2 * POLL_S)  # a block's work: the next look is due when the next block starts
 
 
 def model() -> torch.nn.Module:
-    return torch.nn.Sequential(*(Block(i) for i in range(8)))
+    return blocks(on_pass)
 
 
 def step(m) -> None:
@@ -121,7 +101,7 @@ class TwoLayers(torch.nn.Module):
 
     def forward(self, x):
         time.sleep(2 * POLL_S)
-        return Backward.apply(self.b(Inner.apply(self.a(x))), self.index)
+        return Backward.apply(self.b(Inner.apply(self.a(x))), self.index, on_pass)
 
 
 def test_a_new_world_ends_the_backward_pass_as_a_block_begins_it():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 
 from sqlalchemy.orm import Session
 
@@ -27,7 +28,7 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     ``kept`` says what its checkpoint folder holds (progress.stop_outcome) for the stop cases."""
     if job.cancel_requested:
         return JobState.CANCELLED, "cancelled by request"
-    tail = f"; {kept}" if kept else ""
+    tail = (f"; {kept}" if kept else "") + _killed_in_grace(job, status)
     if job.stop_reason:
         return JobState(job.stop_as or JobState.STOPPED), job.stop_reason + tail
     if job.state in (JobState.PREEMPTED, JobState.RESIZING):
@@ -48,6 +49,16 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     if bad:
         return JobState.FAILED, f"rank {bad[0][0]} {describe_exit(bad[0][1])}"
     return JobState.FAILED, "the job ended without every worker reporting an exit code"
+
+
+def _killed_in_grace(job: Job, status: ExecStatus) -> str:
+    """A stopped worker still running at its grace's end is killed: its exit then says nothing
+    of "resume me", and the user should know the grace, not the job, ended it."""
+    killed = sorted(r for r, c in status.exit_codes.items() if c == -signal.SIGKILL)
+    if not killed or not (job.stop_reason or job.state in (JobState.PREEMPTED, JobState.RESIZING)):
+        return ""
+    return (f"; rank {killed[0]} was killed (SIGKILL) before it exited: a stop gives a job {job.grace_seconds:g} s "
+            "after SIGTERM (its grace; set it with --grace)")
 
 
 def current_run_seconds(job: Job) -> float:
