@@ -75,7 +75,7 @@ def submit(
     code: Annotated[Optional[Path], typer.Option(
         help="send this folder with the job; it runs in its own copy (for a server on another machine)")] = None,
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
-    grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on cancel")] = None,
+    grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on a stop, cancel or preemption")] = None,
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
                                               help="may be preempted to give GPUs back to their owners")] = True,
     max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
