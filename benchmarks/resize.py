@@ -23,6 +23,11 @@ Also measured: how long training stops. A restart trains not at all from the SIG
 first step. In place, the workers that stay go on training while joiners start; they stop
 only for the switch itself (the acknowledgement's ``switch_seconds``).
 
+Each move first runs a warm-up round (``--warmup``), printed and not counted: on a VM the first
+use of memory beyond what the run touched so far waits for the host to back fresh pages (about
+three times the cost of pages used before), and it fell on the first measured round of
+whichever move was the first to need that much (ResNet-50 2 -> 4), both paths about twice as slow.
+
 Prints a table and the ratios restart / in place; writes benchmarks/results/resize.json.
 """
 
@@ -173,6 +178,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8, help="global batch at the starting size")
     ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
     ap.add_argument("--repeat", type=int, default=3, help="rounds: every path once a round, interleaved")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="rounds run first and not counted: the first use of a size's memory on a VM costs the "
+                         "host's backing of fresh pages (1.5-2 s a GB here against 0.5-0.7 s for pages used before)")
     ap.add_argument("--cpus", type=float, default=1.0,
                     help="CPU request per worker, its thread count (default: the platform's for a CPU worker; "
                          "0: the machine's cores over the workers, so a restart at a smaller size gets more "
@@ -182,7 +190,7 @@ def main() -> None:
     a = ap.parse_args()
     meter = LoadMeter()
     print(machine())
-    rows = []
+    rows, warm = [], []
     with tempfile.TemporaryDirectory(prefix="deeppod-resize-") as tmp:
         work = Path(tmp)
         data = make_images(work / "images")
@@ -190,15 +198,16 @@ def main() -> None:
         for model in a.models:
             for move in a.moves:
                 old, new = (int(x) for x in move.split(":"))
-                for run in range(a.repeat):
+                for run in range(-a.warmup, a.repeat):  # negative: a warm-up round, shown and not counted
                     # interleaved: the same machine state for all; a shrink has no joiners to warm
                     for how in ("in-place", "in-place-cold", "restart") if new > old else ("in-place", "restart"):
                         a.spares = 0 if how == "in-place-cold" else spares
                         t, paused, phases = one(model, old, new, how, data, work, a, run)
-                        rows.append({"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2),
-                                     "paused": round(paused, 2), "phases": {k: round(v, 3) for k, v in phases.items()}})
-                        print(f"{model} {old}->{new} {how}: {t:.2f} s to the first step, "
-                              f"training stopped {paused:.2f} s", flush=True)
+                        row = {"model": model, "from": old, "to": new, "how": how, "seconds": round(t, 2),
+                               "paused": round(paused, 2), "phases": {k: round(v, 3) for k, v in phases.items()}}
+                        (warm if run < 0 else rows).append(row)
+                        print(f"{model} {old}->{new} {how}{' (warm-up)' if run < 0 else ''}: {t:.2f} s to the first "
+                              f"step, training stopped {paused:.2f} s", flush=True)
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
@@ -235,6 +244,12 @@ def main() -> None:
         sp = Spread.of([rs / ip for ip, rs in zip(times("in-place"), times("restart"))])
         entry["spread"] = sp.as_dict()
         print(f"  {entry['model']} {entry['from']} -> {entry['to']}: " + sp.line("restart / in place", aim=5.0))
+        w = {r["how"]: r["seconds"] for r in warm if (r["model"], r["from"], r["to"]) ==
+             (entry["model"], entry["from"], entry["to"])}
+        if w:
+            entry["warmup_ratio"] = round(w["restart"] / w["in-place"], 2)
+            print(f"    warm-up round, not counted: {w['in-place']:.2f} s in place, {w['restart']:.2f} s restart, "
+                  f"{entry['warmup_ratio']:.2f}x")
     print("\nin place, where the time to the first step goes: median seconds (share of the median total)")
     for entry in summary:
         runs = [r for r in rows if (r["model"], r["from"], r["to"], r["how"]) ==
@@ -248,7 +263,8 @@ def main() -> None:
     print(meter.line())
     out = ROOT / "benchmarks" / "results" / "resize.json"
     out.write_text(json.dumps({"device": device, "machine": machine(), "other_cores": round(meter.cores(), 2),
-                               "cpus_per_worker": a.cpus, "runs": rows, "summary": summary}, indent=1))
+                               "cpus_per_worker": a.cpus, "warmup_runs": warm, "runs": rows,
+                               "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":
