@@ -23,10 +23,11 @@ Also measured: how long training stops. A restart trains not at all from the SIG
 first step. In place, the workers that stay go on training while joiners start; they stop
 only for the switch itself (the acknowledgement's ``switch_seconds``).
 
-Each move first runs a warm-up round (``--warmup``), printed and not counted: on a VM the first
-use of memory beyond what the run touched so far waits for the host to back fresh pages (about
-three times the cost of pages used before), and it fell on the first measured round of
-whichever move was the first to need that much (ResNet-50 2 -> 4), both paths about twice as slow.
+Each move first runs a warm-up round (``--warmup``), printed and not counted. The first round of
+ResNet-50 2 -> 4, the first move to need four workers' memory, was about twice as slow on both
+paths in every recorded run. The suspected cause, not shown directly: on these VMs, memory not
+used lately costs up to three times as much to touch. The warm-up does not always absorb it
+(docs/benchmarks.md, session 25).
 
 Prints a table and the ratios restart / in place; writes benchmarks/results/resize.json.
 """
@@ -179,8 +180,8 @@ def main() -> None:
     ap.add_argument("--warm-steps", type=int, default=3, help="steps each worker trains before the resize")
     ap.add_argument("--repeat", type=int, default=3, help="rounds: every path once a round, interleaved")
     ap.add_argument("--warmup", type=int, default=1,
-                    help="rounds run first and not counted: the first use of a size's memory on a VM costs the "
-                         "host's backing of fresh pages (1.5-2 s a GB here against 0.5-0.7 s for pages used before)")
+                    help="rounds run first and not counted (a move's first round was slower on both paths; "
+                         "suspected: the VM's first touch of memory not used lately)")
     ap.add_argument("--cpus", type=float, default=1.0,
                     help="CPU request per worker, its thread count (default: the platform's for a CPU worker; "
                          "0: the machine's cores over the workers, so a restart at a smaller size gets more "
