@@ -8,7 +8,10 @@
 #      one worker, then resumed from its sharded checkpoint;
 #   4. memory and throughput per strategy at one worker (benchmarks/large_model.py);
 #   5. per-GPU training and inference rates of the seeds' sizing models (ResNet-50 and -152,
-#      224 px, AMP and channels_last), measured as `deeppod size --measure` measures them.
+#      224 px, AMP and channels_last), measured as `deeppod size --measure` measures them;
+#   6. what Resizer.interruptible's hooks cost a GPU step (benchmarks/resize_hooks.py);
+#   7. the runtime's training loop against bare PyTorch under torchrun, one GPU
+#      (benchmarks/train_throughput.py).
 # Needs only PyTorch, torchvision, Pillow and nvidia-ml-py beside this checkout.
 #     OUT=/tmp/out bash scripts/gpu_checks.sh
 # SECTIONS="1 3" runs only those; LARGEST_ARGS adds arguments to section 2's benchmark.
@@ -17,7 +20,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
-SECTIONS=${SECTIONS:-1 2 3 4 5}
+SECTIONS=${SECTIONS:-1 2 3 4 5 6 7}
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 nvidia-smi -L; $PY -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 free -g | head -2
@@ -88,5 +91,18 @@ for model in ("resnet50", "resnet152"):
         out.append(row)
 open(sys.argv[1], "w").write(json.dumps(out, indent=1))
 PYTHON
+fi
+if on 6; then
+    echo "== 6. the interruptible hooks' cost on a GPU step"
+    for spec in "resnet50 256" "resnet50 32" "resnet18 256"; do
+        set -- $spec
+        timeout "${HOOKS_S:-120}" $PY benchmarks/resize_hooks.py --model "$1" --batch-size "$2" --steps "${HOOKS_STEPS:-40}" --rounds 7 \
+            --out "$OUT/hooks_$1_$2.json" 2>&1 | tee -a "$OUT/hooks.txt"
+    done
+fi
+if on 7; then
+    echo "== 7. training loop: the runtime against bare PyTorch, one GPU"
+    timeout "${TRAIN_S:-300}" $PY benchmarks/train_throughput.py --workers 1 --batch-size 256 --steps 30 --rounds 3 \
+        2>&1 | tee "$OUT/train_throughput.txt"
 fi
 echo "== done"
