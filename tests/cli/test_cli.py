@@ -243,6 +243,8 @@ def test_trainer_mistakes_are_refused_at_submit_with_the_choices(cli, live_serve
     assert p.returncode == 2 and "adamw" in p.stderr
     p = cli(*base, "--lr-schedule", "wavy", check=False, **admin)
     assert p.returncode == 2 and "linear-warmup-cosine" in p.stderr
+    p = cli(*base, "--grace", "-1", check=False, **admin)
+    assert p.returncode == 2 and "grace_seconds" in p.stderr, p.stderr
     p = cli("train", "image-classifier", "--dataset", "nosuch", check=False, **admin)
     assert p.returncode == 2 and "no such dataset" in p.stderr and "deeppod data ingest" in p.stderr
     assert len(json.loads(cli("jobs", "--json", "--all", **admin).stdout)) == before  # nothing submitted

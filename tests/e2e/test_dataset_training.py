@@ -29,12 +29,13 @@ def test_train_from_a_dataset_name(fresh_server, tmp_path):
     # the model, image size and loader workers a user gets by default (small-cnn at 16 px here)
     p = subprocess.run([*cli, "train", "image-classifier", "--dataset", "digits", "--epochs", "8",
                         "--batch-size", "64", "--lr", "0.05", "--workers", "2",
-                        "--min-crop", "0.8", "--no-hflip", "-f"],
+                        "--min-crop", "0.8", "--no-hflip", "--grace", "45", "-f"],
                        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     job_id = int(p.stdout.split()[1])
     job = Client(server.url, server.admin_token).job(job_id)
     assert job["datasets"][0]["ref"] == "digits@1" and job["datasets"][0]["env"] == "DEEPPOD_DATA_DIGITS"
+    assert job["grace_seconds"] == 45  # the trainer's time to checkpoint on a stop
     sig = json.loads((server.home / "jobs" / str(job_id) / "model" / "signature.json").read_text())
     assert sig["dataset"] == "digits@1"
     assert sig["classes"] == [str(i) for i in range(10)]

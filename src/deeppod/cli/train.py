@@ -51,6 +51,9 @@ def train_image_classifier(
              "auto: the cheapest that fits --memory, or the GPUs' memory (ddp where nothing says)")] = "auto",
     name: Optional[str] = None,
     max_restarts: int = 3,
+    grace: Annotated[Optional[float], typer.Option(
+        help="seconds between SIGTERM and SIGKILL on a stop, cancel, preemption or resize: the time the trainer "
+             "has to save its checkpoint (default: the server's, 30 s)", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
@@ -78,7 +81,7 @@ def train_image_classifier(
     command = image_classifier(args)
     job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low, max_workers=high,
                    gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
-                   max_restarts=max_restarts,
+                   max_restarts=max_restarts, grace_seconds=grace,
                    own_folder=True,
                    env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                    datasets=[dataset] if dataset else None)

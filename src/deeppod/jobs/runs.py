@@ -58,7 +58,7 @@ def _killed_in_grace(job: Job, status: ExecStatus) -> str:
     if not killed or not (job.stop_reason or job.state in (JobState.PREEMPTED, JobState.RESIZING)):
         return ""
     return (f"; rank {killed[0]} was killed (SIGKILL) before it exited: a stop gives a job {job.grace_seconds:g} s "
-            "after SIGTERM (its grace: deeppod submit --grace, or grace_seconds in the API)")
+            "after SIGTERM (its grace: --grace of deeppod submit and deeppod train, or grace_seconds in the API)")
 
 
 def current_run_seconds(job: Job) -> float:
