@@ -226,6 +226,33 @@ def test_an_experiment_survives_a_server_restart(h):
     assert len(h.launcher.study(exp).study.trials) == 6  # none asked twice
 
 
+def test_a_seed_proposes_the_trials_optunas_own_study_with_that_seed_does(h):
+    """The study that asked the first trial at create goes on in the controller (one random
+    stream): not a stream of seed + 1 from the second trial on."""
+    import optuna
+
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "lr": {"type": "float", "low": 1e-4, "high": 1.0,
+                                                                     "log": True}}
+    exp_id = h.create(trials=6, parallel=2, sampler="tpe", seed=7, space=space,
+                      job={"command": [sys.executable, "-c", "pass", "{x}", "{lr}"], "workdir": str(h.tmp),
+                           "gpus_per_worker": 1})
+    h.run(exp_id, rising)
+    own = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=7))
+    expected = [own.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0),
+                         "lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}).params for _ in range(6)]
+    assert [t.params for t, _ in h.trials(exp_id)] == expected
+
+
+def test_a_search_whose_create_is_rolled_back_hands_no_study_over(h):
+    req = dict(name="gone", metric="score", mode="max", trials=2, parallel=1, sampler="tpe", pruner="none", seed=1,
+               space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+               job={"command": [sys.executable, "-c", "pass", "{x}"], "workdir": str(h.tmp), "gpus_per_worker": 1})
+    with h.sessions() as s:
+        service.create(s, h.world.alice, service.ExperimentRequest(**req), h.launcher)
+        s.rollback()
+    assert not h.launcher._handed
+
+
 def test_stop_and_resume(h):
     exp_id = h.create(trials=4, parallel=2)
     for _ in range(3):

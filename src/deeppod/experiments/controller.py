@@ -49,7 +49,7 @@ class ExperimentController:
 
     def study(self, s: Session, exp: Experiment) -> Study:
         if exp.id not in self._studies:
-            self._studies[exp.id] = self.launcher.study(exp, s)
+            self._studies[exp.id] = self.launcher.take(exp, s)
         return self._studies[exp.id]
 
     def judged(self, timeout: float = JUDGE_WAIT_S) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.paths import TenantRoots
@@ -24,6 +24,7 @@ from deeppod.experiments.study import Study, check_choice, judged_steps
 
 log = logging.getLogger(__name__)
 MODES = ("min", "max")
+HANDED_MAX = 64  # studies kept for a controller to take over (a server that is not the leader takes none)
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
             "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets",
@@ -59,6 +60,7 @@ class Launcher:
     code: CodeStore | None = None
     default_network: str = "host"  # DEEPPOD_JOB_NETWORK
     image_dir: str | None = None  # DEEPPOD_IMAGE_DIR
+    _handed: dict[int, Study] = field(default_factory=dict, repr=False)
 
     def folder(self, experiment_id: int) -> Path:
         return self.experiments_dir / str(experiment_id)
@@ -71,6 +73,23 @@ class Launcher:
             seed += session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
         return Study(self.folder(exp.id), mode=exp.mode, sampler=exp.sampler, pruner=exp.pruner,
                      space=parse_space(exp.space), seed=seed)
+
+    def hand_over(self, session: Session, exp: Experiment, study: Study) -> None:
+        """Keep the study that asked an experiment's first trial for this process's controller,
+        once the experiment is committed: its sampler goes on with the one random stream, so a
+        seed proposes the trials Optuna's own study with that seed proposes, where a study opened
+        again must start a stream of its own (``seed`` plus the trials asked)."""
+        def keep(_session) -> None:
+            self._handed[exp_id] = study
+            while len(self._handed) > HANDED_MAX:
+                self._handed.pop(next(iter(self._handed)))
+
+        exp_id = exp.id
+        event.listen(session, "after_commit", keep, once=True)
+
+    def take(self, exp: Experiment, session: Session) -> Study:
+        """The study handed over for ``exp`` in this process, else one opened again."""
+        return self._handed.pop(exp.id, None) or self.study(exp, session)
 
     def submit_trial(self, session: Session, principal: Principal, exp: Experiment, number: int,
                      params: dict) -> Job:
@@ -131,11 +150,13 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     session.flush()
     folder = launcher.folder(exp.id)
     shutil.rmtree(folder, ignore_errors=True)  # left by a database that was reset
+    study = launcher.study(exp, session)
     try:
-        add_trial(session, principal, exp, launcher.study(exp, session), launcher)
+        add_trial(session, principal, exp, study, launcher)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+    launcher.hand_over(session, exp, study)
     log.info("experiment %s/%s created: %d trials, %d at once", principal.tenant, exp.name, exp.trials, exp.parallel)
     return exp
 
