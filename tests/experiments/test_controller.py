@@ -226,7 +226,7 @@ def test_an_experiment_survives_a_server_restart(h):
     assert len(h.launcher.study(exp).study.trials) == 6  # none asked twice
 
 
-def test_a_seed_proposes_the_trials_optunas_own_study_with_that_seed_does(h):
+def test_a_seeds_start_up_trials_are_the_ones_optunas_own_study_with_that_seed_proposes(h):
     """The study that asked the first trial at create goes on in the controller (one random
     stream): not a stream of seed + 1 from the second trial on."""
     import optuna

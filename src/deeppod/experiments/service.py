@@ -77,8 +77,8 @@ class Launcher:
     def hand_over(self, session: Session, exp: Experiment, study: Study) -> None:
         """Keep the study that asked an experiment's first trial for this process's controller,
         once the experiment is committed: its sampler goes on with the one random stream, so a
-        seed proposes the trials Optuna's own study with that seed proposes, where a study opened
-        again must start a stream of its own (``seed`` plus the trials asked)."""
+        seed's start-up trials are the ones Optuna's own study with that seed proposes, where a
+        study opened again must start a stream of its own (``seed`` plus the trials asked)."""
         def keep(_session) -> None:
             self._handed[exp_id] = study
             while len(self._handed) > HANDED_MAX:
