@@ -13,8 +13,11 @@ most, 5 hyperparameters), same trial budget, same TPE sampler and seed:
   share.
 - ``deeppod-reuse``: the same search with ``reuse=True``: at most P processes, each runs trial
   after trial (``runtime.trials()``), torch imported and the data read once per process.
-- ``ray``: ``Tuner`` with ``OptunaSearch`` (TPE, same seed), ``ASHAScheduler`` (grace 1 epoch,
-  reduction factor 3, max 27 epochs), P concurrent trials of 1 CPU each.
+- ``ray``: ``Tuner`` with ``OptunaSearch`` (TPE, same seed), ``ASHAScheduler`` (grace period
+  ``--prune-after`` epochs, reduction factor 3, max 27 epochs), P concurrent trials of 1 CPU each.
+
+``--prune-after N`` is the first step (epoch) at which DeepPod's pruner may stop a trial
+(``prune_after``: ASHA's rungs at N, 3N, 9N, ...); the default, 1, is the platform's.
 
 Every trial appends one line per epoch to a log with the wall clock, so "time to target" is
 read the same way for all: from the moment the search is asked for to the first epoch of any
@@ -22,7 +25,7 @@ trial at or above the target. The whole search's time and the best accuracy of a
 ran all its epochs are printed too (same final accuracy is part of the aim).
 
     python benchmarks/tune.py [--task digits gratings] [--trials 20] [--parallel 2] [--seeds 1 2 3]
-        [--systems optuna,deeppod,deeppod-reuse] [--pruner asha] [--ray-python /path/to/python-with-ray-tune]
+        [--systems optuna,deeppod,deeppod-reuse] [--pruner asha] [--prune-after 1] [--ray-python /path/to/python-with-ray-tune]
 
 Each seed is a round: every system runs it once, one after another, so a busy moment costs
 them all; the ratio to Optuna is printed per round with its median and worst round (a claim
@@ -76,7 +79,7 @@ def run_optuna(task: str, trials: int, seed: int, log: str, data: str) -> None:
         objective, n_trials=trials)
 
 
-def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: str) -> None:
+def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: str, grace: int = 1) -> None:
     """Ray Tune in this process (a Python that has ray[tune], torch, scikit-learn, optuna)."""
     os.environ["PYTHONPATH"] = str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -107,14 +110,15 @@ def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: st
         tune_config=tune.TuneConfig(
             metric="val_acc", mode="max", num_samples=trials, max_concurrent_trials=parallel,
             search_alg=OptunaSearch(seed=seed),
-            scheduler=ASHAScheduler(time_attr="epoch", max_t=tune_task.EPOCHS, grace_period=1, reduction_factor=3)),
+            scheduler=ASHAScheduler(time_attr="epoch", max_t=tune_task.EPOCHS, grace_period=grace,
+                                    reduction_factor=3)),
         run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(prefix="raytune-"), verbose=0))
     tuner.fit()
     ray.shutdown()
 
 
 def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str, data: str,
-                reuse: bool = False, pruner: str = "asha") -> None:
+                reuse: bool = False, pruner: str = "asha", prune_after: int = 1) -> None:
     from deeppod import Client
 
     import tune_task
@@ -127,7 +131,7 @@ def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: s
     c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, "--data", data,
                          *flags],
                         space=space, metric="val_acc", mode="max", trials=trials, parallel=parallel,
-                        sampler="tpe", pruner=pruner, seed=seed, workdir=str(HERE), reuse=reuse)
+                        sampler="tpe", pruner=pruner, prune_after=prune_after, seed=seed, workdir=str(HERE), reuse=reuse)
     while (e := c.experiment(name))["state"] in ("running", "stopping"):
         time.sleep(0.5)
     if e["state"] != "completed":
@@ -158,12 +162,13 @@ def measure(system: str, task: str, seed: int, args, root: Path, server) -> dict
     elif system == "ray":
         # its own HOME: Ray writes an auth token to ~/.ray that a later `ray start` here would trip on
         (root / "ray-home").mkdir(exist_ok=True)
-        subprocess.run([args.ray_python, __file__, "_ray", *common, "--parallel", str(args.parallel)], check=True,
+        subprocess.run([args.ray_python, __file__, "_ray", *common, "--parallel", str(args.parallel),
+                        "--prune-after", str(args.prune_after)], check=True,
                        stdout=subprocess.DEVNULL, stderr=open(root / f"ray-{task}-{seed}.err", "w"),
                        env={**os.environ, "HOME": str(root / "ray-home")})
     else:
         run_deeppod(server, task, args.trials, args.parallel, seed, log, data, reuse=system == "deeppod-reuse",
-                    pruner=args.pruner)
+                    pruner=args.pruner, prune_after=args.prune_after)
     r = summarize(log, began, time.time(), args.target or TARGETS[task], tune_task.EPOCHS)
     print(f"  {task} seed {seed} {system}: {json.dumps(r)}", flush=True)
     if args.keep:
@@ -191,6 +196,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--pruner", default="asha", choices=["asha", "hyperband", "median", "none"],
                     help="DeepPod's pruner (Ray Tune's side is ASHA whatever this says)")
+    ap.add_argument("--prune-after", type=int, default=1,
+                    help="the first step (epoch) at which a trial may be stopped: DeepPod's prune_after, Ray's grace")
     ap.add_argument("--target", type=float, help="validation accuracy to reach (default: per task)")
     ap.add_argument("--ray-python", help="a Python with ray[tune], torch, scikit-learn and optuna")
     ap.add_argument("--systems", default="optuna,deeppod,deeppod-reuse",
@@ -203,7 +210,7 @@ def main() -> None:
     if args.mode == "_optuna":
         return run_optuna(args.task[0], args.trials, args.seeds[0], args.log, args.data)
     if args.mode == "_ray":
-        return run_ray(args.task[0], args.trials, args.parallel, args.seeds[0], args.log, args.data)
+        return run_ray(args.task[0], args.trials, args.parallel, args.seeds[0], args.log, args.data, args.prune_after)
     import tune_task
 
     from deeppod.bench.server import Server
@@ -225,7 +232,7 @@ def main() -> None:
         finally:
             server.stop()
     print(f"\n{args.trials} trials, {args.parallel} at a time (optuna: one at a time), TPE seeds {args.seeds}, "
-          f"DeepPod's pruner {args.pruner}")
+          f"DeepPod's pruner {args.pruner} from step {args.prune_after}")
     print("| task (target) | system | time to target | whole search | best acc, full trials | epochs run |")
     print("| --- | --- | --- | --- | --- | --- |")
     for task, rs in results.items():

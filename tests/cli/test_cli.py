@@ -335,8 +335,10 @@ def test_gpu_memory_from_submit_and_tune_reaches_their_jobs(cli, live_server, tm
     assert job["gpu_memory_mb"] == 8192  # the live server's logical slots say no memory: any request fits
     (tmp_path / "space.yaml").write_text("lr: {type: float, low: 0.001, high: 0.1, log: true}\n")
     cli("tune", "create", "gm", "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--parallel", "1",
-        "--gpu-memory", "8G", "--", sys.executable, "-c", "print({lr})", **admin)
+        "--gpu-memory", "8G", "--prune-after", "3", "--", sys.executable, "-c", "print({lr})", **admin)
     c = Client(live_server.url, live_server.admin_token)
+    assert c.experiment("gm")["prune_after"] == 3  # asha's first rung at step 3
+    assert "asha pruner from step 3" in cli("tune", "show", "gm", **admin).stdout
 
     def trial():
         return next((j for j in c.jobs() if j["kind"] == "trial"), None)

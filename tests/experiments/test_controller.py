@@ -310,6 +310,7 @@ def test_a_best_model_no_better_than_chance_is_registered_only_when_forced(h, fo
      "parameter y is never used"),
     ({"sampler": "bayes"}, "unknown sampler 'bayes'"),
     ({"pruner": "asha2"}, "unknown pruner"),
+    ({"prune_after": 0}, "--prune-after must be a step from 1"),
     ({"sampler": "grid"}, "grid sampler needs a finite set"),
     ({"mode": "up"}, "--mode must be min or max"),
     ({"job": {"command": ["no-such-program-xyz", "{x}"], "workdir": "/tmp"}}, "was not found"),

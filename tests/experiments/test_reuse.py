@@ -240,3 +240,17 @@ def test_reports_at_a_rung_wait_for_the_pruners_decision(h):
     waiter.join(30)
     assert got == [True]
     assert h.tune.judged(timeout=0.01) is False  # no round came: the answer goes without it
+
+
+def test_a_later_first_rung_is_what_trials_are_told_and_wait_for(h):
+    from deeppod.contract import ENV_TRIAL_JUDGED
+
+    exp_id = h.create(trials=2, parallel=1, reuse=True, pruner="asha", prune_after=3)
+    h.jobs.tick()
+    h.tune.tick()
+    job = hosts(h, exp_id)[0]
+    assert h.fake.launched[job.id].workers[0].env[ENV_TRIAL_JUDGED].startswith("3,9,27,")
+    number = Process(h, job.id).ask()["number"]
+    with h.sessions() as s:
+        assert not service.awaits_judgement(s, job.id, [{"step": k, "trial": number} for k in (0, 1, 2)])
+        assert service.awaits_judgement(s, job.id, [{"step": 3, "trial": number}])

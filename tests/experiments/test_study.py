@@ -38,3 +38,31 @@ def test_a_lock_left_by_a_killed_server_does_not_stall_the_restarted_one(tmp_pat
     assert number == 1 and not lock.exists()
     assert time.monotonic() - began < 30  # Optuna's default grace; LOCK_GRACE_S is what it takes
     assert LOCK_GRACE_S <= 10
+
+
+def test_prune_after_moves_the_first_rung_and_no_trial_is_stopped_before_it(tmp_path):
+    from deeppod.experiments.study import judged_steps
+
+    assert judged_steps("asha", 3).startswith("3,9,27,81,") and judged_steps("asha").startswith("1,3,9,")
+    assert judged_steps("hyperband", 2).startswith("2,6,18,")
+    study = Study(tmp_path, mode="max", sampler="random", pruner="asha",
+                  space=parse_space({"x": {"type": "float", "low": 0, "high": 1}}), seed=1, prune_after=3)
+    _, first, _ = study.ask()
+    assert study.report(first, [(step, 0.5) for step in range(4)]) is None
+    _, second, _ = study.ask()
+    # at chance for its first steps, then ahead: not judged before step 3, and ahead there
+    slow_start = [(0, 0.1), (1, 0.1), (2, 0.1), (3, 0.9)]
+    assert study.report(second, slow_start) is None
+    _, third, _ = study.ask()
+    assert study.report(third, [(0, 0.1), (1, 0.1), (2, 0.1), (3, 0.2)]) == (3, 0.2)  # behind at the first rung
+
+
+def test_the_median_rule_waits_for_prune_after(tmp_path):
+    study = Study(tmp_path, mode="max", sampler="random", pruner="median",
+                  space=parse_space({"x": {"type": "float", "low": 0, "high": 1}}), seed=1, prune_after=2)
+    for _ in range(4):  # its start-up trials
+        number, trial, _ = study.ask()
+        assert study.report(trial, [(step, 0.9) for step in range(3)]) is None
+        study.tell(number, "complete", 0.9)
+    _, low, _ = study.ask()
+    assert study.report(low, [(0, 0.1), (1, 0.1), (2, 0.1)]) == (2, 0.1)  # judged from step 2 on only

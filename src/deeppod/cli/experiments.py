@@ -39,6 +39,9 @@ Trials = Annotated[int, typer.Option(help="trials in all (the budget)")]
 Parallel = Annotated[int, typer.Option(help="at most this many at once (fewer when GPUs are busy)")]
 Sampler = Annotated[str, typer.Option(help="tpe, random, grid or cmaes")]
 Pruner = Annotated[str, typer.Option(help="asha, hyperband, median or none")]
+PruneAfter = Annotated[int, typer.Option(help="the first reported step (epoch) at which the pruner may stop a trial: "
+                                              "asha's first rung (then 3x, 9x, ...); raise it where the first "
+                                              "epochs say little of the last")]
 Register = Annotated[Optional[str], typer.Option(help="register the best trial's model as a version of model NAME")]
 AtChance = Annotated[bool, typer.Option("--register-at-chance", help="register it even when its accuracy is no "
                                                                      "better than chance (1 / classes)")]
@@ -64,8 +67,8 @@ def create(
     name: str,
     command: Annotated[list[str], typer.Argument(help="each trial's command after '--', with {param} placeholders")],
     space: Space = None, metric: Metric = "val_acc", mode: Mode = "max", trials: Trials = 20,
-    parallel: Parallel = 4, sampler: Sampler = "tpe", pruner: Pruner = "asha", seed: Optional[int] = None,
-    register: Register = None, register_at_chance: AtChance = False, reuse: Reuse = False,
+    parallel: Parallel = 4, sampler: Sampler = "tpe", pruner: Pruner = "asha", prune_after: PruneAfter = 1,
+    seed: Optional[int] = None, register: Register = None, register_at_chance: AtChance = False, reuse: Reuse = False,
     workers: Annotated[str, typer.Option("--workers", "-n", help="workers per trial: N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[Optional[int], typer.Option(help="default: 1 when the cluster has GPUs, else 0",
                                                            show_default=False)] = None,
@@ -94,8 +97,8 @@ def create(
     c = client(url, token)
     exp = c.create_experiment(
         name, command, space=read_space(space), metric=metric, mode=mode, trials=trials, parallel=parallel,
-        sampler=sampler, pruner=pruner, seed=seed, register=register, register_at_chance=register_at_chance,
-        reuse=reuse, workers=low, max_workers=high,
+        sampler=sampler, pruner=pruner, prune_after=prune_after, seed=seed, register=register,
+        register_at_chance=register_at_chance, reuse=reuse, workers=low, max_workers=high,
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
         gpu_memory_mb=parse_memory(gpu_memory), env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
@@ -115,8 +118,8 @@ def image_classifier(
     epochs: int = 10,
     image_size: Annotated[Optional[int], typer.Option(help="default: the images' own", show_default=False)] = None,
     metric: Metric = "val_accuracy", trials: Trials = 20, parallel: Parallel = 4, sampler: Sampler = "tpe",
-    pruner: Pruner = "asha", seed: Optional[int] = None, register: Register = None, register_at_chance: AtChance = False,
-    gpus_per_worker: Annotated[Optional[int], typer.Option(show_default=False)] = None,
+    pruner: Pruner = "asha", prune_after: PruneAfter = 1, seed: Optional[int] = None, register: Register = None,
+    register_at_chance: AtChance = False, gpus_per_worker: Annotated[Optional[int], typer.Option(show_default=False)] = None,
     as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Tune the built-in image classifier: no code needed. Extra options (--amp, --lr-schedule,
@@ -140,7 +143,8 @@ def image_classifier(
     command = trainer.image_classifier([*args, *ctx.args])
     c = client(url, token)
     exp = c.create_experiment(name, command, space=chosen, metric=metric, mode="max", trials=trials,
-                              parallel=parallel, sampler=sampler, pruner=pruner, seed=seed, register=register,
+                              parallel=parallel, sampler=sampler, pruner=pruner, prune_after=prune_after, seed=seed,
+                              register=register,
                               register_at_chance=register_at_chance,
                               gpus_per_worker=gpus_per_worker, own_folder=True, env=exported_env(),
                               datasets=[dataset] if dataset else None, max_restarts=3,
@@ -189,8 +193,9 @@ def _num(v) -> str:
 def render_show(e: dict) -> None:
     console.print(f"[bold]{e['name']}[/] ({e['tenant']}/{e['user']}): {e['state']}"
                   + (f", {e['reason']}" if e["reason"] else ""))
-    console.print(f"{e['metric']} ({e['mode']}), {e['sampler']} sampler, {e['pruner']} pruner, "
-                  f"{sum(e['counts'].values())} of {e['trials']} trials, at most {e['parallel']} at once")
+    console.print(f"{e['metric']} ({e['mode']}), {e['sampler']} sampler, {e['pruner']} pruner"
+                  + (f" from step {e['prune_after']}" if e.get("prune_after", 1) != 1 and e["pruner"] != "none" else "")
+                  + f", {sum(e['counts'].values())} of {e['trials']} trials, at most {e['parallel']} at once")
     names = sorted(e["space"])
     rows = []
     for t in e.get("trial_table") or []:

@@ -42,6 +42,7 @@ class ExperimentRequest:
     parallel: int = 4
     sampler: str = "tpe"
     pruner: str = "asha"
+    prune_after: int = 1  # the first step a trial may be stopped at (Ray Tune's grace period)
     seed: int | None = None
     register: str | None = None  # model name: the best trial's model becomes a version of it
     register_at_chance: bool = False  # even when it is no better than guessing
@@ -72,7 +73,7 @@ class Launcher:
         if seed is not None and session is not None:
             seed += session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
         return Study(self.folder(exp.id), mode=exp.mode, sampler=exp.sampler, pruner=exp.pruner,
-                     space=parse_space(exp.space), seed=seed)
+                     space=parse_space(exp.space), seed=seed, prune_after=exp.prune_after)
 
     def hand_over(self, session: Session, exp: Experiment, study: Study) -> None:
         """Keep the study that asked an experiment's first trial for this process's controller,
@@ -100,7 +101,7 @@ class Launcher:
                           code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,
                           image_dir=self.image_dir)
         job.kind, job.params, job.preemptible = "trial", dict(params), True
-        judged = judged_steps(exp.pruner)
+        judged = judged_steps(exp.pruner, exp.prune_after)
         job.env = {**job.env, ENV_TRIAL: str(number), **({ENV_TRIAL_HOST: "1"} if exp.reuse else {}),
                    **({ENV_TRIAL_JUDGED: judged} if judged else {})}
         return job
@@ -129,7 +130,7 @@ def check_request(req: ExperimentRequest) -> dict:
         raise InvalidRequest("the search has no command: put it after '--', e.g. "
                              "deeppod tune create NAME ... -- python train.py --lr {lr}")
     check_command(command, space, req.reuse)
-    check_choice(req.sampler, req.pruner, space)
+    check_choice(req.sampler, req.pruner, space, req.prune_after)
     return space
 
 
@@ -143,7 +144,7 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     template = {k: v for k, v in req.job.items() if k in TEMPLATE}
     exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state=ExperimentState.RUNNING,
                      metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
-                     sampler=req.sampler, pruner=req.pruner, seed=req.seed,
+                     sampler=req.sampler, pruner=req.pruner, prune_after=req.prune_after, seed=req.seed,
                      space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register,
                      register_at_chance=req.register_at_chance, reuse=req.reuse)
     session.add(exp)
@@ -292,10 +293,10 @@ def awaits_judgement(session: Session, job_id: int, points: list[dict]) -> bool:
             tops[p["trial"]] = max(p["step"], tops.get(p["trial"], p["step"]))
     if not tops:
         return False
-    rows = session.execute(select(Trial.number, Trial.step, Experiment.pruner)
+    rows = session.execute(select(Trial.number, Trial.step, Experiment.pruner, Experiment.prune_after)
                            .join(Experiment, Experiment.id == Trial.experiment_id)
                            .where(Trial.job_id == job_id, Trial.number.in_(tops), Trial.state == TrialState.RUNNING))
-    return any(judged_between(judged_steps(pruner), step, tops[number]) for number, step, pruner in rows)
+    return any(judged_between(judged_steps(pruner, after), step, tops[number]) for number, step, pruner, after in rows)
 
 
 def idle_hosts(session: Session, exp: Experiment) -> list[Job]:

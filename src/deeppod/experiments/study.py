@@ -14,6 +14,7 @@ SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("asha", "hyperband", "median", "none")
 RUNG_BASE = 3  # the pruners' reduction factor: successive halving's rungs are at steps 1, 3, 9, ...
 MAX_RUNG_STEP = 10**7
+MAX_PRUNE_AFTER = 10**6
 JOURNAL = "optuna.journal"
 LOCK_GRACE_S = 5  # a journal lock untouched this long is a dead writer's (an append takes milliseconds)
 
@@ -25,11 +26,14 @@ def _optuna():
     return optuna
 
 
-def check_choice(sampler: str, pruner: str, space: dict[str, Param]) -> None:
+def check_choice(sampler: str, pruner: str, space: dict[str, Param], prune_after: int = 1) -> None:
     if sampler not in SAMPLERS:
         raise InvalidRequest(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
     if pruner not in PRUNERS:
         raise InvalidRequest(f"unknown pruner {pruner!r}: use one of {', '.join(PRUNERS)}")
+    if not isinstance(prune_after, int) or not 1 <= prune_after <= MAX_PRUNE_AFTER:
+        raise InvalidRequest(f"--prune-after must be a step from 1 to {MAX_PRUNE_AFTER} (got {prune_after!r}): the "
+                             "first reported step at which the pruner may stop a trial")
     if sampler == "grid":
         grid_size(space)
     if sampler == "cmaes" and all(p.type == "categorical" for p in space.values()):
@@ -62,26 +66,29 @@ def make_sampler(name: str, space: dict[str, Param], seed: int | None):
     return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
 
 
-def make_pruner(name: str):
+def make_pruner(name: str, prune_after: int = 1):
+    """``prune_after``: the first step a trial may be stopped at (Ray Tune's grace period,
+    Optuna's min_resource): successive halving's first rung, the median rule's warm-up."""
     p = _optuna().pruners
-    if name == "asha":  # asynchronous successive halving: rungs at steps 1, 3, 9, 27, ...
-        # A fixed first rung (Ray Tune's grace period of 1), not "auto": auto waits for a trial to
+    if name == "asha":  # asynchronous successive halving: rungs at steps r, 3r, 9r, 27r, ...
+        # A fixed first rung (Ray Tune's grace period), not "auto": auto waits for a trial to
         # complete, and the trials running meanwhile are then judged at every passed rung with
         # their current value, which inflates those rungs against every later trial.
-        return p.SuccessiveHalvingPruner(min_resource=1, reduction_factor=RUNG_BASE)
+        return p.SuccessiveHalvingPruner(min_resource=prune_after, reduction_factor=RUNG_BASE)
     if name == "hyperband":
-        return p.HyperbandPruner(min_resource=1, reduction_factor=RUNG_BASE)
+        return p.HyperbandPruner(min_resource=prune_after, reduction_factor=RUNG_BASE)
     if name == "median":
-        return p.MedianPruner(n_startup_trials=4, n_warmup_steps=0)
+        return p.MedianPruner(n_startup_trials=4, n_warmup_steps=prune_after)
     return p.NopPruner()
 
 
-def judged_steps(name: str) -> str:
+def judged_steps(name: str, prune_after: int = 1) -> str:
     """The steps at which the pruner ``name`` decides, as ENV_TRIAL_JUDGED says them: the rungs
-    of (asynchronous) successive halving and Hyperband (min_resource 1, factor 3: every
-    bracket's rungs are powers of 3), every step for the median rule, none without a pruner."""
+    of (asynchronous) successive halving and Hyperband (min_resource ``prune_after``, factor 3:
+    every bracket's rungs are ``prune_after`` times powers of 3), every step for the median
+    rule, none without a pruner."""
     if name in ("asha", "hyperband"):
-        steps, step = [], 1
+        steps, step = [], prune_after
         while step <= MAX_RUNG_STEP:
             steps.append(step)
             step *= RUNG_BASE
@@ -93,7 +100,7 @@ class Study:
     """One experiment's study, opened from its journal file."""
 
     def __init__(self, folder: Path, *, mode: str, sampler: str, pruner: str, space: dict[str, Param],
-                 seed: int | None):
+                 seed: int | None, prune_after: int = 1):
         optuna = _optuna()
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
@@ -108,7 +115,7 @@ class Study:
         self.study = optuna.create_study(
             study_name="experiment", storage=storage, load_if_exists=True,
             direction="maximize" if mode == "max" else "minimize",
-            sampler=make_sampler(sampler, space, seed), pruner=make_pruner(pruner))
+            sampler=make_sampler(sampler, space, seed), pruner=make_pruner(pruner, prune_after))
 
     def ask(self) -> tuple[int, int, dict]:
         """A new trial: (number, storage trial id, params)."""

@@ -214,15 +214,16 @@ class Client:
     # hyperparameter search
     def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
                           trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",
-                          seed: int | None = None, register: str | None = None, register_at_chance: bool = False,
+                          prune_after: int = 1, seed: int | None = None, register: str | None = None, register_at_chance: bool = False,
                           reuse: bool = False, **job) -> dict:
         """A search whose trials run ``command`` ({param} placeholders, DEEPPOD_PARAM_<NAME>) as
         jobs; ``job`` takes :meth:`submit`'s arguments (workers, gpus_per_worker, datasets, ...).
         ``reuse``: a trial's process runs the next trial when the script loops over
-        ``runtime.trials()`` (torch imported and data loaded once)."""
+        ``runtime.trials()`` (torch imported and data loaded once). ``prune_after``: the first
+        reported step at which the pruner may stop a trial."""
         return self._request("POST", "/v1/experiments", json={
             "name": name, "space": space, "metric": metric, "mode": mode, "trials": trials, "parallel": parallel,
-            "sampler": sampler, "pruner": pruner, "seed": seed, "register": register,
+            "sampler": sampler, "pruner": pruner, "prune_after": prune_after, "seed": seed, "register": register,
             "register_at_chance": register_at_chance, "reuse": reuse, "job": self.job_body(command, **job)})
 
     def _list_experiments(self) -> list[dict]:

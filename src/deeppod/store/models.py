@@ -455,6 +455,7 @@ class Experiment(Base):
     parallel: Mapped[int] = mapped_column(Integer)  # at most this many at once
     sampler: Mapped[str] = mapped_column(String(16))
     pruner: Mapped[str] = mapped_column(String(16))
+    prune_after: Mapped[int] = mapped_column(Integer, default=1)  # the pruner's first step (its first rung)
     seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
     space: Mapped[dict] = mapped_column(default=dict)
     job: Mapped[dict] = mapped_column(SealedJSON(), default=dict)  # the trial job template (its --env sealed)

@@ -17,6 +17,9 @@ class ExperimentCreate(Strict):
     parallel: int = Field(default=4, ge=1, le=1024, description="at most this many trials at once")
     sampler: str = Field(default="tpe", description="tpe, random, grid or cmaes")
     pruner: str = Field(default="asha", description="asha, hyperband, median or none")
+    prune_after: int = Field(default=1, ge=1, le=10**6, description="the first reported step at which the pruner "
+                                                                     "may stop a trial (asha's and hyperband's first "
+                                                                     "rung, then 3x, 9x...; the median rule's warm-up)")
     seed: int | None = None
     register_as: str | None = Field(default=None, max_length=64, alias="register",
                                     description="register the best trial's model as a new version of this model")
@@ -65,6 +68,7 @@ class ExperimentOut(Out):
     parallel: int
     sampler: str
     pruner: str
+    prune_after: int = 1
     space: dict
     command: list[str]
     register_as: str | None = Field(alias="register")
@@ -89,7 +93,8 @@ def experiment_out(exp, tenant: str, user: str, counts: dict, best=None, rows=No
                                restarts=j.restart_count if j is not None else 0, reason=t.reason) for t, j in rows]
     return ExperimentOut(
         id=exp.id, name=exp.name, tenant=tenant, user=user, state=exp.state, metric=exp.metric, mode=exp.mode,
-        trials=exp.trials, parallel=exp.parallel, sampler=exp.sampler, pruner=exp.pruner, space=exp.space,
+        trials=exp.trials, parallel=exp.parallel, sampler=exp.sampler, pruner=exp.pruner, prune_after=exp.prune_after,
+        space=exp.space,
         command=list(exp.job.get("command", [])), register=exp.register, registered=exp.registered,
         reuse=bool(exp.reuse),
         best_trial=best.number if best else exp.best_trial, best_value=best.value if best else None,
