@@ -52,7 +52,7 @@ def train_image_classifier(
     name: Optional[str] = None,
     max_restarts: int = 3,
     grace: Annotated[Optional[float], typer.Option(
-        help="seconds between SIGTERM and SIGKILL on a stop, cancel, preemption or resize: the time the trainer "
+        help="seconds between SIGTERM and SIGKILL on a stop, cancel, preemption or shrink: the time the trainer "
              "has to save its checkpoint (default: the server's, 30 s)", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
