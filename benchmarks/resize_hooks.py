@@ -25,6 +25,7 @@ sets its generation).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -41,7 +42,7 @@ def build(name: str, seed: int, device, channels_last: bool):
     import torchvision
 
     torch.manual_seed(seed)
-    model = getattr(torchvision.models, name)(num_classes=1000).to(device)
+    model = torchvision.models.get_model(name, weights=None).to(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model
@@ -59,8 +60,6 @@ class Arm:
         self.loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(self, x, y) -> None:
-        import contextlib
-
         import torch
 
         around = self.resizer.interruptible(True) if self.resizer else contextlib.nullcontext()

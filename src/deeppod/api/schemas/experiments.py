@@ -6,6 +6,7 @@ from pydantic import Field
 
 from deeppod.api.schemas.base import Out, Strict
 from deeppod.api.schemas.jobs import JobCreate
+from deeppod.experiments.study import MAX_PRUNE_AFTER
 
 
 class ExperimentCreate(Strict):
@@ -17,7 +18,7 @@ class ExperimentCreate(Strict):
     parallel: int = Field(default=4, ge=1, le=1024, description="at most this many trials at once")
     sampler: str = Field(default="tpe", description="tpe, random, grid or cmaes")
     pruner: str = Field(default="asha", description="asha, hyperband, median or none")
-    prune_after: int = Field(default=1, ge=1, le=10**6, description="the first reported step at which the pruner "
+    prune_after: int = Field(default=1, ge=1, le=MAX_PRUNE_AFTER, description="the first reported step at which the pruner "
                                                                      "may stop a trial (asha's and hyperband's first "
                                                                      "rung, then 3x, 9x...; the median rule's warm-up)")
     seed: int | None = None
