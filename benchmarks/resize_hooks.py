@@ -9,9 +9,13 @@ world file there (so the hooks look for a new world, a stat at most every 20 ms)
 changes (so no step is given up): what every step of a resizable job pays. The plain model is
 the same one, built from the same seed, with no Resizer. On CUDA both use AMP (float16 with a
 gradient scaler, as the built-in trainer does) and channels_last; on CPU neither. Each round
-times ``--steps`` steps of each, after a warm-up of 5 steps each; the order alternates by round.
-Prints images/s per round, and the ratio hooked / plain per round with its median and range.
-Aim: the worst round >= 0.99 (the hooks cost under 1% of a step).
+times ``--steps`` steps of each, after a warm-up of 5 steps each; the order rotates by round.
+A third arm, the control, is a second plain model built the same way: control / plain is
+what the same step measures against itself, so its spread is the noise that hooked / plain
+has to be read against (``--no-control`` leaves it out). Prints images/s per round, and the
+ratios per round with their median and range. Aim: the worst round >= 0.99 (the hooks cost
+under 1% of a step), or, where control / plain itself spreads wider than that, hooked / plain
+within control / plain's range.
 
 Then ``--give-ups`` times, a new world is written at a random point of a hooked step (10-90% of
 its time): how long from the write until the worker is free (the step given up or ended, and
@@ -96,6 +100,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="timed steps per system per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--give-ups", type=int, default=10, help="new worlds written during a hooked step")
+    ap.add_argument("--no-control", dest="control", action="store_false",
+                    help="leave out the second plain model (the noise's measure)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     a = ap.parse_args()
 
@@ -112,25 +118,31 @@ def main() -> None:
         os.environ["DEEPPOD_WORLD_FILE"] = str(world)  # read by the Resizer as it is built
         from deeppod.runtime import Resizer
 
-        plain = Arm(build(a.model, 0, device, cuda), device, cuda)
+        arms = {"plain": Arm(build(a.model, 0, device, cuda), device, cuda)}
         hooked_model = build(a.model, 0, device, cuda)
-        hooked = Arm(hooked_model, device, cuda, Resizer(hooked_model, None))
+        arms["hooked"] = hooked = Arm(hooked_model, device, cuda, Resizer(hooked_model, None))
+        if a.control:
+            arms["control"] = Arm(build(a.model, 0, device, cuda), device, cuda)
         calls = count_calls(hooked, device, batch, size)
         g = torch.Generator(device="cpu").manual_seed(1)
         x = torch.randn(batch, 3, size, size, generator=g).to(device)
         if cuda:
             x = x.to(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (batch,), generator=g).to(device)
-        for arm in (plain, hooked):
+        for arm in arms.values():
             arm.run(x, y, 5)
-        rounds = []
+        rounds, names = [], list(arms)
         for r in range(a.rounds):
-            order = (plain, hooked) if r % 2 == 0 else (hooked, plain)
-            rates = {("plain" if arm is plain else "hooked"): arm.run(x, y, a.steps) for arm in order}
+            order = names[r % len(names):] + names[:r % len(names)]
+            rates = {name: arms[name].run(x, y, a.steps) for name in order}
             rates["ratio"] = rates["hooked"] / rates["plain"]
+            line = f"round {r + 1}: " + ", ".join(f"{n} {rates[n]:8.1f}" for n in names) + \
+                f" images/s; hooked / plain {rates['ratio']:.4f}"
+            if a.control:
+                rates["control_ratio"] = rates["control"] / rates["plain"]
+                line += f", control / plain {rates['control_ratio']:.4f}"
             rounds.append(rates)
-            print(f"round {r + 1}: plain {rates['plain']:8.1f} images/s, hooked {rates['hooked']:8.1f} images/s, "
-                  f"hooked / plain {rates['ratio']:.4f}", flush=True)
+            print(line, flush=True)
         step_s = batch / statistics.median(r["hooked"] for r in rounds)
         worlds = give_ups(hooked, x, y, world, a.give_ups, step_s)
     ratios = [r["ratio"] for r in rounds]
@@ -139,10 +151,17 @@ def main() -> None:
     result = {"model": a.model, "batch_size": batch, "image_size": size, "device": machine, "amp": cuda,
               "channels_last": cuda, "steps": a.steps, "hook_calls_per_step": calls, "rounds": rounds,
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-              "step_seconds": step_s, "give_ups": worlds}
+              "ratio_of_means": mean_ratio(rounds, "hooked"), "step_seconds": step_s, "give_ups": worlds}
+    if a.control:
+        controls = [r["control_ratio"] for r in rounds]
+        result.update(control_median=statistics.median(controls), control_min=min(controls),
+                      control_max=max(controls), control_of_means=mean_ratio(rounds, "control"))
     print(f"{a.model}, batch {batch}, {size} px on {machine}: {calls} hook calls a step; hooked / plain "
           f"median {result['ratio_median']:.4f} (worst {result['ratio_min']:.4f}, best {result['ratio_max']:.4f}) "
-          f"over {a.rounds} rounds of {a.steps} steps")
+          f"over {a.rounds} rounds of {a.steps} steps; ratio of the means {result['ratio_of_means']:.4f}")
+    if a.control:
+        print(f"the noise: control / plain median {result['control_median']:.4f} (worst {result['control_min']:.4f}, "
+              f"best {result['control_max']:.4f}); ratio of the means {result['control_of_means']:.4f}")
     if worlds:
         free = [w["free_after_s"] for w in worlds]
         print(f"a new world during a step of {step_s * 1000:.1f} ms: given up in {sum(w['gave_up'] for w in worlds)} "
@@ -150,6 +169,11 @@ def main() -> None:
               f"(median; {min(free) * 1000:.1f}-{max(free) * 1000:.1f} ms)")
     if a.out:
         a.out.write_text(json.dumps(result, indent=1))
+
+
+def mean_ratio(rounds: list[dict], arm: str) -> float:
+    """The arm's mean rate over the plain model's, across rounds (steadier than a round's ratio)."""
+    return statistics.fmean(r[arm] for r in rounds) / statistics.fmean(r["plain"] for r in rounds)
 
 
 def give_ups(arm: Arm, x, y, world: Path, n: int, step_s: float) -> list[dict]:

@@ -14,7 +14,8 @@
 #      (benchmarks/train_throughput.py).
 # Needs only PyTorch, torchvision, Pillow and nvidia-ml-py beside this checkout.
 #     OUT=/tmp/out bash scripts/gpu_checks.sh
-# SECTIONS="1 3" runs only those; LARGEST_ARGS adds arguments to section 2's benchmark.
+# SECTIONS="1 3" runs only those; LARGEST_ARGS adds arguments to section 2's benchmark;
+# HOOKS_SPECS="resnet50,32,100,12 ..." sets section 6's runs (model,batch[,steps,rounds]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
@@ -94,10 +95,14 @@ PYTHON
 fi
 if on 6; then
     echo "== 6. the interruptible hooks' cost on a GPU step"
-    for spec in "resnet50 256" "resnet50 32" "resnet18 256"; do
-        set -- $spec
-        timeout "${HOOKS_S:-120}" $PY benchmarks/resize_hooks.py --model "$1" --batch-size "$2" --steps "${HOOKS_STEPS:-40}" --rounds 7 \
-            --out "$OUT/hooks_$1_$2.json" 2>&1 | tee -a "$OUT/hooks.txt"
+    # each "model batch [steps rounds]"; batch 32 is host-bound (a step of 20-30 ms on an H200)
+    n=0
+    for spec in ${HOOKS_SPECS:-"resnet50,256" "resnet50,32,100,12" "resnet18,256"}; do
+        IFS=, read -r model batch steps rounds <<< "$spec"
+        n=$((n + 1))
+        timeout "${HOOKS_S:-240}" $PY benchmarks/resize_hooks.py --model "$model" --batch-size "$batch" \
+            --steps "${steps:-${HOOKS_STEPS:-40}}" --rounds "${rounds:-7}" \
+            --out "$OUT/hooks_${n}_${model}_${batch}.json" 2>&1 | tee -a "$OUT/hooks.txt"
     done
 fi
 if on 7; then
