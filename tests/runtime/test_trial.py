@@ -78,3 +78,54 @@ def test_the_reporter_hears_which_trials_a_pruner_stopped_from_the_answer_to_its
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_past_it(monkeypatch):
+    """A report at a step the pruner decides on is answered once the decision is made (here
+    0.3 s later): the trial's next should_stop() waits for that answer, so a pruned trial
+    stops at the rung, not an epoch after. A report between rungs waits for nothing."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from deeppod.contract import ENV_TRIAL_JUDGED
+    from deeppod.runtime import metrics
+    from deeppod.runtime.trial import Trial
+
+    sent: list[dict] = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            points = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["points"]
+            sent.extend(points)
+            rung = any(p["step"] == 3 for p in points)
+            if rung:
+                time.sleep(0.3)  # the pruner's round
+            self.send_response(202)
+            self.end_headers()
+            self.wfile.write(json.dumps({"stored": len(points), "pruning": [4] if rung else []}).encode())
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setenv(ENV_TRIAL, "4")
+    monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                   flush_seconds=30, enabled=True)
+    monkeypatch.setattr(metrics, "_default", rep)
+    trial = Trial(4, {}, object())  # a host that it has asked lately: only the answers to its reports count
+    try:
+        rep.report(2, acc=0.1)
+        began = time.monotonic()
+        assert trial.should_stop() is False
+        assert time.monotonic() - began < 0.25, "a report between rungs waits for nothing"
+        rep.report(3, acc=0.1)
+        assert trial.should_stop() is True
+        assert [p["step"] for p in sent] == [2, 3] and all("_judged" not in p for p in sent)
+    finally:
+        rep.close(timeout=2)
+        server.shutdown()
+        server.server_close()

@@ -78,6 +78,10 @@ class Reporter:
         # the server's answer waits for the decision: a short trial hears it an epoch later, not ten
         self.judged = os.environ.get(ENV_TRIAL_JUDGED, "")
         self._judged_upto: tuple[int | None, int] = (None, -1)  # (trial, step) last sent at once
+        # judged reports numbered as made, and the newest whose send the server has answered:
+        # await_judgement() waits for the one made last (its answer says whether it was pruned)
+        self._judged_made = self._judged_answered = 0
+        self._answers = threading.Condition()
         self._wake = threading.Event()
         self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
@@ -100,22 +104,42 @@ class Reporter:
     # called from the training loop: cheap
     def report(self, step: int, **metrics) -> None:
         if self.enabled:
-            self._q.put(("m", step, time.time(), metrics, self.trial))
+            judged = 0
             if self.judged and self.trial is not None:
                 trial, upto = self._judged_upto
                 if judged_between(self.judged, upto if trial == self.trial else -1, step):
                     self._judged_upto = (self.trial, step)
-                    self._wake.set()
+                    with self._answers:
+                        self._judged_made += 1
+                        judged = self._judged_made
+            self._q.put(("m", step, time.time(), metrics, self.trial, judged))
+            if judged:
+                self._wake.set()
+
+    def await_judgement(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the server's answer to the last report made at a step
+        the pruner decides on (``pruning`` then says whether it stopped the trial there), so
+        the trial learns it before its next epoch, not after. True when it came, or none was
+        awaited."""
+        with self._answers:
+            return self._answers.wait_for(lambda: self._judged_answered >= self._judged_made, timeout)
+
+    def _answered(self, batch: list[dict]) -> None:
+        top = max((p.get("_judged", 0) for p in batch), default=0)
+        if top:
+            with self._answers:
+                self._judged_answered = max(self._judged_answered, top)
+                self._answers.notify_all()
 
     def histograms(self, step: int, tensors: dict) -> None:
         if self.enabled:
-            self._q.put(("h", step, time.time(), {k: histogram(v) for k, v in tensors.items()}, self.trial))
+            self._q.put(("h", step, time.time(), {k: histogram(v) for k, v in tensors.items()}, self.trial, 0))
 
     # the background side
     def _drain(self) -> None:
         while True:
             try:
-                kind, step, at, payload, trial = self._q.get_nowait()
+                kind, step, at, payload, trial, judged = self._q.get_nowait()
             except queue.Empty:
                 return
             tag = {} if trial is None else {"trial": trial}
@@ -129,7 +153,8 @@ class Reporter:
                 if self._tb is not None:
                     self._tb.scalars(step, values, at)
                 self._pending.append({"step": step, "at": at, "metrics": {
-                    k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}, **tag})
+                    k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}, **tag,
+                    **({"_judged": judged} if judged else {})})
             else:
                 self._pending.append({"step": step, "at": at, "histograms": payload, **tag})
         # bounded: under a long outage keep the newest
@@ -159,14 +184,16 @@ class Reporter:
                 break
             batch.append(p)
         try:  # api_url may name several servers (a failover control plane): the first that answers
+            points = [{k: v for k, v in p.items() if k != "_judged"} if "_judged" in p else p for p in batch]
             answer = open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
-                       data=json.dumps({"points": batch}).encode(), timeout=timeout, cafile=os.environ.get(ENV_CA_CERT),
+                       data=json.dumps({"points": points}).encode(), timeout=timeout, cafile=os.environ.get(ENV_CA_CERT),
                        headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
                 log.warning("metrics refused by the server (%s); dropping %d points", exc.code, len(batch))
                 del self._pending[:len(batch)]
                 self.dropped += len(batch)
+                self._answered(batch)  # refused: no decision will come for them
                 return True
             return False
         except (OSError, urllib.error.URLError):
@@ -177,6 +204,7 @@ class Reporter:
             self.pruning = frozenset(json.loads(answer or b"{}").get("pruning") or ())
         except (ValueError, AttributeError, TypeError):
             pass  # an older server's answer: the trial asks for itself (runtime.trial)
+        self._answered(batch)
         return True
 
     def _run(self) -> None:
@@ -240,7 +268,7 @@ class Reporter:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.writelines(json.dumps(p) + "\n" for p in self._pending)
+                f.writelines(json.dumps({k: v for k, v in p.items() if k != "_judged"}) + "\n" for p in self._pending)
         except OSError as exc:
             log.warning("%d metric points not sent, and not kept (%s)", len(self._pending), exc)
             return

@@ -39,6 +39,9 @@ from deeppod.runtime.context import job_context
 # what the answers to its metrics say (a trial that reports hears it within a send)
 ASK_EVERY_S = 1.0
 WAIT_S = 0.05  # between asks for the next trial while the controller has none for this process yet
+# how long should_stop() waits for the answer to a report at a rung (the server answers once its
+# pruner decided, in milliseconds; a server failing over may take longer: the trial then goes on)
+JUDGEMENT_WAIT_S = 2.0
 
 
 class _Host:
@@ -95,8 +98,11 @@ class Trial:
         """True once its pruner stopped it or the job is being stopped (preemption, a stop).
         Every worker of a job gets the same answer in the same step (see runtime.should_stop)."""
         if self._host is not None and not self._pruned:
-            # the answer to its last reports says so; asked for when it has not reported lately
-            self._pruned = self.number in metrics.reporter().pruning
+            # the answer to its last reports says so (at a rung it is waited for: a pruned trial
+            # runs no epoch past the rung it was stopped at); asked for when it has not reported lately
+            reporter = metrics.reporter()
+            reporter.await_judgement(JUDGEMENT_WAIT_S)
+            self._pruned = self.number in reporter.pruning
             if not self._pruned and time.monotonic() - self._asked_at >= ASK_EVERY_S:
                 self._asked_at = time.monotonic()
                 self._pruned = self._host.state(self.number) == "pruning"
