@@ -90,7 +90,7 @@ def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_pas
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from deeppod.contract import ENV_TRIAL_JUDGED
-    from deeppod.runtime import metrics
+    from deeppod.runtime import metrics, stop
     from deeppod.runtime.trial import Trial
 
     sent: list[dict] = []
@@ -111,6 +111,7 @@ def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_pas
 
     monkeypatch.setenv(ENV_TRIAL, "4")
     monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
+    monkeypatch.setenv(ENV_TRIAL_HOST, "1")  # a process that runs trial after trial: the trial stops, not the job
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
@@ -125,7 +126,55 @@ def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_pas
         rep.report(3, acc=0.1)
         assert trial.should_stop() is True
         assert [p["step"] for p in sent] == [2, 3] and all("_judged" not in p for p in sent)
+        assert not stop.should_stop(sync=False), "the process goes on to its next trial"
     finally:
+        rep.close(timeout=2)
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_job_that_runs_one_trial_stops_at_the_rung_its_pruner_stopped_it_at(monkeypatch):
+    """Without --reuse a trial is its job: the answer to its report at a rung says it was
+    pruned, so runtime.should_stop() is true in that same step (the server's SIGTERM, asked
+    for before it answered, comes too), not an epoch later."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from deeppod.contract import ENV_TRIAL_JUDGED
+    from deeppod.runtime import metrics, stop
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            points = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["points"]
+            rung = any(p["step"] == 9 for p in points)
+            if rung:
+                time.sleep(0.3)  # the pruner's round
+            self.send_response(202)
+            self.end_headers()
+            self.wfile.write(json.dumps({"stored": len(points), "pruning": [6] if rung else []}).encode())
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setenv(ENV_TRIAL, "6")
+    monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
+    monkeypatch.delenv(ENV_TRIAL_HOST, raising=False)
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                   flush_seconds=30, enabled=True)
+    monkeypatch.setattr(metrics, "_default", rep)
+    stop._reset_for_tests()
+    try:
+        rep.report(3, acc=0.5)  # a rung it passes
+        assert runtime.should_stop() is False
+        rep.report(9, acc=0.1)
+        assert runtime.should_stop() is True
+        assert "pruner stopped trial 6" in stop.stop_reason()
+    finally:
+        stop._reset_for_tests()
         rep.close(timeout=2)
         server.shutdown()
         server.server_close()

@@ -19,8 +19,8 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_JUDGED, METRICS_SPOOL,
-                              judged_between, open_first, server_urls)
+from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED,
+                              METRICS_SPOOL, judged_between, open_first, server_urls)
 from deeppod.job_folder import JobFolder
 from deeppod.runtime import stop
 from deeppod.runtime.context import job_context
@@ -61,6 +61,11 @@ def _flush_seconds() -> float:
         return 1.0
 
 
+# how long a trial waits for the answer to a report at a rung (the server answers once its pruner
+# decided, in milliseconds; a server failing over may take longer: the trial then goes on)
+JUDGEMENT_WAIT_S = 2.0
+
+
 class Reporter:
     def __init__(self, api_url: str | None = None, token: str | None = None, job_id: int | None = None,
                  tb_dir: str | None = None, flush_seconds: float | None = None, max_buffer: int = 100_000,
@@ -82,6 +87,9 @@ class Reporter:
         # await_judgement() waits for the one made last (its answer says whether it was pruned)
         self._judged_made = self._judged_answered = 0
         self._answers = threading.Condition()
+        # a job that runs one trial stops when its trial is pruned (one that runs trial after
+        # trial stops that trial only: runtime.trials())
+        self._one_trial = os.environ.get(ENV_TRIAL_HOST) != "1"
         self._wake = threading.Event()
         self.flush_seconds = flush_seconds if flush_seconds is not None else _flush_seconds()
         self.max_buffer = max_buffer
@@ -204,6 +212,9 @@ class Reporter:
             self.pruning = frozenset(json.loads(answer or b"{}").get("pruning") or ())
         except (ValueError, AttributeError, TypeError):
             pass  # an older server's answer: the trial asks for itself (runtime.trial)
+        if self._one_trial and self.trial is not None and self.trial in self.pruning:
+            # the server asked for the job's stop before it answered: its SIGTERM is on its way
+            stop.request_stop(f"its search's pruner stopped trial {self.trial}")
         self._answered(batch)
         return True
 

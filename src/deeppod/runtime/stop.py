@@ -57,7 +57,10 @@ def should_stop(sync: bool = True) -> bool:
 
     With ``sync`` (the default under ``torch.distributed``) all ranks agree in the same
     step, so none is left waiting in a collective; it costs one tiny all-reduce per call.
+    In a search's trial, after a report at one of its pruner's rungs, it first waits for the
+    answer to it, so a pruned trial stops at its rung.
     """
+    _await_judgement()
     local = _requested.is_set()
     if not sync:
         return local
@@ -65,6 +68,13 @@ def should_stop(sync: bool = True) -> bool:
     if agreed and not local:
         request_stop("another worker was asked to stop")
     return agreed
+
+
+def _await_judgement() -> None:
+    metrics = sys.modules.get("deeppod.runtime.metrics")  # loaded by the first report, if any
+    reporter = getattr(metrics, "_default", None)
+    if reporter is not None and reporter.trial is not None:
+        reporter.await_judgement(metrics.JUDGEMENT_WAIT_S)
 
 
 def agree(local: bool) -> bool:

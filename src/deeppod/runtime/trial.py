@@ -39,9 +39,6 @@ from deeppod.runtime.context import job_context
 # what the answers to its metrics say (a trial that reports hears it within a send)
 ASK_EVERY_S = 1.0
 WAIT_S = 0.05  # between asks for the next trial while the controller has none for this process yet
-# how long should_stop() waits for the answer to a report at a rung (the server answers once its
-# pruner decided, in milliseconds; a server failing over may take longer: the trial then goes on)
-JUDGEMENT_WAIT_S = 2.0
 
 
 class _Host:
@@ -101,7 +98,7 @@ class Trial:
             # the answer to its last reports says so (at a rung it is waited for: a pruned trial
             # runs no epoch past the rung it was stopped at); asked for when it has not reported lately
             reporter = metrics.reporter()
-            reporter.await_judgement(JUDGEMENT_WAIT_S)
+            reporter.await_judgement(metrics.JUDGEMENT_WAIT_S)
             self._pruned = self.number in reporter.pruning
             if not self._pruned and time.monotonic() - self._asked_at >= ASK_EVERY_S:
                 self._asked_at = time.monotonic()
