@@ -149,6 +149,8 @@ def test_a_trial_being_pruned_does_not_hold_back_the_next(h):
     h.tune.tick()
     rows = h.trials(exp_id)
     assert [(r.state, job.state) for r, job in rows] == [("pruning", "running"), ("running", "queued")]
+    with h.sessions() as s:  # the answer to its job's metrics says so: its process stops at once
+        assert service.pruning(s, j.id) == [t.number] and service.pruning(s, rows[1][1].id) == []
     h.jobs.tick()  # the pruned trial is told to stop; it exits
     h.fake.finish(j.id, {0: 75})
     for _ in range(3):
@@ -156,6 +158,8 @@ def test_a_trial_being_pruned_does_not_hold_back_the_next(h):
         h.tune.tick()
     rows = h.trials(exp_id)
     assert [r.state for r, _ in rows][:2] == ["pruned", "running"] and rows[1][1].state == "running"
+    with h.sessions() as s:
+        assert service.pruning(s, j.id) == []  # ended: nothing left to tell
 
 
 def test_the_search_fills_only_the_gpus_there_are(h):

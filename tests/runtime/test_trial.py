@@ -178,3 +178,47 @@ def test_a_job_that_runs_one_trial_stops_at_the_rung_its_pruner_stopped_it_at(mo
         rep.close(timeout=2)
         server.shutdown()
         server.server_close()
+
+
+def test_a_server_that_does_not_answer_a_rung_costs_the_trial_one_wait_not_one_a_step(monkeypatch):
+    """A control plane failing over does not answer the report at a rung: should_stop() waits
+    for it once (its bound), then the steps after it go on without waiting."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from deeppod.contract import ENV_TRIAL_JUDGED
+
+    release = threading.Event()
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            release.wait(10)  # no answer while the test runs
+            self.send_response(202)
+            self.end_headers()
+            self.wfile.write(b'{"stored": 1, "pruning": []}')
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setenv(ENV_TRIAL, "2")
+    monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                   flush_seconds=30, enabled=True)
+    try:
+        rep.report(3, acc=0.5)
+        began = time.monotonic()
+        assert rep.await_judgement(0.3) is False
+        assert time.monotonic() - began >= 0.3
+        began = time.monotonic()
+        for _ in range(20):  # the steps after it
+            assert rep.await_judgement(0.3) is False
+        assert time.monotonic() - began < 0.3
+    finally:
+        release.set()
+        rep.close(timeout=2)
+        server.shutdown()
+        server.server_close()

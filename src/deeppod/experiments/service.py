@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, or_, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.paths import TenantRoots
@@ -278,10 +278,14 @@ def trial_state(session: Session, principal: Principal, job_id: int, number: int
 
 
 def pruning(session: Session, job_id: int) -> list[int]:
-    """The trials a pruner stopped that this job's process runs (it took them: runtime.trials())
-    and has not yet said it ended; none for any other job. The caller may see the job."""
-    return list(session.scalars(select(Trial.number).where(Trial.job_id == job_id, Trial.state == TrialState.PRUNING,
-                                                           Trial.claimed_at.is_not(None), Trial.done_at.is_(None))))
+    """The trials a pruner stopped that this job runs and has not yet said it ended: those its
+    process took (runtime.trials(), --reuse), or the job's own trial in a search that gives
+    each trial a job (the job is being stopped for it: its process stops at once, not when the
+    SIGTERM comes). None for any other job. The caller may see the job."""
+    return list(session.scalars(
+        select(Trial.number).join(Experiment, Experiment.id == Trial.experiment_id)
+        .where(Trial.job_id == job_id, Trial.state == TrialState.PRUNING, Trial.done_at.is_(None),
+               or_(Trial.claimed_at.is_not(None), Experiment.reuse.is_(False)))))
 
 
 def awaits_judgement(session: Session, job_id: int, points: list[dict]) -> bool:

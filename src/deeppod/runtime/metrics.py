@@ -85,7 +85,7 @@ class Reporter:
         self._judged_upto: tuple[int | None, int] = (None, -1)  # (trial, step) last sent at once
         # judged reports numbered as made, and the newest whose send the server has answered:
         # await_judgement() waits for the one made last (its answer says whether it was pruned)
-        self._judged_made = self._judged_answered = 0
+        self._judged_made = self._judged_answered = self._judged_awaited = 0
         self._answers = threading.Condition()
         # a job that runs one trial stops when its trial is pruned (one that runs trial after
         # trial stops that trial only: runtime.trials())
@@ -127,10 +127,15 @@ class Reporter:
     def await_judgement(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the server's answer to the last report made at a step
         the pruner decides on (``pruning`` then says whether it stopped the trial there), so
-        the trial learns it before its next epoch, not after. True when it came, or none was
-        awaited."""
+        the trial learns it before its next epoch, not after. Once per such report: a server
+        that does not answer (failing over) costs a trial one wait, not one every step. True
+        when the answer came, or none was awaited."""
         with self._answers:
-            return self._answers.wait_for(lambda: self._judged_answered >= self._judged_made, timeout)
+            made = self._judged_made
+            if made > self._judged_answered and made > self._judged_awaited:
+                self._judged_awaited = made
+                self._answers.wait_for(lambda: self._judged_answered >= made, timeout)
+            return self._judged_answered >= made
 
     def _answered(self, batch: list[dict]) -> None:
         top = max((p.get("_judged", 0) for p in batch), default=0)
@@ -194,7 +199,8 @@ class Reporter:
         try:  # api_url may name several servers (a failover control plane): the first that answers
             points = [{k: v for k, v in p.items() if k != "_judged"} if "_judged" in p else p for p in batch]
             answer = open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
-                       data=json.dumps({"points": points}).encode(), timeout=timeout, cafile=os.environ.get(ENV_CA_CERT),
+                       data=json.dumps({"points": points}).encode(), timeout=timeout,
+                       cafile=os.environ.get(ENV_CA_CERT),
                        headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):

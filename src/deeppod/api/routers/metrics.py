@@ -16,7 +16,7 @@ def ingest(job_id: Id, body: MetricsIn, request: Request, session: SessionDep,
     if experiments.awaits_judgement(session, job_id, points):  # a trial at a rung: its pruner decides now
         session.commit()
         get_ctx(request).experiments.judged()
-    # a search's process that runs trial after trial hears here that a pruner stopped its trial
+    # a search's trial hears here that a pruner stopped it (in a process that runs trial after trial, or its own job)
     return MetricsAccepted(stored=stored, pruning=experiments.pruning(session, job_id))
 
 
