@@ -222,3 +222,44 @@ def test_a_server_that_does_not_answer_a_rung_costs_the_trial_one_wait_not_one_a
         rep.close(timeout=2)
         server.shutdown()
         server.server_close()
+
+
+def test_a_pruner_that_decides_at_every_step_is_not_waited_for(monkeypatch):
+    """The median rule judges every step: its reports are sent at once, but a trial does not
+    wait a round trip each step for the answer (it hears it from a later one)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from deeppod.contract import ENV_TRIAL_JUDGED
+
+    got = threading.Event()
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            got.set()
+            time.sleep(0.5)  # the pruner's round
+            self.send_response(202)
+            self.end_headers()
+            self.wfile.write(b'{"stored": 1, "pruning": []}')
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setenv(ENV_TRIAL, "2")
+    monkeypatch.setenv(ENV_TRIAL_JUDGED, "*")
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                   flush_seconds=30, enabled=True)
+    try:
+        rep.report(0, acc=0.5)
+        began = time.monotonic()
+        assert rep.await_judgement(2.0) is True
+        assert time.monotonic() - began < 0.25
+        assert got.wait(5), "sent at once, not at the next flush (30 s)"
+    finally:
+        rep.close(timeout=2)
+        server.shutdown()
+        server.server_close()

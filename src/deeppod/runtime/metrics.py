@@ -112,23 +112,25 @@ class Reporter:
     # called from the training loop: cheap
     def report(self, step: int, **metrics) -> None:
         if self.enabled:
-            judged = 0
+            now, judged = False, 0
             if self.judged and self.trial is not None:
                 trial, upto = self._judged_upto
                 if judged_between(self.judged, upto if trial == self.trial else -1, step):
-                    self._judged_upto = (self.trial, step)
-                    with self._answers:
-                        self._judged_made += 1
-                        judged = self._judged_made
+                    self._judged_upto, now = (self.trial, step), True
+                    if self.judged != "*":  # a rung, awaited; not every step (the median rule's)
+                        with self._answers:
+                            self._judged_made += 1
+                            judged = self._judged_made
             self._q.put(("m", step, time.time(), metrics, self.trial, judged))
-            if judged:
+            if now:
                 self._wake.set()
 
     def await_judgement(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for the server's answer to the last report made at a step
-        the pruner decides on (``pruning`` then says whether it stopped the trial there), so
-        the trial learns it before its next epoch, not after. Once per such report: a server
-        that does not answer (failing over) costs a trial one wait, not one every step. True
+        """Wait up to ``timeout`` for the server's answer to the last report made at a rung of
+        the trial's pruner (``pruning`` then says whether it stopped the trial there), so the
+        trial learns it before its next epoch, not after. Not for a pruner that decides at every
+        step (the median rule): a round trip a step would slow every trial. Once per report: a
+        server that does not answer (failing over) costs a trial one wait, not one every step. True
         when the answer came, or none was awaited."""
         with self._answers:
             made = self._judged_made
