@@ -2,9 +2,18 @@
 outside DeepPod); the reporter tags what it sends with the trial it is for. (The reusing
 path, trial after trial from a live server, is in tests/e2e/test_tune_reuse.py.)"""
 
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from deeppod import runtime
-from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_PARAMS, free_port
+from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, ENV_TRIAL_PARAMS, free_port
+from deeppod.runtime import metrics, stop
 from deeppod.runtime.metrics import Reporter
+from deeppod.runtime.trial import Trial
 from tests.helpers import wait_until
 from tests.runtime.test_metrics import Sink
 
@@ -50,75 +59,68 @@ def test_the_reporter_tags_each_point_with_its_trial(monkeypatch):
         sink.close()
 
 
-def test_the_reporter_hears_which_trials_a_pruner_stopped_from_the_answer_to_its_metrics():
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+@contextlib.contextmanager
+def answering(pruned: Callable[[list[dict]], list[int]], flush_seconds: float = 30):
+    """A metrics endpoint whose answer names the trials ``pruned(points)`` returns (it may take
+    its time, as a pruner's round does), and a Reporter that sends to it: with the default
+    flush, only a report the pruner judges is sent before close()."""
 
     class H(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
+            points = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["points"]
+            body = json.dumps({"stored": len(points), "pruning": pruned(points)}).encode()
             self.send_response(202)
             self.end_headers()
-            self.wfile.write(json.dumps({"stored": 1, "pruning": [4]}).encode())
+            self.wfile.write(body)
 
         def log_message(self, *a):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
+                   flush_seconds=flush_seconds, enabled=True)
     try:
-        rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
-                       flush_seconds=0.05, enabled=True)
+        yield rep
+    finally:
+        rep.close(timeout=2)
+        server.shutdown()
+        server.server_close()
+
+
+def pruned_at(step: int, trial: int, sent: list | None = None):
+    """An answer that, for a batch reaching ``step``, takes 0.3 s (the pruner's round) and names ``trial``."""
+
+    def answer(points: list[dict]) -> list[int]:
+        if sent is not None:
+            sent.extend(points)
+        if any(p["step"] == step for p in points):
+            time.sleep(0.3)
+            return [trial]
+        return []
+
+    return answer
+
+
+def test_the_reporter_hears_which_trials_a_pruner_stopped_from_the_answer_to_its_metrics():
+    with answering(lambda points: [4], flush_seconds=0.05) as rep:
         assert rep.pruning == frozenset()
         rep.report(0, loss=1.0)
         assert rep.flush()
         assert rep.pruning == frozenset({4})
-        rep.close()
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_past_it(monkeypatch):
     """A report at a step the pruner decides on is answered once the decision is made (here
     0.3 s later): the trial's next should_stop() waits for that answer, so a pruned trial
     stops at the rung, not an epoch after. A report between rungs waits for nothing."""
-    import json
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from deeppod.contract import ENV_TRIAL_JUDGED
-    from deeppod.runtime import metrics, stop
-    from deeppod.runtime.trial import Trial
-
     sent: list[dict] = []
-
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            points = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["points"]
-            sent.extend(points)
-            rung = any(p["step"] == 3 for p in points)
-            if rung:
-                time.sleep(0.3)  # the pruner's round
-            self.send_response(202)
-            self.end_headers()
-            self.wfile.write(json.dumps({"stored": len(points), "pruning": [4] if rung else []}).encode())
-
-        def log_message(self, *a):
-            pass
-
     monkeypatch.setenv(ENV_TRIAL, "4")
     monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
     monkeypatch.setenv(ENV_TRIAL_HOST, "1")  # a process that runs trial after trial: the trial stops, not the job
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
-                   flush_seconds=30, enabled=True)
-    monkeypatch.setattr(metrics, "_default", rep)
-    trial = Trial(4, {}, object())  # a host that it has asked lately: only the answers to its reports count
-    try:
+    with answering(pruned_at(3, 4, sent)) as rep:
+        monkeypatch.setattr(metrics, "_default", rep)
+        trial = Trial(4, {}, object())  # a host that it has asked lately: only the answers to its reports count
         rep.report(2, acc=0.1)
         began = time.monotonic()
         assert trial.should_stop() is False
@@ -127,139 +129,68 @@ def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_pas
         assert trial.should_stop() is True
         assert [p["step"] for p in sent] == [2, 3] and all("_judged" not in p for p in sent)
         assert not stop.should_stop(sync=False), "the process goes on to its next trial"
-    finally:
-        rep.close(timeout=2)
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_job_that_runs_one_trial_stops_at_the_rung_its_pruner_stopped_it_at(monkeypatch):
     """Without --reuse a trial is its job: the answer to its report at a rung says it was
     pruned, so runtime.should_stop() is true in that same step (the server's SIGTERM, asked
     for before it answered, comes too), not an epoch later."""
-    import json
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from deeppod.contract import ENV_TRIAL_JUDGED
-    from deeppod.runtime import metrics, stop
-
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            points = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["points"]
-            rung = any(p["step"] == 9 for p in points)
-            if rung:
-                time.sleep(0.3)  # the pruner's round
-            self.send_response(202)
-            self.end_headers()
-            self.wfile.write(json.dumps({"stored": len(points), "pruning": [6] if rung else []}).encode())
-
-        def log_message(self, *a):
-            pass
-
     monkeypatch.setenv(ENV_TRIAL, "6")
     monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
     monkeypatch.delenv(ENV_TRIAL_HOST, raising=False)
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
-                   flush_seconds=30, enabled=True)
-    monkeypatch.setattr(metrics, "_default", rep)
     stop._reset_for_tests()
     try:
-        rep.report(3, acc=0.5)  # a rung it passes
-        assert runtime.should_stop() is False
-        rep.report(9, acc=0.1)
-        assert runtime.should_stop() is True
-        assert "pruner stopped trial 6" in stop.stop_reason()
+        with answering(pruned_at(9, 6)) as rep:
+            monkeypatch.setattr(metrics, "_default", rep)
+            rep.report(3, acc=0.5)  # a rung it passes
+            assert runtime.should_stop() is False
+            rep.report(9, acc=0.1)
+            assert runtime.should_stop() is True
+            assert "pruner stopped trial 6" in stop.stop_reason()
     finally:
         stop._reset_for_tests()
-        rep.close(timeout=2)
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_server_that_does_not_answer_a_rung_costs_the_trial_one_wait_not_one_a_step(monkeypatch):
     """A control plane failing over does not answer the report at a rung: should_stop() waits
     for it once (its bound), then the steps after it go on without waiting."""
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from deeppod.contract import ENV_TRIAL_JUDGED
-
     release = threading.Event()
 
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            release.wait(10)  # no answer while the test runs
-            self.send_response(202)
-            self.end_headers()
-            self.wfile.write(b'{"stored": 1, "pruning": []}')
-
-        def log_message(self, *a):
-            pass
+    def held(points):
+        release.wait(10)  # no answer while the test runs
+        return []
 
     monkeypatch.setenv(ENV_TRIAL, "2")
     monkeypatch.setenv(ENV_TRIAL_JUDGED, "3,9,27")
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
-                   flush_seconds=30, enabled=True)
-    try:
-        rep.report(3, acc=0.5)
-        began = time.monotonic()
-        assert rep.await_judgement(0.3) is False
-        assert time.monotonic() - began >= 0.3
-        began = time.monotonic()
-        for _ in range(20):  # the steps after it
+    with answering(held) as rep:
+        try:
+            rep.report(3, acc=0.5)
+            began = time.monotonic()
             assert rep.await_judgement(0.3) is False
-        assert time.monotonic() - began < 0.3
-    finally:
-        release.set()
-        rep.close(timeout=2)
-        server.shutdown()
-        server.server_close()
+            assert time.monotonic() - began >= 0.3
+            began = time.monotonic()
+            for _ in range(20):  # the steps after it
+                assert rep.await_judgement(0.3) is False
+            assert time.monotonic() - began < 0.3
+        finally:
+            release.set()
 
 
 def test_a_pruner_that_decides_at_every_step_is_not_waited_for(monkeypatch):
     """The median rule judges every step: its reports are sent at once, but a trial does not
     wait a round trip each step for the answer (it hears it from a later one)."""
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from deeppod.contract import ENV_TRIAL_JUDGED
-
     got = threading.Event()
 
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            got.set()
-            time.sleep(0.5)  # the pruner's round
-            self.send_response(202)
-            self.end_headers()
-            self.wfile.write(b'{"stored": 1, "pruning": []}')
-
-        def log_message(self, *a):
-            pass
+    def slow(points):
+        got.set()
+        time.sleep(0.5)  # the pruner's round
+        return []
 
     monkeypatch.setenv(ENV_TRIAL, "2")
     monkeypatch.setenv(ENV_TRIAL_JUDGED, "*")
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), H)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    rep = Reporter(api_url=f"http://127.0.0.1:{server.server_address[1]}", token="tok", job_id=7,
-                   flush_seconds=30, enabled=True)
-    try:
+    with answering(slow) as rep:
         rep.report(0, acc=0.5)
         began = time.monotonic()
         assert rep.await_judgement(2.0) is True
         assert time.monotonic() - began < 0.25
         assert got.wait(5), "sent at once, not at the next flush (30 s)"
-    finally:
-        rep.close(timeout=2)
-        server.shutdown()
-        server.server_close()
