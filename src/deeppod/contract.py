@@ -103,6 +103,7 @@ ENV_TRIAL_HOST = "DEEPPOD_TRIAL_HOST"  # "1": the search reuses this process for
 # the steps at which a trial's pruner decides ("1,3,9,..."; "*": every step; unset: none): a
 # report at one of them is sent at once, and the answer carries the decision
 ENV_TRIAL_JUDGED = "DEEPPOD_TRIAL_JUDGED"
+JUDGED_EVERY_STEP = "*"  # ENV_TRIAL_JUDGED for a pruner that decides at every step (the median rule)
 
 
 def judged_between(judged: str, after: int, step: int) -> bool:
@@ -121,7 +122,7 @@ def judged_between(judged: str, after: int, step: int) -> bool:
 @functools.lru_cache(maxsize=8)
 def _judged_steps(judged: str) -> tuple[int, ...] | None:
     """ENV_TRIAL_JUDGED's steps, sorted; None for "*" (every step)."""
-    return None if judged == "*" else tuple(sorted(int(j) for j in judged.split(",") if j.isdigit()))
+    return None if judged == JUDGED_EVERY_STEP else tuple(sorted(int(j) for j in judged.split(",") if j.isdigit()))
 
 
 # seconds between runtime.report()'s sends; a trial's pruner judges each report, so it sends sooner

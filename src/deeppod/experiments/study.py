@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from deeppod.contract import JUDGED_EVERY_STEP
 from deeppod.errors import InvalidRequest
 from deeppod.experiments.space import Param, grid_size
 
@@ -93,7 +94,7 @@ def judged_steps(name: str, prune_after: int = 1) -> str:
             steps.append(step)
             step *= RUNG_BASE
         return ",".join(map(str, steps))
-    return "*" if name == "median" else ""
+    return JUDGED_EVERY_STEP if name == "median" else ""
 
 
 class Study:

@@ -20,7 +20,7 @@ import time
 import urllib.error
 
 from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED,
-                              METRICS_SPOOL, judged_between, open_first, server_urls)
+                              JUDGED_EVERY_STEP, METRICS_SPOOL, judged_between, open_first, server_urls)
 from deeppod.job_folder import JobFolder
 from deeppod.runtime import stop
 from deeppod.runtime.context import job_context
@@ -117,7 +117,7 @@ class Reporter:
                 trial, upto = self._judged_upto
                 if judged_between(self.judged, upto if trial == self.trial else -1, step):
                     self._judged_upto, now = (self.trial, step), True
-                    if self.judged != "*":  # a rung, awaited; not every step (the median rule's)
+                    if self.judged != JUDGED_EVERY_STEP:  # a rung, awaited; not every step (the median rule's)
                         with self._answers:
                             self._judged_made += 1
                             judged = self._judged_made
@@ -199,7 +199,7 @@ class Reporter:
                 break
             batch.append(p)
         try:  # api_url may name several servers (a failover control plane): the first that answers
-            points = [{k: v for k, v in p.items() if k != "_judged"} if "_judged" in p else p for p in batch]
+            points = [_wire(p) for p in batch]
             answer = open_first(server_urls(self.api_url), f"/v1/jobs/{self.job_id}/metrics", method="POST",
                        data=json.dumps({"points": points}).encode(), timeout=timeout,
                        cafile=os.environ.get(ENV_CA_CERT),
@@ -287,13 +287,18 @@ class Reporter:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.writelines(json.dumps({k: v for k, v in p.items() if k != "_judged"}) + "\n" for p in self._pending)
+                f.writelines(json.dumps(_wire(p)) + "\n" for p in self._pending)
         except OSError as exc:
             log.warning("%d metric points not sent, and not kept (%s)", len(self._pending), exc)
             return
         log.warning("%d metric points not sent (the control plane did not answer): kept in %s, where the server "
                     "takes them when this run ends", len(self._pending), path)
         self._pending.clear()
+
+
+def _wire(point: dict) -> dict:
+    """A pending point as the server takes it: without the number this process awaits it by."""
+    return {k: v for k, v in point.items() if k != "_judged"} if "_judged" in point else point
 
 
 _default: Reporter | None = None
