@@ -541,11 +541,13 @@ def _check_port_free(host: str, port: int) -> None:
 
 def http_app(ctx: ServerContext):
     """What the server serves: the API, at / the web console (it calls the same services), and
-at /s3 the S3 endpoint over its storage."""
+at /s3 the S3 endpoint over its storage; large bodies go from file to socket (api/zerocopy.py)."""
     from deeppod import s3, ui
     from deeppod.api.app import create_app
+    from deeppod.api.zerocopy import ZeroCopySend
 
-    return create_app(ctx, parts=(ui, s3))
+    # outside Starlette's own error middleware, which wraps uvicorn's send: S3 sends files by sendfile
+    return ZeroCopySend(create_app(ctx, parts=(ui, s3)))
 
 
 def prefer_own_python() -> None:

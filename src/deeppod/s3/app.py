@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
 
+from deeppod.api import zerocopy
 from deeppod.errors import ClientGone, DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4
 from deeppod.s3.body import Decoder, Digests
@@ -86,7 +87,8 @@ class S3App:
             req = sigv4.Request(scope["method"], raw, query, headers)
             who, signed, signing_key = await self._authenticate(req)
             scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
-            await self._dispatch(receive, send, req, who, bucket, key, signed, signing_key, rid)
+            files = zerocopy.EXTENSION in (scope.get("extensions") or {})  # large bodies by sendfile
+            await self._dispatch(receive, send, req, who, bucket, key, signed, signing_key, rid, files)
         except S3Error as exc:
             await _error(send, exc.code, exc.status, exc.message, resource, rid, scope["method"])
         except DeepPodError as exc:  # a service refused (a bad dataset name, an empty inbox...): say why in S3's form
@@ -123,7 +125,7 @@ class S3App:
             self._keys[key_id] = (now + KEY_CACHE_S, who, secret)
         return who, secret
 
-    async def _dispatch(self, receive, send, req, who, bucket, key, signed, signing_key, rid):
+    async def _dispatch(self, receive, send, req, who, bucket, key, signed, signing_key, rid, files=False):
         method, q = req.method, dict(req.query)
         if not bucket:
             if method not in ("GET", "HEAD"):
@@ -149,7 +151,7 @@ class S3App:
                 return await self._list_parts(send, q, tenant, bucket, key, rid)
             if "attributes" in q:
                 return await self._attributes(send, req, tenant, bucket, key, rid)
-            return await self._get(send, req, q, tenant, bucket, key, rid)
+            return await self._get(send, req, q, tenant, bucket, key, rid, files)
         if method == "PUT":  # (writes reach only the inbox: the others were refused above)
             return await self._put(receive, send, req, q, who, key, signed, signing_key, rid)
         if method == "DELETE":
@@ -253,15 +255,18 @@ class S3App:
         with self.ctx.sessions() as s:
             return self.ns.find(s, tenant, bucket, key)
 
-    def _object(self, tenant: int, bucket: str, key: str, first: int = 0):
+    def _object(self, tenant: int, bucket: str, key: str, first: int = 0, small_only: bool = False):
         """An object's entry with its ETag, its metadata (inbox objects keep theirs) and, with
         ``first``, its file open with up to ``first`` bytes read from the start (a small object's
-        whole body): in one worker-thread call, since each hop off the event loop costs a
-        wake-up (about 0.5 ms on a busy 2-core machine: a third of a small GET's time)."""
+        whole body; with ``small_only``, nothing read from a larger one, which goes by sendfile):
+        in one worker-thread call, since each hop off the event loop costs a wake-up (about 0.5
+        ms on a busy 2-core machine: a third of a small GET's time)."""
         e = self._find(tenant, bucket, key)
         self._fill_etags([e])
         meta = metadata.read(e.path) if bucket == "inbox" else {}
-        return e, meta, (_open_at(e, 0, min(first, e.size)) if first and e.size > 0 else None)
+        if not first or e.size <= 0:
+            return e, meta, None
+        return e, meta, _open_at(e, 0, 0 if small_only and e.size > first else min(first, e.size))
 
     def _etag_of(self, e: Entry) -> str:
         return e.etag or self._etags.get((str(e.path), e.mtime, e.size)) or ""
@@ -285,18 +290,20 @@ class S3App:
                 self._etags[st_key] = etag_of(e) or file_md5(e)
 
     # -- objects -------------------------------------------------------------------------------
-    async def _get(self, send, req, q, tenant, bucket, key, rid):
+    async def _get(self, send, req, q, tenant, bucket, key, rid, files=False):
         h = req.headers  # a conditional GET may well be answered 304: its body is read only if sent
         whole = req.method == "GET" and "range" not in h and "partNumber" not in q and not (h.keys() & _CONDITIONS)
-        e, meta, opened = await anyio.to_thread.run_sync(self._object, tenant, bucket, key, BLOCK * 4 if whole else 0)
+        e, meta, opened = await anyio.to_thread.run_sync(self._object, tenant, bucket, key, BLOCK * 4 if whole else 0,
+                                                         files)
         try:
-            await self._answer_get(send, req, q, key, e, meta, opened, rid)
+            await self._answer_get(send, req, q, key, e, meta, opened, rid, files)
         finally:
             if opened is not None:
                 opened[0].close()
 
-    async def _answer_get(self, send, req, q, key, e, meta, opened, rid):
-        """``opened``: the file and its first block, read with the entry (a whole-object GET)."""
+    async def _answer_get(self, send, req, q, key, e, meta, opened, rid, files=False):
+        """``opened``: the file and its first block, read with the entry (a whole-object GET);
+        ``files``: the rest may go from the file to the socket (api/zerocopy.py)."""
         etag = f'"{self._etag_of(e)}"'
         h = req.headers
         modified = datetime.fromtimestamp(int(e.mtime), timezone.utc)
@@ -335,10 +342,11 @@ class S3App:
         if req.method == "HEAD" or length == 0:
             return await send({"type": "http.response.body", "body": b""})
         if opened is not None:  # from the start: a whole-object GET (closed by _get)
-            return await _stream(send, *opened, length)
-        f, block = await anyio.to_thread.run_sync(_open_at, e, start, min(BLOCK * 4, length))
+            return await _stream(send, *opened, length, files)
+        first = 0 if files and length > BLOCK * 4 else min(BLOCK * 4, length)
+        f, block = await anyio.to_thread.run_sync(_open_at, e, start, first)
         try:
-            await _stream(send, f, block, length)
+            await _stream(send, f, block, length, files)
         finally:
             f.close()
 
@@ -514,17 +522,21 @@ def _absorb(out, tmp: Path, digests: Digests, pieces: list[bytes], last: bool):
     return out
 
 
-async def _stream(send, f, block: bytes, length: int) -> None:
-    """``length`` bytes of ``f`` to the client, ``block`` (already read) first."""
+async def _stream(send, f, block: bytes, length: int, files: bool = False) -> None:
+    """``length`` bytes of ``f`` to the client, ``block`` (already read) first. With ``files``,
+    the rest goes from the file to the socket (api/zerocopy.py), not through Python."""
     left = length
+    if block:
+        left -= len(block)
+        await send({"type": "http.response.body", "body": block, "more_body": left > 0})
+    if left > 0 and files:
+        return await send({"type": zerocopy.EXTENSION, "file": f, "offset": f.tell(), "count": left})
     while left > 0:
-        if block is None:
-            block = await anyio.to_thread.run_sync(f.read, min(BLOCK * 4, left))
+        block = await anyio.to_thread.run_sync(f.read, min(BLOCK * 4, left))
         if not block:
             break  # the file shrank under us (an inbox object replaced): end short, the client retries
         left -= len(block)
         await send({"type": "http.response.body", "body": block, "more_body": left > 0})
-        block = None
 
 
 def _open_at(e: Entry, start: int, first: int):

@@ -1,0 +1,148 @@
+"""Zero-copy sends: a response body straight from an open file to the socket (``os.sendfile``),
+never through Python's memory. It is ASGI's "zero-copy send" extension
+(``http.response.zerocopysend``: ``file``, ``offset``, ``count``, ``more_body``), offered by
+:class:`ZeroCopySend`, the server's outermost middleware, where the connection is uvicorn's
+httptools protocol over plain TCP. Where it is not offered (TLS, the h11 protocol, another
+server, a test client) apps send bytes as before.
+
+uvicorn does not implement the extension (uvicorn#35; a pathsend draft, #2840), so this uses
+its request cycle's own state: the transport, its flow control, the bytes left of the
+Content-Length. ``offered`` checks each of them on every request and offers nothing when one is
+missing, and tests/api/test_zerocopy.py fails when the installed uvicorn stops giving them.
+
+The copy runs in worker threads, each holding on to the socket for at most ``HOLD_S`` while
+it waits for room; a slow reader is waited for on the event loop, so it holds no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+
+import anyio
+
+EXTENSION = "http.response.zerocopysend"
+HOLD_S = 0.05  # a worker thread waits this long for room in the socket before it hands back
+_CYCLE_MODULE = "uvicorn.protocols.http.httptools_impl"
+_CYCLE_STATE = ("transport", "flow", "expected_content_length", "chunked_encoding", "disconnected",
+                "response_started", "response_complete", "send")
+
+
+class ZeroCopySend:
+    """ASGI middleware: offers ``http.response.zerocopysend`` where the connection allows it."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        cycle = offered(scope, send)
+        if cycle is None:
+            return await self.app(scope, receive, send)
+        scope["extensions"] = {**(scope.get("extensions") or {}), EXTENSION: {}}
+
+        async def send_or_sendfile(message):
+            if message["type"] == EXTENSION:
+                return await _sendfile(cycle, message)
+            await send(message)
+
+        await self.app(scope, receive, send_or_sendfile)
+
+
+def offered(scope, send):
+    """uvicorn's request cycle behind ``send`` when a file can go to its socket as it is, else None."""
+    if scope["type"] != "http" or scope.get("scheme") != "http" or not hasattr(os, "sendfile"):
+        return None
+    cycle = getattr(send, "__self__", None)
+    if type(cycle).__module__ != _CYCLE_MODULE or not all(hasattr(cycle, a) for a in _CYCLE_STATE):
+        return None
+    transport = cycle.transport
+    if transport.get_extra_info("sslcontext") is not None or transport.get_extra_info("socket") is None:
+        return None
+    return cycle
+
+
+async def _sendfile(cycle, message: dict) -> None:
+    f = message["file"]
+    offset = message.get("offset")
+    offset = f.tell() if offset is None else offset
+    count = message.get("count")
+    count = max(0, os.fstat(f.fileno()).st_size - offset) if count is None else count
+    if not cycle.response_started or cycle.response_complete or cycle.chunked_encoding is not False:
+        raise RuntimeError(f"{EXTENSION} needs a started response with a Content-Length")
+    if count > cycle.expected_content_length:
+        raise RuntimeError("Response content longer than Content-Length")
+    if cycle.disconnected:
+        return
+    await _drained(cycle)
+    fd = os.dup(cycle.transport.get_extra_info("socket").fileno())  # stays this socket if the loop closes its own
+    try:
+        sent = await _pump(fd, f.fileno(), offset, count)
+    except (BrokenPipeError, ConnectionResetError):  # the client went: what it got is all it gets
+        cycle.disconnected = True
+        cycle.transport.close()
+        return
+    finally:
+        os.close(fd)
+    cycle.expected_content_length -= sent
+    if sent < count:  # the file ended early (truncated under us): a short body the client sees as one
+        cycle.transport.close()
+        cycle.disconnected = True
+        return
+    await cycle.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+
+
+async def _drained(cycle) -> None:
+    """Until what uvicorn wrote (the status line and headers) has all gone to the socket: the
+    file's bytes go after them, past the transport's buffer."""
+    transport = cycle.transport
+    if not transport.get_write_buffer_size():
+        return
+    high, low = transport.get_write_buffer_limits()[::-1]
+    transport.set_write_buffer_limits(high=0, low=0)  # paused until empty, then resumed
+    try:
+        await cycle.flow.drain()
+    finally:
+        transport.set_write_buffer_limits(high=high, low=low)
+
+
+async def _pump(fd: int, file_fd: int, offset: int, count: int) -> int:
+    """Bytes sent of ``count`` from ``offset`` (fewer only if the file ended first)."""
+    loop = asyncio.get_running_loop()
+    sent = 0
+    while sent < count:
+        n, ended = await anyio.to_thread.run_sync(_send_some, fd, file_fd, offset + sent, count - sent)
+        sent += n
+        if ended:
+            break
+        if n == 0:  # the reader is slow: wait on the loop, no thread held
+            await _writable(loop, fd)
+    return sent
+
+
+def _send_some(fd: int, file_fd: int, offset: int, count: int) -> tuple[int, bool]:
+    """(bytes sent, whether the file ended) until ``count`` is sent, the file ends, or the socket
+    has had no room for HOLD_S."""
+    sent = 0
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    while sent < count:
+        try:
+            n = os.sendfile(fd, file_fd, offset + sent, count - sent)
+        except BlockingIOError:
+            if not poller.poll(HOLD_S * 1000):
+                return sent, False
+            continue
+        if n == 0:
+            return sent, True
+        sent += n
+    return sent, False
+
+
+async def _writable(loop, fd: int) -> None:
+    ready = loop.create_future()
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
