@@ -5,7 +5,11 @@ ceiling), side by side, interleaved in rounds (issue 43).
   gets), an access key, the ``inbox`` bucket (the one that takes writes).
 - ``moto``: ``python -m moto.server`` (a Python S3 server) on loopback, a bucket.
 - ``copy``: ``shutil.copyfile`` between two files of the same folder (page cache: the
-  machine's memory bandwidth, what a server reading a file at best approaches).
+  machine's memory bandwidth, what a server reading a file at best approaches). On these VMs
+  it ran at 0.7-3.2 GB/s from one figure to the next.
+- ``tcp``: the same file sent over one loopback connection with ``os.sendfile`` and read
+  with ``recv_into`` by C threads, no HTTP: what the kernel's loopback carries at best.
+Every figure and both ceilings start with nothing left to write back (``os.sync``, untimed).
 
 The same client for both servers: boto3, one client per thread, C threads (1 and 16). Each
 figure is MB/s (64 MiB objects) or objects/s (4 KiB objects); the ratio DeepPod / moto and,
@@ -128,6 +132,8 @@ def run(c, bucket: str, op: str, size: int, count: int, threads: int, tag: str) 
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda k: c.put_object(Bucket=bucket, Key=k, Body=body), keys))
 
+    os.sync()  # what earlier figures wrote goes to disk first, not during this one (not timed)
+
     def one(k):
         if op == "put":
             c.put_object(Bucket=bucket, Key=k, Body=body)
@@ -142,18 +148,65 @@ def run(c, bucket: str, op: str, size: int, count: int, threads: int, tag: str) 
     return time.perf_counter() - began
 
 
-def copy_rate(folder: Path, size: int, count: int) -> float:
+def _source(folder: Path, size: int) -> Path:
     src = folder / "src.bin"
-    src.write_bytes(os.urandom(size))
+    if not src.exists() or src.stat().st_size != size:
+        src.write_bytes(os.urandom(size))
     with open(src, "rb") as f:  # warm: the servers read from the page cache too
         while f.read(MIB):
             pass
+    return src
+
+
+def copy_rate(folder: Path, size: int, count: int) -> float:
+    """Seconds for ``count`` copies of a ``size``-byte file into new files (a copy onto an
+    existing file, truncated first, ran at 1.2 GB/s where one into a new file ran at 3)."""
+    src = _source(folder, size)
+    os.sync()  # the servers' uploads written back first: a copy behind their writeback ran at 0.3-3 GB/s
     began = time.perf_counter()
     for i in range(count):
         shutil.copyfile(src, folder / f"dst-{i}.bin")
     seconds = time.perf_counter() - began
     for i in range(count):
         (folder / f"dst-{i}.bin").unlink()
+    return seconds
+
+
+def tcp_rate(folder: Path, size: int, count: int, threads: int) -> float:
+    """Seconds for ``count`` sends of a ``size``-byte file over ``threads`` loopback
+    connections (``os.sendfile`` to ``recv_into``, no HTTP), as the GETs are spread."""
+    src = _source(folder, size)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    per = [count // threads + (i < count % threads) for i in range(threads)]
+
+    def sender(n: int) -> None:
+        conn, _ = listener.accept()
+        with conn, open(src, "rb") as f:
+            for _ in range(n):
+                conn.recv(1)
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), f.fileno(), sent, size - sent)
+
+    def reader(n: int) -> None:
+        buf = memoryview(bytearray(MIB))
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            for _ in range(n):
+                c.sendall(b"g")
+                got = 0
+                while got < size:
+                    got += c.recv_into(buf)
+
+    senders = [threading.Thread(target=sender, args=(n,), daemon=True) for n in per if n]
+    for t in senders:
+        t.start()
+    os.sync()
+    began = time.perf_counter()
+    with ThreadPoolExecutor(len(senders)) as pool:
+        list(pool.map(reader, [n for n in per if n]))
+    seconds = time.perf_counter() - began
+    listener.close()
     return seconds
 
 
@@ -269,27 +322,27 @@ def main() -> None:
                         a = run(ours[kind, t], "inbox", op, size, count, t, tag)
                         b = run(theirs[kind, t], "bench", op, size, count, t, tag)
                         rate = (lambda s: count * size / MIB / s) if unit == "MB/s" else (lambda s: count / s)
-                        cp = None
-                        if op == "get" and unit == "MB/s" and t == args.clients[0]:
-                            cp = rate(copy_rate(work, size, count))
+                        cp = tcp = None
+                        if op == "get" and unit == "MB/s":
+                            cp, tcp = rate(copy_rate(work, size, count)), rate(tcp_rate(work, size, count, t))
                         name = f"{op.upper()} {'64 MiB' if unit == 'MB/s' else '4 KiB'} x{t} clients, {kind} ({unit})"
-                        figures.setdefault(name, []).append((rate(a), rate(b), cp))
+                        figures.setdefault(name, []).append((rate(a), rate(b), cp, tcp))
                         print(f"round {rnd + 1} {name}: deeppod {rate(a):,.1f}  moto {rate(b):,.1f}"
-                              + (f"  copy {cp:,.1f}" if cp else ""), flush=True)
+                              + (f"  copy {cp:,.1f}  tcp {tcp:,.1f}" if cp else ""), flush=True)
             # clear the inbox between rounds (not timed)
             for page in admin_s3.get_paginator("list_objects_v2").paginate(Bucket="inbox", Prefix="bench/"):
                 keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                 for i in range(0, len(keys), 1000):
                     admin_s3.delete_objects(Bucket="inbox", Delete={"Objects": keys[i:i + 1000], "Quiet": True})
-        print("\nfigure | deeppod (median) | moto (median) | deeppod / moto | deeppod / copy")
+        print("\nfigure | deeppod (median) | moto (median) | deeppod / moto | deeppod / copy | deeppod / tcp")
         for name, rows in figures.items():
             med = sorted(r[0] for r in rows)[len(rows) // 2]
             med_b = sorted(r[1] for r in rows)[len(rows) // 2]
-            vs = Spread.of([a / b for a, b, _ in rows])
+            vs = Spread.of([a / b for a, b, _, _ in rows])
             line = f"{name} | {med:,.1f} | {med_b:,.1f} | {vs.line('', aim=2.0).lstrip(': ')}"
-            copies = [a / cp for a, _, cp in rows if cp]
-            if copies:
-                line += f" | {Spread.of(copies).line('', aim=0.7).lstrip(': ')}"
+            if rows[0][2]:
+                line += f" | {Spread.of([r[0] / r[2] for r in rows]).line('', aim=0.7).lstrip(': ')}"
+                line += f" | {Spread.of([r[0] / r[3] for r in rows]).line('').lstrip(': ')}"
             print(line)
         seconds, seen = list_keys(server, key, args.list_keys)
         print(f"\nLIST {seen:,} keys in pages of 1,000, boto3: {seconds:.2f} s "
