@@ -22,9 +22,10 @@ SIZE = 24 * 2**20 + 11  # larger than what loopback sockets buffer
 
 
 async def _app(scope, receive, send):
-    """/offered says whether the extension is; /file?offset=&count=&length= sends a part of the
-    file by it, declaring ``length`` (a length past the file's end makes a short body);
-    /threads=N sets the worker threads to N."""
+    """/offered says whether the extension is; /file?offset=&count=&length=&before= sends a part
+    of the file by it, declaring ``length`` (a length past the file's end makes a short body),
+    its first ``before`` bytes as an ordinary body; /pipe?count= sends as much from a pipe, which
+    sendfile cannot read; /threads=N sets the worker threads to N."""
     if scope["type"] != "http":
         return
     q = {k: int(v[0]) for k, v in parse_qs(scope["query_string"].decode()).items()}
@@ -33,12 +34,24 @@ async def _app(scope, receive, send):
         body = b"ok"
     elif scope["path"] == "/offered":
         body = b"yes" if EXTENSION in (scope.get("extensions") or {}) else b"no"
+    elif scope["path"] == "/pipe":
+        r, w = os.pipe()
+        with open(scope["state"]["file"], "rb") as src, os.fdopen(r, "rb") as f, os.fdopen(w, "wb") as sink:
+            writer = threading.Thread(target=lambda: (sink.write(src.read(q["count"])), sink.close()))
+            writer.start()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(q["count"]).encode())]})
+            await send({"type": EXTENSION, "file": f, "offset": 0, "count": q["count"]})
+            writer.join()
+        return
     else:
-        offset, count = q.get("offset", 0), q.get("count", SIZE)
+        offset, count, before = q.get("offset", 0), q.get("count", SIZE), q.get("before", 0)
         with open(scope["state"]["file"], "rb") as f:
             await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-length", str(q.get("length", count)).encode())]})
-            await send({"type": EXTENSION, "file": f, "offset": offset, "count": count})
+                        "headers": [(b"content-length", str(q.get("length", count + before)).encode())]})
+            if before:
+                await send({"type": "http.response.body", "body": f.read(before), "more_body": True})
+            await send({"type": EXTENSION, "file": f, "offset": offset + before, "count": count})
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
     await send({"type": "http.response.body", "body": body})
@@ -79,6 +92,9 @@ def test_offered_by_the_uvicorn_installed_and_bodies_arrive_whole(served):
     assert get(conn, "/file") == data
     assert get(conn, "/file?offset=3&count=5000000") == data[3:5000003]
     assert get(conn, f"/file?offset={SIZE - 10}&count=10") == data[-10:]
+    # bytes the transport still holds go first: the file's follow them
+    assert get(conn, "/file?before=12000000&count=3000000") == data[:15000000]
+    assert get(conn, "/pipe?count=9000000") == data[:9000000]  # read and written where sendfile cannot
     assert get(conn, "/offered") == b"yes"  # the same connection, kept alive after each
 
 

@@ -17,6 +17,7 @@ it waits for room; a slow reader is waited for on the event loop, so it holds no
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import select
 
@@ -24,6 +25,8 @@ import anyio
 
 EXTENSION = "http.response.zerocopysend"
 HOLD_S = 0.05  # a worker thread waits this long for room in the socket before it hands back
+BLOCK = 4 << 20  # what is read at a time where the file's filesystem cannot sendfile
+_CANNOT = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE}  # sendfile: "not from this file"
 _CYCLE_MODULE = "uvicorn.protocols.http.httptools_impl"
 _CYCLE_STATE = ("transport", "flow", "expected_content_length", "chunked_encoding", "disconnected",
                 "response_started", "response_complete", "send")
@@ -82,14 +85,38 @@ async def _sendfile(cycle, message: dict) -> None:
         cycle.disconnected = True
         cycle.transport.close()
         return
+    except OSError as exc:
+        if exc.errno not in _CANNOT:
+            raise
+        sent = None  # nothing sent: a file sendfile cannot read (a pipe; some FUSE filesystems)
     finally:
         os.close(fd)
+    if sent is None:
+        return await _copy(cycle, f, offset, count, message.get("more_body", False))
     cycle.expected_content_length -= sent
     if sent < count:  # the file ended early (truncated under us): a short body the client sees as one
         cycle.transport.close()
         cycle.disconnected = True
         return
     await cycle.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+
+
+async def _copy(cycle, f, offset: int, count: int, more_body: bool) -> None:
+    """The same bytes read and written through Python, as an app without the extension sends them."""
+    def read(n: int) -> bytes:
+        return os.pread(f.fileno(), n, offset + done) if seekable else f.read(n)
+
+    seekable, done = f.seekable(), 0
+    while done < count:
+        block = await anyio.to_thread.run_sync(read, min(BLOCK, count - done))
+        if not block:
+            cycle.transport.close()  # the file ended early, as above
+            cycle.disconnected = True
+            return
+        done += len(block)
+        await cycle.send({"type": "http.response.body", "body": block, "more_body": done < count or more_body})
+    if not count:
+        await cycle.send({"type": "http.response.body", "body": b"", "more_body": more_body})
 
 
 async def _drained(cycle) -> None:
@@ -111,7 +138,12 @@ async def _pump(fd: int, file_fd: int, offset: int, count: int) -> int:
     loop = asyncio.get_running_loop()
     sent = 0
     while sent < count:
-        n, ended = await anyio.to_thread.run_sync(_send_some, fd, file_fd, offset + sent, count - sent)
+        try:
+            n, ended = await anyio.to_thread.run_sync(_send_some, fd, file_fd, offset + sent, count - sent)
+        except OSError as exc:
+            if sent and exc.errno in _CANNOT:  # part of it gone already: no falling back to a copy
+                raise RuntimeError(f"sendfile stopped after {sent} of {count} bytes: {exc}") from exc
+            raise
         sent += n
         if ended:
             break
@@ -133,6 +165,10 @@ def _send_some(fd: int, file_fd: int, offset: int, count: int) -> tuple[int, boo
             if not poller.poll(HOLD_S * 1000):
                 return sent, False
             continue
+        except OSError:
+            if sent:
+                return sent, False  # counted; the next call raises it again
+            raise
         if n == 0:
             return sent, True
         sent += n
