@@ -95,6 +95,9 @@ def test_offered_by_the_uvicorn_installed_and_bodies_arrive_whole(served):
     # bytes the transport still holds go first: the file's follow them
     assert get(conn, "/file?before=12000000&count=3000000") == data[:15000000]
     assert get(conn, "/pipe?count=9000000") == data[:9000000]  # read and written where sendfile cannot
+    conn.request("HEAD", "/file")
+    r = conn.getresponse()
+    assert r.status == 200 and r.headers["content-length"] == str(SIZE) and r.read() == b""
     assert get(conn, "/offered") == b"yes"  # the same connection, kept alive after each
 
 

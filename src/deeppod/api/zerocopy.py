@@ -28,7 +28,7 @@ HOLD_S = 0.05  # a worker thread waits this long for room in the socket before i
 BLOCK = 4 << 20  # what is read at a time where the file's filesystem cannot sendfile
 _CANNOT = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE}  # sendfile: "not from this file"
 _CYCLE_MODULE = "uvicorn.protocols.http.httptools_impl"
-_CYCLE_STATE = ("transport", "flow", "expected_content_length", "chunked_encoding", "disconnected",
+_CYCLE_STATE = ("scope", "transport", "flow", "expected_content_length", "chunked_encoding", "disconnected",
                 "response_started", "response_complete", "send")
 
 
@@ -71,12 +71,15 @@ async def _sendfile(cycle, message: dict) -> None:
     offset = f.tell() if offset is None else offset
     count = message.get("count")
     count = max(0, os.fstat(f.fileno()).st_size - offset) if count is None else count
+    more = message.get("more_body", False)
     if not cycle.response_started or cycle.response_complete or cycle.chunked_encoding is not False:
         raise RuntimeError(f"{EXTENSION} needs a started response with a Content-Length")
     if count > cycle.expected_content_length:
         raise RuntimeError("Response content longer than Content-Length")
     if cycle.disconnected:
         return
+    if cycle.scope["method"] == "HEAD":  # the headers say what a GET would send; no body goes
+        return await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
     await _drained(cycle)
     fd = os.dup(cycle.transport.get_extra_info("socket").fileno())  # stays this socket if the loop closes its own
     try:
@@ -92,13 +95,13 @@ async def _sendfile(cycle, message: dict) -> None:
     finally:
         os.close(fd)
     if sent is None:
-        return await _copy(cycle, f, offset, count, message.get("more_body", False))
+        return await _copy(cycle, f, offset, count, more)
     cycle.expected_content_length -= sent
     if sent < count:  # the file ended early (truncated under us): a short body the client sees as one
         cycle.transport.close()
         cycle.disconnected = True
         return
-    await cycle.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+    await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
 
 
 async def _copy(cycle, f, offset: int, count: int, more_body: bool) -> None:
@@ -115,8 +118,6 @@ async def _copy(cycle, f, offset: int, count: int, more_body: bool) -> None:
             return
         done += len(block)
         await cycle.send({"type": "http.response.body", "body": block, "more_body": done < count or more_body})
-    if not count:
-        await cycle.send({"type": "http.response.body", "body": b"", "more_body": more_body})
 
 
 async def _drained(cycle) -> None:
