@@ -5,6 +5,7 @@ the same version; another tenant, a bad signature, a read-only or revoked key, a
 URL and an upload cut mid-way each get what S3 gives them, and leave nothing behind; either
 server of a failover pair answers."""
 
+import hashlib
 import json
 import os
 import socket
@@ -284,9 +285,11 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
         "Body"].read() == b"umm"
     assert "ChecksumSHA256" not in b.get_object(Bucket="inbox", Key="docs/sum.txt", Range="bytes=1-3",
                                                 ChecksumMode="ENABLED")
-    # a large object's body goes from its file to the socket (api/zerocopy.py), whole or a range
+    # a large object: its ETag the MD5 of its blocks, hashed as they came; its body sent from its
+    # file to the socket (api/zerocopy.py), whole or a range
     large = os.urandom(9 * 2**20 + 7)
-    b.put_object(Bucket="inbox", Key="docs/large.bin", Body=large)
+    put = b.put_object(Bucket="inbox", Key="docs/large.bin", Body=large)
+    assert put["ETag"] == f'"{hashlib.md5(large).hexdigest()}"'
     assert b.get_object(Bucket="inbox", Key="docs/large.bin", ChecksumMode="ENABLED")["Body"].read() == large
     assert b.get_object(Bucket="inbox", Key="docs/large.bin", Range="bytes=3-6000000")["Body"].read() == \
         large[3:6000001]
