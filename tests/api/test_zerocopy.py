@@ -1,6 +1,7 @@
-"""Zero-copy sends (api/zerocopy.py) through a real uvicorn server, configured as the DeepPod
-server configures it: offered with the uvicorn installed, bodies intact whole and in part,
-connections kept alive after them, a reader that stops holds no worker thread, a reader that
+"""Zero-copy sends (api/zerocopy.py) through a real uvicorn server, its protocol and event loop
+chosen as for the DeepPod server: offered with the uvicorn installed, bodies intact whole and
+in part, after bytes still buffered, from a pipe (read through Python), none for a HEAD,
+connections kept alive after them; a reader that stops holds no worker thread; a reader that
 leaves and a file that ends early cost the server nothing."""
 
 import http.client
@@ -18,14 +19,28 @@ from deeppod.api import zerocopy
 from deeppod.api.zerocopy import EXTENSION, ZeroCopySend
 from tests.helpers import wait_until
 
-SIZE = 24 * 2**20 + 11  # larger than what loopback sockets buffer
+
+
+def _buffered_at_most() -> int:
+    """What the sockets between a server and a reader that stops may hold: its send buffer's
+    and the reader's receive buffer's largest sizes (2x for the kernel's bookkeeping)."""
+    most = 0
+    for name in ("tcp_wmem", "tcp_rmem"):
+        try:
+            most += int(open(f"/proc/sys/net/ipv4/{name}").read().split()[2])
+        except (OSError, IndexError, ValueError):
+            most += 64 * 2**20
+    return 2 * most
+
+
+SIZE = max(24 * 2**20, _buffered_at_most()) + 11  # a reader that stops stops the sending
 
 
 async def _app(scope, receive, send):
     """/offered says whether the extension is; /file?offset=&count=&length=&before= sends a part
     of the file by it, declaring ``length`` (a length past the file's end makes a short body),
     its first ``before`` bytes as an ordinary body; /pipe?count= sends as much from a pipe, which
-    sendfile cannot read; /threads=N sets the worker threads to N."""
+    sendfile cannot read; /threads?n=N sets the worker threads to N."""
     if scope["type"] != "http":
         return
     q = {k: int(v[0]) for k, v in parse_qs(scope["query_string"].decode()).items()}
