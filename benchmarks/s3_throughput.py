@@ -180,11 +180,10 @@ def tcp_rate(folder: Path, size: int, count: int, threads: int) -> float:
     port = listener.getsockname()[1]
     per = [count // threads + (i < count % threads) for i in range(threads)]
 
-    def sender(n: int) -> None:
+    def sender() -> None:
         conn, _ = listener.accept()
         with conn, open(src, "rb") as f:
-            for _ in range(n):
-                conn.recv(1)
+            while conn.recv(1):  # one file per byte asked with, until the reader closes
                 sent = 0
                 while sent < size:
                     sent += os.sendfile(conn.fileno(), f.fileno(), sent, size - sent)
@@ -196,9 +195,12 @@ def tcp_rate(folder: Path, size: int, count: int, threads: int) -> float:
                 c.sendall(b"g")
                 got = 0
                 while got < size:
-                    got += c.recv_into(buf)
+                    piece = c.recv_into(buf)
+                    if not piece:
+                        raise RuntimeError("the loopback sender stopped early")
+                    got += piece
 
-    senders = [threading.Thread(target=sender, args=(n,), daemon=True) for n in per if n]
+    senders = [threading.Thread(target=sender, daemon=True) for n in per if n]
     for t in senders:
         t.start()
     os.sync()
