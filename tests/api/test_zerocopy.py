@@ -169,3 +169,23 @@ def test_not_offered_where_bytes_must_pass_through_python():
     assert zerocopy.offered(http_scope, send) is None  # not uvicorn's request cycle (a test client, another server)
     assert zerocopy.offered({"type": "http", "scheme": "https"}, send) is None  # TLS encrypts in Python
     assert zerocopy.offered({"type": "lifespan"}, send) is None
+
+
+def test_without_the_extension_a_file_is_read_and_sent_through_python(tmp_path):
+    """What the S3 endpoint does over TLS or under a test client: the same bytes, in blocks."""
+    path = tmp_path / "f.bin"
+    data = os.urandom(zerocopy.BLOCK * 2 + 5)
+    path.write_bytes(data)
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def main():
+        with open(path, "rb") as f:
+            await zerocopy.send_file(send, f, 3, len(data) - 3, zero_copy=False)
+            assert sent[-1]["more_body"] is False
+            assert b"".join(m["body"] for m in sent) == data[3:]
+            assert await zerocopy.read_out(send, f, len(data) - 2, 10) is False  # the file ends first
+
+    anyio.run(main)

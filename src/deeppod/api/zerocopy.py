@@ -3,7 +3,7 @@ never through Python's memory. It is ASGI's "zero-copy send" extension
 (``http.response.zerocopysend``: ``file``, ``offset``, ``count``, ``more_body``), offered by
 :class:`ZeroCopySend`, the server's outermost middleware, where the connection is uvicorn's
 httptools protocol over plain TCP. Where it is not offered (TLS, the h11 protocol, another
-server, a test client) apps send bytes as before.
+server, a test client) apps send bytes as before; ``send_file`` does either, as the scope allows.
 
 uvicorn does not implement the extension (uvicorn#35; a pathsend draft, #2840), so this uses
 its request cycle's own state: the transport, its flow control, the bytes left of the
@@ -94,18 +94,30 @@ async def _sendfile(cycle, message: dict) -> None:
         sent = None  # nothing sent: a file sendfile cannot read (a pipe; some FUSE filesystems)
     finally:
         os.close(fd)
-    if sent is None:
-        return await _copy(cycle, f, offset, count, more)
-    cycle.expected_content_length -= sent
-    if sent < count:  # the file ended early (truncated under us): a short body the client sees as one
+    if sent is None:  # read and sent through Python instead
+        whole = await read_out(cycle.send, f, offset, count, more)
+    else:
+        cycle.expected_content_length -= sent
+        whole = sent == count
+        if whole:
+            await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
+    if not whole:  # the file ended early (truncated under us): a short body the client sees as one
         cycle.transport.close()
         cycle.disconnected = True
-        return
-    await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
 
 
-async def _copy(cycle, f, offset: int, count: int, more_body: bool) -> None:
-    """The same bytes read and written through Python, as an app without the extension sends them."""
+async def send_file(send, f, offset: int, count: int, *, zero_copy: bool) -> None:
+    """``count`` bytes of ``f`` from ``offset`` as the rest of a response's body: by the
+    extension where the scope offers it (``zero_copy``), else read and sent through Python. A
+    file that ends early ends the body short (the client sees it so)."""
+    if zero_copy:
+        return await send({"type": EXTENSION, "file": f, "offset": offset, "count": count})
+    await read_out(send, f, offset, count)
+
+
+async def read_out(send, f, offset: int, count: int, more_body: bool = False) -> bool:
+    """``count`` bytes of ``f`` from ``offset``, read in worker threads a block at a time and
+    sent as body messages; False if the file ended first."""
     def read(n: int) -> bytes:
         return os.pread(f.fileno(), n, offset + done) if seekable else f.read(n)
 
@@ -113,11 +125,10 @@ async def _copy(cycle, f, offset: int, count: int, more_body: bool) -> None:
     while done < count:
         block = await anyio.to_thread.run_sync(read, min(BLOCK, count - done))
         if not block:
-            cycle.transport.close()  # the file ended early, as above
-            cycle.disconnected = True
-            return
+            return False
         done += len(block)
-        await cycle.send({"type": "http.response.body", "body": block, "more_body": done < count or more_body})
+        await send({"type": "http.response.body", "body": block, "more_body": done < count or more_body})
+    return True
 
 
 async def _drained(cycle) -> None:

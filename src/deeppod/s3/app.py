@@ -525,18 +525,11 @@ def _absorb(out, tmp: Path, digests: Digests, pieces: list[bytes], last: bool):
 async def _stream(send, f, block: bytes, length: int, files: bool = False) -> None:
     """``length`` bytes of ``f`` to the client, ``block`` (already read) first. With ``files``,
     the rest goes from the file to the socket (api/zerocopy.py), not through Python."""
-    left = length
+    left = length - len(block)
     if block:
-        left -= len(block)
         await send({"type": "http.response.body", "body": block, "more_body": left > 0})
-    if left > 0 and files:
-        return await send({"type": zerocopy.EXTENSION, "file": f, "offset": f.tell(), "count": left})
-    while left > 0:
-        block = await anyio.to_thread.run_sync(f.read, min(BLOCK * 4, left))
-        if not block:
-            break  # the file shrank under us (an inbox object replaced): end short, the client retries
-        left -= len(block)
-        await send({"type": "http.response.body", "body": block, "more_body": left > 0})
+    if left > 0:  # a file that shrank under us (an inbox object replaced) ends short: the client retries
+        await zerocopy.send_file(send, f, f.tell(), left, zero_copy=files)
 
 
 def _open_at(e: Entry, start: int, first: int):
