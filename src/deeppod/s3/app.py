@@ -12,15 +12,14 @@ import time
 import uuid
 from datetime import datetime, timezone
 from email.utils import formatdate, parsedate_to_datetime
-from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
 
 from deeppod.api import zerocopy
-from deeppod.errors import ClientGone, DeepPodError, S3Error
-from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4
-from deeppod.s3.body import Decoder, Digests
+from deeppod.errors import DeepPodError, S3Error
+from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4, upload
+from deeppod.s3.body import Digests
 from deeppod.s3.namespace import (BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, etags_in,
                                   file_md5, open_object)
 from deeppod.s3 import listing, xml
@@ -360,87 +359,36 @@ class S3App:
         if "x-amz-copy-source" in h:
             return await self._copy(send, req, who, key, part, rid)
         meta, condition = metadata.from_request(h), inbox.Condition.of(h)
-        tmp, digests = await self._receive_body(receive, req, tenant, signed, signing_key)
-        if tmp is None:
+        body = await upload.receive(receive, h, signed, signing_key, inbox.temp_path(self.ns, tenant))
+        if body is None:
             return  # the client went away: nothing was kept
-        etag = digests.md5.hexdigest()
-        checksums = digests.checksums()
-        if checksums:
-            meta[metadata.CHECKSUMS] = checksums
-        if part is not None:
-            spec = await anyio.to_thread.run_sync(inbox.upload_checksum, part[0])
-            if spec:
-                try:
-                    multipart_checksums.part_value(spec, checksums)
-                except S3Error:
+        commit = part is None and key == f"{name}/{COMMIT}"
+
+        def keep() -> tuple[str, dict]:  # in one call off the loop: the file finished, checked and put in place
+            body.keep()
+            tmp, etag, checksums = body.tmp, body.digests.md5.hexdigest(), body.digests.checksums()
+            if checksums:
+                meta[metadata.CHECKSUMS] = checksums
+            try:
+                if part is not None:
+                    spec = inbox.upload_checksum(part[0])
+                    if spec:
+                        multipart_checksums.part_value(spec, checksums)
+                    inbox.put_part(part[0], part[1], tmp, etag, checksums)
+                elif commit:  # a device's "that is all": the inbox becomes the next version
                     tmp.unlink(missing_ok=True)
-                    raise
-            await anyio.to_thread.run_sync(inbox.put_part, part[0], part[1], tmp, etag, checksums)
-        elif key == f"{name}/{COMMIT}":  # a device's "that is all": the inbox becomes the next version
-            tmp.unlink(missing_ok=True)
+                else:
+                    inbox.place(self.ns, tenant, key, tmp, etag, meta, condition)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            return etag, checksums
+
+        etag, checksums = await anyio.to_thread.run_sync(keep)
+        if commit:
             self._commit_in_background(who, name)
-        else:
-            await anyio.to_thread.run_sync(inbox.place, self.ns, tenant, key, tmp, etag, meta, condition)
         return await _send(send, 200, [(b"etag", f'"{etag}"'.encode()),
                                        *((k.encode(), v.encode()) for k, v in checksums.items())], b"", rid)
-
-    async def _receive_body(self, receive, req, tenant, signed, signing_key):
-        """The body into a temporary file, checked; (None, None) if the client disconnected."""
-        h = req.headers
-        declared = h.get("content-length")
-        if declared is None and "chunked" not in h.get("transfer-encoding", ""):
-            raise S3Error("MissingContentLength", "a PUT needs a Content-Length header")
-        size_hint = int(h.get("x-amz-decoded-content-length") or declared or 0)
-        if size_hint > inbox.MAX_OBJECT:
-            raise S3Error("EntityTooLarge", f"your proposed upload ({size_hint} bytes) exceeds the maximum allowed "
-                          "object size of 5 GiB: upload it in parts (multipart)")
-        Digests.check_md5_header(h)
-        mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
-        decoder = Decoder(mode, signed, signing_key)
-        digests = Digests.for_request(h, signed.payload)
-        tmp = inbox.temp_file(self.ns, tenant)
-        out = None  # opened with the first block (a small upload: opened, written and closed in one call)
-        pending: list[bytes] = []  # received, not yet hashed and written: a block's worth at most
-        waiting = received = 0
-        try:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ClientGone()
-                data = decoder.feed(message.get("body", b""))
-                received += len(data)
-                if received > inbox.MAX_OBJECT:
-                    raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
-                pending.append(data)
-                waiting += len(data)
-                if waiting >= BLOCK or not message.get("more_body"):
-                    # hashed and written off the event loop (hashlib lets go of the GIL), with no
-                    # copy into one buffer: the loop goes on reading this and other requests
-                    out = await anyio.to_thread.run_sync(_absorb, out, tmp, digests, pending,
-                                                         not message.get("more_body"))
-                    pending, waiting = [], 0
-                if not message.get("more_body"):
-                    break
-            trailers = decoder.finish()
-            if declared is not None and mode == "plain" and digests.size != int(declared):
-                raise S3Error("IncompleteBody", "you did not provide the number of bytes specified by the "
-                              "Content-Length HTTP header")
-            if digests.sha256 is not None and len(signed.payload) == 64 and signed.payload != digests.sha256.hexdigest():
-                raise S3Error("XAmzContentSHA256Mismatch", "the provided 'x-amz-content-sha256' header does not "
-                              "match what was computed: the upload was changed on the way")
-            digests.check({**{k: v for k, v in h.items() if k == "content-md5" or k.startswith("x-amz-checksum-")},
-                           **trailers})
-            return tmp, digests
-        except ClientGone:
-            if out is not None:
-                out.close()
-            tmp.unlink(missing_ok=True)
-            return None, None
-        except BaseException:
-            if out is not None:
-                out.close()
-            tmp.unlink(missing_ok=True)
-            raise
 
     async def _copy(self, send, req, who, key, part, rid):
         """CopyObject (``part`` None) or UploadPartCopy: the source's bytes (a range of them for a
@@ -503,23 +451,6 @@ class S3App:
                             who.key_id, exc)
 
         threading.Thread(target=run, name=f"s3-commit-{name}", daemon=True).start()
-
-
-def _absorb(out, tmp: Path, digests: Digests, pieces: list[bytes], last: bool):
-    """Pieces of an upload's body: into its digests and its file (``tmp``, opened with the
-    first pieces), in order; the file closed after the ``last``. Returns the file."""
-    if out is None:
-        out = open(tmp, "wb")
-    try:
-        for piece in pieces:
-            digests.update(piece)
-        out.writelines(pieces)
-    except BaseException:
-        out.close()  # the caller's unlink follows
-        raise
-    if last:
-        out.close()
-    return out
 
 
 async def _stream(send, f, block: bytes, length: int, files: bool = False) -> None:

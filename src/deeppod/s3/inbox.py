@@ -46,9 +46,14 @@ def dataset_of(key: str) -> str:
 
 
 def temp_file(ns: Namespace, tenant_id: int) -> Path:
-    folder = ns.root / str(tenant_id) / "tmp"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / uuid.uuid4().hex
+    path = temp_path(ns, tenant_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def temp_path(ns: Namespace, tenant_id: int) -> Path:
+    """A new temporary file's name; its folder may not be there yet (no file system call)."""
+    return ns.root / str(tenant_id) / "tmp" / uuid.uuid4().hex
 
 
 def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: dict | None = None,
@@ -107,9 +112,11 @@ def _place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: 
 def _make_folders(root: Path, folder: Path) -> None:
     """``folder`` and those above it; an object where one must be ("a/b" for the key "a/b/c")
     moves into it as its ``.object``, with what is kept beside it, and keeps its key."""
-    for above in reversed([folder, *folder.parents]):
-        if above == root or root not in above.parents:
-            continue
+    if os.path.isdir(folder):  # the usual case (a folder has no object above it): one stat
+        return
+    above = root
+    for part in folder.relative_to(root).parts:
+        above = above / part
         if above.is_file() and not above.is_symlink():
             moving = above.with_name(f".{above.name}.{uuid.uuid4().hex}.moving")
             os.rename(above, moving)
