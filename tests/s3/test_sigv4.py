@@ -82,3 +82,13 @@ def test_no_signature_is_anonymous_and_other_schemes_are_refused():
         sigv4.parse(sigv4.Request("GET", "/s3/", [], {"host": "h", "authorization": "AWS AK:sig"}),
                     datetime.now(timezone.utc))
     assert "s3v4" in e.value.message
+
+
+def test_an_amz_date_parses_as_strptime_reads_it_and_anything_else_is_refused():
+    for text in ("20261127T120000Z", "20240229T235959Z", "19991231T000001Z"):
+        assert sigv4._parse_time(text) == datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    for bad in ("", "20261127T120000", "20261127 120000Z", "20261327T120000Z", "20230229T120000Z",
+                "2026112T1200000Z", "２０２６1127T120000Z", "+0261127T120000Z", "20261127T12000Z0"):
+        with pytest.raises(S3Error) as e:
+            sigv4._parse_time(bad)
+        assert e.value.code == "AccessDenied" and "20261127T120000Z" in e.value.message

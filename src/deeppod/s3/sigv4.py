@@ -9,6 +9,7 @@ https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.h
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -74,10 +75,15 @@ def canonical_query(pairs: list[tuple[str, str]]) -> str:
 
 
 def _parse_time(amz_date: str) -> datetime:
-    try:
-        return datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        raise S3Error("AccessDenied", f"X-Amz-Date {amz_date!r} is not a date of the form 20261127T120000Z") from None
+    """20261127T120000Z (by slicing: strptime took a fifth of a small request's signature check)."""
+    d = amz_date
+    if len(d) == 16 and d.isascii() and d[8] == "T" and d[15] == "Z" and d[:8].isdigit() and d[9:15].isdigit():
+        try:
+            return datetime(int(d[:4]), int(d[4:6]), int(d[6:8]), int(d[9:11]), int(d[11:13]), int(d[13:15]),
+                            tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    raise S3Error("AccessDenied", f"X-Amz-Date {amz_date!r} is not a date of the form 20261127T120000Z")
 
 
 def _credential(value: str) -> tuple[str, str, str, str]:
@@ -174,6 +180,7 @@ def _verify_v2(req: Request, s: Signed, secret: str, prefix: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1024)  # the same for a key's every request of a day: four HMACs saved each
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     k = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
     for part in (region, service, "aws4_request"):
