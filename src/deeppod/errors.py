@@ -193,6 +193,9 @@ class ClientGone(DeepPodError):
 
     code = "client_gone"
 
+    def __init__(self, message: str = "the client disconnected before the whole body came"):
+        super().__init__(message)
+
 
 class StepAbandoned(DeepPodError):
     """A lone worker gave up the step under way for a new world (``runtime.Resizer.interruptible``):

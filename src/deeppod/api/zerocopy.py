@@ -23,6 +23,8 @@ import select
 
 import anyio
 
+from deeppod.api import direct_body
+
 EXTENSION = "http.response.zerocopysend"
 HOLD_S = 0.05  # a worker thread waits this long for room in the socket before it hands back
 BLOCK = 4 << 20  # what is read at a time where the file's filesystem cannot sendfile
@@ -33,7 +35,10 @@ _CYCLE_STATE = ("scope", "transport", "flow", "expected_content_length", "chunke
 
 
 class ZeroCopySend:
-    """ASGI middleware: offers ``http.response.zerocopysend`` where the connection allows it."""
+    """ASGI middleware: offers ``http.response.zerocopysend`` where the connection allows it, and
+    for an upload with a Content-Length, reading its body off the loop (api/direct_body.py).
+    An app that reads a body that way skips what middleware between does to ``receive``: it
+    must enforce its own limits (the S3 endpoint does)."""
 
     def __init__(self, app):
         self.app = app
@@ -42,7 +47,12 @@ class ZeroCopySend:
         cycle = offered(scope, send)
         if cycle is None:
             return await self.app(scope, receive, send)
-        scope["extensions"] = {**(scope.get("extensions") or {}), EXTENSION: {}}
+        offers = {EXTENSION: {}}
+        if scope.get("method") in ("PUT", "POST"):  # a large upload may be read off the loop
+            direct = direct_body.extension(cycle, scope)
+            if direct is not None:
+                offers[direct_body.EXTENSION] = direct
+        scope["extensions"] = {**(scope.get("extensions") or {}), **offers}
 
         async def send_or_sendfile(message):
             if message["type"] == EXTENSION:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
 
-from deeppod.api import zerocopy
+from deeppod.api import direct_body, zerocopy
 from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4, upload
 from deeppod.s3.body import Digests
@@ -86,8 +86,10 @@ class S3App:
             req = sigv4.Request(scope["method"], raw, query, headers)
             who, signed, signing_key = await self._authenticate(req)
             scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
-            files = zerocopy.EXTENSION in (scope.get("extensions") or {})  # large bodies by sendfile
-            await self._dispatch(receive, send, req, who, bucket, key, signed, signing_key, rid, files)
+            offers = scope.get("extensions") or {}
+            files = zerocopy.EXTENSION in offers  # large bodies by sendfile
+            direct = offers.get(direct_body.EXTENSION)  # large uploads read off the loop
+            await self._dispatch(receive, send, req, who, bucket, key, signed, signing_key, rid, files, direct)
         except S3Error as exc:
             await _error(send, exc.code, exc.status, exc.message, resource, rid, scope["method"])
         except DeepPodError as exc:  # a service refused (a bad dataset name, an empty inbox...): say why in S3's form
@@ -124,7 +126,8 @@ class S3App:
             self._keys[key_id] = (now + KEY_CACHE_S, who, secret)
         return who, secret
 
-    async def _dispatch(self, receive, send, req, who, bucket, key, signed, signing_key, rid, files=False):
+    async def _dispatch(self, receive, send, req, who, bucket, key, signed, signing_key, rid, files=False,
+                        direct=None):
         method, q = req.method, dict(req.query)
         if not bucket:
             if method not in ("GET", "HEAD"):
@@ -152,7 +155,7 @@ class S3App:
                 return await self._attributes(send, req, tenant, bucket, key, rid)
             return await self._get(send, req, q, tenant, bucket, key, rid, files)
         if method == "PUT":  # (writes reach only the inbox: the others were refused above)
-            return await self._put(receive, send, req, q, who, key, signed, signing_key, rid)
+            return await self._put(receive, send, req, q, who, key, signed, signing_key, rid, direct)
         if method == "DELETE":
             if "uploadId" in q:
                 await anyio.to_thread.run_sync(inbox.abort, inbox.upload_folder(self.ns, tenant, q["uploadId"], key))
@@ -161,13 +164,13 @@ class S3App:
             return await _send(send, 204, [], b"", rid)
         if method == "POST" and "uploads" in q:
             spec = multipart_checksums.requested(req.headers)
-            upload = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key, {
+            upload_id = await anyio.to_thread.run_sync(inbox.create_upload, self.ns, tenant, key, {
                 **metadata.from_request(req.headers), **({inbox.CHECKSUM_SPEC: spec} if spec else {})})
             said = [(b"x-amz-checksum-algorithm", spec["algorithm"].encode()),
                     (b"x-amz-checksum-type", spec["type"].encode())] if spec else []
             return await _send(send, 200, [(b"content-type", b"application/xml"), *said], xml.document(
                 "InitiateMultipartUploadResult", xml.element("Bucket", bucket) + xml.element("Key", key)
-                + xml.element("UploadId", upload)), rid)
+                + xml.element("UploadId", upload_id)), rid)
         if method == "POST" and "uploadId" in q:
             etag, checksums = await self._complete_upload(receive, req, q, tenant, key)
             return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
@@ -349,7 +352,7 @@ class S3App:
         finally:
             f.close()
 
-    async def _put(self, receive, send, req, q, who, key, signed, signing_key, rid):
+    async def _put(self, receive, send, req, q, who, key, signed, signing_key, rid, direct=None):
         tenant, h = who.principal.tenant_id, req.headers
         name = inbox.dataset_of(key)
         part = None
@@ -359,7 +362,7 @@ class S3App:
         if "x-amz-copy-source" in h:
             return await self._copy(send, req, who, key, part, rid)
         meta, condition = metadata.from_request(h), inbox.Condition.of(h)
-        body = await upload.receive(receive, h, signed, signing_key, inbox.temp_path(self.ns, tenant))
+        body = await upload.receive(receive, h, signed, signing_key, inbox.temp_path(self.ns, tenant), direct)
         if body is None:
             return  # the client went away: nothing was kept
         commit = part is None and key == f"{name}/{COMMIT}"

@@ -17,6 +17,7 @@ from deeppod.s3 import inbox, sigv4
 from deeppod.s3.body import Decoder, Digests
 
 BLOCK = 1 << 20  # what the loop gathers before a worker thread hashes and writes it
+DIRECT_MIN = 4 << 20  # a larger upload is read off the loop where the server offers it (the connection closes after)
 
 
 @dataclass
@@ -60,9 +61,11 @@ class Body:
 
 
 async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signing_key: bytes,
-                  tmp: Path) -> Body | None:
+                  tmp: Path, direct=None) -> Body | None:
     """The body of a PUT into ``tmp``, a block at a time; what the last block leaves is pending
-    (see :meth:`Body.keep`). None if the client went away (nothing is kept)."""
+    (see :meth:`Body.keep`). None if the client went away (nothing is kept). ``direct``: the
+    server's offer to read a body off the loop (api/direct_body.py), taken for one over
+    ``DIRECT_MIN``, where the loop's share of the work would be most of it."""
     h = headers
     declared = h.get("content-length")
     if declared is None and "chunked" not in h.get("transfer-encoding", ""):
@@ -75,6 +78,8 @@ async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signin
     mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
     decoder = Decoder(mode, signed, signing_key)
     body = Body(tmp, Digests.for_request(h, signed.payload), h, signed.payload, mode == "plain", {})
+    if direct is not None and size_hint > DIRECT_MIN:
+        return await _direct(direct, decoder, body)
     waiting = received = 0
     try:
         while True:
@@ -99,6 +104,30 @@ async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signin
         return None
     except BaseException:
         body.discard()  # here, not off the loop: a cancelled request cannot wait for a thread
+        raise
+
+
+async def _direct(direct, decoder: Decoder, body: Body) -> Body | None:
+    """The body read, decoded, hashed and written in worker threads, none of it on the loop."""
+    received = 0
+
+    def sink(piece: memoryview) -> None:  # in a worker thread
+        nonlocal received
+        data = decoder.feed(piece)
+        received += len(data)
+        if received > inbox.MAX_OBJECT:
+            raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
+        body.out = absorb(body.out, body.tmp, body.digests, [data], False)
+
+    try:
+        await direct["read"](sink)
+        body.trailers = decoder.finish()
+        return body
+    except ClientGone:
+        body.discard()
+        return None
+    except BaseException:
+        body.discard()
         raise
 
 
