@@ -90,3 +90,24 @@ def test_a_content_md5_that_is_no_md5_is_invalid_not_bad():
     with pytest.raises(S3Error) as e:
         d.check({"content-md5": good})
     assert e.value.code == "BadDigest"
+
+
+def test_large_pieces_hashed_beside_their_md5_give_the_same_digests(monkeypatch):
+    import hashlib
+    import os
+
+    from deeppod.s3 import body
+
+    data = os.urandom(3 * body.SPLIT_MIN + 11)
+    want = {"sha256", "sha1", "crc32", "crc32c", "crc64nvme"}
+    alone = Digests(want)
+    for i in range(0, len(data), 1000):  # small pieces: one thread
+        alone.update(data[i:i + 1000])
+    split = Digests(want)
+    split.update(memoryview(data)[:2 * body.SPLIT_MIN])  # a helper thread's
+    monkeypatch.setattr(body, "_helpers", body.threading.BoundedSemaphore(1))
+    body._helpers.acquire()  # every helper busy: the caller's thread does all of it
+    split.update(memoryview(data)[2 * body.SPLIT_MIN:])
+    assert split.values() == alone.values() and split.size == alone.size == len(data)
+    assert split.md5.hexdigest() == hashlib.md5(data).hexdigest()
+    assert split.sha256.hexdigest() == hashlib.sha256(data).hexdigest()

@@ -9,11 +9,27 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from deeppod.errors import S3Error
 from deeppod.s3 import crc, sigv4
 
 MAX_LINE = 4096  # a chunk header or trailer line
+SPLIT_MIN = 256 << 10  # a smaller piece is hashed in one thread: a helper's wake-up would cost more
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_helpers = threading.BoundedSemaphore(_CPUS)  # busy helpers mean busy cores: hash in the caller's thread
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(_CPUS, thread_name_prefix="s3-digests")
+        return _executor
 
 
 class Digests:
@@ -51,15 +67,29 @@ class Digests:
         them with the object and gives them back (x-amz-checksum-mode: ENABLED)."""
         return {k: v for k, v in self.values().items() if k.removeprefix("x-amz-checksum-") in self.declared}
 
-    def update(self, data: bytes) -> None:
-        self.md5.update(data)
+    def update(self, data: bytes | memoryview) -> None:
+        """A large piece's other digests are computed by a helper thread while this one
+        computes its MD5, where a helper is free (each lets go of the GIL): an upload signed
+        with its SHA-256 and a CRC (boto3's over HTTP) is then hashed in the time of its MD5."""
+        if len(data) >= SPLIT_MIN and (self.sha256 or self.sha1 or self.crcs) and _helpers.acquire(blocking=False):
+            try:
+                others = _pool().submit(self._others, data)
+                self.md5.update(data)
+                others.result()
+            finally:
+                _helpers.release()
+        else:
+            self.md5.update(data)
+            self._others(data)
+        self.size += len(data)
+
+    def _others(self, data: bytes | memoryview) -> None:
         if self.sha256 is not None:
             self.sha256.update(data)
         if self.sha1 is not None:
             self.sha1.update(data)
         for name, value in self.crcs.items():
             self.crcs[name] = crc.update(name, data, value)
-        self.size += len(data)
 
     @staticmethod
     def check_md5_header(headers: dict[str, str]) -> None:
