@@ -103,18 +103,18 @@ def _closed(sock: socket.socket) -> bool:
 def test_offered_with_the_uvicorn_installed_and_bodies_arrive_whole(served):
     port, _ = served
     data = os.urandom(SIZE)
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(_head(SIZE) + data)
         headers, body = _answer(s)
         assert body == f"direct {hashlib.md5(data).hexdigest()} {SIZE}".encode()
         assert headers["connection"] == "close" and _closed(s)  # the parser never saw the rest: no reuse
-    with socket.create_connection(("127.0.0.1", port)) as s:  # one that came with its headers keeps it
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:  # one that came with its headers keeps it
         s.sendall(_head(5) + b"hello")
         headers, body = _answer(s)
         assert body == f"direct {hashlib.md5(b'hello').hexdigest()} 5".encode() and "connection" not in headers
         s.sendall(_head(2) + b"hi")
         assert _answer(s)[1] == f"direct {hashlib.md5(b'hi').hexdigest()} 2".encode()
-    with socket.create_connection(("127.0.0.1", port)) as s:  # chunked: not offered, read as before
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:  # chunked: not offered, read as before
         s.sendall(_head(None) + b"5\r\nhello\r\n0\r\n\r\n")
         assert _answer(s)[1] == f"plain {hashlib.md5(b'hello').hexdigest()} 5".encode()
 
@@ -122,7 +122,7 @@ def test_offered_with_the_uvicorn_installed_and_bodies_arrive_whole(served):
 def test_a_client_that_waits_for_100_continue_gets_it_and_sends(served):
     port, _ = served
     data = os.urandom(9 * 2**20)
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(_head(len(data), extra="expect: 100-continue\r\n"))
         s.settimeout(10)
         assert s.recv(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -133,10 +133,10 @@ def test_a_client_that_waits_for_100_continue_gets_it_and_sends(served):
 def test_a_sender_that_stalls_holds_no_worker_thread(served):
     port, _ = served
     data = os.urandom(SIZE)
-    with socket.create_connection(("127.0.0.1", port)) as slow:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as slow:
         slow.sendall(_head(SIZE, "/?threads=1") + data[:SIZE // 2])  # one worker thread, then a stall
         other = os.urandom(9 * 2**20)
-        with socket.create_connection(("127.0.0.1", port)) as s:  # goes through meanwhile
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:  # goes through meanwhile
             s.sendall(_head(len(other)) + other)
             assert _answer(s)[1] == f"direct {hashlib.md5(other).hexdigest()} {len(other)}".encode()
         slow.sendall(data[SIZE // 2:])
@@ -148,7 +148,7 @@ def test_a_sender_that_leaves_mid_body_costs_nothing(served, caplog):
     caplog.set_level(logging.WARNING)
     fds = len(os.listdir("/proc/self/fd"))
     for n in range(1, 4):
-        with socket.create_connection(("127.0.0.1", port)) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             s.sendall(_head(SIZE) + os.urandom(3 * 2**20))
             wait_until(lambda: seen.count("reading") == n, timeout=30, what="the app to be reading the body")
             if n == 3:  # the last one resets the connection; the others close it
