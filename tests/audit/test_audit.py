@@ -49,3 +49,20 @@ def test_retention_drops_old_events(api):
         assert apply_retention(s, 0, now) == 0
     with api.ctx.sessions() as s:
         assert [e.path for e in s.query(AuditEvent).all()] == ["/new"]
+
+
+def test_a_batch_is_written_whole_on_either_database(sessions):
+    from sqlalchemy import select
+
+    from deeppod.audit.log import AuditLog, Entry
+
+    log = AuditLog(sessions)
+    for i in range(250):
+        log.record(Entry("PUT", f"/s3/inbox/cats/{i}.png", 200, "127.0.0.1", "ana", "vision", "key"))
+    log.record(Entry("GET", "/v1/jobs", 401))
+    assert log.flush() == 251 and log.flush() == 0
+    with sessions() as s:
+        rows = s.scalars(select(AuditEvent).order_by(AuditEvent.id)).all()
+    assert len(rows) == 251 and [r.path for r in rows[:2]] == ["/s3/inbox/cats/0.png", "/s3/inbox/cats/1.png"]
+    assert (rows[0].user, rows[0].tenant, rows[0].token_kind, rows[0].client) == ("ana", "vision", "key", "127.0.0.1")
+    assert (rows[-1].user, rows[-1].status, rows[-1].token_kind) == (None, 401, "none") and rows[-1].at is not None
