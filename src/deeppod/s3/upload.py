@@ -32,6 +32,7 @@ class Body:
     trailers: dict[str, str]
     out: object = None  # the open file, once a block was written
     pending: list[bytes] = field(default_factory=list)  # received, not yet hashed and written
+    received: int = 0  # the object's bytes so far
 
     def keep(self) -> None:
         """Write and hash what is pending, close the file and check it against what the client
@@ -53,6 +54,13 @@ class Body:
         except BaseException:
             self.discard()
             raise
+
+    def arrived(self, data):
+        """``data``, counted: EntityTooLarge past S3's largest object."""
+        self.received += len(data)
+        if self.received > inbox.MAX_OBJECT:
+            raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
+        return data
 
     def discard(self) -> None:
         if self.out is not None:
@@ -78,25 +86,11 @@ async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signin
     mode = signed.payload if signed.payload.startswith("STREAMING-") else "plain"
     decoder = Decoder(mode, signed, signing_key)
     body = Body(tmp, Digests.for_request(h, signed.payload), h, signed.payload, mode == "plain", {})
-    if direct is not None and size_hint > DIRECT_MIN:
-        return await _direct(direct, decoder, body)
-    waiting = received = 0
     try:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            data = decoder.feed(message.get("body", b""))
-            received += len(data)
-            if received > inbox.MAX_OBJECT:
-                raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
-            body.pending.append(data)
-            waiting += len(data)
-            if not message.get("more_body"):
-                break
-            if waiting >= BLOCK:
-                body.out = await anyio.to_thread.run_sync(absorb, body.out, tmp, body.digests, body.pending, False)
-                body.pending, waiting = [], 0
+        if direct is not None and size_hint > DIRECT_MIN:
+            await _read_direct(direct, decoder, body)
+        else:
+            await _read_messages(receive, decoder, body)
         body.trailers = decoder.finish()
         return body
     except ClientGone:
@@ -107,28 +101,30 @@ async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signin
         raise
 
 
-async def _direct(direct, decoder: Decoder, body: Body) -> Body | None:
+async def _read_messages(receive, decoder: Decoder, body: Body) -> None:
+    """ASGI's body messages, gathered on the loop and written a block at a time off it; the
+    last block is left pending."""
+    waiting = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        data = body.arrived(decoder.feed(message.get("body", b"")))
+        body.pending.append(data)
+        waiting += len(data)
+        if not message.get("more_body"):
+            return
+        if waiting >= BLOCK:
+            body.out = await anyio.to_thread.run_sync(absorb, body.out, body.tmp, body.digests, body.pending, False)
+            body.pending, waiting = [], 0
+
+
+async def _read_direct(direct, decoder: Decoder, body: Body) -> None:
     """The body read, decoded, hashed and written in worker threads, none of it on the loop."""
-    received = 0
-
     def sink(piece: memoryview) -> None:  # in a worker thread
-        nonlocal received
-        data = decoder.feed(piece)
-        received += len(data)
-        if received > inbox.MAX_OBJECT:
-            raise S3Error("EntityTooLarge", "the upload is over 5 GiB: upload it in parts (multipart)")
-        body.out = absorb(body.out, body.tmp, body.digests, [data], False)
+        body.out = absorb(body.out, body.tmp, body.digests, [body.arrived(decoder.feed(piece))], False)
 
-    try:
-        await direct["read"](sink)
-        body.trailers = decoder.finish()
-        return body
-    except ClientGone:
-        body.discard()
-        return None
-    except BaseException:
-        body.discard()
-        raise
+    await direct["read"](sink)
 
 
 def absorb(out, tmp: Path, digests: Digests, pieces: list[bytes], last: bool):
