@@ -20,16 +20,7 @@ MAX_LINE = 4096  # a chunk header or trailer line
 SPLIT_MIN = 256 << 10  # a smaller piece is hashed in one thread: a helper's wake-up would cost more
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _helpers = threading.BoundedSemaphore(_CPUS)  # busy helpers mean busy cores: hash in the caller's thread
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(_CPUS, thread_name_prefix="s3-digests")
-        return _executor
+_pool = ThreadPoolExecutor(_CPUS, thread_name_prefix="s3-digests")  # its threads start with the first piece
 
 
 class Digests:
@@ -73,7 +64,7 @@ class Digests:
         with its SHA-256 and a CRC (boto3's over HTTP) is then hashed in the time of its MD5."""
         if len(data) >= SPLIT_MIN and (self.sha256 or self.sha1 or self.crcs) and _helpers.acquire(blocking=False):
             try:
-                others = _pool().submit(self._others, data)
+                others = _pool.submit(self._others, data)
                 self.md5.update(data)
                 others.result()
             finally:
