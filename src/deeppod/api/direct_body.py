@@ -11,23 +11,22 @@ before any ``receive()``. Reading the rest of the body past uvicorn's parser lea
 mid-body, so the connection closes after the response (the client opens another: nothing
 against a body this large). A body that had all arrived already keeps the connection.
 
-Like the zero-copy send, a thread waits at most ``HOLD_S`` for bytes before it hands back; a
-slow sender is waited for on the event loop, so it holds no thread. A client that leaves raises
-:class:`ClientGone`.
+Like the zero-copy send, a thread waits at most ``cycle_socket.HOLD_S`` for bytes before it
+hands back; a slow sender is waited for on the event loop, so it holds no thread. A client that
+leaves raises :class:`ClientGone`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import select
 
 import anyio
 
+from deeppod.api import cycle_socket
 from deeppod.errors import ClientGone
 
 EXTENSION = "deeppod.http.request.direct"
-HOLD_S = 0.05  # a worker thread waits this long for bytes before it hands back
 BLOCK = 1 << 20  # what the sink is given at a time (the last piece may be shorter)
 _CYCLE_STATE = ("body", "more_body", "keep_alive", "waiting_for_100_continue", "transport", "flow", "disconnected")
 
@@ -69,9 +68,7 @@ async def _read(cycle, length: int, sink) -> int:
     cycle.flow.pause_reading()  # from here on the socket is read here, not by the loop
     cycle.keep_alive = False  # the parser never sees the rest of this body
     left = length - len(first)
-    sock = cycle.transport.get_extra_info("socket")
-    fd = os.dup(sock.fileno())  # stays this socket if the loop closes its own meanwhile
-    loop = asyncio.get_running_loop()
+    fd = cycle_socket.dup(cycle)
     buf = memoryview(bytearray(BLOCK))
     try:
         while left > 0:
@@ -81,10 +78,9 @@ async def _read(cycle, length: int, sink) -> int:
             if ended:
                 raise ConnectionResetError("the client closed the connection mid-body")
             if n == 0 and left > 0:  # the sender is slow: wait on the loop, no thread held
-                await _readable(loop, fd)
+                await cycle_socket.ready(fd, write=False)
     except (ConnectionResetError, BrokenPipeError):
-        cycle.disconnected = True
-        cycle.transport.close()
+        cycle_socket.hang_up(cycle)
         raise ClientGone() from None
     finally:
         os.close(fd)
@@ -94,7 +90,7 @@ async def _read(cycle, length: int, sink) -> int:
 def _recv_some(fd: int, buf: memoryview, sink, left: int, first: bytes) -> tuple[int, bool]:
     """(bytes received and given to ``sink``, whether the client closed): ``first`` given first,
     then up to ``left`` bytes read a block at a time, until they are in or nothing has come for
-    HOLD_S."""
+    ``cycle_socket.HOLD_S``."""
     if first:
         sink(memoryview(first))
     got = filled = 0
@@ -108,7 +104,7 @@ def _recv_some(fd: int, buf: memoryview, sink, left: int, first: bytes) -> tuple
             if filled:  # what came is given before the wait
                 sink(buf[:filled])
                 got, filled = got + filled, 0
-            if not poller.poll(HOLD_S * 1000):
+            if not poller.poll(cycle_socket.HOLD_S * 1000):
                 break
             continue
         if n == 0:
@@ -123,11 +119,3 @@ def _recv_some(fd: int, buf: memoryview, sink, left: int, first: bytes) -> tuple
         got += filled
     return got, ended
 
-
-async def _readable(loop, fd: int) -> None:
-    ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)

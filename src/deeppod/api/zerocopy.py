@@ -10,23 +10,22 @@ its request cycle's own state: the transport, its flow control, the bytes left o
 Content-Length. ``offered`` checks each of them on every request and offers nothing when one is
 missing, and tests/api/test_zerocopy.py fails when the installed uvicorn stops giving them.
 
-The copy runs in worker threads, each holding on to the socket for at most ``HOLD_S`` while
-it waits for room; a slow reader is waited for on the event loop, so it holds no thread.
+The copy runs in worker threads, each holding on to the socket for at most
+``cycle_socket.HOLD_S`` while it waits for room; a slow reader is waited for on the event loop,
+so it holds no thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import select
 
 import anyio
 
-from deeppod.api import direct_body
+from deeppod.api import cycle_socket, direct_body
 
 EXTENSION = "http.response.zerocopysend"
-HOLD_S = 0.05  # a worker thread waits this long for room in the socket before it hands back
 BLOCK = 4 << 20  # what is read at a time where the file's filesystem cannot sendfile
 _CANNOT = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE}  # sendfile: "not from this file"
 _CYCLE_MODULE = "uvicorn.protocols.http.httptools_impl"
@@ -91,12 +90,11 @@ async def _sendfile(cycle, message: dict) -> None:
     if cycle.scope["method"] == "HEAD":  # the headers say what a GET would send; no body goes
         return await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
     await _drained(cycle)
-    fd = os.dup(cycle.transport.get_extra_info("socket").fileno())  # stays this socket if the loop closes its own
+    fd = cycle_socket.dup(cycle)
     try:
         sent = await _pump(fd, f.fileno(), offset, count)
     except (BrokenPipeError, ConnectionResetError):  # the client went: what it got is all it gets
-        cycle.disconnected = True
-        cycle.transport.close()
+        cycle_socket.hang_up(cycle)
         return
     except OSError as exc:
         if exc.errno not in _CANNOT:
@@ -112,8 +110,7 @@ async def _sendfile(cycle, message: dict) -> None:
         if whole:
             await cycle.send({"type": "http.response.body", "body": b"", "more_body": more})
     if not whole:  # the file ended early (truncated under us): a short body the client sees as one
-        cycle.transport.close()
-        cycle.disconnected = True
+        cycle_socket.hang_up(cycle)
 
 
 async def send_file(send, f, offset: int, count: int, *, zero_copy: bool) -> None:
@@ -157,7 +154,6 @@ async def _drained(cycle) -> None:
 
 async def _pump(fd: int, file_fd: int, offset: int, count: int) -> int:
     """Bytes sent of ``count`` from ``offset`` (fewer only if the file ended first)."""
-    loop = asyncio.get_running_loop()
     sent = 0
     while sent < count:
         try:
@@ -170,13 +166,13 @@ async def _pump(fd: int, file_fd: int, offset: int, count: int) -> int:
         if ended:
             break
         if n == 0:  # the reader is slow: wait on the loop, no thread held
-            await _writable(loop, fd)
+            await cycle_socket.ready(fd, write=True)
     return sent
 
 
 def _send_some(fd: int, file_fd: int, offset: int, count: int) -> tuple[int, bool]:
     """(bytes sent, whether the file ended) until ``count`` is sent, the file ends, or the socket
-    has had no room for HOLD_S."""
+    has had no room for ``cycle_socket.HOLD_S``."""
     sent = 0
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
@@ -184,7 +180,7 @@ def _send_some(fd: int, file_fd: int, offset: int, count: int) -> tuple[int, boo
         try:
             n = os.sendfile(fd, file_fd, offset + sent, count - sent)
         except BlockingIOError:
-            if not poller.poll(HOLD_S * 1000):
+            if not poller.poll(cycle_socket.HOLD_S * 1000):
                 return sent, False
             continue
         except OSError:
@@ -195,12 +191,3 @@ def _send_some(fd: int, file_fd: int, offset: int, count: int) -> tuple[int, boo
             return sent, True
         sent += n
     return sent, False
-
-
-async def _writable(loop, fd: int) -> None:
-    ready = loop.create_future()
-    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        loop.remove_writer(fd)
