@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -33,6 +35,27 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.1, what: str = "
 
 class PortTaken(Exception):
     """The free port picked for a server was taken before it listened."""
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(app):
+    """The port of a uvicorn server running ``app`` in a thread of this process, its protocol and
+    event loop chosen as for the DeepPod server (uvicorn's defaults), behind the server's
+    outermost wrapper (api/zerocopy.py); stopped after."""
+    import uvicorn
+
+    from deeppod.api.zerocopy import ZeroCopySend
+
+    server = uvicorn.Server(uvicorn.Config(ZeroCopySend(app), host="127.0.0.1", port=0, log_level="warning",
+                                           access_log=False, lifespan="off", log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, timeout=30, what="uvicorn started")
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 class LiveServer:

@@ -10,16 +10,13 @@ import logging
 import os
 import socket
 import struct
-import threading
 
 import anyio
 import pytest
-import uvicorn
 
 from deeppod.api.direct_body import EXTENSION
-from deeppod.api.zerocopy import ZeroCopySend
 from deeppod.errors import ClientGone
-from tests.helpers import wait_until
+from tests.helpers import uvicorn_in_thread, wait_until
 
 SIZE = 24 * 2**20 + 7
 
@@ -61,14 +58,8 @@ def served():
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
         await send({"type": "http.response.body", "body": body})
 
-    server = uvicorn.Server(uvicorn.Config(ZeroCopySend(app), host="127.0.0.1", port=0, log_level="warning",
-                                           access_log=False, lifespan="off", log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=30, what="uvicorn started")
-    yield server.servers[0].sockets[0].getsockname()[1], seen
-    server.should_exit = True
-    thread.join(30)
+    with uvicorn_in_thread(app) as port:
+        yield port, seen
 
 
 def _head(length: int | None, path: str = "/", extra: str = "") -> bytes:

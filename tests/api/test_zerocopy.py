@@ -13,11 +13,10 @@ from urllib.parse import parse_qs
 
 import anyio
 import pytest
-import uvicorn
 
 from deeppod.api import zerocopy
-from deeppod.api.zerocopy import EXTENSION, ZeroCopySend
-from tests.helpers import wait_until
+from deeppod.api.zerocopy import EXTENSION
+from tests.helpers import uvicorn_in_thread, wait_until
 
 
 
@@ -83,14 +82,8 @@ def served(tmp_path):
         scope.setdefault("state", {})["file"] = str(path)
         await _app(scope, receive, send)
 
-    server = uvicorn.Server(uvicorn.Config(ZeroCopySend(app), host="127.0.0.1", port=0, log_level="warning",
-                                           access_log=False, lifespan="off", log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=30, what="uvicorn started")
-    yield server.servers[0].sockets[0].getsockname()[1], data
-    server.should_exit = True
-    thread.join(30)
+    with uvicorn_in_thread(app) as port:
+        yield port, data
 
 
 def get(conn: http.client.HTTPConnection, path: str) -> bytes:
