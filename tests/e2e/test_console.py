@@ -222,6 +222,7 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     page.click('tr[data-model="digits-cnn"] >> text=digits-cnn')
     assert page.locator("#versions tr[data-version]").count() == 2
     page.click("#compare")  # v1 (A) and v2 (B) side by side
+    page.wait_for_selector('#side-by-side tr[data-metric="val_accuracy"]')  # the form's answer is the next page
     # each metric is better in its own direction: v2's higher accuracy and its lower loss
     better = page.eval_on_selector_all(
         "#side-by-side tr[data-metric]", "rows => Object.fromEntries(rows.map(r => [r.dataset.metric, "
