@@ -194,7 +194,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
-    ap.add_argument("--pruner", default="asha", choices=["asha", "hyperband", "median", "none"],
+    ap.add_argument("--pruner", default="asha", choices=["asha", "asha-promote", "hyperband", "median", "none"],
                     help="DeepPod's pruner (Ray Tune's side is ASHA whatever this says)")
     ap.add_argument("--prune-after", type=int, default=1,
                     help="the first step (epoch) at which a trial may be stopped: DeepPod's prune_after, Ray's grace")

@@ -113,28 +113,43 @@ def _shift(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.roll(x, shifts=(dy, dx), dims=(2, 3))
 
 
+class Run:
+    """One configuration's training: its model, optimizer, random stream and the epoch it
+    reached, so that a paused trial goes on where it stopped (``trial.keep(run)``)."""
+
+    def __init__(self, params: dict, task: str, data: str | None = None):
+        torch.manual_seed(0)
+        self.task, self.data = task, data
+        tx = load(task, data)[0]
+        self.net = Net(int(params["channels"]), tx.shape[-1])
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=float(params["lr"]), momentum=float(params["momentum"]),
+                                   weight_decay=float(params["weight_decay"]))
+        self.bs, self.g, self.acc, self.epoch = int(params["batch_size"]), torch.Generator().manual_seed(0), 0.0, 0
+
+    def go(self, epochs: int, on_epoch) -> float:
+        """Train up to ``epochs``; ``on_epoch(epoch, acc)`` after each epoch returns True to stop
+        early (a pruner's decision). Returns the last validation accuracy."""
+        tx, ty, vx, vy = load(self.task, self.data)
+        net, opt, g = self.net, self.opt, self.g
+        for epoch in range(self.epoch, epochs):
+            net.train()
+            for idx in torch.randperm(len(ty), generator=g).split(self.bs):
+                loss = F.cross_entropy(net(_shift(tx[idx], g)), ty[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            net.eval()
+            with torch.no_grad():
+                self.acc = float((net(vx).argmax(1) == vy).float().mean()) if torch.isfinite(loss) else 0.0
+            self.epoch = epoch + 1
+            if on_epoch(epoch, self.acc):
+                break
+        return self.acc
+
+
 def train(params: dict, task: str, epochs: int, on_epoch, data: str | None = None) -> float:
-    """Train with ``params``; ``on_epoch(epoch, acc)`` after each epoch returns True to stop
-    early (a pruner's decision). Returns the last validation accuracy."""
-    torch.manual_seed(0)
-    tx, ty, vx, vy = load(task, data)
-    net = Net(int(params["channels"]), tx.shape[-1])
-    opt = torch.optim.SGD(net.parameters(), lr=float(params["lr"]), momentum=float(params["momentum"]),
-                          weight_decay=float(params["weight_decay"]))
-    bs, g, acc = int(params["batch_size"]), torch.Generator().manual_seed(0), 0.0
-    for epoch in range(epochs):
-        net.train()
-        for idx in torch.randperm(len(ty), generator=g).split(bs):
-            loss = F.cross_entropy(net(_shift(tx[idx], g)), ty[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        net.eval()
-        with torch.no_grad():
-            acc = float((net(vx).argmax(1) == vy).float().mean()) if torch.isfinite(loss) else 0.0
-        if on_epoch(epoch, acc):
-            break
-    return acc
+    """Train with ``params`` from the start (see Run.go)."""
+    return Run(params, task, data).go(epochs, on_epoch)
 
 
 def log_line(path: str | None, trial: str, epoch: int, acc: float) -> None:
@@ -167,7 +182,9 @@ def main() -> None:
                 runtime.report(epoch, val_acc=acc)
                 return trial.should_stop()
 
-            train(trial.params, args.task, args.epochs, on_epoch, args.data)
+            run = trial.kept or Run(trial.params, args.task, args.data)  # a promoted trial goes on where it paused
+            run.go(args.epochs, on_epoch)
+            trial.keep(run)
         return
     params = {name: getattr(args, name) for name in SPACE}
 

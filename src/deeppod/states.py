@@ -23,17 +23,20 @@ ACTIVE_EXPERIMENTS = frozenset({ExperimentState.RUNNING, ExperimentState.STOPPIN
 
 class TrialState(StrEnum):
     """running -> pruning -> pruned ; running -> completed | failed | stopped (resumed with its
-    experiment)"""
+    experiment); with promotion (asha-promote) running -> pausing -> paused -> running (promoted)
+    or pruned (never promoted)"""
 
     RUNNING = "running"
     PRUNING = "pruning"
+    PAUSING = "pausing"  # its process stops it at a rung and keeps its state
+    PAUSED = "paused"  # kept by its process until promoted or pruned
     COMPLETED = "completed"
     PRUNED = "pruned"
     FAILED = "failed"
     STOPPED = "stopped"
 
 
-LIVE_TRIALS = frozenset({TrialState.RUNNING, TrialState.PRUNING})
+LIVE_TRIALS = frozenset({TrialState.RUNNING, TrialState.PRUNING, TrialState.PAUSING})
 
 
 class DeploymentState(StrEnum):

@@ -60,3 +60,36 @@ def test_trials_run_one_after_another_in_warm_processes(fresh_server, tmp_path):
     plain = _search(c, "cold", tmp_path, reuse=False)  # the same script: a process per trial
     jobs = {t["job_id"] for t in plain["trial_table"]}
     assert len(jobs) == 8 and len(set(_ran(server, jobs).values())) == 8
+
+
+def test_promotion_pauses_trials_in_their_process_and_goes_on_where_they_stopped(fresh_server, tmp_path):
+    server = fresh_server.start()
+    c = Client(server.url, server.admin_token)
+    c.create_experiment("promote", [sys.executable, TRIAL], workdir=str(tmp_path),
+                        space={"x": {"type": "float", "low": 0.0, "high": 1.0, "env_only": True}}, metric="score",
+                        trials=6, parallel=2, sampler="random", pruner="asha-promote", seed=5, reuse=True)
+    done = wait_until(lambda: (e := c.experiment("promote"))["state"] not in ("running", "stopping") and e,
+                      240, interval=0.5, what="the search to end")
+    assert done["state"] == "completed", done["reason"]
+    rows = {t["number"]: t for t in done["trial_table"]}
+    jobs = {t["job_id"] for t in rows.values()}
+    logs = "\n".join(p.read_text(errors="replace") for j in jobs for p in (server.home / "jobs" / str(j)).rglob("*.log"))
+    starts = [(int(n), int(pid), int(s)) for n, pid, s in re.findall(r"^trial (\d+) pid (\d+) x \S+ from step (\d+)",
+                                                                       logs, re.M)]
+    paused = [(int(n), int(s)) for n, s in re.findall(r"^trial (\d+) paused at step (\d+)", logs, re.M)]
+    # the first to reach the first rung (step 1) waited there: it did not run past it alone
+    assert (0, 1) in paused, paused
+    # a promoted trial went on in the process that kept it, from the step after the one it paused at
+    for number, pid, start in starts:
+        if start:
+            first = next(p for n, p, s in starts if n == number and s == 0)
+            assert pid == first and (number, start - 1) in paused, (number, starts, paused)
+    resumed = {n for n, _, s in starts if s}
+    top = max(rows.values(), key=lambda t: t["params"]["x"])
+    assert top["number"] in resumed and top["state"] == "completed" and done["best_trial"] == top["number"]
+    assert [t["state"] for t in rows.values()].count("completed") == 1
+    assert all(t["state"] == "pruned" for t in rows.values() if t["number"] != top["number"])
+    # each trial started from step 0 once; the others were turns after a pause
+    assert sorted(n for n, _, s in starts if s == 0) == list(range(6)), starts
+    for job_id in jobs:
+        wait_until(lambda: c.job(job_id)["state"] == "succeeded", 60, what="each process to exit when told")

@@ -38,7 +38,7 @@ Mode = Annotated[str, typer.Option(help="max or min")]
 Trials = Annotated[int, typer.Option(help="trials in all (the budget)")]
 Parallel = Annotated[int, typer.Option(help="at most this many at once (fewer when GPUs are busy)")]
 Sampler = Annotated[str, typer.Option(help="tpe, random, grid or cmaes")]
-Pruner = Annotated[str, typer.Option(help="asha, hyperband, median or none")]
+Pruner = Annotated[str, typer.Option(help="asha, asha-promote (pauses trials at a rung; with --reuse), hyperband, median or none")]
 PruneAfter = Annotated[int, typer.Option(help="the first reported step (epoch) at which the pruner may stop a trial: "
                                               "asha's first rung (then 3x, 9x, ...); raise it where the first "
                                               "epochs say little of the last")]

@@ -26,7 +26,7 @@ from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
-from deeppod.experiments import service
+from deeppod.experiments import paused, service
 from deeppod.experiments.study import Study
 
 log = logging.getLogger(__name__)
@@ -98,20 +98,24 @@ class ExperimentController:
         asked = service.trials_asked(s, exp)
         if exp.state == ExperimentState.STOPPING:
             if not live:
+                paused.drop(s, exp, study, "its state kept by a process the stop ended")
                 service.finish(exp, ExperimentState.STOPPED, exp.reason or "stopped")
             return
         if exp.reuse:
-            for host in service.idle_hosts(s, exp) if asked < exp.trials else ():
+            given = paused.promote(s, exp, study, idle := service.idle_hosts(s, exp))
+            for host in [h for h in idle if h.id not in given] if asked < exp.trials else ():
                 live.append((service.assign_trial(s, exp, study, host), host))
                 asked += 1
                 if asked >= exp.trials:
                     break
+            if given or (not live and asked >= exp.trials and paused.settle(s, exp, study)):
+                return
             busy = service.hosts(s, exp)  # a process that runs trial after trial is busy until it exits
         else:
             # a trial being pruned gives its GPUs back in a moment: its successor is asked for now
             # and waits for them, rather than after the trial's exit is seen
             busy = sum(t.state != TrialState.PRUNING for t, _ in live)
-        if asked < exp.trials and busy < exp.parallel and not _waiting(live):
+        if asked < exp.trials and busy < exp.parallel and not service.waiting_to_start(live):
             owner = principal_of(s.get(User, exp.user_id), s.get(Tenant, exp.tenant_id))
             try:
                 with s.begin_nested():
@@ -135,16 +139,21 @@ class ExperimentController:
         ordered = list({step: value for step, value in rows}.items())  # one per step, in order: its latest report
         if ordered:
             pruned_at = None
+            after, prune = trial.step, False
             if trial.state != TrialState.PRUNING:  # what a pruned trial reports on its way out is not the study's
                 prune = (trial.state == TrialState.RUNNING and exp.pruner != "none" and job.state == JobState.RUNNING
                          and not job.stopping)
                 pruned_at = study.report(trial.study_trial_id, ordered, prune)
             trial.step = ordered[-1][0]
+            if prune and paused.promoting(exp):
+                paused.judge(s, exp, study, trial, job, after)
             values = [v for _, v in ordered] + ([trial.best] if trial.best is not None else [])
             trial.best = max(values) if exp.mode == "max" else min(values)
             if pruned_at is not None:
                 self._prune(s, exp, trial, job, pruned_at)
-        if trial.done_at is not None or job.state in FINAL_STATES:
+        if trial.state == TrialState.PAUSING and trial.done_at is not None and job.state == JobState.RUNNING:
+            paused.hold(s, job, trial)
+        elif trial.done_at is not None or job.state in FINAL_STATES:
             self._ended(s, exp, study, trial, job)
 
     def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
@@ -162,7 +171,7 @@ class ExperimentController:
         ended_as = job.state
         # a process that runs trial after trial ended this one (or exited after it): as a job's end would say
         if trial.done_at is not None or (trial.claimed_at is not None and job.state == JobState.SUCCEEDED):
-            ended_as = JobState.PRUNED if trial.state == TrialState.PRUNING else JobState.SUCCEEDED
+            ended_as = JobState.PRUNED if trial.state in (TrialState.PRUNING, TrialState.PAUSING) else JobState.SUCCEEDED
         if ended_as == JobState.PRUNED:
             trial.state = TrialState.PRUNED
             study.tell(trial.number, "pruned")
@@ -235,9 +244,3 @@ class ExperimentController:
 def _of_trial(exp: Experiment, trial: Trial) -> tuple:
     """Where a search reuses processes, its jobs' metrics say which trial they are of."""
     return (JobMetric.trial == trial.number,) if exp.reuse else ()
-
-
-def _waiting(live: list[tuple[Trial, Job | None]]) -> bool:
-    """A trial still waits for its first start: the search asks for no more until it runs, so
-    it never queues more than the cluster can take (--parallel is an upper bound)."""
-    return any(j is not None and j.state == JobState.QUEUED and j.started_at is None for _, j in live)

@@ -20,7 +20,7 @@ from deeppod.jobs.code import CodeStore
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
 from deeppod.experiments.space import check_command, parse_space, render
-from deeppod.experiments.study import Study, check_choice, judged_steps
+from deeppod.experiments.study import PROMOTING, Study, check_choice, judged_steps
 
 log = logging.getLogger(__name__)
 MODES = ("min", "max")
@@ -130,6 +130,10 @@ def check_request(req: ExperimentRequest) -> dict:
         raise InvalidRequest("the search has no command: put it after '--', e.g. "
                              "deeppod tune create NAME ... -- python train.py --lr {lr}")
     check_command(command, space, req.reuse)
+    if req.pruner in PROMOTING and not req.reuse:
+        raise InvalidRequest(f"--pruner {req.pruner} pauses a trial at a rung with its state kept in its process, "
+                             "and promotes it later in that process: add --reuse (and keep the trial's state with "
+                             "trial.keep(...), see docs/tune.md), or use --pruner asha")
     check_choice(req.sampler, req.pruner, space, req.prune_after)
     return space
 
@@ -235,16 +239,25 @@ def live_trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | No
     return [(t, j) for t, j in rows]
 
 
+def waiting_to_start(live: list[tuple[Trial, Job | None]]) -> bool:
+    """A trial still waits for its first start: the search asks for no more until it runs, so
+    it never queues more than the cluster can take (--parallel is an upper bound)."""
+    return any(j is not None and j.state == JobState.QUEUED and j.started_at is None for _, j in live)
+
+
 def trials_asked(session: Session, exp: Experiment) -> int:
     return session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
 
 
-def host_trial(session: Session, principal: Principal, job_id: int, done: int | None = None) -> dict:
+def host_trial(session: Session, principal: Principal, job_id: int, done: int | None = None,
+               kept: list[int] | None = None) -> dict:
     """What a search's process runs next (``runtime.trials()``): it says which trial it ended
-    (``done``), and gets the trial the controller gave it ({"number", "params", "state"}),
-    {"wait": true} while none is given yet, or {"finished": true} when it should exit: the
-    search is over, stopping, or does not reuse processes (one trial a job)."""
+    (``done``), and gets the trial the controller gave it ({"number", "params", "state",
+    "turn"}), {"wait": true} while none is given yet, or {"finished": true} when it should
+    exit: the search is over, stopping, or does not reuse processes (one trial a job). Of the
+    paused trials it says it keeps (``kept``), ``forget`` names those that will not go on."""
     job = jobs.manage_job(session, principal, job_id, "run trials in")
+    forget = _forget(session, job.id, kept) if kept else {}
     if job.kind != "trial":
         raise InvalidRequest(f"job {job_id} is not a search's trial: outside a search runtime.trials() gives one "
                              "trial, from the job's environment")
@@ -259,13 +272,26 @@ def host_trial(session: Session, principal: Principal, job_id: int, done: int | 
     if current is not None:
         if current.claimed_at is None:  # from now on a pruner tells this process, not its job, to stop
             current.claimed_at = utcnow()
-        return {"number": current.number, "params": dict(current.params), "state": current.state}
+        return {"number": current.number, "params": dict(current.params), "state": current.state,
+                "turn": current.turn, **forget}
     exp = session.scalar(select(Experiment).join(Trial, Trial.experiment_id == Experiment.id)
                          .where(Trial.job_id == job.id).limit(1))
     if (exp is None or not exp.reuse or exp.state != ExperimentState.RUNNING or job.stop_reason
-            or job.state in FINAL_STATES or trials_asked(session, exp) >= exp.trials):
-        return {"finished": True}
-    return {"wait": True}
+            or job.state in FINAL_STATES):
+        return {"finished": True, **forget}
+    holds = session.scalar(select(Trial.id).where(Trial.job_id == job.id,
+                                                  Trial.state.in_((TrialState.PAUSING, TrialState.PAUSED))).limit(1))
+    if trials_asked(session, exp) >= exp.trials and holds is None:  # a process that keeps a paused trial waits
+        return {"finished": True, **forget}
+    return {"wait": True, **forget}
+
+
+def _forget(session: Session, job_id: int, kept: list[int]) -> dict:
+    going = set(session.scalars(select(Trial.number).where(
+        Trial.job_id == job_id, Trial.number.in_(kept),
+        Trial.state.in_((TrialState.PAUSING, TrialState.PAUSED, TrialState.RUNNING)))))
+    gone = sorted(set(kept) - going)
+    return {"forget": gone} if gone else {}
 
 
 def trial_state(session: Session, principal: Principal, job_id: int, number: int) -> str:
@@ -277,15 +303,31 @@ def trial_state(session: Session, principal: Principal, job_id: int, number: int
     return state
 
 
+def stopping(session: Session, job_id: int) -> dict[str, list[int]]:
+    """What this job's process is to stop, in one query: ``pruning``, the trials a pruner
+    stopped that it runs and has not yet said it ended (those its process took,
+    runtime.trials() with --reuse, or the job's own trial in a search that gives each trial a
+    job: the job is being stopped for it, and its process stops at once, not when the SIGTERM
+    comes); ``pausing``, those promotion pauses at a rung (its process keeps their state).
+    Empty for any other job. The caller may see the job."""
+    out: dict[str, list[int]] = {"pruning": [], "pausing": []}
+    for number, state in session.execute(
+            select(Trial.number, Trial.state).join(Experiment, Experiment.id == Trial.experiment_id)
+            .where(Trial.job_id == job_id, Trial.state.in_((TrialState.PRUNING, TrialState.PAUSING)),
+                   Trial.done_at.is_(None), or_(Trial.claimed_at.is_not(None), Experiment.reuse.is_(False)))):
+        out[state].append(number)
+    return out
+
+
 def pruning(session: Session, job_id: int) -> list[int]:
-    """The trials a pruner stopped that this job runs and has not yet said it ended: those its
-    process took (runtime.trials(), --reuse), or the job's own trial in a search that gives
-    each trial a job (the job is being stopped for it: its process stops at once, not when the
-    SIGTERM comes). None for any other job. The caller may see the job."""
-    return list(session.scalars(
-        select(Trial.number).join(Experiment, Experiment.id == Trial.experiment_id)
-        .where(Trial.job_id == job_id, Trial.state == TrialState.PRUNING, Trial.done_at.is_(None),
-               or_(Trial.claimed_at.is_not(None), Experiment.reuse.is_(False)))))
+    return stopping(session, job_id)["pruning"]
+
+
+def paused_trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | None]]:
+    rows = session.execute(select(Trial, Job).outerjoin(Job, Trial.job_id == Job.id)
+                           .where(Trial.experiment_id == exp.id, Trial.state == TrialState.PAUSED)
+                           .order_by(Trial.number))
+    return [(t, j) for t, j in rows]
 
 
 def awaits_judgement(session: Session, job_id: int, points: list[dict]) -> bool:

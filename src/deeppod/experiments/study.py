@@ -12,7 +12,8 @@ from deeppod.experiments.space import Param, grid_size
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
-PRUNERS = ("asha", "hyperband", "median", "none")
+PRUNERS = ("asha", "asha-promote", "hyperband", "median", "none")
+PROMOTING = ("asha-promote",)  # decided by experiments.promotion, not by an Optuna pruner
 RUNG_BASE = 3  # the pruners' reduction factor: successive halving's rungs are at steps 1, 3, 9, ...
 MAX_RUNG_STEP = 10**7
 MAX_PRUNE_AFTER = 10**6
@@ -76,6 +77,8 @@ def make_pruner(name: str, prune_after: int = 1):
         # complete, and the trials running meanwhile are then judged at every passed rung with
         # their current value, which inflates those rungs against every later trial.
         return p.SuccessiveHalvingPruner(min_resource=prune_after, reduction_factor=RUNG_BASE)
+    if name in PROMOTING:  # the controller pauses and promotes (experiments.promotion)
+        return p.NopPruner()
     if name == "hyperband":
         return p.HyperbandPruner(min_resource=prune_after, reduction_factor=RUNG_BASE)
     if name == "median":
@@ -88,7 +91,7 @@ def judged_steps(name: str, prune_after: int = 1) -> str:
     of (asynchronous) successive halving and Hyperband (min_resource ``prune_after``, factor 3:
     every bracket's rungs are ``prune_after`` times powers of 3), every step for the median
     rule, none without a pruner."""
-    if name in ("asha", "hyperband"):
+    if name in ("asha", "hyperband", *PROMOTING):
         steps, step = [], prune_after
         while step <= MAX_RUNG_STEP:
             steps.append(step)
@@ -139,6 +142,19 @@ class Study:
             if prune and trial.should_prune():
                 return step, value
         return None
+
+    def values_at(self, steps: set[int]) -> dict[int, dict[int, float]]:
+        """Every trial's reported value at each of ``steps`` (a rung): step -> number -> value.
+        Failed trials are left out."""
+        import optuna
+
+        out: dict[int, dict[int, float]] = {s: {} for s in steps}
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == optuna.trial.TrialState.FAIL:
+                continue
+            for step in steps & t.intermediate_values.keys():
+                out[step][t.number] = t.intermediate_values[step]
+        return out
 
     def tell(self, number: int, state: str, value: float | None = None) -> None:
         """``state``: complete (with its value), pruned or fail. Telling twice is harmless (a new

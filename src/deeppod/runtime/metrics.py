@@ -79,6 +79,7 @@ class Reporter:
         self.trial: int | None = int(trial) if trial.isdigit() else None  # the search trial reports are for
         self._send_lock = threading.Lock()  # flush() sends from the caller's thread too
         self.pruning: frozenset[int] = frozenset()  # trials of this process a pruner stopped (the server says)
+        self.pausing: frozenset[int] = frozenset()  # trials of this process paused at a rung (asha-promote)
         # a report at a step the pruner decides on is sent at once (not at the next flush), and
         # the server's answer waits for the decision: a short trial hears it an epoch later, not ten
         self.judged = os.environ.get(ENV_TRIAL_JUDGED, "")
@@ -217,7 +218,9 @@ class Reporter:
         del self._pending[:len(batch)]
         self.sent += len(batch)
         try:
-            self.pruning = frozenset(json.loads(answer or b"{}").get("pruning") or ())
+            said = json.loads(answer or b"{}")
+            self.pruning = frozenset(said.get("pruning") or ())
+            self.pausing = frozenset(said.get("pausing") or ())
         except (ValueError, AttributeError, TypeError):
             pass  # an older server's answer: the trial asks for itself (runtime.trial)
         if self._one_trial and self.trial is not None and self.trial in self.pruning:

@@ -19,6 +19,19 @@ trial: the job's own parameters (none outside a search). So one script serves al
 A trial a pruner stops ends when the loop asks for the next; a job that is stopping
 (preemption, ``deeppod tune stop``) leaves the loop with exit code 75, "resume me": the
 trial it was running runs again when the job does.
+
+With ``--pruner asha-promote`` a trial may instead be paused at a rung and handed back later,
+in the same process, if enough worse trials reach that rung. The script keeps what it needs
+to go on (``trial.keep``) and takes it back (``trial.kept``); it is kept only while the trial
+is paused::
+
+    for trial in runtime.trials():
+        run = trial.kept or Run(**trial.params)   # the model, optimizer and epoch it reached
+        for epoch in range(run.epoch, epochs):
+            ...
+            if trial.should_stop():
+                break
+        trial.keep(run)
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ from deeppod.runtime.context import job_context
 # what the answers to its metrics say (a trial that reports hears it within a send)
 ASK_EVERY_S = 1.0
 WAIT_S = 0.05  # between asks for the next trial while the controller has none for this process yet
+PAUSED = ("pausing", "paused")
 
 
 class _Host:
@@ -54,21 +68,25 @@ class _Host:
                          headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
         return json.loads(raw)
 
-    def next(self, done: int | None) -> dict | None:
-        """The next trial's {"number", "params", "state"}, or None when there is none for this
-        process. Rank 0 says which trial ended; the other ranks wait for one after it."""
-        after = done
+    def next(self, done: int | None, turn: int = 0, kept: dict | None = None) -> dict | None:
+        """The next trial's {"number", "params", "state", "turn"}, or None when there is none
+        for this process. Rank 0 says which trial ended (``done``, handed out for the ``turn``-th
+        time); the other ranks wait for another trial, or the same one's next turn. ``kept``: the
+        paused trials' state this process keeps; those the server says will not go on are dropped."""
+        after = (done, turn)
         while True:
             try:
-                answer = self._call("", {"done": done if self.rank == 0 else None})
+                answer = self._call("", {"done": done if self.rank == 0 else None, "kept": sorted(kept or ())})
             except (OSError, urllib.error.URLError) as exc:  # a failover or a restart: ask again
                 if isinstance(exc, urllib.error.HTTPError) and exc.code < 500 and exc.code not in (408, 429):
                     raise
                 time.sleep(1.0)
                 continue
+            for number in answer.get("forget") or ():
+                (kept or {}).pop(number, None)
             if answer.get("finished"):
                 return None
-            if answer.get("number") is not None and (after is None or answer["number"] > after):
+            if answer.get("number") is not None and (answer["number"], answer.get("turn") or 0) != after:
                 return answer
             if stop.should_stop(sync=False):
                 stop.exit_for_resume()
@@ -89,7 +107,21 @@ class Trial:
     params: dict = field(default_factory=dict)
     _host: _Host | None = field(default=None, repr=False)
     _pruned: bool = field(default=False, repr=False)
+    _paused: bool = field(default=False, repr=False)
     _asked_at: float = field(default_factory=time.monotonic, repr=False)
+    kept: object = field(default=None, repr=False)  # what keep() was given when it was paused, when it goes on
+    _keep: object = field(default=None, repr=False)
+
+    def keep(self, state: object) -> None:
+        """What this process needs to go on with the trial (its model, optimizer, the epoch it
+        reached): kept if the search pauses the trial (asha-promote) and given back as
+        ``kept`` when it is promoted; dropped otherwise."""
+        self._keep = state
+
+    @property
+    def paused(self) -> bool:
+        """The search paused it at a rung (should_stop() said so): keep() what it needs."""
+        return self._paused
 
     def should_stop(self) -> bool:
         """True once its pruner stopped it or the job is being stopped (preemption, a stop).
@@ -100,9 +132,12 @@ class Trial:
             reporter = metrics.reporter()
             reporter.await_judgement(metrics.JUDGEMENT_WAIT_S)
             self._pruned = self.number in reporter.pruning
-            if not self._pruned and time.monotonic() - self._asked_at >= ASK_EVERY_S:
+            self._paused = self.number in reporter.pausing
+            if not (self._pruned or self._paused) and time.monotonic() - self._asked_at >= ASK_EVERY_S:
                 self._asked_at = time.monotonic()
-                self._pruned = self._host.state(self.number) == "pruning"
+                state = self._host.state(self.number)
+                self._pruned, self._paused = state == "pruning", state == "pausing"
+            self._pruned = self._pruned or self._paused  # stopped here either way
         return stop.agree(self._pruned or stop.should_stop(sync=False))
 
 
@@ -116,19 +151,21 @@ def trials() -> Iterator[Trial]:
         yield Trial(number, params)
         return
     host = _Host(ctx.api_url, ctx.job_id, token, ctx.rank)
-    done = None
+    done, turn, kept = None, 0, {}  # kept: paused trials' state, by number
     while True:
-        answer = host.next(done)
+        answer = host.next(done, turn, kept)
         if answer is None:
             return
-        number = answer["number"]
+        number, turn = answer["number"], answer.get("turn") or 0
         if answer.get("state") != "running":  # pruned while its job was away (preempted): nothing to run
             done = number
             continue
         metrics.reporter().trial = number
-        trial = Trial(number, dict(answer.get("params") or {}), host)
+        trial = Trial(number, dict(answer.get("params") or {}), host, kept=kept.pop(number, None))
         yield trial
         metrics.reporter().flush()  # its last reports reach the server before it is said to have ended
         if stop.should_stop(sync=False):  # the job is stopping: this trial runs again when it does
             stop.exit_for_resume()
+        if trial._keep is not None and (trial._paused or (not trial._pruned and host.state(number) in PAUSED)):
+            kept[number] = trial._keep  # the other ranks hear of a pause by asking
         done = number

@@ -485,6 +485,7 @@ class Trial(Base):
     best: Mapped[float | None] = mapped_column(Float, nullable=True)  # best reported value so far
     step: Mapped[int] = mapped_column(Integer, default=-1)  # last reported step passed to the pruner
     claimed_at: Mapped[datetime | None] = mapped_column(nullable=True)  # its process took it (runtime.trials())
+    turn: Mapped[int] = mapped_column(Integer, default=0)  # handed to its process again on each resume from a pause
     done_at: Mapped[datetime | None] = mapped_column(nullable=True)  # that process said it ended it
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -17,7 +17,7 @@ def ingest(job_id: Id, body: MetricsIn, request: Request, session: SessionDep,
         session.commit()
         get_ctx(request).experiments.judged()
     # a search's trial hears here that a pruner stopped it (in a process that runs trial after trial, or its own job)
-    return MetricsAccepted(stored=stored, pruning=experiments.pruning(session, job_id))
+    return MetricsAccepted(stored=stored, **experiments.stopping(session, job_id))
 
 
 @router.get("/metrics", response_model=MetricsOut)

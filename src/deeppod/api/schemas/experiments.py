@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import Field
 
@@ -17,7 +18,7 @@ class ExperimentCreate(Strict):
     trials: int = Field(default=20, ge=1, le=10_000, description="the budget: trials in all")
     parallel: int = Field(default=4, ge=1, le=1024, description="at most this many trials at once")
     sampler: str = Field(default="tpe", description="tpe, random, grid or cmaes")
-    pruner: str = Field(default="asha", description="asha, hyperband, median or none")
+    pruner: str = Field(default="asha", description="asha, asha-promote (pauses trials at a rung and promotes them later; needs reuse), hyperband, median or none")
     prune_after: int = Field(default=1, ge=1, le=MAX_PRUNE_AFTER, description="the first reported step at which the pruner "
                                                                      "may stop a trial (asha's and hyperband's first "
                                                                      "rung, then 3x, 9x...; the median rule's warm-up)")
@@ -34,12 +35,17 @@ class ExperimentCreate(Strict):
 
 class HostTrialIn(Strict):
     done: int | None = Field(default=None, ge=0, description="the trial this process just ended")
+    kept: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=100_000,
+                                                    description="the paused trials whose state this process keeps")
 
 
 class HostTrialOut(Out):
     number: int | None = None
     params: dict | None = None
     state: str | None = None
+    turn: int | None = Field(default=None, description="how many times it was handed out before: a paused trial "
+                                                       "promoted is handed to its process again")
+    forget: list[int] | None = Field(default=None, description="of the kept trials, those that will not go on")
     wait: bool | None = Field(default=None, description="no trial for it yet: ask again in a moment")
     finished: bool | None = Field(default=None, description="no more trials for this process: it should exit")
 

@@ -18,6 +18,8 @@ class MetricsIn(Strict):
 class MetricsAccepted(BaseModel):
     stored: int
     pruning: list[int] = Field(default_factory=list, description="trials of this job's process a pruner stopped")
+    pausing: list[int] = Field(default_factory=list, description="trials of this job's process paused at a rung "
+                                                                 "(asha-promote): it keeps their state")
 
 
 class MetricSeries(BaseModel):
