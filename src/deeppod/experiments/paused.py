@@ -8,7 +8,7 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from deeppod.contract import FINAL_STATES, JobState
+from deeppod.contract import JobState
 from deeppod.experiments import promotion, service
 from deeppod.experiments.study import PROMOTING, Study, judged_steps
 from deeppod.jobs.service import add_event
