@@ -194,3 +194,70 @@ def test_a_pruner_that_decides_at_every_step_is_not_waited_for(monkeypatch):
         assert rep.await_judgement(2.0) is True
         assert time.monotonic() - began < 0.25
         assert got.wait(5), "sent at once, not at the next flush (30 s)"
+
+
+class _Told:
+    """What runtime.trials() reads of the metrics reporter: the answers' pruning and pausing."""
+
+    def __init__(self):
+        self.trial, self.pruning, self.pausing = None, frozenset(), frozenset()
+
+    def flush(self):
+        return True
+
+    def await_judgement(self, timeout):
+        return True
+
+
+def test_a_paused_trial_is_kept_and_handed_back_with_what_the_script_kept(monkeypatch):
+    """asha-promote: the loop keeps what a paused trial's script gave keep(), says so when it
+    asks for the next, and hands it back as trial.kept on the trial's next turn; what it was
+    told of the pause before does not stop the promoted trial at once; a trial that was not
+    paused is not kept."""
+    from deeppod.runtime import trial as trial_mod
+
+    answers = [{"number": 0, "params": {"x": 1}, "state": "running", "turn": 0},
+               {"number": 1, "params": {"x": 2}, "state": "running", "turn": 0},
+               {"number": 0, "params": {"x": 1}, "state": "running", "turn": 1}]
+    asked = []
+
+    class Host:
+        def __init__(self, *a):
+            pass
+
+        def next(self, done, turn=0, kept=None):
+            asked.append((done, turn, sorted(kept or ())))
+            return answers.pop(0) if answers else None
+
+        def state(self, number):
+            return "running"
+
+    told = _Told()
+    monkeypatch.setattr(trial_mod, "_Host", Host)
+    monkeypatch.setattr(metrics, "_default", told)
+    monkeypatch.setenv(ENV_TRIAL_HOST, "1")
+    monkeypatch.setenv("DEEPPOD_JOB_ID", "7")
+    monkeypatch.setenv("DEEPPOD_API_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("DEEPPOD_TOKEN", "tok")
+    seen = []
+    for t in runtime.trials():
+        seen.append((t.number, t.kept))
+        if t.number == 0 and t.kept is None:
+            told.pausing = frozenset({0})  # the answer to its report at the rung
+            assert t.should_stop() and t.paused
+        else:
+            assert not t.should_stop() and not t.paused
+        t.keep(f"state of {t.number}")
+    assert seen == [(0, None), (1, None), (0, "state of 0")]
+    assert asked == [(None, 0, []), (0, 0, [0]), (1, 0, [0]), (0, 1, [])]
+
+
+def test_the_host_drops_what_the_server_says_will_not_go_on(monkeypatch):
+    from deeppod.runtime import trial as trial_mod
+
+    host = trial_mod._Host("http://127.0.0.1:1", 7, "tok", 0)
+    bodies = []
+    monkeypatch.setattr(host, "_call", lambda path, body=None: bodies.append(body) or {"finished": True, "forget": [3]})
+    kept = {3: "a", 5: "b"}
+    assert host.next(4, 0, kept) is None
+    assert kept == {5: "b"} and bodies == [{"done": 4, "kept": [3, 5]}]

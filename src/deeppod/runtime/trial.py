@@ -160,7 +160,10 @@ def trials() -> Iterator[Trial]:
         if answer.get("state") != "running":  # pruned while its job was away (preempted): nothing to run
             done = number
             continue
-        metrics.reporter().trial = number
+        reporter = metrics.reporter()
+        reporter.trial = number
+        # a promoted trial's pause is over: what an answer said of its last turn no longer holds
+        reporter.pruning, reporter.pausing = reporter.pruning - {number}, reporter.pausing - {number}
         trial = Trial(number, dict(answer.get("params") or {}), host, kept=kept.pop(number, None))
         yield trial
         metrics.reporter().flush()  # its last reports reach the server before it is said to have ended
