@@ -8,9 +8,11 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from deeppod.runtime.data import ShardReader, iter_shard
+from deeppod.errors import InvalidRequest
 from deeppod.sdk.sources import open_source
 from tests.datasets.images import class_folders, image_bytes, truncated_jpeg
 
@@ -18,7 +20,9 @@ from tests.datasets.images import class_folders, image_bytes, truncated_jpeg
 def upload(api, name, src_path, token=None, **params):
     s = open_source(str(src_path))
     q = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in params.items()}
-    return api.http.post(f"/v1/datasets/{name}/versions", content=b"".join(s.chunks(None)), params=q,
+    body = b"".join(s.chunks(None))
+    assert len(body) == s.length  # what the client sends as the Content-Length
+    return api.http.post(f"/v1/datasets/{name}/versions", content=body, params=q,
                          headers={**api.as_(token or api.admin), "content-type": s.content_type})
 
 
@@ -29,6 +33,25 @@ def data_files(api) -> list[str]:
 
 def version_dir(api, name, v=1, owner="default", tier="hot") -> Path:
     return api.ctx.data.tiers.path(tier, f"{owner}/{name}/v{v}")
+
+
+def test_a_source_knows_its_length_ahead_long_names_and_archives_too(tmp_path):
+    src = class_folders(tmp_path / "src", per_class=2)
+    deep = src / ("n" * 120) / ("é" * 90)
+    deep.mkdir(parents=True)
+    (deep / ("x" * 150 + ".jpg")).write_bytes(image_bytes(3))
+    folder = open_source(str(src))
+    assert len(b"".join(folder.chunks(None))) == folder.length
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"".join(folder.chunks(None)))
+    a = open_source(str(archive))
+    assert a.length == archive.stat().st_size and b"".join(a.chunks(None)) == archive.read_bytes()
+    chunks = a.chunks(None)
+    next(chunks)
+    with open(archive, "ab") as f:  # it grew while it was being sent: not sent cut short
+        f.write(b"more")
+    with pytest.raises(InvalidRequest, match="changed size while it was being sent"):
+        list(chunks)
 
 
 def test_folder_ingest_quarantines_bad_files_and_builds_shards(api, tmp_path):

@@ -162,7 +162,8 @@ class Client:
         if description is not None:
             params["description"] = description
         return self._request("POST", f"/v1/datasets/{name}/versions", params=params, content=src.chunks(progress),
-                             headers={"content-type": src.content_type}, timeout=None)
+                             headers={"content-type": src.content_type, "content-length": str(src.length)},
+                             timeout=None)
 
     def _list_datasets(self, query: str = "") -> list[dict]:
         return self._request("GET", "/v1/datasets", params={"q": query} if query else None)

@@ -25,6 +25,7 @@ class Source:
     bytes: int
     content_type: str
     chunks: Callable[[Progress | None], Iterator[bytes]]
+    length: int  # exactly what chunks() yields: sent as the Content-Length (the server reads such a body off its loop)
 
 
 def _header(name: str, size: int) -> bytes:
@@ -35,6 +36,11 @@ def _header(name: str, size: int) -> bytes:
 
 def _pad(size: int) -> bytes:
     return b"\0" * ((512 - size % 512) % 512)
+
+
+def _tar_length(members: list[tuple[str, int]]) -> int:
+    """The length of what _tar_stream yields for these (name, size) members."""
+    return sum(len(_header(name, size)) + size + len(_pad(size)) for name, size in members) + 1024
 
 
 def _file_blocks(path: Path) -> Iterator[bytes]:
@@ -95,7 +101,8 @@ def _folder(root: Path) -> Source:
         return _tar_stream([(rel, size, lambda full=full: _file_blocks(full), str(full)) for rel, full, size in entries],
                            progress)
 
-    return Source(f"folder {root}", len(entries), sum(e[2] for e in entries), "application/x-tar", chunks)
+    return Source(f"folder {root}", len(entries), sum(e[2] for e in entries), "application/x-tar", chunks,
+                  _tar_length([(rel, size) for rel, _, size in entries]))
 
 
 def _archive(path: Path) -> Source:
@@ -104,14 +111,16 @@ def _archive(path: Path) -> Source:
     def chunks(progress: Progress | None) -> Iterator[bytes]:
         done = 0
         with open(path, "rb") as fh:
-            while block := fh.read(CHUNK):
+            while done < size and (block := fh.read(min(CHUNK, size - done))):
                 done += len(block)
                 if progress:
                     progress(0, 0, done, size)
                 yield block
+            if done != size or fh.read(1):
+                raise InvalidRequest(f"{path} changed size while it was being sent; ingest again")
 
     kind = "application/zip" if path.suffix == ".zip" else "application/x-tar"
-    return Source(f"archive {path.resolve()}", 0, size, kind, chunks)
+    return Source(f"archive {path.resolve()}", 0, size, kind, chunks, size)
 
 
 def _s3(url: str, endpoint: str | None, key_id: str | None, secret: str | None) -> Source:
@@ -144,7 +153,8 @@ def _s3(url: str, endpoint: str | None, key_id: str | None, secret: str | None) 
         return _tar_stream([(rel, size, lambda key=key: s3.get_object(Bucket=bucket, Key=key)["Body"].iter_chunks(CHUNK),
                              f"s3://{bucket}/{key}") for rel, key, size in objects], progress)
 
-    return Source(url, len(objects), sum(o[2] for o in objects), "application/x-tar", chunks)
+    return Source(url, len(objects), sum(o[2] for o in objects), "application/x-tar", chunks,
+                  _tar_length([(rel, size) for rel, _, size in objects]))
 
 
 def open_source(source: str, *, s3_endpoint: str | None = None, s3_key_id: str | None = None,

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
+from deeppod.api import body_file
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, dataset_out
 from deeppod.datasets import service
@@ -72,15 +73,11 @@ async def ingest_body(request: Request, principal, name: str, **kw) -> int:
     ctx = get_ctx(request)
     plane = ctx.data
     spool = plane.spool()
+    limit = plane.limits.max_ingest_bytes
     try:
-        size = 0
-        with open(spool, "wb") as f:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > plane.limits.max_ingest_bytes:
-                    raise TooLarge(f"the upload is over the per-ingest limit of {plane.limits.max_ingest_bytes} "
-                                   "bytes (DEEPPOD_DATA_MAX_INGEST_BYTES): split the dataset")
-                f.write(chunk)
+        size = await body_file.to_file(request.scope, request.receive, spool, limit, lambda: TooLarge(
+            f"the upload is over the per-ingest limit of {limit} bytes (DEEPPOD_DATA_MAX_INGEST_BYTES): split the "
+            "dataset"))
         if size == 0:
             raise InvalidRequest("the upload is empty: send a tar, tar.gz or zip archive as the request body")
         return await run_in_threadpool(service.ingest_upload, ctx.sessions, plane, principal, name, spool, **kw)
