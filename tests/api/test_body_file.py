@@ -8,6 +8,7 @@ import http.client
 import socket
 
 import pytest
+from starlette.requests import ClientDisconnect
 
 from deeppod.api.body_file import DIRECT_MIN, to_file
 from deeppod.api.direct_body import EXTENSION
@@ -26,8 +27,17 @@ def served(tmp_path):
             return
         path = tmp_path / f"body-{len(seen)}"
         direct = EXTENSION in (scope.get("extensions") or {})
+        async def chunks():  # what Starlette's request.stream() gives
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                yield message.get("body", b"")
+                if not message.get("more_body"):
+                    return
+
         try:
-            size = await to_file(scope, receive, path, LIMIT, lambda: TooLarge("over the limit"))
+            size = await to_file(scope, chunks(), path, LIMIT, lambda: TooLarge("over the limit"))
         except TooLarge:
             seen.append(("too large", path.stat().st_size if path.exists() else None))
             status, body = 413, b"too large"

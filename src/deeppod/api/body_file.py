@@ -6,10 +6,11 @@ on the loop, so a slow disk stalled every other request the server was answering
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
+from starlette.requests import ClientDisconnect
 
 from deeppod.api import direct_body
 from deeppod.errors import ClientGone
@@ -25,10 +26,13 @@ def content_length(scope) -> int | None:
     return None
 
 
-async def to_file(scope, receive, path: Path, limit: int, too_large: Callable[[], Exception]) -> int:
-    """The body into ``path`` (created or truncated); its size. ``too_large()`` is raised as
-    soon as the body is known to be over ``limit`` bytes (at once from its Content-Length);
-    ClientGone if the client leaves first. The caller removes the file on failure."""
+async def to_file(scope, chunks: AsyncIterator[bytes], path: Path, limit: int,
+                  too_large: Callable[[], Exception]) -> int:
+    """The body into ``path`` (created or truncated); its size. ``chunks``: the body as the app
+    gets it (Starlette's ``request.stream()``, which also gives a body a dependency read
+    already), used where it is not read off the loop; ``too_large()`` is raised as soon as the
+    body is known to be over ``limit`` bytes (at once from its Content-Length); ClientGone if
+    the client leaves first. The caller removes the file on failure."""
     length = content_length(scope)
     if length is not None and length > limit:
         raise too_large()
@@ -48,21 +52,20 @@ async def to_file(scope, receive, path: Path, limit: int, too_large: Callable[[]
             return size
         pending: list[bytes] = []
         waiting = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            data = message.get("body", b"")
-            size += len(data)
-            if size > limit:
-                raise too_large()
-            pending.append(data)
-            waiting += len(data)
-            more = message.get("more_body", False)
-            if waiting >= BLOCK or (not more and pending):
-                await anyio.to_thread.run_sync(out.writelines, pending)
-                pending, waiting = [], 0
-            if not more:
-                return size
+        try:
+            async for data in chunks:
+                size += len(data)
+                if size > limit:
+                    raise too_large()
+                pending.append(data)
+                waiting += len(data)
+                if waiting >= BLOCK:
+                    await anyio.to_thread.run_sync(out.writelines, pending)
+                    pending, waiting = [], 0
+        except ClientDisconnect:
+            raise ClientGone() from None
+        if pending:
+            await anyio.to_thread.run_sync(out.writelines, pending)
+        return size
     finally:
         out.close()

@@ -75,7 +75,7 @@ async def ingest_body(request: Request, principal, name: str, **kw) -> int:
     spool = plane.spool()
     limit = plane.limits.max_ingest_bytes
     try:
-        size = await body_file.to_file(request.scope, request.receive, spool, limit, lambda: TooLarge(
+        size = await body_file.to_file(request.scope, request.stream(), spool, limit, lambda: TooLarge(
             f"the upload is over the per-ingest limit of {limit} bytes (DEEPPOD_DATA_MAX_INGEST_BYTES): split the "
             "dataset"))
         if size == 0:
