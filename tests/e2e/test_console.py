@@ -306,7 +306,10 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     # what the save answered, then the page it leads to: a failed save says why (its error stays on the page)
     with page.expect_response(lambda r: r.url.endswith("/label/save"), timeout=240_000) as saved:
         page.click("#label-save")
-    assert saved.value.ok, (saved.value.status, saved.value.text(), page.inner_text("#label-error"))
+    assert saved.value.ok, (saved.value.status, saved.value.text(), page.inner_text("#label-error"),
+                            # a 503 busy: which thread held the database's writer (store/db.py logs it)
+                            [ln for ln in server.output.read_text(errors="replace").splitlines()
+                             if "writer" in ln or "holder" in ln][-20:])
     page.wait_for_url(re.compile(r"/datasets/default/digits@2$"), timeout=120_000)
     lineage = page.inner_text("#lineage")
     assert "digits@1" in lineage and "deployment labeling-digits-cnn (digits-cnn@2)" in lineage
