@@ -9,7 +9,8 @@ from tests.helpers import ROOT
 
 def test_the_named_sets():
     assert ACTIVE_EXPERIMENTS == {ExperimentState.RUNNING, ExperimentState.STOPPING}
-    assert LIVE_TRIALS == {TrialState.RUNNING, TrialState.PRUNING}
+    assert LIVE_TRIALS == {TrialState.RUNNING, TrialState.PRUNING, TrialState.PAUSING}
+    assert TrialState.PAUSED not in LIVE_TRIALS  # kept by its process, followed by nothing until promoted
     assert "running" in LIVE_TRIALS and "completed" not in LIVE_TRIALS  # plain values from the store match
 
 
