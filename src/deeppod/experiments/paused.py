@@ -77,9 +77,8 @@ def _waiting(s: Session, exp: Experiment, study: Study) -> list[tuple[Trial, Job
 def _can_reach(s: Session, exp: Experiment, at_step: dict[int, dict[int, float]]) -> dict[int, int]:
     """Per rung step: how many trials may still report there (not asked yet, or not ended and
     not there yet)."""
-    rows = service.trials(s, exp)
-    left = exp.trials - len(rows)
-    going = [t.number for t, _ in rows if t.state in (*LIVE_TRIALS, TrialState.PAUSED)]
+    left = exp.trials - service.trials_asked(s, exp)
+    going = service.trial_numbers(s, exp, (*LIVE_TRIALS, TrialState.PAUSED))  # a few: not every trial asked
     return {step: left + sum(n not in values for n in going) for step, values in at_step.items()}
 
 

@@ -245,6 +245,10 @@ def waiting_to_start(live: list[tuple[Trial, Job | None]]) -> bool:
     return any(j is not None and j.state == JobState.QUEUED and j.started_at is None for _, j in live)
 
 
+def trial_numbers(session: Session, exp: Experiment, states: tuple) -> list[int]:
+    return list(session.scalars(select(Trial.number).where(Trial.experiment_id == exp.id, Trial.state.in_(states))))
+
+
 def trials_asked(session: Session, exp: Experiment) -> int:
     return session.scalar(select(func.count()).select_from(Trial).where(Trial.experiment_id == exp.id)) or 0
 
