@@ -10,6 +10,7 @@ from deeppod.experiments import promotion, service
 from deeppod.experiments.study import judged_steps
 from deeppod.store.models import JobEvent
 from tests.experiments.test_reuse import Process, ReuseHarness, hosts
+from tests.experiments.test_reuse import drive as reuse_drive
 
 
 def test_the_first_trials_at_a_rung_wait_for_two_more():
@@ -103,24 +104,7 @@ class Keeper(Process):
 
 
 def drive(h, exp_id, curve, steps, rounds=600):
-    procs: dict[int, Keeper] = {}
-    finished: set[int] = set()
-    for _ in range(rounds):
-        h.jobs.tick()
-        h.tune.tick()
-        for job in hosts(h, exp_id):
-            if job.state != "running" or job.id in finished:
-                continue
-            p = procs.setdefault(job.id, Keeper(h, job.id))
-            answer = p.ask()
-            if answer.get("finished"):
-                finished.add(job.id)
-                h.fake.finish(job.id, {0: 0})
-            elif answer.get("number") is not None:
-                p.run(answer, curve, steps)
-        if h.experiment(exp_id).state not in ("running", "stopping"):
-            return procs
-    raise AssertionError(f"experiment still {h.experiment(exp_id).state}")
+    return reuse_drive(h, exp_id, curve, steps, rounds, process=Keeper)
 
 
 def by_x(params, step):

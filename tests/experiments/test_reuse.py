@@ -72,8 +72,8 @@ def hosts(h, exp_id):
                               .order_by(Job.id)))
 
 
-def drive(h, exp_id, curve, steps=3, rounds=300):
-    """Every started job's process runs trial after trial until told it is finished."""
+def drive(h, exp_id, curve, steps=3, rounds=300, process=Process):
+    """Every started job's process (a ``process``) runs trial after trial until told it is finished."""
     procs: dict[int, Process] = {}
     finished: set[int] = set()
     for _ in range(rounds):
@@ -82,7 +82,7 @@ def drive(h, exp_id, curve, steps=3, rounds=300):
         for job in hosts(h, exp_id):
             if job.state != "running" or job.id in finished:
                 continue
-            p = procs.setdefault(job.id, Process(h, job.id))
+            p = procs.setdefault(job.id, process(h, job.id))
             answer = p.ask()
             if answer.get("finished"):
                 finished.add(job.id)

@@ -93,12 +93,12 @@ def promote(s: Session, exp: Experiment, study: Study, idle: list[Job]) -> set[i
         return set()
     paused = {t.number: t.step for t, _ in waiting}
     at_step = study.values_at(set(paused.values()))
+    rows = {t.number: (t, j) for t, j in waiting}
     for number in promotion.hopeless(paused, at_step, exp.mode, _can_reach(s, exp, at_step)):
-        trial, job = next((t, j) for t, j in waiting if t.number == number)
+        trial, job = rows.pop(number)
         _prune(s, study, trial, job, f"paused at step {trial.step}, and no longer able to be among the best third "
                                      "of that rung, whatever the trials still to come score")
         del paused[number]
-    rows = {t.number: (t, j) for t, j in waiting if t.number in paused}
     if not rows or not idle:
         return set()
     free, given = {j.id for j in idle}, set()
