@@ -17,6 +17,16 @@ def test_paths_that_leave_the_archive_are_refused(bad):
 
 def test_normal_paths_are_normalised():
     assert safe_path("./cat//a.jpg") == "cat/a.jpg"
+    assert safe_path("chat/été 1.jpg") == "chat/été 1.jpg"
+
+
+@pytest.mark.parametrize("bad", ["cat/a\nb.jpg", "cat/\x1b[31m.jpg", "cat/a\x85.jpg", "cat/\x7f"])
+def test_names_with_control_characters_are_refused(bad):
+    """The same names as S3 keys (s3.namespace.request_key): a newline in a file's name would
+    split it across the lines of every listing and log that shows it."""
+    with pytest.raises(InvalidRequest) as e:
+        safe_path(bad)
+    assert "control character U+00" in str(e.value)
 
 
 def _tar(tmp_path, add):

@@ -446,6 +446,32 @@ def test_virtual_host_style_where_the_server_has_a_domain(tmp_path, monkeypatch)
         with pytest.raises(ClientError) as e:  # a name under the domain that is no bucket's
             s3({**key, "endpoint": endpoint}, s3={"addressing_style": "virtual"}).list_objects_v2(Bucket="pets")
         assert e.value.response["Error"]["Code"] == "NoSuchBucket"
+        # Signature Version 2 in the Authorization header (older clients and devices), both styles:
+        # a virtual-host request signs /BUCKET/KEY, whose bucket the server takes from the host
+        for style in ("virtual", "path"):
+            v2 = s3({**key, "endpoint": endpoint}, signature_version="s3", s3={"addressing_style": style})
+            sent = []
+            v2.meta.events.register("before-send.s3", lambda request, **_: sent.append(
+                (request.url, request.headers["Authorization"])))
+            v2.put_object(Bucket="inbox", Key=f"cats/c0/{style} v2.png", Body=b"v2", ContentType="image/png")
+            got = v2.get_object(Bucket="inbox", Key=f"cats/c0/{style} v2.png")
+            assert got["Body"].read() == b"v2" and got["ContentType"] == "image/png"
+            assert all(a.decode().startswith(f"AWS {key['key_id']}:") for _, a in sent) and len(sent) == 2
+            assert all(u.startswith("http://inbox.s3.deeppod.test") == (style == "virtual") for u, _ in sent)
+            wrong = s3({**key, "secret": "x" * 40, "endpoint": endpoint}, signature_version="s3",
+                       s3={"addressing_style": style})
+            with pytest.raises(ClientError) as e:
+                wrong.put_object(Bucket="inbox", Key=f"cats/c0/{style} wrong.png", Body=b"no")
+            assert e.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+            with pytest.raises(ClientError) as e:
+                path.head_object(Bucket="inbox", Key=f"cats/c0/{style} wrong.png")
+            assert e.value.response["Error"]["Code"] == "404"  # nothing was written
+        for write in (False, True):  # a key is a file's name: no control characters (s3-tests' read_unreadable)
+            with pytest.raises(ClientError) as e:
+                (path.put_object(Bucket="inbox", Key="cats/c0/a\nb.png", Body=b"x") if write else
+                 path.get_object(Bucket="inbox", Key="cats/c0/\xae\x8a-"))
+            assert (e.value.response["Error"]["Code"], e.value.response["ResponseMetadata"]["HTTPStatusCode"]) == \
+                ("InvalidURI", 400) and "control character" in e.value.response["Error"]["Message"]
     finally:
         s.stop()
 

@@ -1,7 +1,8 @@
 """Reading an uploaded archive (tar, tar.gz or zip) safely, and finding each file's label.
 
 Anything that could write or read outside the dataset is refused before a byte is
-ingested: absolute paths, ``..`` components, symlinks and hard links, device files.
+ingested: absolute paths, ``..`` components, symlinks and hard links, device files; and so
+are names with control characters.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import stat
 import tarfile
 import zipfile
@@ -20,6 +22,8 @@ from typing import Callable, Iterator
 from deeppod.errors import InvalidRequest
 
 LABEL_FILES = ("labels.csv", "labels.jsonl")
+# C0, DEL and C1: no name of a dataset's file holds one (nor an S3 key: s3.namespace.request_key)
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass
@@ -35,6 +39,9 @@ def safe_path(name: str) -> str:
     if raw.startswith("/") or (len(raw) > 1 and raw[1] == ":"):
         raise InvalidRequest(f"archive entry {name!r} has an absolute path; an archive may only hold relative "
                              "paths (re-create it from inside the folder)")
+    if m := CONTROL_CHARACTERS.search(raw):
+        raise InvalidRequest(f"archive entry {name!r} has the control character U+{ord(m.group()):04X} in its name; "
+                             "rename the file without control characters and upload again")
     parts = [p for p in PurePosixPath(raw).parts if p not in ("", ".")]
     if ".." in parts:
         raise InvalidRequest(f"archive entry {name!r} climbs out of the archive with '..' (zip-slip); "

@@ -21,7 +21,7 @@ from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4, upload
 from deeppod.s3.body import Digests
 from deeppod.s3.namespace import (BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, etags_in,
-                                  file_md5, open_object)
+                                  file_md5, open_object, request_key)
 from deeppod.s3 import listing, xml
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,13 @@ class S3App:
             name = k.decode("latin-1").lower()
             headers[name] = headers[name] + "," + v.decode("latin-1") if name in headers else v.decode("latin-1")
         bucket, key_raw, resource = self._address(raw, headers.get("host", ""))
-        key = unquote(key_raw)
         try:
+            key = request_key(key_raw)
             query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
             if scope["method"] == "OPTIONS":  # a browser's CORS preflight: no CORS rules are kept here
                 raise S3Error("InvalidRequest", "CORS is not configured on DeepPod's S3 endpoint (an OPTIONS "
                               "request needs an Origin and a bucket's CORS rules)")
-            req = sigv4.Request(scope["method"], raw, query, headers)
+            req = sigv4.Request(scope["method"], raw, query, headers, v2_resource=resource)
             who, signed, signing_key = await self._authenticate(req)
             scope.setdefault("state", {})["principal"] = who.principal  # for the audit log
             offers = scope.get("extensions") or {}
@@ -397,7 +397,7 @@ class S3App:
         """CopyObject (``part`` None) or UploadPartCopy: the source's bytes (a range of them for a
         part) into the inbox, never a link to them."""
         h = req.headers
-        source = unquote(h["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
+        source = request_key(h["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
         if source.startswith(PREFIX.lstrip("/") + "/"):
             source = source[len(PREFIX):]
         src_bucket, _, src_key = source.partition("/")

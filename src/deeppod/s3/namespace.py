@@ -17,8 +17,10 @@
   folders opened without following a link, only regular files served.
 
 Another tenant's datasets, inboxes and models are not there at all: a key of theirs is a
-missing key. Keys are checked segment by segment (no ``..``, no empty segment, no leading
-``.`` in an inbox except ``.commit``) before any path is built from them.
+missing key. A key is UTF-8 text without control characters (:func:`request_key`: a key is
+a file's name here, and two byte strings must not decode to one name), and it is checked
+segment by segment (no ``..``, no empty segment, no leading ``.`` in an inbox except
+``.commit``) before any path is built from them.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote_to_bytes
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.atomic import atomic_write
+from deeppod.datasets.archive import CONTROL_CHARACTERS
 from deeppod.datasets.service import DataPlane
 from deeppod.errors import S3Error
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant
@@ -95,12 +99,28 @@ def etag_of(e: Entry) -> str | None:
     return e.etag or (read_etag(e.path) if e.sidecar else None)
 
 
+def request_key(sent: str) -> str:
+    """A key as a request sent it (percent-encoded; ASGI hands the bytes over as latin-1), as
+    text: UTF-8 without control characters, else S3's InvalidURI (400)."""
+    try:
+        key = unquote_to_bytes(sent.encode("latin-1")).decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI: the key is not UTF-8 once its %-escapes are "
+                      "decoded; send the key's UTF-8 bytes, percent-encoded") from None
+    if m := CONTROL_CHARACTERS.search(key):
+        raise S3Error("InvalidURI", f"Couldn't parse the specified URI: the key {key[:200]!r} holds the control "
+                      f"character U+{ord(m.group()):04X}; keys here are file names: rename it without control "
+                      "characters")
+    return key
+
+
 def segments(key: str, *, inbox: bool = False) -> list[str]:
     """The key's parts, refused where a path could escape or hide (InvalidArgument)."""
     parts = key.split("/")
-    if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key or len(key.encode()) > 1024:
+    if (not key or any(p in ("", ".", "..") for p in parts) or CONTROL_CHARACTERS.search(key)
+            or len(key.encode()) > 1024):
         raise S3Error("InvalidArgument", f"the key {key[:200]!r} is not a plain relative path (no empty, '.' or "
-                      "'..' segments, at most 1024 bytes)")
+                      "'..' segments, no control characters, at most 1024 bytes)")
     if inbox and any(p.startswith(".") for p in parts) and not (len(parts) == 2 and parts[1] == COMMIT):
         raise S3Error("InvalidArgument", f"the key {key[:200]!r} has a segment that starts with '.': an inbox holds "
                       "files for a dataset (NAME/CLASS/FILE), and NAME/.commit to ingest them")

@@ -1,14 +1,18 @@
-"""AWS Signature Version 4, as S3 checks it (and Version 2 presigned URLs, which boto3 still
-makes by default for a path-style endpoint): the Authorization header or a presigned URL's
-query, the canonical request rebuilt from what arrived, the key derived from the secret for
-the request's day, region and service. Pure: a request in, the access key id and what the
-payload must hash to out, or an :class:`S3Error` that says which S3 error it is.
+"""AWS Signature Version 4, as S3 checks it, and Version 2 (presigned URLs, which boto3 still
+makes by default for a path-style endpoint, and the ``AWS KEY:SIGNATURE`` header of older
+clients and devices): the Authorization header or a presigned URL's query, the canonical
+request rebuilt from what arrived, the key derived from the secret for the request's day,
+region and service. Pure: a request in, the access key id and what the payload must hash to
+out, or an :class:`S3Error` that says which S3 error it is.
 
 https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.html
+https://docs.aws.amazon.com/AmazonS3/latest/userguide/RESTAuthentication.html (Version 2)
 """
 
 from __future__ import annotations
 
+import base64
+import email.utils
 import functools
 import hashlib
 import hmac
@@ -20,6 +24,7 @@ from urllib.parse import quote, unquote
 from deeppod.errors import S3Error
 
 ALGORITHM = "AWS4-HMAC-SHA256"
+V2_SCHEME = "AWS"  # Signature Version 2's Authorization header: "AWS KEY:SIGNATURE"
 UNSIGNED = "UNSIGNED-PAYLOAD"
 STREAMING_SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
@@ -38,6 +43,7 @@ class Request:
     raw_path: str  # percent-encoded, as sent
     query: list[tuple[str, str]]  # decoded pairs, in order
     headers: dict[str, str]  # lower-case names
+    v2_resource: str = ""  # /BUCKET/KEY where the bucket is in the host (virtual-host-style): what V2 signs
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,8 @@ class Signed:
     signature: str
     payload: str  # the x-amz-content-sha256 value (or UNSIGNED-PAYLOAD for a presigned URL)
     presigned: bool
-    v2_expires: str = ""  # a Signature Version 2 presigned URL's Expires (boto3's default presign format)
+    v2: bool = False  # Signature Version 2 (HMAC-SHA1): a presigned URL or an "AWS KEY:SIGNATURE" header
+    v2_date: str = ""  # the date line a V2 signature covers: a presigned URL's Expires, or the Date header
 
     @property
     def scope(self) -> str:
@@ -99,27 +106,33 @@ def parse(req: Request, now: datetime) -> Signed | None:
     query = dict(req.query)
     auth = req.headers.get("authorization")
     if auth is not None:
+        if auth.startswith(V2_SCHEME + " "):
+            return _v2_header(req, auth[len(V2_SCHEME) + 1:], now)
         if not auth.startswith(ALGORITHM + " "):
-            raise S3Error("InvalidArgument", "only AWS Signature Version 4 (AWS4-HMAC-SHA256) is accepted: "
-                          "configure the client for signature version s3v4")
+            raise S3Error("InvalidArgument", "the Authorization header must be AWS Signature Version 4 "
+                          "(AWS4-HMAC-SHA256 ...) or Version 2 (AWS KEY:SIGNATURE): configure the client for "
+                          "signature version s3v4")
         fields = dict(part.strip().split("=", 1) for part in auth[len(ALGORITHM) + 1:].split(",") if "=" in part)
         if not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
             raise S3Error("AuthorizationHeaderMalformed", "the Authorization header needs Credential, "
                           "SignedHeaders and Signature")
         key, date, region, service = _credential(fields["Credential"])
+        signed_headers = tuple(fields["SignedHeaders"].split(";"))
         amz_date = req.headers.get("x-amz-date") or ""
-        if not amz_date:
-            raise S3Error("AccessDenied", "a signed request needs an X-Amz-Date header")
-        when = _parse_time(amz_date)
-        if abs(now - when) > SKEW:
-            raise S3Error("RequestTimeTooSkewed", f"the request was signed at {when:%Y-%m-%d %H:%M:%S} UTC and "
-                          f"this server's time is {now:%Y-%m-%d %H:%M:%S} UTC: more than 15 minutes apart; "
-                          "fix the client's clock")
+        if amz_date:
+            when = _parse_time(amz_date)
+        elif req.headers.get("date") and "date" in signed_headers:
+            # the spec's other way, botocore's when a request has a Date header: the string to sign
+            # holds the same second in the X-Amz-Date form; signed, so it cannot be moved to replay it
+            when = _http_date(req.headers["date"], "Date")
+            amz_date = f"{when:%Y%m%dT%H%M%SZ}"
+        else:
+            raise S3Error("AccessDenied", "a signed request needs an X-Amz-Date header (or a signed Date header)")
+        _check_skew(when, now)
         payload = req.headers.get("x-amz-content-sha256")
         if not payload:
             raise S3Error("InvalidRequest", "a signed request needs an x-amz-content-sha256 header")
-        return Signed(key, date, region, service, amz_date, tuple(fields["SignedHeaders"].split(";")),
-                      fields["Signature"], payload, False)
+        return Signed(key, date, region, service, amz_date, signed_headers, fields["Signature"], payload, False)
     if query.get("X-Amz-Algorithm") is not None:
         if query["X-Amz-Algorithm"] != ALGORITHM:
             raise S3Error("AuthorizationQueryParametersError", "X-Amz-Algorithm must be AWS4-HMAC-SHA256")
@@ -149,34 +162,76 @@ def parse(req: Request, now: datetime) -> Signed | None:
         if now.timestamp() > int(query["Expires"]):
             raise S3Error("AccessDenied", "Request has expired: ask for a new presigned URL")
         return Signed(query["AWSAccessKeyId"], "", "", "s3", "", (), query["Signature"], UNSIGNED, True,
-                      v2_expires=query["Expires"])
+                      v2=True, v2_date=query["Expires"])
     return None
 
 
-# the sub-resources a Version 2 signature covers (the rest of the query is not signed)
-_V2_SUBRESOURCES = {"acl", "cors", "delete", "lifecycle", "location", "logging", "notification", "partNumber",
-                    "policy", "requestPayment", "restore", "tagging", "torrent", "uploadId", "uploads", "versionId",
-                    "versioning", "versions", "website", "response-content-type", "response-content-language",
-                    "response-expires", "response-cache-control", "response-content-disposition",
-                    "response-content-encoding"}
+def _check_skew(when: datetime, now: datetime) -> None:
+    if abs(now - when) > SKEW:
+        raise S3Error("RequestTimeTooSkewed", f"the request was signed at {when:%Y-%m-%d %H:%M:%S} UTC and "
+                      f"this server's time is {now:%Y-%m-%d %H:%M:%S} UTC: more than 15 minutes apart; "
+                      "fix the client's clock")
+
+
+def _http_date(value: str, header: str) -> datetime:
+    """An HTTP date (RFC 1123: Tue, 01 Dec 2026 12:00:00 GMT) as UTC; before 1970 is no date."""
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        when = None
+    if when is None or when.year < 1970:
+        raise S3Error("AccessDenied", f"the {header} header {value[:64]!r} is not a date of the form "
+                      "'Tue, 01 Dec 2026 12:00:00 GMT'")
+    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _v2_header(req: Request, credential: str, now: datetime) -> Signed:
+    """``Authorization: AWS KEY:SIGNATURE``, dated by X-Amz-Date where sent, else by Date
+    (both within 15 minutes of this server's clock, as S3 checks them)."""
+    key, sep, signature = credential.strip().partition(":")
+    if not (sep and key and signature):
+        raise S3Error("InvalidArgument", "a Signature Version 2 Authorization header is 'AWS ACCESS_KEY_ID:SIGNATURE'")
+    amz_date, date = req.headers.get("x-amz-date"), req.headers.get("date")
+    if amz_date is None and not date:
+        raise S3Error("AccessDenied", "a signed request needs a Date or an X-Amz-Date header")
+    _check_skew(_http_date(amz_date, "X-Amz-Date") if amz_date is not None else _http_date(date, "Date"), now)
+    return Signed(key, "", "", "s3", "", (), signature, UNSIGNED, False, v2=True, v2_date=date or "")
+
+
+# the sub-resources a Version 2 signature covers (the rest of the query is not signed): botocore's
+# list, which holds S3's documented one
+_V2_SUBRESOURCES = {"accelerate", "acl", "analytics", "cors", "defaultObjectAcl", "delete", "inventory", "lifecycle",
+                    "location", "logging", "metrics", "notification", "object-lock", "partNumber", "policy",
+                    "replication", "requestPayment", "restore", "select", "select-type", "storageClass", "tagging",
+                    "torrent", "uploadId", "uploads", "versionId", "versioning", "versions", "website",
+                    "response-content-type", "response-content-language", "response-expires",
+                    "response-cache-control", "response-content-disposition", "response-content-encoding"}
+
+
+def _same(expected: str, given: str) -> bool:
+    """Constant-time, and a signature with other than ASCII in it is simply wrong (not a 500)."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
 
 
 def _verify_v2(req: Request, s: Signed, secret: str, prefix: str) -> bool:
-    """A Version 2 presigned URL: HMAC-SHA1 over method, Content-MD5, Content-Type, Expires,
-    the x-amz- headers and the path (with or without the endpoint's own prefix)."""
-    import base64
-
-    amz = sorted((k, v.strip()) for k, v in req.headers.items() if k.startswith("x-amz-"))
+    """HMAC-SHA1 over method, Content-MD5, Content-Type, the date line, the x-amz- headers and
+    the resource. The resource is tried as sent, without the endpoint's own prefix, and as
+    /BUCKET/KEY for a virtual-host-style request; the date line as sent and, where X-Amz-Date
+    dates the request, empty (S3's rule, which botocore does not follow)."""
+    h = req.headers
+    amz = "".join(f"{k}:{_as_sent(v).strip()}\n" for k, v in sorted(h.items()) if k.startswith("x-amz-"))
     sub = sorted((k, v) for k, v in req.query if k in _V2_SUBRESOURCES)
     resource_q = ("?" + "&".join(f"{k}={v}" if v else k for k, v in sub)) if sub else ""
-    for path in (req.raw_path, req.raw_path[len(prefix):] if prefix and req.raw_path.startswith(prefix) else None):
-        if path is None:
-            continue
-        text = "\n".join([req.method, req.headers.get("content-md5", ""), req.headers.get("content-type", ""),
-                          s.v2_expires]) + "\n" + "".join(f"{k}:{v}\n" for k, v in amz) + path + resource_q
-        expected = base64.b64encode(hmac.new(secret.encode(), text.encode(), hashlib.sha1).digest()).decode()
-        if hmac.compare_digest(expected, s.signature):
-            return True
+    paths = {req.raw_path, req.raw_path[len(prefix):] if prefix and req.raw_path.startswith(prefix) else "",
+             req.v2_resource} - {""}
+    dates = {s.v2_date} | ({""} if not s.presigned and "x-amz-date" in h else set())
+    for date in dates:
+        head = "\n".join([req.method, h.get("content-md5", "").strip(), h.get("content-type", "").strip(), date])
+        for path in paths:
+            text = head + "\n" + amz + path + resource_q
+            digest = hmac.new(secret.encode(), text.encode("utf-8", "surrogateescape"), hashlib.sha1).digest()
+            if _same(base64.b64encode(digest).decode(), s.signature):
+                return True
     return False
 
 
@@ -204,7 +259,7 @@ def canonical_request(req: Request, s: Signed) -> str:
 def verify(req: Request, s: Signed, secret: str, prefix: str = "") -> bytes:
     """Check ``s`` with the key's ``secret``; the signing key (streaming chunks sign with it).
     ``prefix``: the endpoint's own path (/s3), which a Version 2 signature may leave out."""
-    if s.v2_expires:
+    if s.v2:
         if not _verify_v2(req, s, secret, prefix):
             raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the "
                           "signature you provided: check your secret access key and signing method")
@@ -214,7 +269,7 @@ def verify(req: Request, s: Signed, secret: str, prefix: str = "") -> bytes:
     key = signing_key(secret, s.date, s.region, s.service)
     to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode("utf-8", "surrogateescape")).hexdigest()])
     expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, s.signature):
+    if not _same(expected, s.signature):
         raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "
                       "you provided: check your secret access key and signing method")
     return key
