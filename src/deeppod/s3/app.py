@@ -1,6 +1,6 @@
 """The S3 endpoint: ``/s3`` on the API's own port (path-style: ``http://HOST:PORT/s3/BUCKET/KEY``;
 boto3, the aws CLI and s3fs take it as their endpoint URL). A raw ASGI app: every request is
-signed (SigV4, header or presigned), its access key names the user and tenant it acts for,
+signed (SigV4 or V2, header or presigned), its access key names the user and tenant it acts for,
 and what it may see is that tenant's namespace (s3/namespace.py). Bodies stream to and from
 files; nothing is held whole in memory. docs/datasets.md, "S3", lists the operations."""
 

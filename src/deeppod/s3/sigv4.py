@@ -57,7 +57,7 @@ class Signed:
     amz_date: str
     signed_headers: tuple[str, ...]
     signature: str
-    payload: str  # the x-amz-content-sha256 value (or UNSIGNED-PAYLOAD for a presigned URL)
+    payload: str  # the x-amz-content-sha256 value (UNSIGNED-PAYLOAD for a presigned URL or any V2 request)
     presigned: bool
     v2: bool = False  # Signature Version 2 (HMAC-SHA1): a presigned URL or an "AWS KEY:SIGNATURE" header
     v2_date: str = ""  # the date line a V2 signature covers: a presigned URL's Expires, or the Date header
