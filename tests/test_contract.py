@@ -41,6 +41,7 @@ def test_torchrun_and_platform_variables():
     assert e["DEEPPOD_API_URL"] == "http://x" and e["DEEPPOD_TOKEN"] == "dp_t"
     assert e["FOO"] == "bar" and e["PATH"] == "/bin"
     assert e["OMP_NUM_THREADS"] == "2"  # the CPU request, not the host's setting
+    assert e["PYTHONFAULTHANDLER"] == "1"  # a crash leaves its Python stack in the log (tests/executor/test_local.py)
 
 
 def test_a_trial_gets_its_parameters_and_sooner_metric_sends():
@@ -73,3 +74,4 @@ def test_dataset_variables_and_exit_descriptions():
     assert dataset_env_key("digits-v2@3") == "DEEPPOD_DATA_DIGITS_V2" and dataset_env_key("a/b.c") == "DEEPPOD_DATA_B_C"
     assert describe_exit(-9) == "was killed by SIGKILL" and describe_exit(3) == "exited with code 3"
     assert describe_exit(-200) == "was killed by signal 200" and EXIT_RESUME == 75
+    assert describe_exit(-6).startswith("was killed by SIGABRT; a crash") and "log shows where" in describe_exit(-11)

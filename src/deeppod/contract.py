@@ -264,6 +264,9 @@ def worker_env(
         if var not in user_env:
             env[var] = threads
     env.setdefault("PYTHONUNBUFFERED", "1")  # logs stream live
+    # A worker killed by a fatal signal (a native crash, an abort in a C++ library) leaves every
+    # thread's Python stack in its log, not just an exit code of -11 or -6.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     env.update({
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
@@ -292,11 +295,17 @@ def worker_env(
 EXIT_RESUME = 75
 
 
+# the signals of a crash, on which a Python worker's fault handler (PYTHONFAULTHANDLER) logs its stacks
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+
+
 def describe_exit(code: int) -> str:
     """'exited with code 3', 'was killed by SIGKILL': how a worker's end reads in a reason."""
     if code < 0:
         try:
-            return f"was killed by {signal.Signals(-code).name}"
+            sig = signal.Signals(-code)
+            crash = "; a crash: a Python worker's log shows where, each thread's stack" if sig in CRASH_SIGNALS else ""
+            return f"was killed by {sig.name}{crash}"
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"

@@ -61,6 +61,11 @@ def launch(ex, job_dir, command, workers, restart, grace=20.0):
                                 workers=specs, grace_seconds=grace))
 
 
+def all_logs(logs: Path) -> str:
+    """Every rank's log, each under its name: a failure shows the rank that failed."""
+    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')}" for f in sorted(logs.glob("rank-*.log")))
+
+
 def steps_done(records: Path) -> int:
     return sum(1 for f in records.glob("*.txt") for _ in f.open())
 
@@ -92,7 +97,7 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     t0 = time.monotonic()
     ex.terminate(h)
     st = wait_until(lambda: (s := ex.poll(h)).finished and s, 60)
-    assert st.exit_codes == {0: EXIT_RESUME, 1: EXIT_RESUME}, (logs / "rank-0.log").read_text()
+    assert st.exit_codes == {0: EXIT_RESUME, 1: EXIT_RESUME}, all_logs(logs)
     assert time.monotonic() - t0 < 20
     first = (logs / "rank-0.log").read_text()
     assert "checkpoint saved" in first and "DataLoader worker" not in first
@@ -106,14 +111,14 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     before = steps_done(records)
     wait_until(lambda: steps_done(records) >= before + 6, 120)
     ex.terminate(h)
-    assert wait_until(lambda: (s := ex.poll(h)).finished and s, 60).exit_codes == {0: EXIT_RESUME}
+    assert wait_until(lambda: (s := ex.poll(h)).finished and s, 60).exit_codes == {0: EXIT_RESUME}, all_logs(logs)
     step = stopped_at((logs / "rank-0.log").read_text())
 
     # 3 workers finish the job
     h = launch(ex, job_dir, command, 3, restart=2)
     st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300)
     log = (logs / "rank-0.log").read_text()
-    assert st.exit_codes == {0: 0, 1: 0, 2: 0}, log
+    assert st.exit_codes == {0: 0, 1: 0, 2: 0}, all_logs(logs)
     assert log.count("resuming at epoch 0") == 2 and "world 3 (base 2)" in log
     assert resumed_at(log) == step
     # every training sample of the interrupted epoch was seen exactly once over 2 -> 1 -> 3 workers

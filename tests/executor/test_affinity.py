@@ -101,3 +101,50 @@ def test_a_running_tree_is_pinned_thread_by_thread(tmp_path):
     finally:
         p.kill()
     assert affinity.pin_tree(p.pid, {last}) == 0  # gone: nothing to pin, no error
+
+
+def test_threads_that_outnumber_the_cores_are_told_to_sleep_when_idle():
+    def workers(*threads, **extra):
+        return [{"rank": r, "env": {"OMP_NUM_THREADS": str(t), **extra}} for r, t in enumerate(threads)]
+
+    crowded = workers(2, 2, 2)  # 6 math threads on 2 cores
+    assert affinity.quiet_threads(crowded, cores=2) == [0, 1, 2]
+    assert [w["env"][affinity.WAIT_POLICY] for w in crowded] == ["PASSIVE"] * 3
+    assert not affinity.quiet_threads(crowded, cores=2)  # said already: nothing changes
+
+    roomy = workers(1, 1)
+    assert not affinity.quiet_threads(roomy, cores=2)
+    assert all(affinity.WAIT_POLICY not in w["env"] for w in roomy)  # they spin: no one else needs the cores
+    offered = [{**w, "node_cpus": 2} for w in workers(1, 1)]  # the server offers what the node has
+    assert not affinity.quiet_threads(offered, cores=2)
+
+    # the job fits, but the server offers 4 CPUs on this 2-core node: another job may share them
+    over = [{**w, "node_cpus": 4} for w in workers(2)]
+    assert affinity.quiet_threads(over, cores=2) == [0]
+    single = [{**w, "node_cpus": 4} for w in workers(1, 1, 1)]  # one thread each: no pool that could spin
+    assert not affinity.quiet_threads(single, cores=2) and all(affinity.WAIT_POLICY not in w["env"] for w in single)
+
+    own = workers(4, 4, OMP_WAIT_POLICY="ACTIVE")  # the job's own choice stands
+    assert not affinity.quiet_threads(own, cores=2)
+    assert {w["env"][affinity.WAIT_POLICY] for w in own} == {"ACTIVE"}
+
+
+def test_the_supervisor_quiets_a_crowded_jobs_threads_before_they_start(tmp_path):
+    """Workers whose threads outnumber this machine's cores start with OMP_WAIT_POLICY=PASSIVE
+    (libgomp reads it once, as torch loads it); a job that fits starts without it."""
+    cores = len(os.sched_getaffinity(0))
+    show = [sys.executable, "-c", "import os; print('policy', os.environ.get('OMP_WAIT_POLICY'))"]
+    cases = (("crowded", 2, cores, None, "PASSIVE"), ("fits", 1, 1, None, None), ("fits", 1, 1, cores, None),
+             ("over-offered", 1, 2, cores + 2, "PASSIVE"))
+    for n, (name, workers, threads, offered, want) in enumerate(cases):
+        job_dir = tmp_path / f"{name}-{n}"
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        env.pop("OMP_WAIT_POLICY", None)
+        write_spec(LaunchSpec(job_id=1, job_dir=job_dir, command=show, workdir=str(tmp_path),
+                              workers=[WorkerSpec(r, "n", dict(env), offered) for r in range(workers)]))
+        p = subprocess.run([sys.executable, "-m", "deeppod.executor.supervisor", str(job_dir)], timeout=120)
+        assert p.returncode == 0
+        for rank in range(workers):
+            log = (job_dir / "logs" / f"rank-{rank}.log").read_text()
+            assert f"policy {want}" in log, name
+            assert ("sleep when idle (OMP_WAIT_POLICY=PASSIVE)" in log) == (want is not None), log  # it says why

@@ -10,6 +10,7 @@ import time
 import pytest
 
 
+from deeppod.contract import worker_env
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor, process_start_time
 from tests.helpers import wait_until
@@ -35,6 +36,42 @@ def test_success_records_every_exit_code_and_logs(tmp_path):
     assert st.exit_codes == {0: 0, 1: 0} and not st.stopped and not st.lost
     assert (tmp_path / "job/logs/rank-1.log").read_text() == "hello from 1\n"
     assert (tmp_path / "job/exit/rank-0").read_text() == "0"
+
+
+def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stack_in_its_log(tmp_path):
+    ex = LocalExecutor()
+    (tmp_path / "w.py").write_text("import os\n\ndef deep_in_a_library():\n    os.abort()\n\ndeep_in_a_library()\n")
+    env = worker_env({"PATH": os.environ["PATH"]}, {}, job_id=1, rank=0, world_size=1, local_rank=0,
+                     local_world_size=1, node_rank=0, master_addr="127.0.0.1", master_port=1, gpus=(), cpus=1,
+                     checkpoint_dir=str(tmp_path / "ckpt"), api_url="", token="")
+    h = ex.launch(LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=[sys.executable, "w.py"],
+                             workdir=str(tmp_path), workers=[WorkerSpec(0, "n", env)], grace_seconds=5.0))
+    st = finished(ex, h)
+    assert st.exit_codes == {0: -signal.SIGABRT}
+    assert st.reason.startswith("rank 0 was killed by SIGABRT; a crash") and "log shows where" in st.reason, st.reason
+    log = (tmp_path / "job/logs/rank-0.log").read_text()
+    assert "Fatal Python error: Aborted" in log and "deep_in_a_library" in log, log
+
+
+def test_a_restarted_server_finds_the_run_it_launched_and_no_other(tmp_path):
+    ex = LocalExecutor()
+    (tmp_path / "w.py").write_text("import time; time.sleep(60)\n")
+    env = {"PATH": os.environ["PATH"], "RANK": "0"}
+    h = ex.launch(LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=[sys.executable, "w.py"],
+                             workdir=str(tmp_path), workers=[WorkerSpec(0, "n", env)], grace_seconds=1.0,
+                             run="2026-12-03T15:00:00+00:00"))
+    try:
+        assert LocalExecutor().find(1, tmp_path / "job", "2026-12-03T16:00:00+00:00") is None  # a later run: never launched
+        found = LocalExecutor().find(1, tmp_path / "job", "2026-12-03T15:00:00+00:00")  # a new server's executor
+        assert found is not None
+        wait_until(lambda: not LocalExecutor().poll(found).finished and (tmp_path / "job/supervisor.json").exists(), 30)
+    finally:
+        ex.terminate(h)
+        finished(ex, h)
+    spec = json.loads((tmp_path / "job/spec.json").read_text())
+    del spec["run"]  # written by a server from before specs named their run: taken as the run asked for
+    (tmp_path / "job/spec.json").write_text(json.dumps(spec))
+    assert LocalExecutor().find(1, tmp_path / "job", "2026-12-03T16:00:00+00:00") is not None
 
 
 def test_one_failure_stops_the_others(tmp_path):

@@ -395,3 +395,20 @@ def test_a_round_reads_only_the_live_trials_not_every_one_the_search_asked(h):
     assert trials_read and trials_read <= live, (trials_read, live)
     assert h.run(exp_id, rising, steps=2).state == "completed"
     assert sum(t.state == "completed" for t, _ in h.trials(exp_id)) == 12
+
+
+def test_a_trial_judged_again_between_rungs_says_which_rung_it_fell_behind_at(h):
+    exp_id = h.create(trials=2, parallel=2, sampler="random", pruner="asha")  # rungs at steps 1, 3, 9, ...
+    for _ in range(3):
+        h.jobs.tick()
+        h.tune.tick()
+    (t0, j0), (t1, j1) = h.trials(exp_id)
+    with h.sessions.begin() as s:
+        exp = s.get(Experiment, exp_id)
+        h.tune._prune(s, exp, s.get(Trial, t0.id), s.get(Job, j0.id), (5, 0.1))
+        h.tune._prune(s, exp, s.get(Trial, t1.id), s.get(Job, j1.id), (3, 0.2))
+    with h.sessions() as s:
+        between, at_rung = s.get(Trial, t0.id).reason, s.get(Trial, t1.id).reason
+    assert between == ("pruned by asha at step 5 (score 0.1): no longer among the best third at step 3, "
+                       "which it reached among the first")
+    assert at_rung == "pruned by asha at step 3 (score 0.2)"

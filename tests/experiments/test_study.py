@@ -66,3 +66,31 @@ def test_the_median_rule_waits_for_prune_after(tmp_path):
         study.tell(number, "complete", 0.9)
     _, low, _ = study.ask()
     assert study.report(low, [(0, 0.1), (1, 0.1), (2, 0.1)]) == (2, 0.1)  # judged from step 2 on only
+
+
+def test_a_trial_that_went_on_unjudged_is_stopped_once_its_rung_shows_it_behind(tmp_path):
+    """The first to reach a rung goes on for want of others there; once enough trials have
+    reached that rung to show it is not among the best third, it stops before the next rung."""
+    study = Study(tmp_path, mode="max", sampler="random", pruner="asha",
+                  space=parse_space({"x": {"type": "float", "low": 0, "high": 1}}), seed=1, prune_after=3)
+    _, chance, _ = study.ask()
+    assert study.report(chance, [(step, 0.1) for step in range(5)]) is None  # first at rung 3: on it goes
+    _, good, _ = study.ask()
+    assert study.report(good, [(step, 0.8) for step in range(4)]) is None  # ahead at rung 3
+    assert study.report(chance, [(5, 0.1)]) == (5, 0.1)  # now behind the best one of two at rung 3
+    assert study.report(good, [(4, 0.8)]) is None
+    _, other, _ = study.ask()
+    assert study.report(other, [(step, 0.3) for step in range(4)]) == (3, 0.3)  # judged at the rung, as before
+    assert study.report(good, [(5, 0.8)], prune=False) is None  # reported, not judged
+
+
+def test_only_successive_halving_judges_again(tmp_path):
+    space = parse_space({"x": {"type": "float", "low": 0, "high": 1}})
+    for pruner in ("asha", "hyperband", "median", "none"):
+        study = Study(tmp_path / pruner, mode="min", sampler="random", pruner=pruner, space=space, seed=1)
+        _, first, _ = study.ask()
+        assert study.report(first, [(0, 0.9), (1, 0.9)]) is None  # first at rung 1 (step 1)
+        _, second, _ = study.ask()
+        assert study.report(second, [(0, 0.1), (1, 0.1)]) is None
+        again = study.report(first, [(2, 0.9)])  # behind at rung 1 now; its next rung is step 3
+        assert again == ((2, 0.9) if pruner == "asha" else None), pruner

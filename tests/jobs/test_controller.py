@@ -10,7 +10,7 @@ from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
 from deeppod.jobs.controller import JobController
-from deeppod.store.models import Job
+from deeppod.store.models import Job, JobEvent
 from tests.fixtures import load_job, populate, submit_job
 
 
@@ -40,6 +40,7 @@ def test_queued_running_succeeded(sessions, world, rec, tmp_path):
     assert {e["CUDA_VISIBLE_DEVICES"] for e in envs} == {"0", "1"}
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
     assert envs[0]["X"] == "1" and "DEEPPOD_DATABASE_URL" not in envs[0]
+    assert [w.node_cpus for w in spec.workers] == [8, 8]  # what the node offers: the supervisor compares its cores
     token = envs[0]["DEEPPOD_TOKEN"]
     with sessions() as s:
         assert auth.authenticate(s, token).user == "alice"  # the job acts as its owner
@@ -125,6 +126,44 @@ def test_a_job_started_just_before_its_server_died_keeps_a_token_the_restarted_s
     assert job(sessions, jid).state == "succeeded"
     with sessions() as s, pytest.raises(Unauthenticated):
         auth.authenticate(s, token)  # revoked when the job ended
+
+
+def test_a_job_decided_on_just_before_its_server_died_starts_again_not_failed(sessions, world, rec, tmp_path):
+    launch = rec.executor.launch
+
+    def die_before_launching(spec):
+        raise SystemExit("killed -9")  # between the decision's commit and the launch: nothing started
+
+    rec.executor.launch = die_before_launching
+    jid = submit(sessions, world.alice, tmp_path)
+    with pytest.raises(SystemExit):
+        rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "running" and j.handle is None and jid not in rec.executor.launched
+    rec.executor.launch = launch
+    restarted = JobController(sessions, rec.executor, jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                              server_env={"PATH": "/usr/bin"})
+    restarted.tick()  # not "the supervisor died": it was never launched, so it goes back to wait, and starts
+    j = job(sessions, jid)
+    assert j.state == "running" and j.handle is not None and jid in rec.executor.launched and j.restart_count == 0
+    assert rec.executor.launched[jid].run  # the run it is, for the next restart to find
+    with sessions() as s:
+        events = [(e.kind, e.message) for e in
+                  s.scalars(select(JobEvent).where(JobEvent.job_id == jid).order_by(JobEvent.id))]
+    kinds = [k for k, _ in events]
+    assert "failed" not in kinds and kinds.count("requeued") == 1 and kinds[-1] == "started", events
+    assert "before it launched it; nothing of it ran" in dict(events)["requeued"]
+
+
+def test_a_restarted_server_adopts_a_launched_run_and_not_an_earlier_one(sessions, world, rec, tmp_path):
+    from deeppod.jobs.runs import run_mark
+
+    jid = submit(sessions, world.alice, tmp_path)
+    rec.tick()
+    j = job(sessions, jid)
+    run = run_mark(j)
+    assert rec.executor.launched[jid].run == run and rec.executor.find(jid, tmp_path, run) is not None
+    assert rec.executor.find(jid, tmp_path, "an earlier run") is None
 
 
 def _stop_with_checkpoint(sessions, world, rec, tmp_path, write):

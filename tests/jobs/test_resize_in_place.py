@@ -140,7 +140,7 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     j = load_job(sessions, job)
     assert j.state == "running" and ranks(j) == [0, 1, 2, 3] and job not in rec.executor.terminated
     [(generation, joiners)] = rec.executor.added[job]
-    assert generation == 1 and [w.rank for w in joiners] == [2, 3]
+    assert generation == 1 and [w.rank for w in joiners] == [2, 3] and {w.node_cpus for w in joiners} == {8}
     env = joiners[0].env
     assert (env["WORLD_SIZE"], env[ENV_JOINING], env[ENV_WORLD_GENERATION], env["MASTER_PORT"]) == ("4", "1", "1", "29500")
     assert env["CUDA_VISIBLE_DEVICES"] != rec.executor.launched[job].workers[0].env["CUDA_VISIBLE_DEVICES"]

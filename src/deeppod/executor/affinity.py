@@ -80,8 +80,13 @@ def for_worker(env: dict[str, str], root: Path | None = None) -> set[int] | None
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
     if not visible or not all(v.strip().isdigit() for v in visible.split(",")):
         return None  # none, or UUIDs (a user's own setting): nothing to pin to
+    return near([int(v) for v in visible.split(",")], float(threads_of(env)), root)
+
+
+def threads_of(env: dict[str, str]) -> int:
+    """The math threads a worker's CPU request gave it (OMP_NUM_THREADS; 1 if unset or not a number)."""
     threads = env.get("OMP_NUM_THREADS", "1")
-    return near([int(v) for v in visible.split(",")], float(threads) if threads.isdigit() else 1.0, root)
+    return int(threads) if threads.isdigit() else 1
 
 
 def pin_tree(pid: int, cores: set[int]) -> int:
@@ -120,3 +125,29 @@ def pinning(cores: set[int] | None, then=None):
             then()
 
     return pin
+
+
+WAIT_POLICY = "OMP_WAIT_POLICY"
+
+
+def quiet_threads(workers: list[dict], cores: int | None = None) -> list[int]:
+    """Tell the OpenMP threads of a job's workers on this node to sleep when idle instead of
+    spinning (``OMP_WAIT_POLICY=PASSIVE``) where they may outnumber the cores this node lets us
+    use: the job's own math threads, summed (each worker's OMP_NUM_THREADS), are more (several
+    workers on a small node), or the server offers more CPUs on this node than it has (each
+    worker's ``node_cpus``), so jobs that each fit may together be more. A spinning thread then
+    holds a core that a worker waiting on it in the all-reduce, or another job, needs (3 gloo
+    workers of 2 threads on 2 cores: 2.26-3.45x the images/s, benchmarks/crowded_workers.py).
+    With no more threads than cores, spinning costs nobody else and saves a wake-up per
+    parallel region, so it stays. A worker's own setting is kept, and a worker of one thread has
+    no pool to quiet. ``workers``: the spec's, changed in place; the ranks changed."""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    offered = max((w.get("node_cpus") or 0 for w in workers), default=0)
+    if sum(threads_of(w["env"]) for w in workers) <= cores and offered <= cores:
+        return []
+    changed = []
+    for w in workers:
+        if WAIT_POLICY not in w["env"] and threads_of(w["env"]) > 1:
+            w["env"][WAIT_POLICY] = "PASSIVE"
+            changed.append(int(w["rank"]))
+    return changed

@@ -12,6 +12,13 @@ class WorkerSpec:
     rank: int
     node: str
     env: dict[str, str]
+    # the CPUs the server offers on its node (None: not known): more than the node's cores means
+    # jobs that each fit may still outnumber them together (executor/affinity.quiet_threads)
+    node_cpus: int | None = None
+
+    def to_json(self) -> dict:
+        """As the job folder's spec and grow files hold it."""
+        return {"rank": self.rank, "node": self.node, "env": self.env, "node_cpus": self.node_cpus}
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class LaunchSpec:
     sandbox: dict | None = None
     # its own Python environment (envs/build.py): built or found by the supervisor before the workers start
     env: dict | None = None
+    # which run of the job this is (jobs/runs.run_mark): a restarted server tells a run that was
+    # launched before it died from one that was only decided on (find())
+    run: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,9 +65,11 @@ class Executor(Protocol):
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""
 
-    def find(self, job_id: int, job_dir: Path) -> dict:
-        """A handle for a launch whose own handle was never recorded (the server stopped
-        between starting the workers and committing): enough to poll and terminate it."""
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
+        """A handle for a launch of ``run`` whose own handle was never recorded (the server
+        stopped between starting the workers and committing): enough to poll and terminate it.
+        None when no launch of that run is on record: the server stopped after deciding to start
+        it and before launching it."""
 
     def poll(self, handle: dict) -> ExecStatus: ...
 

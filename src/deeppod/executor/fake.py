@@ -23,8 +23,9 @@ class FakeExecutor:
         self.status[spec.job_id] = ExecStatus(finished=False)
         return {"kind": "fake", "job_id": spec.job_id}
 
-    def find(self, job_id: int, job_dir: Path) -> dict:
-        return {"kind": "fake", "job_id": job_id}
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
+        spec = self.launched.get(job_id)
+        return {"kind": "fake", "job_id": job_id} if spec is not None and spec.run == run else None
 
     def poll(self, handle: dict) -> ExecStatus:
         return self.status.get(handle["job_id"], ExecStatus(finished=True, lost=True, reason="never launched"))

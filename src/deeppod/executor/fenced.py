@@ -43,8 +43,8 @@ class FencedExecutor:
     def cluster(self) -> bool:
         return self.inner.cluster
 
-    def find(self, job_id: int, job_dir: Path) -> dict:
-        return self.inner.find(job_id, job_dir)
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
+        return self.inner.find(job_id, job_dir, run)
 
     def poll(self, handle: dict) -> ExecStatus:
         return self.inner.poll(handle)

@@ -40,10 +40,21 @@ def write_spec(spec: LaunchSpec) -> None:
         "workdir": spec.workdir,
         "grace_seconds": spec.grace_seconds,
         "memory_mb_per_worker": spec.memory_mb_per_worker,
-        "workers": [{"rank": w.rank, "node": w.node, "env": w.env} for w in spec.workers],
+        "workers": [w.to_json() for w in spec.workers],
         "sandbox": spec.sandbox,
         "env": spec.env,
+        "run": spec.run,
     })
+
+
+def launched(job_dir: Path, run: str) -> bool:
+    """Whether ``run`` of the job was launched: its spec is in the job folder (written before
+    anything starts). An earlier run's spec names its own run; one written before specs named
+    their run is taken as this run's, so a job an older server launched is never left unwatched."""
+    try:
+        return JobFolder(job_dir).read_spec().get("run", run) == run
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class LocalExecutor:
@@ -74,7 +85,9 @@ class LocalExecutor:
         log.info("job %s: supervisor pid %s started", spec.job_id, proc.pid)
         return {"kind": "local", "job_dir": str(job_dir), "pid": proc.pid, "start_time": start}
 
-    def find(self, job_id: int, job_dir: Path) -> dict:
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
+        if not launched(job_dir, run):
+            return None
         return {"kind": "local", "job_dir": str(job_dir)}  # the supervisor wrote supervisor.json there
 
     def _alive(self, handle: dict) -> bool:
@@ -124,7 +137,7 @@ class LocalExecutor:
     def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
         """The supervisor starts them: it watches the job folder for grow files."""
         JobFolder(Path(handle["job_dir"])).write_grow(
-            generation, [{"rank": w.rank, "node": w.node, "env": w.env} for w in workers])
+            generation, [w.to_json() for w in workers])
 
     def keep_spares(self, handle: dict, count: int) -> None:
         """The supervisor keeps that many parked (it reads them from the job folder)."""

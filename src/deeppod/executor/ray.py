@@ -31,7 +31,7 @@ from deeppod.scheduler.burst_types import RESOURCE_PREFIX, type_of_resources
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, LaunchSpec
-from deeppod.executor.local import write_spec
+from deeppod.executor.local import launched, write_spec
 from deeppod.job_folder import JobFolder
 
 log = logging.getLogger(__name__)
@@ -321,8 +321,10 @@ class RayExecutor:
         log.info("job %s: started on %s", spec.job_id, ", ".join(nodes))
         return {"kind": "ray", "job_dir": str(job_dir), "nodes": nodes}
 
-    def find(self, job_id: int, job_dir: Path) -> dict:
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
         """A launch whose handle was never recorded: stop what it may have started."""
+        if not launched(job_dir, run):
+            return None
         return {"kind": "ray", "job_dir": str(job_dir), "nodes": {}, "unknown": job_id}
 
     def _kill_named(self, name: str) -> None:

@@ -131,6 +131,7 @@ class Supervisor:
         self._next_spare = 0
         self._handed: dict[int, socket.socket] = {}  # rank -> socket of a spare handed its place before it parked
         self.network: JobNetwork | None = None  # the job's own network namespace (--network isolated|none)
+        self.quieted: set[int] = set()  # ranks told OMP_WAIT_POLICY=PASSIVE here (affinity.quiet_threads)
 
     def _mark_logs(self) -> None:
         """Stamp each rank's log size with the time, when it grew: 'deeppod logs' interleaves the
@@ -154,6 +155,9 @@ class Supervisor:
         for w in self.spec["workers"] if workers is None else workers:
             rank = int(w["rank"])
             log = open(self.folder.log(rank), "ab", buffering=0)
+            if rank in self.quieted:
+                log.write(f"deeppod: rank {rank}'s math threads sleep when idle (OMP_WAIT_POLICY=PASSIVE): the "
+                          f"threads on this node may outnumber its {len(os.sched_getaffinity(0))} cores\n".encode())
             try:
                 if self._hand_to_spare(rank, w["env"], log):
                     continue
@@ -346,6 +350,9 @@ class Supervisor:
             self.folder.write_supervisor(os.getpid(), start_time)
         self._start_network()
         self._prepare_env()
+        self.quieted.update(affinity.quiet_threads(self.spec["workers"]))
+        if self.quieted and self.spec.get("sandbox"):
+            self._save_spec()
         if not self.codes:
             self.start_workers()
         grace = float(self.spec.get("grace_seconds", 30.0))
@@ -428,6 +435,7 @@ class Supervisor:
                 self.codes.pop(rank, None)
                 self.procs.pop(rank, None)
             self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) not in ranks] + workers
+            self.quieted.update(affinity.quiet_threads(self.spec["workers"]))  # the joiners' threads with those running
             self._save_spec()
             self.start_workers(workers)
 

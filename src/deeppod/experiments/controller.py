@@ -27,7 +27,7 @@ from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
 from deeppod.experiments import paused, service
-from deeppod.experiments.study import Study
+from deeppod.experiments.study import Study, rungs
 
 log = logging.getLogger(__name__)
 # how long the answer to a trial's reports at a rung waits for the pruner's decision (a round
@@ -158,6 +158,10 @@ class ExperimentController:
 
     def _prune(self, s: Session, exp: Experiment, trial: Trial, job: Job, last: tuple[int, float]) -> None:
         why = f"pruned by {exp.pruner} at step {last[0]} ({exp.metric} {last[1]:g})"
+        steps = rungs(exp.pruner, exp.prune_after)
+        passed = [r for r in steps if r < last[0]]
+        if passed and last[0] not in steps:  # judged again between rungs (Study._fell_behind)
+            why += f": no longer among the best third at step {passed[-1]}, which it reached among the first"
         trial.state, trial.reason = TrialState.PRUNING, why
         log.info("experiment %s: trial %d %s", exp.name, trial.number, why)
         if trial.claimed_at is not None:  # its process runs trials one after another: it stops this one only

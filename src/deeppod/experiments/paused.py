@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from deeppod.contract import JobState
 from deeppod.experiments import promotion, service
-from deeppod.experiments.study import PROMOTING, Study, judged_steps
+from deeppod.experiments.study import PROMOTING, Study, rungs
 from deeppod.jobs.service import add_event
 from deeppod.states import LIVE_TRIALS, TrialState
 from deeppod.store.models import Experiment, Job, Trial, utcnow
@@ -23,7 +23,7 @@ def promoting(exp: Experiment) -> bool:
 
 
 def _rungs(exp: Experiment) -> list[int]:
-    return [int(s) for s in judged_steps(exp.pruner, exp.prune_after).split(",") if s]
+    return rungs(exp.pruner, exp.prune_after)
 
 
 def judge(s: Session, exp: Experiment, study: Study, trial: Trial, job: Job, after: int) -> None:

@@ -28,6 +28,11 @@ def _optuna():
     return optuna
 
 
+def _rung_key(rung: int) -> str:
+    """Where Optuna's successive halving keeps a trial's value at the rung it passed."""
+    return f"completed_rung_{rung}"
+
+
 def check_choice(sampler: str, pruner: str, space: dict[str, Param], prune_after: int = 1) -> None:
     if sampler not in SAMPLERS:
         raise InvalidRequest(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
@@ -100,6 +105,12 @@ def judged_steps(name: str, prune_after: int = 1) -> str:
     return JUDGED_EVERY_STEP if name == "median" else ""
 
 
+def rungs(name: str, prune_after: int = 1) -> list[int]:
+    """The pruner's rungs as numbers (none for the median rule, which judges every step)."""
+    judged = judged_steps(name, prune_after)
+    return [] if judged == JUDGED_EVERY_STEP else [int(s) for s in judged.split(",") if s]
+
+
 class Study:
     """One experiment's study, opened from its journal file."""
 
@@ -111,6 +122,7 @@ class Study:
 
         folder.mkdir(parents=True, exist_ok=True)
         self.space = space
+        self._pruner = pruner
         self._dists = distributions(space)
         path = str(folder / JOURNAL)
         # the journal's lock is held across each append's fsync: a server killed then leaves it
@@ -141,7 +153,30 @@ class Study:
             trial.report(value, step)
             if prune and trial.should_prune():
                 return step, value
+        if prune and values and self._pruner == "asha" and self._fell_behind(trial_id):
+            return values[-1]
         return None
+
+    def _fell_behind(self, trial_id: int) -> bool:
+        """Successive halving judged again: a trial went on from its last rung as one of the best
+        third *so far* (the first to arrive there go on unjudged); it goes on to the next rung
+        only while it stays among the best third of every trial that has reached that rung. On
+        digits a trial at chance ran all 27 epochs for having reached each rung first
+        (docs/benchmarks.md, session 32)."""
+        trials = self.study.get_trials(deepcopy=False)
+        attrs = next(t.system_attrs for t in trials if t._trial_id == trial_id)
+        rung = 0
+        while _rung_key(rung) in attrs:
+            rung += 1
+        if rung == 0:
+            return False
+        key = _rung_key(rung - 1)
+        value = attrs[key]
+        there = sorted(t.system_attrs[key] for t in trials if key in t.system_attrs)
+        kept = max(1, len(there) // RUNG_BASE)  # Optuna's rule: the best len // 3, at least one
+        if self.study.direction.name == "MAXIMIZE":
+            return value < there[-kept]
+        return value > there[kept - 1]
 
     def values_at(self, steps: set[int]) -> dict[int, dict[int, float]]:
         """Every trial's reported value at each of ``steps`` (a rung): step -> number -> value.

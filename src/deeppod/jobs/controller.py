@@ -29,7 +29,7 @@ from deeppod.jobs.launch import Isolation, Launcher
 from deeppod.jobs.metrics import take_spool
 from deeppod.jobs.progress import stop_outcome
 from deeppod.jobs.resize import Resizes
-from deeppod.jobs.runs import outcome, requeue, same_reason
+from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark, same_reason
 from deeppod.jobs.service import add_event, finish
 from deeppod.jobs.snapshot import snapshot
 from deeppod.scheduler import Config, Snapshot, Start
@@ -109,8 +109,8 @@ class JobController:
         fenced = False
         held: dict[str, NodeUsage] | None = None  # per node, computed once, when a spare count needs it
         for job in holding:
-            handle = job.handle or self.executor.find(job.id, self.job_dir(job.id))
-            status = self.executor.poll(handle)
+            handle = job.handle or self.executor.find(job.id, self.job_dir(job.id), run_mark(job))
+            status = self.executor.poll(handle) if handle else NOT_LAUNCHED
             if (status.phase or None) != job.phase and not status.finished:  # shown: "preparing environment"
                 job.phase = status.phase or None
             alloc = Allocation.of(job)
@@ -123,7 +123,9 @@ class JobController:
             if not fenced and (status.finished or resizing or respare):  # what follows writes: prove the lead first
                 self.fence(s)
                 fenced = True
-            if status.finished:
+            if handle is None:  # its server stopped after deciding to start it and before launching it
+                never_launched(s, job)
+            elif status.finished:
                 self._ended(s, job, status)
             elif resizing:
                 self.resizes.follow(s, job, status)

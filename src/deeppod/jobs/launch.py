@@ -24,6 +24,7 @@ from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.job_folder import WRITABLE, JobFolder
+from deeppod.jobs.runs import run_mark
 from deeppod.jobs.storage import pids_for
 from deeppod.nofollow import chown_tree
 from deeppod.scheduler import WorkerPlacement
@@ -148,9 +149,11 @@ class Launcher:
     def token(self, s: Session, job: Job) -> str:
         return issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
 
-    def workers(self, job: Job, everyone: list[WorkerPlacement], which: list[WorkerPlacement], *,
+    def workers(self, s: Session, job: Job, everyone: list[WorkerPlacement], which: list[WorkerPlacement], *,
                 staged: dict[str, str], token: str, meet: Rendezvous, generation: int) -> list[WorkerSpec]:
-        """The specs of ``which`` of a world of ``everyone``: each worker's environment."""
+        """The specs of ``which`` of a world of ``everyone``: each worker's environment, and the
+        CPUs its node offers."""
+        offered = dict(s.execute(select(Node.name, Node.cpus).where(Node.name.in_({w.node for w in which}))).all())
         node_order = list(dict.fromkeys(w.node for w in everyone))
         specs = []
         for w in which:
@@ -161,7 +164,7 @@ class Launcher:
                             generation=generation)
             if self.isolation:
                 env["HOME"] = "/tmp"  # the sandbox's own
-            specs.append(WorkerSpec(rank=w.rank, node=w.node, env=env))
+            specs.append(WorkerSpec(rank=w.rank, node=w.node, env=env, node_cpus=offered.get(w.node)))
         return specs
 
     def launch_spec(self, s: Session, job: Job, placed: list[WorkerPlacement],
@@ -174,12 +177,13 @@ class Launcher:
                                 "workers, or with --network host")
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         folder.reset_world()
-        workers = self.workers(job, placed, placed, staged=staged, token=token or self.token(s, job),
+        workers = self.workers(s, job, placed, placed, staged=staged, token=token or self.token(s, job),
                                meet=self.rendezvous(s, job, placed[0].node), generation=0)
         sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
-                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job))
+                          memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
+                          run=run_mark(job))
 
     def _env_order(self, job: Job) -> dict | None:
         """What the supervisor builds (or finds built) before the job's workers start: its own

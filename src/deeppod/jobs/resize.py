@@ -85,7 +85,7 @@ class Resizes:
             added = list(r.added)
             alloc.workers += added
             folder.clear_ready([w.rank for w in added])
-            specs = self.launcher.workers(job, alloc.workers, added, staged=alloc.staged,
+            specs = self.launcher.workers(s, job, alloc.workers, added, staged=alloc.staged,
                                           token=self.launcher.token(s, job), meet=meet, generation=generation)
             for spec in specs:
                 spec.env[ENV_JOINING] = "1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import signal
+from datetime import timezone
 
 from sqlalchemy.orm import Session
 
@@ -59,6 +60,24 @@ def _killed_in_grace(job: Job, status: ExecStatus) -> str:
         return ""
     return (f"; rank {killed[0]} was killed (SIGKILL) before it exited: a stop gives a job {job.grace_seconds:g} s "
             "after SIGTERM (its grace: --grace of deeppod submit and deeppod train, or grace_seconds in the API)")
+
+
+NOT_LAUNCHED = ExecStatus(finished=True, reason="never launched")  # what a run decided on and never launched ends as
+
+
+def never_launched(s: Session, job: Job) -> None:
+    """Its server stopped after deciding to start it and before launching it: back to the queue,
+    not failed ("the supervisor died"): nothing of it ran."""
+    requeue(s, job, "requeued: the server stopped after it decided to start this job and before it launched it; "
+                    "nothing of it ran", ran=False)
+
+
+def run_mark(job: Job) -> str:
+    """Which run of the job this is, as its launch spec records it (the time it was decided on,
+    in UTC): a restarted server finds whether the run it finds unrecorded was launched. An
+    in-place resize moves ``started_at`` on, but only once the run's handle is recorded, and
+    only an unrecorded run is looked for by its mark."""
+    return job.started_at.astimezone(timezone.utc).isoformat() if job.started_at is not None else ""
 
 
 def current_run_seconds(job: Job) -> float:
