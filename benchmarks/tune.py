@@ -203,6 +203,9 @@ def main() -> None:
     ap.add_argument("--systems", default="optuna,deeppod,deeppod-reuse",
                     help="deeppod-reuse: a trial's process runs the next (--reuse, runtime.trials())")
     ap.add_argument("--keep", help="a folder to copy every run's per-epoch log to")
+    ap.add_argument("--server-cpus", type=int,
+                    help="the CPUs DeepPod's server offers (default: the machine's); more than the cores gives "
+                         "each trial more threads, which then sleep when idle (docs/scheduler.md)")
     ap.add_argument("--log")
     ap.add_argument("--data")
     args = ap.parse_args()
@@ -222,7 +225,8 @@ def main() -> None:
         root = Path(tmp)
         for task in args.task:
             tune_task.prepare(task, str(root / f"{task}.npz"))
-        server = Server(root / "home", gpus=args.parallel).start()
+        server = Server(root / "home", gpus=args.parallel,
+                        env={"DEEPPOD_CPUS": str(args.server_cpus)} if args.server_cpus else None).start()
         results: dict = {task: {s: [] for s in systems} for task in args.task}
         try:
             for task in args.task:
@@ -232,7 +236,8 @@ def main() -> None:
         finally:
             server.stop()
     print(f"\n{args.trials} trials, {args.parallel} at a time (optuna: one at a time), TPE seeds {args.seeds}, "
-          f"DeepPod's pruner {args.pruner} from step {args.prune_after}")
+          f"DeepPod's pruner {args.pruner} from step {args.prune_after}"
+          + (f", its server offering {args.server_cpus} CPUs" if args.server_cpus else ""))
     print("| task (target) | system | time to target | whole search | best acc, full trials | epochs run |")
     print("| --- | --- | --- | --- | --- | --- |")
     for task, rs in results.items():
