@@ -19,8 +19,15 @@ from deeppod.store.models import LeaderLease, Server
 from tests.fixtures import load_job, populate, submit_job
 from tests.helpers import wait_until
 
-LEASE = 0.6  # short, so an expiry takes a moment here (only where a test waits for one)
-LONG = 60.0  # elsewhere: a loaded machine may take longer than LEASE between two steps
+LEASE = 0.6  # short, so an expiry takes a moment here (only where a test waits for one by the clock)
+LONG = 60.0  # elsewhere: a loaded machine may take longer than LEASE between two steps; expire() ends it
+
+
+def expire(sessions) -> None:
+    """The leader's lease runs out now (as if it had not renewed for its whole lease), whatever
+    the machine's speed: the tests that need an expiry in the middle of something make it so."""
+    with sessions.begin() as s:
+        s.execute(update(LeaderLease).where(LeaderLease.id == 1).values(expires_at=0.0))
 
 
 def claim(sessions, url, lease_s=LONG) -> Leadership:
@@ -52,11 +59,11 @@ def test_one_leads_the_other_waits(sessions):
 
 def test_standby_takes_over_when_the_lease_expires_and_the_old_leader_is_fenced(sessions):
     a, b = claim(sessions, "http://a:1", LEASE), claim(sessions, "http://b:1", LEASE)
+    began = time.monotonic()  # before the renewal: however slow the steps after it, the lease runs from it
     assert a.heartbeat()
     old = FencedExecutor(FakeExecutor(), a.check)
     # a stops renewing (paused, cut off): b keeps trying and gets the lease after LEASE seconds
-    began = time.monotonic()
-    wait_until(b.heartbeat, 10, interval=0.05, what="the standby to take over")
+    wait_until(b.heartbeat, 60, interval=0.05, what="the standby to take over")
     assert LEASE * 0.8 <= time.monotonic() - began  # not before the lease ran out
     assert b.epoch == 2
     # a comes back still believing it leads: every decision and executor action is refused
@@ -80,10 +87,10 @@ def test_a_leader_that_stops_cleanly_hands_over_at_once(sessions):
 
 
 def test_only_one_of_several_standbys_takes_over(sessions):
-    a = claim(sessions, "http://a:1", LEASE)
+    a = claim(sessions, "http://a:1")
     assert a.heartbeat()
-    others = [claim(sessions, f"http://s{i}:1", LEASE) for i in range(3)]
-    time.sleep(LEASE + 0.2)
+    others = [claim(sessions, f"http://s{i}:1") for i in range(3)]
+    expire(sessions)
     results = {}
     threads = [threading.Thread(target=lambda o=o: results.__setitem__(o.url, o.heartbeat())) for o in others]
     for t in threads:
@@ -150,21 +157,22 @@ def test_a_new_leader_adopts_what_the_old_one_started_and_starts_nothing_twice(s
 def test_a_takeover_waits_for_a_deciding_transaction_to_commit(sessions):
     """The fence locks the lease row, so a standby cannot take over between a leader's check
     and its commit (it would miss a job the leader just started)."""
-    a, b = claim(sessions, "http://a:1", LEASE), claim(sessions, "http://b:1", LEASE)
+    a, b = claim(sessions, "http://a:1"), claim(sessions, "http://b:1")
     assert a.heartbeat()
     took = threading.Event()
     with sessions.begin() as s:
         a.fence(s)
-        time.sleep(LEASE + 0.2)  # the lease expires while the decision is being written
+        # the lease runs out while the decision is being written (seen by others once it commits)
+        s.execute(update(LeaderLease).where(LeaderLease.id == 1).values(expires_at=0.0))
 
         def standby():
-            wait_until(b.heartbeat, 10, interval=0.05)
+            wait_until(b.heartbeat, 60, interval=0.05)
             took.set()
 
         t = threading.Thread(target=standby)
         t.start()
         assert not took.wait(1.0), "the standby took over in the middle of the leader's transaction"
-    t.join(10)
+    t.join(60)
     assert took.is_set() and b.epoch == 2
     with sessions() as s:
         assert s.scalar(select(LeaderLease.server_id)) == b.id
@@ -181,8 +189,8 @@ def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_
     engines = [make_engine(pg_url, name=session_name(who * 16)) for who in ("a", "b")]
     upgrade(engines[0])
     sa_, sb = (make_sessionmaker(e) for e in engines)
-    a = Leadership(sa_, "http://a:1", lease_s=LEASE, server_id="a" * 16)
-    b = Leadership(sb, "http://b:1", lease_s=LEASE, server_id="b" * 16)
+    a = Leadership(sa_, "http://a:1", lease_s=LONG, server_id="a" * 16)
+    b = Leadership(sb, "http://b:1", lease_s=LONG, server_id="b" * 16)
     a.join()
     b.join()
     assert a.heartbeat()
@@ -190,7 +198,8 @@ def test_a_leader_frozen_in_a_decision_has_its_sessions_ended_once_its_lease_is_
     frozen.begin()
     a.fence(frozen)  # ... and a stops here, its transaction open
     frozen.execute(update(Server).where(Server.id == a.id).values(url="decided by a"))
-    wait_until(b.heartbeat, 10, interval=0.1, what="the standby to take over from the frozen leader")
+    expire(sb)  # its lease runs out (the key-share lock it holds lets the row's other columns change)
+    wait_until(b.heartbeat, 60, interval=0.1, what="the standby to take over from the frozen leader")
     assert b.epoch == 2
     with pytest.raises(DBAPIError):  # a wakes up: its session was ended, its decision is lost
         frozen.commit()
