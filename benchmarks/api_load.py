@@ -334,11 +334,13 @@ def run_database(kind: str, a) -> dict:
                 print(row(f"deeppod submitters x16 ({a.submits} submits)", t, took), flush=True)
                 ms = [1000 * (now - was) / max(1, len(t.times)) for now, was in
                       zip((process_cpu(server.proc.pid), cpu_seconds(("postgres",)), sum(os.times()[:2])), cpu)]
-                print(f"  CPU per submit: server {ms[0]:.1f} ms, postgres {ms[1]:.1f} ms, load generator {ms[2]:.1f} ms",
+                print(f"  CPU per submit: server {ms[0]:.1f} ms, postgres {ms[1]:.1f} ms, "
+                      f"load generator {ms[2]:.1f} ms",
                       flush=True)
                 print(row("  /healthz meanwhile", probe, took), flush=True)
                 changes = leader_changes(server.output) - before
-                print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}", flush=True)
+                print(f"  submits/s {len(t.times) / took:.0f}; leadership changes during the burst: {changes}",
+                      flush=True)
                 out["submits"] = (len(t.times) / took, t.errors, changes)
         finally:
             server.stop()

@@ -55,7 +55,8 @@ for _ in range(a.steps):
 if cuda:
     torch.cuda.synchronize()
 dt = time.perf_counter() - t0
-print("DEEPPOD-BENCH " + json.dumps({"rank": int(os.environ.get("RANK", 0)), "images_per_second": a.steps * a.batch_size / dt}),
+print("DEEPPOD-BENCH " + json.dumps({"rank": int(os.environ.get("RANK", 0)),
+                                     "images_per_second": a.steps * a.batch_size / dt}),
       flush=True)
 if world > 1:
     dist.destroy_process_group()

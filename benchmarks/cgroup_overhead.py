@@ -2,7 +2,8 @@
 sandbox with its control group (memory, process and CPU limits: executor/cgroups.py)
 against the same sandbox without one, runs alternated, the median throughput of each.
 
-    sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096] [--cpus N] [--cpu-quota]
+    sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096] [--cpus N]
+    [--cpu-quota]
 
 Needs root (the sandbox switches to another identity); prints both medians and the ratio
 (limited / unlimited; the aim is >= 0.98).

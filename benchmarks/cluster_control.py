@@ -135,7 +135,8 @@ def main() -> None:
         out = {"start_s": start}
         if not args.skip_failover:
             fo = bench_failover(args.failovers, root, args.postgres)
-            print(f"failover, median of {args.failovers}: kill -9 -> standby leads {statistics.median(fo['led']):.2f} s "
+            print(f"failover, median of {args.failovers}: kill -9 -> standby leads {statistics.median(fo['led']):.2f} "
+                  f"s "
                   f"(max {max(fo['led']):.2f}); -> its first decision {statistics.median(fo['decided']):.2f} s "
                   f"(max {max(fo['decided']):.2f}); aim < 10 s")
             out["failover_s"] = fo

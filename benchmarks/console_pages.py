@@ -41,7 +41,8 @@ def fill(home: Path, jobs: int, points: int) -> int:
     sealed.configure((home / "secret.key").read_bytes().strip())  # jobs' env is sealed with the server's key
     engine = make_engine(f"sqlite:///{home / 'deeppod.db'}")
     with engine.begin() as c:
-        c.execute(insert(Job), [{"name": f"resnet-{i % 97}", "tenant_id": 1, "user_id": 1, "command": ["python", "t.py"],
+        c.execute(insert(Job), [{"name": f"resnet-{i % 97}", "tenant_id": 1, "user_id": 1, "command": ["python",
+                                                                                                       "t.py"],
                                  "workdir": "/tmp", "state": JobState.SUCCEEDED if i % 3 else JobState.FAILED,
                                  "gpus_per_worker": 1, "workers": 1 + i % 4} for i in range(jobs)])
         c.execute(insert(Job), [{"name": "long-run", "tenant_id": 1, "user_id": 1, "command": ["python", "t.py"],

@@ -74,7 +74,8 @@ def build_shards(src: Path, out: Path) -> None:
 
 def run_baseline(src: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
     import torch
-    from torchvision import datasets, transforms as T
+    from torchvision import datasets
+    from torchvision import transforms as T
 
     ds = datasets.ImageFolder(str(src), T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
                                                    T.ToTensor()]))

@@ -11,7 +11,8 @@ environment adds is the difference.
 DeepPod runs as a user gets it as root: sandboxed, the build as the tenant in a sandbox. Each
 round is a new tenant (its own empty cache) for DeepPod and a new Ray session with the
 installers' caches off (`--no-cache`) for Ray, so every cold start downloads. Needs the
-package index (PyPI) reachable, and `virtualenv` for Ray's plugins (`pip install virtualenv`). Prints the medians and the ratios (Ray / DeepPod: above 1,
+package index (PyPI) reachable, and `virtualenv` for Ray's plugins (`pip install virtualenv`). Prints the medians and
+the ratios (Ray / DeepPod: above 1,
 DeepPod starts sooner).
 """
 

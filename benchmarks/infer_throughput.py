@@ -253,6 +253,7 @@ def main() -> None:
                 ray, url = start_ray(args.ray_python, home / "artifact", args.cpus_per_replica, args.max_batch,
                                      args.max_wait_ms, home / f"ray-{rnd}.log")
                 check("ray_serve", url, {})
+                systems["ray_serve"] = (url, {})  # this round's Ray Serve: its turns measure it
                 for c in levels:
                     run_all(rnd, ["ray_serve"], c, 1)
                 stop_ray(ray)

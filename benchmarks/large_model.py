@@ -220,7 +220,8 @@ def main() -> None:
             print(Spread.of([r["peak_mb"] / d["peak_mb"] for r, d in zip(runs[world]["fsdp"], runs[world]["ddp"])])
                   .line(f"FSDP / DDP peak memory per worker at {world} workers", aim=aim, higher_is_better=False))
     for world in runs:
-        print(Spread.of([r["samples_per_s"] / d["samples_per_s"] for r, d in zip(runs[world]["fsdp"], runs[world]["ddp"])])
+        print(Spread.of([r["samples_per_s"] / d["samples_per_s"] for r, d in zip(runs[world]["fsdp"],
+                                                                                 runs[world]["ddp"])])
               .line(f"FSDP / DDP throughput at {world} workers", aim=0.9))
     print(meter.line())
     args.out.write_text(json.dumps({"machine": machine(), "device": torch.cuda.get_device_name(0) if cuda else "cpu",

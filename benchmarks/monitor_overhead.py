@@ -46,9 +46,9 @@ def _pg_backends(engine) -> list[int]:
 def sampling_loop(url: str, samples: int) -> dict:
     from deeppod.cluster.gpus import GpuInfo
     from deeppod.cluster.inventory import NodeInfo
+    from deeppod.cluster.readings import FakeGpuSampler, OneNode, PsutilHostSampler
     from deeppod.cluster.service import register_node
     from deeppod.monitor.loop import Monitor
-    from deeppod.cluster.readings import FakeGpuSampler, OneNode, PsutilHostSampler
     from deeppod.monitor.service import Policy, count_rows
     from deeppod.store.db import make_engine, make_sessionmaker
     from deeppod.store.migrate import upgrade

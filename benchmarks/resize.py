@@ -47,8 +47,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from deeppod.bench.spread import LoadMeter, Spread, machine  # noqa: E402
-from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY,  # noqa: E402
-                              SPARE_PARKED, WORLD_ACK, free_port, worker_env)
+from deeppod.contract import (  # noqa: E402
+    ENV_JOINING,
+    ENV_WORLD_FILE,
+    ENV_WORLD_GENERATION,
+    JOINER_READY,
+    SPARE_PARKED,
+    WORLD_ACK,
+    free_port,
+    worker_env,
+)
 from deeppod.executor.base import LaunchSpec, WorkerSpec  # noqa: E402
 from deeppod.executor.local import LocalExecutor  # noqa: E402
 from deeppod.job_folder import JobFolder  # noqa: E402

@@ -293,7 +293,8 @@ def list_raw(key: dict) -> tuple[float, int, bytes]:
     began = time.perf_counter()
     seen, token, first = 0, None, b""
     while True:
-        q = {"list-type": "2", "prefix": "many/", "max-keys": "1000", **({"continuation-token": token} if token else {})}
+        q = {"list-type": "2", "prefix": "many/", "max-keys": "1000",
+             **({"continuation-token": token} if token else {})}
         req = AWSRequest("GET", f"{key['endpoint']}/inbox?{urlencode(q)}")
         S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
         body = http.get(req.url, headers=dict(req.headers), timeout=60).text

@@ -103,7 +103,8 @@ def main() -> None:
             cells.append(f"{h:.2f} ({h / fifo:.2f}x)")
         run = statistics.fmean(j.duration for j in trace if j.gpus <= gpus) / 3600
         print(f"| {gpus} | {fifo:.2f} | {ours:.2f} ({ours / fifo:.2f}x) | {' | '.join(cells)} "
-              f"| {run:.2f} ({run / fifo:.2f}x) | {ours / hours['las+guarantees']:.2f}x | {ours / hours['srpt']:.2f}x |",
+              f"| {run:.2f} ({run / fifo:.2f}x) | {ours / hours['las+guarantees']:.2f}x "
+              f"| {ours / hours['srpt']:.2f}x |",
               flush=True)
 
 

@@ -97,7 +97,8 @@ def main() -> None:
     fmed, fworst = timeit(fifo, snap, a.repeat)
     print(f"snapshot: {a.queued} queued, {len(snap.running)} running, {a.nodes * 8} GPUs "
           f"({sum(len(n.free_gpus) for n in snap.nodes)} free)")
-    print(f"decisions: {len(d.starts)} starts, {len(d.preempts)} preempts, {len(d.resizes)} resizes, {len(d.waits)} waits")
+    print(f"decisions: {len(d.starts)} starts, {len(d.preempts)} preempts, {len(d.resizes)} resizes, {len(d.waits)} "
+          f"waits")
     print(f"deeppod round: median {med:.1f} ms, max {worst:.1f} ms  (aim <= 40 ms at 1,024 GPUs, <= 100 ms at 10,000)")
     print(f"fifo round:    median {fmed:.1f} ms, max {fworst:.1f} ms")
     print(f"ratio deeppod/fifo: {med / fmed:.2f}x the time of a policy that does no sharing at all")

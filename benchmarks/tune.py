@@ -25,7 +25,8 @@ trial at or above the target. The whole search's time and the best accuracy of a
 ran all its epochs are printed too (same final accuracy is part of the aim).
 
     python benchmarks/tune.py [--task digits gratings] [--trials 20] [--parallel 2] [--seeds 1 2 3]
-        [--systems optuna,deeppod,deeppod-reuse] [--pruner asha] [--prune-after 1] [--ray-python /path/to/python-with-ray-tune]
+        [--systems optuna,deeppod,deeppod-reuse] [--pruner asha] [--prune-after 1] [--ray-python
+        /path/to/python-with-ray-tune]
 
 Each seed is a round: every system runs it once, one after another, so a busy moment costs
 them all; the ratio to Optuna is printed per round with its median and worst round (a claim
@@ -65,7 +66,6 @@ def optuna_space(trial, space: dict) -> dict:
 def run_optuna(task: str, trials: int, seed: int, log: str, data: str) -> None:
     """The baseline, in this process: sequential TPE, no pruning."""
     import optuna
-
     import tune_task
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -84,11 +84,10 @@ def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: st
     os.environ["PYTHONPATH"] = str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     import ray
+    import tune_task
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
-
-    import tune_task
 
     def trainable(config):
         trial_id = tune.get_context().get_trial_id()
@@ -119,9 +118,9 @@ def run_ray(task: str, trials: int, parallel: int, seed: int, log: str, data: st
 
 def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: str, data: str,
                 reuse: bool = False, pruner: str = "asha", prune_after: int = 1) -> None:
-    from deeppod import Client
-
     import tune_task
+
+    from deeppod import Client
 
     c = Client(server.url, server.admin_token)
     flags = ["--reuse"] if reuse else \
@@ -131,7 +130,8 @@ def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: s
     c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, "--data", data,
                          *flags],
                         space=space, metric="val_acc", mode="max", trials=trials, parallel=parallel,
-                        sampler="tpe", pruner=pruner, prune_after=prune_after, seed=seed, workdir=str(HERE), reuse=reuse)
+                        sampler="tpe", pruner=pruner, prune_after=prune_after, seed=seed, workdir=str(HERE),
+                        reuse=reuse)
     while (e := c.experiment(name))["state"] in ("running", "stopping"):
         time.sleep(0.5)
     if e["state"] != "completed":

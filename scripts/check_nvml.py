@@ -110,8 +110,8 @@ def main() -> int:
     a = ap.parse_args()
     from deeppod.cluster.gpus import NvmlProbe
     from deeppod.cluster.nvml import Nvml, _bus
-    from deeppod.executor import affinity
     from deeppod.cluster.readings import NvmlSampler
+    from deeppod.executor import affinity
 
     problems: list[str] = []
     ours = NvmlProbe().probe()

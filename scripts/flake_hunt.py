@@ -27,10 +27,16 @@ def start_load(count: int) -> list[subprocess.Popen]:
 
 
 def stop_load(procs: list[subprocess.Popen]) -> None:
+    """End the busy loops (and a round still running: SIGINT first, so pytest ends its own tests' processes)."""
     for p in procs:
         if p.poll() is None:
+            os.kill(p.pid, signal.SIGINT if "pytest" in p.args else signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
             os.kill(p.pid, signal.SIGKILL)
-        p.wait()
+            p.wait()
 
 
 def failures(report: Path) -> list[tuple[str, str]]:
@@ -57,16 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     keep.mkdir(parents=True, exist_ok=True)
     seen: dict[str, list[int]] = defaultdict(list)
     times = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script ends its busy loops too
     load = start_load(args.load)
     try:
         for n in range(1, args.rounds + 1):
             report, log = keep / f"round-{n}.xml", keep / f"round-{n}.log"
             began = time.monotonic()
             with open(log, "wb") as out:
-                code = subprocess.call(
+                run = subprocess.Popen(
                     [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}",
-                     *(["-n", args.workers, "--dist", "loadfile", "--no-loadscope-reorder"] if args.workers != "0" else []),
+                     *(["-n", args.workers, "--dist", "loadfile",
+                        "--no-loadscope-reorder"] if args.workers != "0" else []),
                      *pytest_args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                load.append(run)  # ended with the load if this script is stopped
+                code = run.wait()
             times.append(time.monotonic() - began)
             bad = failures(report) if code else []
             print(f"round {n}/{args.rounds}: exit {code} in {times[-1]:.0f} s, {len(bad)} failed", flush=True)

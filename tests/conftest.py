@@ -6,11 +6,11 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.cluster.gpus import LogicalProbe
 from deeppod.executor.fake import FakeExecutor
 from deeppod.server import bootstrap_admin, build, http_app
 from deeppod.settings import Settings
+from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 from tests.helpers import LiveServer
 

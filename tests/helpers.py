@@ -87,7 +87,7 @@ class LiveServer:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "LiveServer":
+    def start(self) -> LiveServer:
         """Start it and wait until it answers. A port picked for it that another process took
         meanwhile (tests run in parallel) is picked again."""
         for _ in range(3):
@@ -99,7 +99,7 @@ class LiveServer:
                 self.output = self.home / f"server-{self.port}.log"
         return self._start()
 
-    def _start(self) -> "LiveServer":
+    def _start(self) -> LiveServer:
         self.home.mkdir(parents=True, exist_ok=True)
         out = open(self.output, "ab")
         self.proc = subprocess.Popen(
@@ -206,7 +206,7 @@ def wheel(folder, name: str, version: str, value: str):
 IMAGE_PROGRAMS = ("sh", "cat", "id", "ls", "touch")
 
 
-def image_archive(folder, name: str, kind: str = "oci") -> "Path":
+def image_archive(folder, name: str, kind: str = "oci") -> Path:
     """A small container image made here from this machine's sh, cat, id, ls and touch (with
     their libraries), as ``podman save`` (kind "oci"), ``docker save`` ("docker") or
     ``podman export`` ("flat") writes it: two layers, the second replacing /etc/image-release

@@ -1,7 +1,17 @@
 """The job contract shared by the server, the CLI, the SDK and code inside jobs."""
 
-from deeppod.contract import (ACTIVE_STATES, EXIT_RESUME, FINAL_STATES, HOLDING_STATES, JobState, base_environment,
-                              dataset_env_key, describe_exit, reserved, worker_env)
+from deeppod.contract import (
+    ACTIVE_STATES,
+    EXIT_RESUME,
+    FINAL_STATES,
+    HOLDING_STATES,
+    JobState,
+    base_environment,
+    dataset_env_key,
+    describe_exit,
+    reserved,
+    worker_env,
+)
 
 
 def test_every_state_is_either_active_or_final():

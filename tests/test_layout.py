@@ -8,7 +8,8 @@ SRC = ROOT / "src" / "deeppod"
 
 
 def table() -> dict[str, str]:
-    rows = re.findall(r"^\| `([a-z0-9_]+(?:/|\.py))` \| (.+?) \|", (ROOT / "docs" / "architecture.md").read_text(), re.M)
+    rows = re.findall(r"^\| `([a-z0-9_]+(?:/|\.py))` \| (.+?) \|", (ROOT / "docs" / "architecture.md").read_text(),
+                      re.M)
     return dict(rows)
 
 

@@ -1,24 +1,39 @@
 """Every test that starts real servers or processes carries the 'slow' mark."""
 
-import subprocess
-import sys
+import pytest
 
 from tests.helpers import ROOT
 
 
-def collected(*args: str) -> list[str]:
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                       cwd=ROOT, capture_output=True, text=True)
-    assert p.returncode in (0, 5), p.stdout + p.stderr  # 5: nothing selected
-    return [line for line in p.stdout.splitlines() if "::" in line]
+class _Collected:
+    """A plugin that keeps what a collection found: each test's id and whether it is marked slow."""
+
+    def __init__(self):
+        self.items: dict[str, bool] = {}
+
+    def pytest_collection_finish(self, session):
+        self.items = {i.nodeid: i.get_closest_marker("slow") is not None for i in session.items}
+
+
+def collected(*paths: str) -> dict[str, bool]:
+    """Collect ``paths`` in this process, as the suite does (its conftest marks the tests): no
+    interpreter is started, and the test modules are mostly imported already."""
+    found = _Collected()
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(ROOT),
+                        *(str(ROOT / p) for p in paths)], plugins=[found])
+    assert code == 0, f"collecting {paths} failed ({code})"
+    return found.items
 
 
 def test_the_quick_run_starts_no_servers_or_processes():
-    quick = collected("-m", "not slow", "tests/e2e", "tests/cli/test_cli.py", "tests/executor/test_local.py")
+    items = collected("tests/e2e", "tests/cli/test_cli.py", "tests/executor/test_local.py",
+                      "tests/datasets/test_tiers.py")
+    quick = [t for t, slow in items.items() if not slow and not t.startswith("tests/datasets/")]
     assert quick == []
-    slow = collected("-m", "slow", "tests/e2e", "tests/cli", "tests/executor", "tests/datasets/test_tiers.py")
+    slow = [t for t, s in items.items() if s]
     assert any("test_training.py" in t for t in slow) and any("test_cli.py" in t for t in slow)
-    assert any("killed_midway" in t for t in slow)
+    assert any("killed_midway" in t for t in slow)  # test_tiers: by its fixture, not its folder
+    assert not all(items[t] for t in items if t.startswith("tests/datasets/"))  # the others there stay quick
 
 
 def _timeouts(node) -> list[int]:

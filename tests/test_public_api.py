@@ -53,8 +53,9 @@ def test_each_http_status_has_one_error_class_and_one_code():
 @pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
 def test_sdk_rebuilds_every_api_error(cls):
     """What the server's one handler sends comes back as the same class, code and message."""
-    from deeppod.api.errors import error_response
     import json
+
+    from deeppod.api.errors import error_response
 
     sent = cls("what to do next")
     resp = error_response(sent.status, sent.code, sent.message)

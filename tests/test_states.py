@@ -19,7 +19,8 @@ def test_no_state_is_written_as_a_bare_string_in_the_loops_that_set_them():
     code assign members only."""
     values = {s.value for s in (*ExperimentState, *TrialState, *DeploymentState)}
     offenders = []
-    for rel in ("experiments/controller.py", "experiments/service.py", "deployments/rollout.py", "deployments/service.py"):
+    for rel in ("experiments/controller.py", "experiments/service.py", "deployments/rollout.py",
+                "deployments/service.py"):
         tree = ast.parse((ROOT / "src" / "deeppod" / rel).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(

@@ -16,56 +16,57 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sqlalchemy import inspect as sa_inspect, select
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod import memory
+from deeppod.atomic import atomic_write
 from deeppod.audit import service as audit
 from deeppod.audit.log import AuditLog
+from deeppod.auth import tls
 from deeppod.auth.cache import PrincipalCache
 from deeppod.auth.identities import Identities, SystemIdentities
 from deeppod.auth.paths import TenantRoots
-from deeppod.auth import tls
-from deeppod.atomic import atomic_write
 from deeppod.auth.service import bootstrap
 from deeppod.cluster.gpus import GpuProbe, default_probe
 from deeppod.cluster.inventory import NodeInfo, local_node
 from deeppod.cluster.leader import RENEW_S, Leadership, leader_url, session_name, urls_first
+from deeppod.cluster.readings import OneNode, PsutilHostSampler, default_gpu_sampler
 from deeppod.cluster.service import register_node, sync_nodes
 from deeppod.contract import free_port, own_python_first
 from deeppod.datasets import service as datasets
 from deeppod.datasets.ingest import Limits
 from deeppod.datasets.tiers import Tiers
+from deeppod.deployments.balancer import Balancer
+from deeppod.deployments.controller import DeploymentController
+from deeppod.envs import service as envs
+from deeppod.envs.build import Builds
 from deeppod.errors import InvalidRequest
 from deeppod.executor.base import Executor
 from deeppod.executor.fenced import FencedExecutor
 from deeppod.executor.local import LocalExecutor
-from deeppod.deployments.controller import DeploymentController
-from deeppod.deployments.balancer import Balancer
+from deeppod.experiments.controller import ExperimentController
+from deeppod.experiments.service import Launcher
 from deeppod.jobs import retention
-from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs import service as jobs_service
+from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.launch import Isolation
-from deeppod.envs import service as envs
-from deeppod.envs.build import Builds
 from deeppod.jobs.storage import StorageMeter
 from deeppod.loops import run_rounds
 from deeppod.models import artifacts
 from deeppod.models import service as models
+from deeppod.monitor import service as monitoring
+from deeppod.monitor.loop import Monitor
 from deeppod.scheduler import Config
 from deeppod.scheduler.plan import MIN_PIDS
 from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
-from deeppod import memory
 from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of, read_only
 from deeppod.store.migrate import upgrade
 from deeppod.store.models import Deployment, DeploymentKey, Experiment, Job, Node, Tenant, Token, Trial, User
-from deeppod.monitor import service as monitoring
-from deeppod.monitor.loop import Monitor
-from deeppod.cluster.readings import OneNode, PsutilHostSampler, default_gpu_sampler
-from deeppod.experiments.controller import ExperimentController
-from deeppod.experiments.service import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +312,8 @@ def check_cluster_auth(settings: Settings, isolation: Isolation | None, executor
         raise InvalidRequest("this Ray cluster is used without Ray's token authentication, so a sandboxed job on the "
                              "host's network could reach its ports and run code as the Ray nodes' identity: start Ray "
                              "and this server with RAY_AUTH_MODE=token and the cluster's RAY_AUTH_TOKEN "
-                             "(docs/cluster.md), or set DEEPPOD_RAY_WITHOUT_AUTH=1 on a network only trusted users reach")
+                             "(docs/cluster.md), or set DEEPPOD_RAY_WITHOUT_AUTH=1 on a network only trusted users "
+                             "reach")
 
 
 def cluster_nodes(executor: Executor):
@@ -377,7 +379,8 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
     settings = ctx.settings
     threads = [threading.Thread(target=ctx.jobs.run, args=(end, settings.reconcile_interval), name="reconcile",
                                 daemon=True),
-               threading.Thread(target=ctx.experiments.run, args=(end, max(0.5, settings.reconcile_interval)), name="experiments",
+               threading.Thread(target=ctx.experiments.run, args=(end, max(0.5, settings.reconcile_interval)),
+                                name="experiments",
                                 daemon=True),
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]

@@ -261,11 +261,11 @@ class Settings:
             return f"{self.scheme}://{socket.gethostname()}:{self.port}"
         return self.url
 
-    def with_overrides(self, **kw) -> "Settings":
+    def with_overrides(self, **kw) -> Settings:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
     @classmethod
-    def from_env(cls, env: dict | None = None) -> "Settings":
+    def from_env(cls, env: dict | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         defaults = cls()
         return cls(**{f.name: _READERS[f.type](env, env_name(f.name), getattr(defaults, f.name)) for f in fields(cls)})
@@ -297,7 +297,7 @@ class ClientSettings:
 
     @classmethod
     def resolve(cls, url: str | None = None, token: str | None = None, env: dict | None = None, *,
-                ca_cert: str | None = None) -> "ClientSettings":
+                ca_cert: str | None = None) -> ClientSettings:
         import json
 
         env = dict(os.environ if env is None else env)

@@ -105,7 +105,8 @@ def test_a_server_that_does_not_isolate_holds_one_tenant(tmp_path):
     from deeppod.settings import Settings
 
     # what "auto", the default, is where the server is not root
-    ctx = build(Settings(home=tmp_path / "home", isolation="one-tenant"), executor=FakeExecutor(), probe=LogicalProbe(1))
+    ctx = build(Settings(home=tmp_path / "home", isolation="one-tenant"), executor=FakeExecutor(),
+                probe=LogicalProbe(1))
     admin = {"Authorization": f"Bearer {bootstrap_admin(ctx)}"}
     with TestClient(http_app(ctx)) as http:
         r = http.post("/v1/tenants", json={"name": "second"}, headers=admin)

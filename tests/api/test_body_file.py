@@ -46,8 +46,10 @@ def served(tmp_path):
             return
         else:
             seen.append(("ok", size))
-            status, body = 200, f"{'direct' if direct else 'plain'} {size} {hashlib.md5(path.read_bytes()).hexdigest()}".encode()
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"%d" % len(body))]})
+            digest = hashlib.md5(path.read_bytes()).hexdigest()
+            status, body = 200, f"{'direct' if direct else 'plain'} {size} {digest}".encode()
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length",
+                                                                                  b"%d" % len(body))]})
         await send({"type": "http.response.body", "body": body})
 
     with uvicorn_in_thread(app) as port:

@@ -5,8 +5,8 @@ import sys
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from deeppod.monitor.loop import Monitor
 from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
+from deeppod.monitor.loop import Monitor
 
 
 def test_metrics_and_gpu_samples(api, tmp_path):

@@ -61,10 +61,9 @@ def _env_of(api, headers) -> str:
     """A built environment of tenant B's (as a node's cache holds it): its key."""
     import json as _json
 
-    from deeppod.envs.build import ready_file
-
     from sqlalchemy import select
 
+    from deeppod.envs.build import ready_file
     from deeppod.store.models import Tenant
 
     name = api.http.get("/v1/whoami", headers=headers).json()["tenant"]

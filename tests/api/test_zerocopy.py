@@ -19,7 +19,6 @@ from deeppod.api.zerocopy import EXTENSION
 from tests.helpers import uvicorn_in_thread, wait_until
 
 
-
 def _buffered_at_most() -> int:
     """What the sockets between a server and a reader that stops may hold: its send buffer's
     and the reader's receive buffer's largest sizes (2x for the kernel's bookkeeping)."""

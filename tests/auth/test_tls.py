@@ -27,4 +27,5 @@ def test_given_files_are_checked(tmp_path):
     with pytest.raises(InvalidRequest, match="not a PEM certificate"):
         tls.prepare(tmp_path, str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), "", ["127.0.0.1"])
     cert, key, _ = tls.prepare(tmp_path / "made", tls.SELF_SIGNED, "", "", ["127.0.0.1"])
-    assert tls.prepare(tmp_path, str(cert), str(key), "", ["127.0.0.1"]) == (cert, key, None)  # public CA: no trust file
+    # public CA: no trust file
+    assert tls.prepare(tmp_path, str(cert), str(key), "", ["127.0.0.1"]) == (cert, key, None)

@@ -3,8 +3,8 @@
 from rich.console import Console
 
 from deeppod.cli import output
-from deeppod.cli.datasets import pairs
 from deeppod.cli.datadiff import diff_manifests
+from deeppod.cli.datasets import pairs
 
 
 def row(path, label, sha):
@@ -101,7 +101,8 @@ def test_at_80_columns_no_header_or_cell_is_cut_and_the_rest_is_named(monkeypatc
     assert "…" not in text and "127.0.0" not in text  # the address is left out whole, not cut
     assert "hidden at this width: GPU MEMORY, ADDRESS (deeppod -o wide)" in text
     monkeypatch.setattr(output, "WIDE", True)
-    wide = "\n".join(_render(output.nodes_table([NODE, {**NODE, "name": "h100-1", "gpu_memory_mb": 81_559}]), width=200))
+    wide = "\n".join(_render(output.nodes_table([NODE, {**NODE, "name": "h100-1", "gpu_memory_mb": 81_559}]),
+                             width=200))
     assert "127.0.0.1:40123" in wide and "GPU MEMORY" in wide and "79.6G" in wide  # logical slots: "-"
 
 

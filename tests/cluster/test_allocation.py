@@ -4,7 +4,6 @@ PostgreSQL: a member sees other tenants' GPUs as taken, never by which job."""
 from datetime import timedelta
 
 import pytest
-
 from sqlalchemy import select
 
 from deeppod.cluster.allocation import OTHERS, gpu_slots, gpus_over_time

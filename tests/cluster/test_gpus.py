@@ -92,7 +92,8 @@ def test_without_nvlink_calls_the_links_are_unknown(monkeypatch):
 
     for name, value in {"nvmlInit": lambda: None, "nvmlShutdown": lambda: None, "nvmlDeviceGetCount": lambda: 2,
                         "nvmlDeviceGetHandleByIndex": lambda i: i, "nvmlDeviceGetName": lambda h: b"T4",
-                        "nvmlDeviceGetUUID": lambda h: f"GPU-{h}", "nvmlDeviceGetMemoryInfo": lambda h: Memory()}.items():
+                        "nvmlDeviceGetUUID": lambda h: f"GPU-{h}",
+                        "nvmlDeviceGetMemoryInfo": lambda h: Memory()}.items():
         monkeypatch.setattr(pynvml, name, value)
 
     def unsupported(*a):

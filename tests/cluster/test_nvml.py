@@ -10,7 +10,8 @@ import pytest
 from deeppod.cluster.readings import NoGpus, default_gpu_sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU here")
-FIELDS = "index,memory.used,memory.total,temperature.gpu,power.draw,utilization.gpu,ecc.errors.uncorrected.volatile.total"
+FIELDS = ("index,memory.used,memory.total,temperature.gpu,power.draw,utilization.gpu,"
+          "ecc.errors.uncorrected.volatile.total")
 
 
 def _smi() -> dict[int, dict]:

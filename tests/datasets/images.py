@@ -11,7 +11,8 @@ def image_bytes(seed: int, size=(48, 40), fmt: str = "JPEG", mode: str = "RGB") 
     from PIL import Image
 
     rng = random.Random(seed)
-    im = Image.new(mode, size, tuple(rng.randrange(256) for _ in range(len(mode))) if mode != "L" else rng.randrange(256))
+    im = Image.new(mode, size,
+                   tuple(rng.randrange(256) for _ in range(len(mode))) if mode != "L" else rng.randrange(256))
     px = im.load()
     for _ in range(60):
         x, y = rng.randrange(size[0]), rng.randrange(size[1])

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from deeppod.runtime.data import ShardReader, iter_shard
 from deeppod.errors import InvalidRequest
+from deeppod.runtime.data import ShardReader, iter_shard
 from deeppod.sdk.sources import open_source
 from tests.datasets.images import class_folders, image_bytes, truncated_jpeg
 

@@ -3,8 +3,8 @@
 
 import pytest
 
-from tests.datasets.images import image_bytes
 from deeppod.contract import free_port
+from tests.datasets.images import image_bytes
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")

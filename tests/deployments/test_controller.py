@@ -5,10 +5,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from deeppod.contract import JobState
-from deeppod.deployments.controller import DeploymentController, HttpHealth
 from deeppod.deployments.balancer import Balancer
-from tests.deployments.test_service import deployed, replica_jobs  # noqa: F401 (a fixture)
+from deeppod.deployments.controller import DeploymentController, HttpHealth
 from deeppod.store.models import Job
+from tests.deployments.test_service import replica_jobs
 
 
 def test_health_checks_reuse_one_connection():

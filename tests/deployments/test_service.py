@@ -2,11 +2,11 @@
 
 import pytest
 
-from deeppod.models import service as model_service
 from deeppod.deployments import service
-from deeppod.serve import replica
-from deeppod.deployments.controller import DeploymentController
 from deeppod.deployments.balancer import Balancer
+from deeppod.deployments.controller import DeploymentController
+from deeppod.models import service as model_service
+from deeppod.serve import replica
 from deeppod.store.models import Job
 from tests.fixtures import populate
 from tests.models.test_service import artifact

@@ -66,7 +66,8 @@ def test_requests_share_one_kept_alive_connection_and_answers_come_back_whole(re
 
     replies, bad, chunked = asyncio.run(go())
     assert [r.status for r in replies] == [200, 200, 200]
-    assert [r.body for r in replies] == [b'{"ok": true, "n": 10}', b'{"ok": true, "n": 100000}', b'{"ok": true, "n": 3}']
+    assert [r.body for r in replies] == [b'{"ok": true, "n": 10}', b'{"ok": true, "n": 100000}',
+                                         b'{"ok": true, "n": 3}']
     assert replies[0].headers["content-type"] == "application/json"
     assert bad.status == 422 and chunked.body == b"hello"
     assert seen["connections"] == 1

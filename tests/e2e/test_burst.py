@@ -113,7 +113,8 @@ def test_a_queue_bursts_onto_cloud_nodes_that_leave_when_idle(server, tmp_path):
 
     # the broken type's nodes never join: the job waiting for them says so, with the autoscaler's word
     # the autoscaler's word is read every few seconds (cluster/burst.NOTES_S), so it can follow "have not joined"
-    wait_until(lambda: all(w in robotics.job(stuck["id"])["reason"] for w in ("have not joined", "the autoscaler says")),
+    wait_until(lambda: all(w in robotics.job(stuck["id"])["reason"] for w in ("have not joined",
+                                                                              "the autoscaler says")),
                60, what="the robotics job to report burst nodes that did not join, with the autoscaler's word")
     why = robotics.job(stuck["id"])["reason"]
     assert "broken" in why and "the autoscaler says" in why and "keeps trying" in why, why

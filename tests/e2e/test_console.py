@@ -1,5 +1,6 @@
 """The web console in a real browser against a real server: sign in, ingest a zip and browse
-its gallery, train the built-in trainer from its form and watch its charts gain points while it runs, stop and resume it,
+its gallery, train the built-in trainer from its form and watch its charts gain points while it runs, stop and resume
+it,
 bad input shown next to the field, compare, promote, deploy and predict from the test form,
 label images with the deployed model's proposals and save a version, and a tenant's console
 showing nothing of another's."""
@@ -14,7 +15,7 @@ import pytest
 from deeppod import Client
 from deeppod.runtime.trainers.command import image_classifier as trainer_command
 from deeppod.runtime.trainers.digits import write_digits
-from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
+from tests.e2e.browser import shot, sign_in
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,8 @@ def test_ingest_a_zip_from_the_browser_and_browse_it(server, browser, tmp_path):
     assert "scan.jpg" in page.inner_text("#quarantine")
     assert page.locator("#class-stats tr").count() == 10
     page.evaluate("document.querySelector('#gallery figure:last-child').scrollIntoView()")  # lazy thumbnails
-    page.wait_for_function("[...document.querySelectorAll('#gallery img')].every(i => i.complete && i.naturalWidth > 0)")
+    page.wait_for_function("[...document.querySelectorAll('#gallery img')]"
+                           ".every(i => i.complete && i.naturalWidth > 0)")
     page.evaluate("window.scrollTo(0, 0)")
     shot(page, "dataset")
     page.click("#class-stats >> text=3")
@@ -226,7 +228,8 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     # each metric is better in its own direction: v2's higher accuracy and its lower loss
     better = page.eval_on_selector_all(
         "#side-by-side tr[data-metric]", "rows => Object.fromEntries(rows.map(r => [r.dataset.metric, "
-        "[...r.querySelectorAll('td')].slice(1).map(td => [parseFloat(td.innerText), td.classList.contains('better')])]))")
+        "[...r.querySelectorAll('td')].slice(1).map(td => [parseFloat(td.innerText), "
+                                       "td.classList.contains('better')])]))")
     (acc1, _), (acc2, acc2_wins) = better["val_accuracy"]
     (loss1, loss1_wins), (loss2, loss2_wins) = better["val_loss"]
     assert acc2 > acc1 and acc2_wins and loss2 < loss1 and loss2_wins and not loss1_wins, better
@@ -331,7 +334,8 @@ def test_an_admin_sizes_a_cluster_and_sees_the_wait_fall_with_its_size(server, b
     page.wait_for_selector("#size-chart .uplot")
     assert "users=20" in page.url  # an answer's address can be kept and shared
     gpus = int(page.inner_text('[data-value="gpus"]'))
-    xs, p95 = page.evaluate("() => { const d = document.getElementById('size-chart').uplot.data; return [d[0], d[1]]; }")
+    xs, p95 = page.evaluate("() => { const d = document.getElementById('size-chart').uplot.data; "
+                            "return [d[0], d[1]]; }")
     assert gpus in xs and len(xs) >= 3 and p95 == sorted(p95, reverse=True)  # more GPUs, no longer a wait
     assert page.locator("#size-why li").count() >= 4
     shot(page, "size")

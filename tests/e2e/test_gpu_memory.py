@@ -10,7 +10,7 @@ import pytest
 
 from deeppod import Client
 from tests.datasets.images import class_folders
-from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (browser: a fixture)
+from tests.e2e.browser import shot, sign_in
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from deeppod import Client
 from deeppod.executor import sandbox
-from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 (fixture)
+from tests.e2e.browser import shot, sign_in
 from tests.helpers import LiveServer, image_archive
 
 pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))

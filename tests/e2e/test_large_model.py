@@ -51,7 +51,8 @@ def test_a_model_larger_than_a_worker_trains_sharded_and_ddp_is_refused(server, 
     base = ["train", "image-classifier", "--dataset", "shapes", *TRAIN, "-n", "2", "--memory", MEMORY]
 
     refused = server.cli(tmp_path, *base, "--strategy", "ddp", check=False)
-    assert refused.returncode == 2 and "resnet101 does not fit in 1,200 MiB per worker" in refused.stderr, refused.stderr
+    assert refused.returncode == 2, refused.stderr
+    assert "resnet101 does not fit in 1,200 MiB per worker" in refused.stderr, refused.stderr
     assert "ddp at 2 workers" in refused.stderr and "optimizer" in refused.stderr
 
     out = server.cli(tmp_path, *base).stdout

@@ -10,8 +10,17 @@ import time
 
 import pytest
 
-from deeppod.contract import (ENV_JOINING, ENV_WORLD_FILE, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK,
-                              SPARE_PARKED, WORLD_ACK, free_port, worker_env)
+from deeppod.contract import (
+    ENV_JOINING,
+    ENV_WORLD_FILE,
+    ENV_WORLD_GENERATION,
+    JOINER_READY,
+    RESIZABLE_MARK,
+    SPARE_PARKED,
+    WORLD_ACK,
+    free_port,
+    worker_env,
+)
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor
 from deeppod.job_folder import JobFolder

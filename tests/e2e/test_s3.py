@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from PIL import Image
 
 from deeppod import Client
-from tests.e2e.browser import browser, shot, sign_in  # noqa: F401 - browser: a fixture
+from tests.e2e.browser import shot, sign_in
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,8 @@ def s3(key, **config):
 
 def aws(key, *args, cwd=None):
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key["key_id"], "AWS_SECRET_ACCESS_KEY": key["secret"],
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
+           "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
     p = subprocess.run([sys.executable, "-m", "awscli", "--endpoint-url", key["endpoint"], *args], env=env,
                        capture_output=True, text=True, timeout=120, cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -133,7 +133,8 @@ def test_register_compare_promote_deploy_predict(flow):
     # JSON: base64 images and tensors give the same answers
     import base64
 
-    r = httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict", json={"images": [base64.b64encode(images[0]).decode()],
+    r = httpx.post(f"{server.url}/v1/deployments/{MODEL}/predict",
+                   json={"images": [base64.b64encode(images[0]).decode()],
                    "top_k": 2}, headers={"Authorization": f"Bearer {server.admin_token}"})
     assert r.status_code == 200 and r.json()["predictions"][0]["label"] == direct[0]["label"]
     from deeppod.runtime.data import normalize

@@ -200,7 +200,8 @@ def test_a_stop_after_an_epochs_last_step_resumes_into_the_next_epoch(tmp_path, 
     common = small_args(version, tmp_path / "records", epochs=2, delay=0) + ["--output", str(tmp_path / "model")]
     first = subprocess.run(TRAINER + common + ["--max-steps", str(per_epoch)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0 and f"stopping at epoch 0 step {per_epoch}" in first.stdout, first.stdout + first.stderr
+    out = first.stdout + first.stderr
+    assert first.returncode == 0 and f"stopping at epoch 0 step {per_epoch}" in first.stdout, out
     again = subprocess.run(TRAINER + common, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resuming at epoch 0 step {per_epoch}" in again.stdout and "epoch 0: loss - val_accuracy" in again.stdout

@@ -27,7 +27,8 @@ def _ran(server, job_ids) -> dict[int, int]:
 
 def _search(c, name, tmp_path, reuse):
     c.create_experiment(name, [sys.executable, TRIAL], workdir=str(tmp_path),
-                        space={"x": {"type": "float", "low": 0.0, "high": 1.0, "env_only": True}}, metric="score", trials=8,
+                        space={"x": {"type": "float", "low": 0.0, "high": 1.0,
+                                     "env_only": True}}, metric="score", trials=8,
                         parallel=2, sampler="random", pruner="median", seed=5, reuse=reuse)
     done = wait_until(lambda: (e := c.experiment(name))["state"] not in ("running", "stopping") and e,
                       240, interval=0.5, what=f"search {name} to end")
@@ -73,7 +74,8 @@ def test_promotion_pauses_trials_in_their_process_and_goes_on_where_they_stopped
     assert done["state"] == "completed", done["reason"]
     rows = {t["number"]: t for t in done["trial_table"]}
     jobs = {t["job_id"] for t in rows.values()}
-    logs = "\n".join(p.read_text(errors="replace") for j in jobs for p in (server.home / "jobs" / str(j)).rglob("*.log"))
+    logs = "\n".join(p.read_text(errors="replace") for j in jobs
+                     for p in (server.home / "jobs" / str(j)).rglob("*.log"))
     starts = [(int(n), int(pid), int(s)) for n, pid, s in re.findall(r"^trial (\d+) pid (\d+) x \S+ from step (\d+)",
                                                                        logs, re.M)]
     paused = [(int(n), int(s)) for n, s in re.findall(r"^trial (\d+) paused at step (\d+)", logs, re.M)]

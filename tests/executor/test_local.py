@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-
 from deeppod.contract import worker_env
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor, process_start_time
@@ -61,7 +60,8 @@ def test_a_restarted_server_finds_the_run_it_launched_and_no_other(tmp_path):
                              workdir=str(tmp_path), workers=[WorkerSpec(0, "n", env)], grace_seconds=1.0,
                              run="2026-12-03T15:00:00+00:00"))
     try:
-        assert LocalExecutor().find(1, tmp_path / "job", "2026-12-03T16:00:00+00:00") is None  # a later run: never launched
+        # a later run: never launched
+        assert LocalExecutor().find(1, tmp_path / "job", "2026-12-03T16:00:00+00:00") is None
         found = LocalExecutor().find(1, tmp_path / "job", "2026-12-03T15:00:00+00:00")  # a new server's executor
         assert found is not None
         wait_until(lambda: not LocalExecutor().poll(found).finished and (tmp_path / "job/supervisor.json").exists(), 30)
@@ -238,8 +238,7 @@ def test_a_grow_hands_the_new_worker_to_a_warm_spare(tmp_path, spare_job):
     mark = ckpt / ".spare-parked-0"
     wait_until(mark.exists, 60, what="the spare to park")
     spare_pid = int(mark.read_text())
-    workers = json.loads((tmp_path / "job/workers.json").read_text())
-    assert workers["spare-0"] == spare_pid  # a vanished supervisor's strays include it
+    assert pid_recorded(tmp_path, "spare-0") == spare_pid  # a vanished supervisor's strays include it
     ex.add_workers(h, [WorkerSpec(1, "n", {**env, "RANK": "1"})], 1)
     log = tmp_path / "job/logs/rank-1.log"
     wait_until(lambda: "rank 1 pid" in log.read_text() if log.exists() else False, 30, what="rank 1 to run")
@@ -313,7 +312,8 @@ def test_a_spare_still_starting_is_handed_the_worker_and_runs_it_once_it_parks(t
     assert grow_to_rank_1(tmp_path, ex, h, env) == (f"deeppod: rank 1 starts from spare still starting 0 "
                                                     f"(pid {spare_pid})\nrank 1 pid {spare_pid}\n")
     assert pid_recorded(tmp_path, "1") == spare_pid
-    assert "spare-0" not in json.loads((tmp_path / "job/workers.json").read_text())
+    wait_until(lambda: "spare-0" not in json.loads((tmp_path / "job/workers.json").read_text()), 30,
+               what="the spare's pid to be taken off once it is rank 1")
     (tmp_path / "done").write_text("")
     st = finished(ex, h)
     assert st.exit_codes == {0: 0, 1: 0}

@@ -67,7 +67,7 @@ def test_only_the_forwarded_api_is_reachable_from_the_jobs_network():
     _echo(api, b"api:")
     _echo(victim, b"victim:")
     abstract = socket.socket(socket.AF_UNIX)
-    abstract.bind("\0deeppod-test-abstract-%d" % os.getpid())  # no permissions: only a namespace keeps it apart
+    abstract.bind(f"\0deeppod-test-abstract-{os.getpid()}")  # no permissions: only a namespace keeps it apart
     abstract.listen()
     net = JobNetwork.start([Forward(17447, "127.0.0.1", api_port)])
     try:
@@ -77,7 +77,7 @@ def test_only_the_forwarded_api_is_reachable_from_the_jobs_network():
 
         def unix():
             with socket.socket(socket.AF_UNIX) as u:
-                u.connect("\0deeppod-test-abstract-%d" % os.getpid())
+                u.connect(f"\0deeppod-test-abstract-{os.getpid()}")
                 return "reached"
         assert _inside(net, unix).startswith("raised")
 

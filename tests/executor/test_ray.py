@@ -11,9 +11,8 @@ import time
 import pytest
 
 from deeppod import Client
-from tests.helpers import LiveServer, wait_until  # noqa: F401
-
 from deeppod.bench.ray_cluster import LocalRayCluster
+from tests.helpers import LiveServer, wait_until  # noqa: F401
 
 ray = pytest.importorskip("ray")
 
@@ -138,7 +137,8 @@ def test_a_restarted_server_readopts_a_job_running_on_ray_nodes(server, cluster,
 
 def test_a_node_that_dies_under_a_job_requeues_it_to_resume_on_the_nodes_left(server, cluster, tmp_path,
                                                                                monkeypatch):
-    c, job, ckpt = _stepping(server, tmp_path, monkeypatch, steps=40, step_s=0.25, after=4)  # 10 s of steps, a checkpoint at each
+    # 10 s of steps, a checkpoint at each
+    c, job, ckpt = _stepping(server, tmp_path, monkeypatch, steps=40, step_s=0.25, after=4)
     first = c.job(job["id"])
     placed = [w["node"] for w in first["allocation"]["workers"]]
     doomed = placed[1]

@@ -130,7 +130,8 @@ def test_a_writable_folder_reached_through_a_link_is_not_bound(tmp_path):
     os.unlink(tmp_path / "mine")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "own").write_text("")
-    p = in_sandbox(tmp_path / "again", "import os; print(os.listdir('/x'))", binds=[[str(tmp_path / "mine"), "/x", True]])
+    p = in_sandbox(tmp_path / "again", "import os; print(os.listdir('/x'))", binds=[[str(tmp_path / "mine"), "/x",
+                                                                                     True]])
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 0 and "['own']" in out, out
 

@@ -10,14 +10,14 @@ from sqlalchemy import func, select
 from deeppod.contract import HOLDING_STATES
 from deeppod.errors import Conflict, InvalidRequest
 from deeppod.executor.fake import FakeExecutor
-from deeppod.jobs import metrics
-from deeppod.jobs.controller import JobController
-from deeppod.states import ACTIVE_EXPERIMENTS
-from deeppod.jobs.service import JobRequest, submit
-from deeppod.plans.service import apply_plan
-from deeppod.store.models import Experiment, Job, ModelVersion, Trial
 from deeppod.experiments import service
 from deeppod.experiments.controller import ExperimentController
+from deeppod.jobs import metrics
+from deeppod.jobs.controller import JobController
+from deeppod.jobs.service import JobRequest, submit
+from deeppod.plans.service import apply_plan
+from deeppod.states import ACTIVE_EXPERIMENTS
+from deeppod.store.models import Experiment, Job, ModelVersion, Trial
 from tests.fixtures import populate
 from tests.models.test_service import artifact
 

@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 
 from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_PARAMS
 from deeppod.errors import InvalidRequest, NotFound
+from deeppod.experiments import service
 from deeppod.jobs import metrics
 from deeppod.store.models import Job, JobMetric, Trial
-from deeppod.experiments import service
 from tests.experiments.test_controller import Harness, rising
 from tests.fixtures import submit_job
 

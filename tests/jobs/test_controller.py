@@ -213,7 +213,8 @@ def test_a_stop_whose_worker_outlived_its_grace_says_it_was_killed(sessions, wor
     j = _stop_with_checkpoint(sessions, world, rec, tmp_path, killed)
     assert j.state == "stopped", j.reason
     assert j.reason == ("stopped by alice; checkpoint saved at step 40; rank 0 was killed (SIGKILL) before it "
-                        f"exited: a stop gives a job {j.grace_seconds:g} s after SIGTERM (its grace: --grace of deeppod submit "
+                        f"exited: a stop gives a job {j.grace_seconds:g} s after SIGTERM (its grace: --grace of "
+                        f"deeppod submit "
                         "and deeppod train, or grace_seconds in the API)")
 
 

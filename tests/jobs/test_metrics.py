@@ -146,7 +146,8 @@ def test_a_resumed_run_replaces_the_steps_it_reports_again(api, tmp_path):
     """A job that restarted from its checkpoint at step 2 reports steps 3.. again: one timeline,
     the last run's value at each step, nothing from the lost steps after it."""
     jid = submit(api, tmp_path, api.admin)
-    assert post(api, api.admin, jid, [{"step": s, "metrics": {"loss": 10.0 - s}} for s in range(1, 6)]).status_code == 202
+    assert post(api, api.admin, jid, [{"step": s, "metrics": {"loss": 10.0 - s}} for s in range(1,
+                                                                                                6)]).status_code == 202
     assert post(api, api.admin, jid, [{"step": s, "metrics": {"loss": 100.0 + s}} for s in (3, 4)]).status_code == 202
     loss = api.http.get(f"/v1/jobs/{jid}/metrics", headers=api.as_(api.admin)).json()["metrics"]["loss"]
     assert loss["series"] == [[1, 9.0], [2, 8.0], [3, 103.0], [4, 104.0]]

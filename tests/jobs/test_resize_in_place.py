@@ -8,17 +8,17 @@ import time
 
 import pytest
 
-from deeppod.contract import (ENV_JOINING, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK, RESTART_MARK,
-                              WORLD_ACK)
+from deeppod.contract import ENV_JOINING, ENV_WORLD_GENERATION, JOINER_READY, RESIZABLE_MARK, RESTART_MARK, WORLD_ACK
 from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
+from deeppod.job_folder import JobFolder
 from deeppod.jobs import service
 from deeppod.jobs.controller import JobController
-from deeppod.job_folder import JobFolder
 from deeppod.jobs.resize import IN_PLACE_TIMEOUT_S
 from deeppod.plans.service import apply_plan
 from deeppod.scheduler import Config
-from tests.fixtures import Clock, load_job, populate, submit_job as submit
+from tests.fixtures import Clock, load_job, populate
+from tests.fixtures import submit_job as submit
 from tests.helpers import wait_until
 
 
@@ -142,7 +142,8 @@ def test_a_grow_in_place_starts_joiners_with_the_new_world(sessions, world, rec,
     [(generation, joiners)] = rec.executor.added[job]
     assert generation == 1 and [w.rank for w in joiners] == [2, 3] and {w.node_cpus for w in joiners} == {8}
     env = joiners[0].env
-    assert (env["WORLD_SIZE"], env[ENV_JOINING], env[ENV_WORLD_GENERATION], env["MASTER_PORT"]) == ("4", "1", "1", "29500")
+    assert (env["WORLD_SIZE"], env[ENV_JOINING], env[ENV_WORLD_GENERATION], env["MASTER_PORT"]) == ("4", "1", "1",
+                                                                                                    "29500")
     assert env["CUDA_VISIBLE_DEVICES"] != rec.executor.launched[job].workers[0].env["CUDA_VISIBLE_DEVICES"]
     # the running workers are told only once the joiners are ready: they train meanwhile
     rec.tick()

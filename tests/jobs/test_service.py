@@ -120,9 +120,9 @@ def test_a_resumed_jobs_run_time_counts_every_run(sessions, tmp_path):
     and none of the time it waited in between."""
     from datetime import timedelta
 
-    from deeppod.jobs.service import run_seconds
     from deeppod.executor.fake import FakeExecutor
     from deeppod.jobs.controller import JobController
+    from deeppod.jobs.service import run_seconds
     from deeppod.store.models import utcnow
     from tests.fixtures import submit_job
 

@@ -57,11 +57,13 @@ def test_register_from_a_job_copies_the_artifact_with_lineage(env):
     with sessions.begin() as s:
         model, v = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, job_id=job_id, aliases=["staging"])
         assert v.version == 1 and model.aliases == {"staging": 1}
-        assert v.lineage["job_id"] == job_id and v.lineage["dataset"] == "pets@2" and v.lineage["datasets"] == ["pets@2"]
+        assert v.lineage["job_id"] == job_id
+        assert v.lineage["dataset"] == "pets@2" and v.lineage["datasets"] == ["pets@2"]
         assert v.lineage["command"] == ["python", "-m", "trainer"] and v.metrics["val_accuracy"] == 0.9
         assert (root / v.key / "model.pt2").read_bytes() == b"program" and len(v.sha256) == 64
     with sessions.begin() as s:
-        _, v2 = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(jobs_dir / str(job_id) / "model"))
+        _, v2 = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir,
+                                 path=str(jobs_dir / str(job_id) / "model"))
         assert v2.version == 2
         m, latest = service.get_version(s, ana, "pets")
         assert latest.version == 2 and service.get_version(s, ana, "pets@staging")[1].version == 1

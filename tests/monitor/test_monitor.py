@@ -5,13 +5,13 @@ storage bounded by roll-ups and retention."""
 import pytest
 from sqlalchemy import select
 
+from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
 from deeppod.errors import NotFound
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.service import list_events
 from deeppod.monitor import service
 from deeppod.monitor.loop import Monitor
-from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
 from deeppod.store.models import GpuSample, HostSample, Job, Node
 from tests.fixtures import populate, submit_job
 

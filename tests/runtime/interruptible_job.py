@@ -15,12 +15,12 @@ import sys
 import time
 
 import torch
+from probe_blocks import blocks  # beside this script
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from deeppod import runtime
 from deeppod.contract import ENV_WORLD_FILE
 from deeppod.runtime.resize import POLL_S
-from probe_blocks import blocks  # beside this script
 
 STEPS = 4
 out = sys.argv[1]

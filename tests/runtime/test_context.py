@@ -25,7 +25,8 @@ def test_wait_for_store_returns_as_soon_as_the_store_listens():
     wait_for_store("127.0.0.1", port, 10)
     done = time.monotonic()
     t.join(5)
-    assert opened and 0 <= done - opened[0] < 2.0  # it polls: it does not wait out its 10 s (the poll's pace: a benchmark's)
+    # it polls: it does not wait out its 10 s (the poll's pace: a benchmark's)
+    assert opened and 0 <= done - opened[0] < 2.0
 
 
 def test_wait_for_store_gives_up_at_its_timeout():

@@ -12,8 +12,17 @@ import torch
 from deeppod.datasets.ingest import Limits, build
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy
-from deeppod.runtime.data import (ImageDataset, ShardReader, center_box, dataset_path, decode_crop, loader,
-                                  normalize, random_resized_crop_box, stop_safe_loader)
+from deeppod.runtime.data import (
+    ImageDataset,
+    ShardReader,
+    center_box,
+    dataset_path,
+    decode_crop,
+    loader,
+    normalize,
+    random_resized_crop_box,
+    stop_safe_loader,
+)
 from deeppod.runtime.sampler import ElasticSampler
 from tests.datasets.images import class_folders, image_bytes
 
@@ -74,8 +83,9 @@ def test_splits(version):
 
 
 def test_draft_decoding_matches_a_full_decode_closely():
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     data = image_bytes(3, (900, 700))
     box = (10, 20, 880, 660)
@@ -117,9 +127,7 @@ def _photo(seed: int, size=(517, 389), subsampling: str = "4:2:0", mode: str = "
     import io
 
     import numpy as np
-    from PIL import Image
-
-    from PIL import ImageFilter
+    from PIL import Image, ImageFilter
 
     rng = np.random.default_rng(seed)
     arr = (rng.random((size[1], size[0], 3)) * 255).astype("uint8")

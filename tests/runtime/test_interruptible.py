@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from deeppod.contract import ENV_WORLD_FILE, free_port
-from deeppod.runtime.context import JobContext
 from deeppod.errors import StepAbandoned
+from deeppod.runtime.context import JobContext
 from deeppod.runtime.resize import POLL_S, RESIZE, Resizer, _blocks
 from tests.runtime.probe_blocks import Backward, blocks
 

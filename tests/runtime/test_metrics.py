@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
+from deeppod.contract import free_port
 from deeppod.runtime.metrics import Reporter, histogram
 from deeppod.runtime.tensorboard import read_records
-from deeppod.contract import free_port
 from tests.helpers import wait_until
 
 
@@ -244,7 +244,8 @@ def test_a_stopping_process_waits_for_the_control_plane_only_within_its_grace(tm
         began = time.monotonic()
         rep.close()
         took = time.monotonic() - began
-        assert took < metrics.SEND_TIMEOUT_S - 2, took  # 2 s (6 s less the margin): not EXIT_WAIT_S, nor one send's 10 s
+        # 2 s (6 s less the margin): not EXIT_WAIT_S, nor one send's 10 s
+        assert took < metrics.SEND_TIMEOUT_S - 2, took
         lines = (tmp_path / METRICS_SPOOL).read_text().splitlines()
         assert [json.loads(line)["step"] for line in lines] == list(range(5))
     finally:

@@ -11,8 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from deeppod.contract import (ENV_CHECKPOINT_DIR, ENV_JOINING, ENV_RESIZE_TIMEOUT, ENV_WORLD_FILE,
-                              ENV_WORLD_GENERATION, EXIT_RESUME, JOINER_READY, RESIZABLE_MARK, WORLD_ACK, free_port)
+from deeppod.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_JOINING,
+    ENV_RESIZE_TIMEOUT,
+    ENV_WORLD_FILE,
+    ENV_WORLD_GENERATION,
+    EXIT_RESUME,
+    JOINER_READY,
+    RESIZABLE_MARK,
+    WORLD_ACK,
+    free_port,
+)
 
 JOB = Path(__file__).with_name("resize_job.py")
 N, BATCH = 96, 2

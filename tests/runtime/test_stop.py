@@ -1,6 +1,7 @@
 """runtime.StopGuard: a stop that finds the loop in a step longer than the grace still ends
 with the last completed step saved, well inside the grace, and exit code 75."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -128,3 +129,46 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+NATIVE_THREAD_AT_EXIT = textwrap.dedent("""
+    import atexit, sys, threading
+    import torch
+    from deeppod.runtime import stop
+
+    a = torch.randn(400, 400)
+    out = open(sys.argv[1], "w")
+    out.write("written, never closed")
+    started = threading.Event()
+
+    def in_a_library():  # a thread inside native code (the GIL released) when the process ends
+        started.set()
+        while True:
+            torch.mm(a, a)
+
+    def finishing():  # a non-daemon thread: an exit waits for it
+        started.wait()
+        with open(sys.argv[2], "w") as f:
+            f.write("finished")
+
+    threading.Thread(target=in_a_library, daemon=True).start()
+    threading.Thread(target=finishing).start()
+    started.wait()
+    atexit.register(lambda: print("atexit ran", flush=True))
+    stop.exit_for_resume()
+""")
+
+
+def test_a_stop_ends_with_75_while_a_thread_is_inside_a_native_library(tmp_path):
+    """The interpreter's teardown ends a thread that comes back from native code with
+    pthread_exit, which C++ frames cannot unwind through: with sys.exit this process aborts
+    (SIGABRT, "terminate called without an active exception") every time, as a gloo rank did at
+    a stop now and then (issue 69). exit_for_resume ends the process after what an exit owes
+    the job: atexit handlers, non-daemon threads, its open files flushed."""
+    opened, finished = tmp_path / "opened.txt", tmp_path / "finished.txt"
+    p = subprocess.run([sys.executable, "-c", NATIVE_THREAD_AT_EXIT, str(opened), str(finished)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert p.returncode == EXIT_RESUME, p.stderr
+    assert "terminate called" not in p.stderr and "Fatal Python error" not in p.stderr, p.stderr
+    assert p.stdout == "atexit ran\n"
+    assert opened.read_text() == "written, never closed" and finished.read_text() == "finished"

@@ -41,7 +41,8 @@ def test_sharding_divides_what_every_worker_keeps():
     assert two.parts["optimizer"] == round(2 * 4 * s.params // 2 / MB)
     sgd = memory.estimate(s, strategy="ddp", workers=2, **{**how, "optimizer": "sgd"})
     assert sgd.parts["optimizer"] == 0
-    ac = memory.estimate(s, strategy="fsdp", workers=2, activation_checkpointing=True, **{**how, "per_worker_batch": 64})
+    ac = memory.estimate(s, strategy="fsdp", workers=2, activation_checkpointing=True, **{**how,
+                                                                                          "per_worker_batch": 64})
     assert ac.parts["activations"] < memory.estimate(s, strategy="fsdp", workers=2, **{**how, "per_worker_batch": 64}
                                                      ).parts["activations"]
     assert "fsdp at 2 workers" in two.text() and "weight shards" in two.text()

@@ -27,7 +27,8 @@ def images(tmp_path_factory):
     for c in range(3):
         (root / f"c{c}").mkdir()
         for i in range(30):
-            Image.fromarray((rng.random((16, 16, 3)) * 80 + c * 60).astype("uint8")).save(root / f"c{c}" / f"{c}_{i}.png")
+            Image.fromarray((rng.random((16, 16,
+                                         3)) * 80 + c * 60).astype("uint8")).save(root / f"c{c}" / f"{c}_{i}.png")
     assert len(split(scan(root)[1], 0.22)[0]) == 69
     return root
 

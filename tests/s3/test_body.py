@@ -4,7 +4,7 @@ trailing checksum are checked against what arrived."""
 
 import base64
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -21,14 +21,15 @@ CHUNKS = [("10000", "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a2
 
 
 def example():
-    headers = {"host": "s3.amazonaws.com", "x-amz-date": "20130524T000000Z", "x-amz-storage-class": "REDUCED_REDUNDANCY",
+    headers = {"host": "s3.amazonaws.com", "x-amz-date": "20130524T000000Z",
+               "x-amz-storage-class": "REDUCED_REDUNDANCY",
                "x-amz-content-sha256": sigv4.STREAMING_SIGNED, "content-encoding": "aws-chunked",
                "x-amz-decoded-content-length": "66560", "content-length": "66824",
                "authorization": "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,"
                                 "SignedHeaders=content-encoding;content-length;host;x-amz-content-sha256;x-amz-date;"
                                 f"x-amz-decoded-content-length;x-amz-storage-class,Signature={SEED}"}
     req = sigv4.Request("PUT", "/examplebucket/chunkObject.txt", [], headers)
-    signed = sigv4.parse(req, datetime(2013, 5, 24, tzinfo=timezone.utc))
+    signed = sigv4.parse(req, datetime(2013, 5, 24, tzinfo=UTC))
     return signed, sigv4.verify(req, signed, SECRET)
 
 

@@ -2,6 +2,7 @@
 that continue exactly where the last one ended (every key once across the pages)."""
 
 import base64
+from datetime import UTC
 from pathlib import Path
 
 from deeppod.s3 import listing
@@ -68,12 +69,12 @@ def test_v1_sends_its_prefix_back_unencoded_and_v2_encoded():
 def test_times_are_written_as_datetime_writes_them_and_completion_keeps_every_field():
     import dataclasses
     import random
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from deeppod.s3 import xml
 
     def by_datetime(ts):
-        when = datetime.fromtimestamp(ts, timezone.utc)
+        when = datetime.fromtimestamp(ts, UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
     r = random.Random(1)

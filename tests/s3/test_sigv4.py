@@ -1,12 +1,11 @@
 """SigV4 (and V2) as botocore signs them: header-signed and presigned requests verify with the
 right secret and fail with a wrong one, a changed path, query or header, or an old date."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from email.utils import formatdate
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
-from email.utils import formatdate
-
 from botocore.auth import HmacV1Auth, HmacV1QueryAuth, S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -33,7 +32,7 @@ def signed(method, url, headers=None, body=b"", presign=None, when=None, v2=Fals
 
 
 def check(req, secret=SECRET, now=None):
-    s = sigv4.parse(req, now or datetime.now(timezone.utc))
+    s = sigv4.parse(req, now or datetime.now(UTC))
     assert s is not None and s.access_key == KEY
     sigv4.verify(req, s, secret)
     return s
@@ -65,7 +64,7 @@ def test_a_utf8_header_verifies_as_the_asgi_server_hands_it_over():
 def test_a_request_signed_long_ago_is_too_skewed():
     req = signed("GET", "http://127.0.0.1:7447/s3/")
     with pytest.raises(S3Error) as e:
-        check(req, now=datetime.now(timezone.utc) + timedelta(minutes=20))
+        check(req, now=datetime.now(UTC) + timedelta(minutes=20))
     assert e.value.code == "RequestTimeTooSkewed"
 
 
@@ -73,7 +72,7 @@ def test_presigned_urls_verify_until_they_expire():
     req = signed("GET", "http://127.0.0.1:7447/s3/models/m/v1/model.pt2", presign=60)
     assert check(req).presigned
     with pytest.raises(S3Error) as e:
-        check(req, now=datetime.now(timezone.utc) + timedelta(seconds=120))
+        check(req, now=datetime.now(UTC) + timedelta(seconds=120))
     assert e.value.code == "AccessDenied" and "expired" in e.value.message
     put = signed("PUT", "http://127.0.0.1:7447/s3/inbox/cats/a.png", presign=60)
     check(put)
@@ -82,12 +81,12 @@ def test_presigned_urls_verify_until_they_expire():
 
 
 def test_no_signature_is_anonymous_and_other_schemes_are_refused():
-    assert sigv4.parse(sigv4.Request("GET", "/s3/", [], {"host": "h"}), datetime.now(timezone.utc)) is None
+    assert sigv4.parse(sigv4.Request("GET", "/s3/", [], {"host": "h"}), datetime.now(UTC)) is None
     for auth in ("Bearer abc", "AWS4-HMAC-SHA1 Credential=x", "AWS HAHAHA", "AWS :sig", "AWS AK:"):
         with pytest.raises(S3Error) as e:
             sigv4.parse(sigv4.Request("GET", "/s3/", [], {"host": "h", "authorization": auth,
                                                           "date": formatdate(usegmt=True)}),
-                        datetime.now(timezone.utc))
+                        datetime.now(UTC))
         assert e.value.code == "InvalidArgument" and e.value.status == 400, auth
 
 
@@ -96,7 +95,7 @@ def test_a_sigv4_request_dated_by_its_date_header_verifies():
     (s3-tests' create_date_and_amz_date): the string to sign holds the same second."""
     req = signed("PUT", "http://127.0.0.1:7447/s3/inbox/cats/a.png", headers={"Date": "x"})
     assert "x-amz-date" not in req.headers and "date" in check(req).signed_headers
-    stale = formatdate(datetime.now(timezone.utc).timestamp() - 3600, usegmt=True)
+    stale = formatdate(datetime.now(UTC).timestamp() - 3600, usegmt=True)
     with pytest.raises(S3Error) as e:  # the Date is what the signature was made at: moved, it no longer verifies
         check(req.__class__(req.method, req.raw_path, req.query, {**req.headers, "date": stale}))
     assert e.value.code == "RequestTimeTooSkewed"
@@ -132,7 +131,7 @@ def test_version_2_headers_verify_as_botocore_signs_them_and_tampering_does_not(
     assert sigv4.verify(sigv4.Request("GET", "/s3/inbox/cats/a.png", [], bare.headers),
                         check(bare), SECRET, "/s3") == b""
     vhost = signed("GET", "http://inbox.s3.example:7447/cats/a.png", v2=True, auth_path="/inbox/cats/a.png")
-    s = sigv4.parse(vhost, datetime.now(timezone.utc))
+    s = sigv4.parse(vhost, datetime.now(UTC))
     with pytest.raises(S3Error):
         sigv4.verify(vhost, s, SECRET, "/s3")
     sigv4.verify(sigv4.Request("GET", "/cats/a.png", [], vhost.headers, v2_resource="/inbox/cats/a.png"), s, SECRET)
@@ -141,7 +140,7 @@ def test_version_2_headers_verify_as_botocore_signs_them_and_tampering_does_not(
 def test_a_version_2_request_is_dated_by_x_amz_date_first_then_date():
     """As s3-tests' test_headers *_aws2 check it: a bad or empty date is AccessDenied, a date
     far from this server's clock RequestTimeTooSkewed, and no date at all is refused."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for amz_date, code in (("Bad Date", "AccessDenied"), ("", "AccessDenied"),
                            ("Tue, 07 Jul 1950 21:53:04 GMT", "AccessDenied"),
                            ("Tue, 07 Jul 2010 21:53:04 GMT", "RequestTimeTooSkewed"),
@@ -164,7 +163,7 @@ def test_version_2_presigned_urls_verify_until_they_expire():
     s = check(req)
     assert s.presigned and s.v2
     with pytest.raises(S3Error) as e:
-        check(req, now=datetime.now(timezone.utc) + timedelta(seconds=120))
+        check(req, now=datetime.now(UTC) + timedelta(seconds=120))
     assert "expired" in e.value.message
     with pytest.raises(S3Error):
         check(sigv4.Request("PUT", req.raw_path, req.query, req.headers))
@@ -181,7 +180,7 @@ def test_a_signature_that_is_not_ascii_is_wrong_not_an_error():
 
 def test_an_amz_date_parses_as_strptime_reads_it_and_anything_else_is_refused():
     for text in ("20261127T120000Z", "20240229T235959Z", "19991231T000001Z"):
-        assert sigv4._parse_time(text) == datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+        assert sigv4._parse_time(text) == datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
     for bad in ("", "20261127T120000", "20261127 120000Z", "20261327T120000Z", "20230229T120000Z",
                 "2026112T1200000Z", "２０２６1127T120000Z", "+0261127T120000Z", "20261127T12000Z0"):
         with pytest.raises(S3Error) as e:

@@ -41,7 +41,9 @@ def build(queued: int, nodes: int, gpus_per_node: int = 8, tenants: int = 15, se
         jid += 1
         used += size
         elastic = rng.random() < 0.3
-        running.append(RunningJob(jid, rng.choice(names), tuple(placement), gpw, max(1, workers // 2) if elastic else workers,
+        running.append(RunningJob(jid, rng.choice(names), tuple(placement), gpw, max(1,
+                                                                                     workers // 2) if elastic
+                                  else workers,
                                   workers * 2 if elastic else workers, 0, True, rng.uniform(0, 3000),
                                   rng.uniform(0, 3000)))
     node_states = tuple(NodeState(f"n{i}", tuple(free[i]), 64.0, 1 << 20, True, gpus_per_node) for i in range(nodes))

@@ -1,7 +1,16 @@
 """The multi-tenant policy, one round at a time, with no processes or DB."""
 
-from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
-                               WorkerPlacement, schedule)
+from deeppod.scheduler import (
+    Config,
+    NodeState,
+    PendingJob,
+    Plan,
+    PlanNode,
+    RunningJob,
+    Snapshot,
+    WorkerPlacement,
+    schedule,
+)
 
 
 def node(name="n", gpus=8, cpus=64.0, mem=1 << 20, healthy=True, used=(), gmem=0):
@@ -93,7 +102,8 @@ def test_without_a_plan_a_start_borrows_from_nobody():
 
 def test_max_caps_borrowing():
     p = plan(PlanNode("a", guaranteed=4), PlanNode("b", guaranteed=2, max=4))
-    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=2), job(2, "b", workers=2, t=1), job(3, "b", workers=2, t=2)],
+    d = schedule(snap([node(gpus=8)], [job(1, "b", workers=2), job(2, "b", workers=2, t=1), job(3, "b", workers=2,
+                                                                                                t=2)],
                       plan_=p))
     assert sorted(started(d)) == [1, 2]
     assert any(w.job_id == 3 and "at its max" in w.reason for w in d.waits)
@@ -337,7 +347,8 @@ def test_aging_lets_an_old_low_priority_job_go_first():
 def test_large_job_gets_a_reservation_and_small_jobs_backfill_elsewhere():
     nodes = [node("n1", gpus=8, used=(0, 1, 2, 3, 4, 5)), node("n2", gpus=8, used=(0, 1, 2, 3, 4, 5, 6, 7)),
              node("n3", gpus=8, used=(0, 1, 2, 3, 4, 5, 6))]
-    others = [running(50, "z", [(g,) for g in range(6)], node="n1"), running(51, "z", [(g,) for g in range(8)], node="n2"),
+    others = [running(50, "z", [(g,) for g in range(6)], node="n1"), running(51, "z", [(g,) for g in range(8)],
+                                                                             node="n2"),
               running(52, "z", [(g,) for g in range(7)], node="n3")]
     big = job(1, workers=8, t=0.0)
     smalls = [job(2, t=10.0), job(3, t=11.0)]

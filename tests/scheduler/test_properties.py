@@ -5,9 +5,18 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deeppod.scheduler import (
+    Config,
+    NodeState,
+    PendingJob,
+    Plan,
+    PlanNode,
+    RunningJob,
+    Snapshot,
+    WorkerPlacement,
+    schedule,
+)
 from deeppod.scheduler.policy import borrowing_jobs, queue_key
-from deeppod.scheduler import (Config, NodeState, PendingJob, Plan, PlanNode, RunningJob, Snapshot,
-                               WorkerPlacement, schedule)
 
 TENANTS = ("a", "b", "c")
 
@@ -89,7 +98,8 @@ def usage(snap):
     return u
 
 
-@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots())
 def test_no_slot_is_over_allocated_and_gangs_are_whole(snap):
     d = schedule(snap)
@@ -107,7 +117,8 @@ def test_no_slot_is_over_allocated_and_gangs_are_whole(snap):
         assert running[r.job_id].min_workers <= r.workers <= running[r.job_id].max_workers
 
 
-@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(snapshots(), scattered()))
 def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
     """Reclaim takes only what a tenant borrows: jobs that run within its guarantee (in
@@ -148,7 +159,8 @@ def test_no_tenant_is_pushed_below_its_guarantee_by_another(snap):
                 f"job {j.id} ran within tenant {j.tenant}'s guarantee {g[j.tenant]} and was evicted")
 
 
-@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(scattered(), snapshots(gpw_choices=(1, 2, 4, 8), all_preemptible=True)))
 def test_a_moved_job_has_room_elsewhere(snap):
     """A job that runs within its tenant's guarantee is preempted only to be moved: a tenant
@@ -176,7 +188,8 @@ def test_a_moved_job_has_room_elsewhere(snap):
     assert sum(j.gpus for j in moved) <= elsewhere
 
 
-@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("DEEPPOD_HYPOTHESIS_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots(gpw_choices=(1,), all_preemptible=True))
 def test_a_tenant_below_its_guarantee_is_served_after_one_round_plus_the_grace(snap):
     """Round 1 decides; the grace passes and preempted/shrunk GPUs come back; round 2 starts it.

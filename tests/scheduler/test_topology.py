@@ -8,7 +8,7 @@ import pytest
 
 from deeppod.scheduler.pool import FreePool
 from deeppod.scheduler.snapshot import NodeState
-from deeppod.scheduler.topology import NV, NODE, PIX, SYS, Topology, describe, dgx1, nvswitch8, pcie_box, tightest
+from deeppod.scheduler.topology import NODE, NV, PIX, SYS, Topology, describe, dgx1, nvswitch8, pcie_box, tightest
 
 
 def test_nvidia_smis_matrix_is_read():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from deeppod.runtime import inference
 from deeppod.errors import BadInput
+from deeppod.runtime import inference
 from deeppod.serve import inputs
 from deeppod.serve.metrics import ReplicaMetrics, merge
 

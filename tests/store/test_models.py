@@ -1,6 +1,6 @@
 """Round trips through the models on SQLite and PostgreSQL."""
 
-from datetime import timezone
+from datetime import UTC
 
 from sqlalchemy import select
 
@@ -33,7 +33,7 @@ def test_job_round_trip_keeps_json_and_utc(sessions):
         assert job.env == {"A": "1"}
         assert job.allocation["workers"][0]["gpus"] == [1, 2]
         assert job.submitted_at.tzinfo is not None
-        assert job.submitted_at.utcoffset() == timezone.utc.utcoffset(None)
+        assert job.submitted_at.utcoffset() == UTC.utcoffset(None)
         assert job.state is JobState.QUEUED  # loaded as the enum, stored as its plain value
         events = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id)).all()
         assert [e.kind for e in events] == ["queued"]

@@ -68,6 +68,7 @@ class Admission:
                    "(the CLI and SDK do by themselves)")
         body = json.dumps({"error": err.to_dict()}).encode()
         await send({"type": "http.response.start", "status": err.status,
-                    "headers": [(b"content-type", b"application/json"), (b"retry-after", str(Busy.retry_after).encode()),
+                    "headers": [(b"content-type", b"application/json"), (b"retry-after",
+                                                                         str(Busy.retry_after).encode()),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -11,15 +11,34 @@ from prometheus_client import CollectorRegistry
 from deeppod import __version__
 from deeppod.api import docs, errors
 from deeppod.api.admission import Admission
+from deeppod.api.latency import Latency
 from deeppod.api.limits import BodyLimit
 from deeppod.api.predict_path import PredictPath
+from deeppod.api.routers import (
+    access_keys,
+    audit,
+    burst,
+    code,
+    datasets,
+    deployments,
+    envs,
+    experiments,
+    images,
+    jobs,
+    metrics,
+    models,
+    monitor,
+    nodes,
+    plans,
+    servers,
+    sizing,
+    tenants,
+    tokens,
+    users,
+)
 from deeppod.audit.log import AuditMiddleware
-from deeppod.api.latency import Latency
-from deeppod.api.routers import (access_keys, audit, burst, code, datasets, deployments, envs, experiments, images, jobs, metrics,
-                                 models, monitor, nodes, plans, servers, sizing, tenants, tokens, users)
 from deeppod.monitor.prometheus import ApiLatency
 from deeppod.store.db import pool_capacity
-
 
 BACKGROUND_CONNECTIONS = 8  # the control loops' own (reconcile, deployments, audit, monitor, ...)
 
@@ -71,7 +90,11 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
                 "live_servers": len(ctx.leader.live_urls) if ctx.leader.leading else None,
                 "rounds": ctx.jobs.rounds}
 
-    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method, path: datasets.is_upload(method, path) or code.is_upload(method, path) or deployments.is_predict(method, path) or any(p.is_upload(method, path) for p in parts))
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.max_body_bytes, streamed=lambda method,
+                       path: datasets.is_upload(method, path) or code.is_upload(method,
+                                                                                path) or deployments.is_predict(method,
+                                                                                                                path)
+                       or any(p.is_upload(method, path) for p in parts))
     errors.document(app)
     slots = admission_slots(ctx)
     latency.slots.set(slots)

@@ -41,7 +41,7 @@ def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, 
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         covered = sorted({*names.get_values_for_type(x509.DNSName),
                           *(str(a) for a in names.get_values_for_type(x509.IPAddress))})
-        left = cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc)
+        left = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
         if covered == wanted and left > datetime.timedelta(days=30):
             return cert_path, key_path
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def self_signed(folder: Path, hosts: list[str], days: int = 825) -> tuple[Path, 
             alt.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             alt.append(x509.DNSName(h))
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"DeepPod server {socket.gethostname()}")])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
@@ -86,7 +86,8 @@ def prepare(home: Path, cert: str, key: str, ca: str, hosts: list[str]) -> Serve
     except FileNotFoundError as exc:
         raise InvalidRequest(f"cannot read {exc.filename}: give an existing PEM file") from None
     except ssl.SSLError as exc:
-        raise InvalidRequest(f"{cert_path} and {key_path} are not a PEM certificate and its key ({exc.reason})") from None
+        raise InvalidRequest(f"{cert_path} and {key_path} are not a PEM certificate and its key "
+                             f"({exc.reason})") from None
     if not ca:
         return Served(cert_path, key_path, None)
     trust.parent.mkdir(mode=0o755, parents=True, exist_ok=True)

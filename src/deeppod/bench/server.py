@@ -25,7 +25,7 @@ class Server:
                     "DEEPPOD_CONFIG": str(home / "client.json"), "DEEPPOD_LOG_LEVEL": "WARNING", **(env or {})}
         self.proc = None
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / f"server-{self.port}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "deeppod.cli", "server", "--port", str(self.port),

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -34,7 +34,7 @@ app.add_typer(nodes_app, name="nodes")
 @app.command()
 def login(url: Annotated[str, typer.Option(help="server URL, or several comma-separated (a failover control plane)")],
           token: Annotated[str, typer.Option(help="API token")],
-          ca_cert: Annotated[Optional[Path], typer.Option(
+          ca_cert: Annotated[Path | None, typer.Option(
               help="an https server's CA file, when its certificate is self-signed or from a private CA "
                    "(the server prints where it is)")] = None) -> None:
     """Check a URL and token and save them for later commands."""
@@ -107,7 +107,7 @@ def nodes_burst(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = 
 
 
 @nodes_app.command("cordon")
-def nodes_cordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+def nodes_cordon(name: str, gpu: Annotated[int | None, typer.Option(help="only this GPU")] = None,
                  url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Mark a node or GPU unhealthy: its jobs requeue elsewhere, nothing new lands there."""
     client(url, token).set_node_health(name, False, gpu)
@@ -115,7 +115,7 @@ def nodes_cordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="onl
 
 
 @nodes_app.command("uncordon")
-def nodes_uncordon(name: str, gpu: Annotated[Optional[int], typer.Option(help="only this GPU")] = None,
+def nodes_uncordon(name: str, gpu: Annotated[int | None, typer.Option(help="only this GPU")] = None,
                    url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Put a node or GPU back in service."""
     client(url, token).set_node_health(name, True, gpu)
@@ -171,10 +171,10 @@ def tokens_current(url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 @tokens_app.command("create")
 def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
-                  user: Annotated[Optional[str], typer.Option(help="admins, tenant admins: for this user")] = None,
+                  user: Annotated[str | None, typer.Option(help="admins, tenant admins: for this user")] = None,
                   scope: Annotated[str, typer.Option(help="all (what the role allows), read (GET only) "
                                                           "or predict (predictions only)")] = "all",
-                  expires: Annotated[Optional[str], typer.Option(help="stops working after this long: "
+                  expires: Annotated[str | None, typer.Option(help="stops working after this long: "
                                                                       "90m, 12h, 30d (default: until revoked)")] = None,
                   url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A new token: scoped and expiring if you say so (revoke it any time: 'deeppod tokens revoke ID')."""
@@ -186,7 +186,8 @@ def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise i
 @tokens_app.command("ls")
 def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = client(url, token).tokens()
-    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "scope", "created_at", "expires_at"]))
+    print_json(rows) if as_json else console.print(rows_table(rows, ["id", "name", "scope", "created_at",
+                                                                     "expires_at"]))
 
 
 @tokens_app.command("revoke")
@@ -199,9 +200,9 @@ def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> 
 def keys_create(name: Annotated[str, typer.Option(help="a label to recognise it by")] = "",
                 scope: Annotated[str, typer.Option(help="read (GET, HEAD, LIST) or write (also PUT and DELETE "
                                                         "in inboxes)")] = "write",
-                expires: Annotated[Optional[str], typer.Option(help="stops working after this long: 12h, 30d "
+                expires: Annotated[str | None, typer.Option(help="stops working after this long: 12h, 30d "
                                                                     "(default: until revoked)")] = None,
-                aws_profile: Annotated[Optional[str], typer.Option(
+                aws_profile: Annotated[str | None, typer.Option(
                     help="also write it as this AWS profile (~/.aws, or $AWS_SHARED_CREDENTIALS_FILE and "
                          "$AWS_CONFIG_FILE), endpoint included: then 'aws --profile NAME s3 ls'")] = None,
                 as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:

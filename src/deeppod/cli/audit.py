@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Annotated, Optional
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
 import typer
 
@@ -15,14 +15,14 @@ app = typer.Typer()
 
 
 @app.command("audit")
-def audit(user: Annotated[Optional[str], typer.Option(help="only this user's calls")] = None,
-          since: Annotated[Optional[str], typer.Option(help="only the last 30m, 12h, 7d...")] = None,
+def audit(user: Annotated[str | None, typer.Option(help="only this user's calls")] = None,
+          since: Annotated[str | None, typer.Option(help="only the last 30m, 12h, 7d...")] = None,
           failed: Annotated[bool, typer.Option("--failed", help="only refused or failed calls")] = False,
-          path: Annotated[Optional[str], typer.Option(help="only paths containing this, e.g. /v1/tokens")] = None,
+          path: Annotated[str | None, typer.Option(help="only paths containing this, e.g. /v1/tokens")] = None,
           limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 200,
           as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """The audit log: every mutating API call and every refused one (who, what, when, from where, the answer)."""
-    after = (datetime.now(timezone.utc) - timedelta(seconds=parse_age(since, "--since"))).isoformat() if since else None
+    after = (datetime.now(UTC) - timedelta(seconds=parse_age(since, "--since"))).isoformat() if since else None
     rows = client(url, token).audit(user=user, since=after, failed=failed, path=path, limit=limit)
     if as_json:
         print_json(rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,8 +19,8 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("storage")
 def bench_storage_cmd(
-    dataset: Annotated[Optional[str], typer.Option(help="NAME[@VERSION]: staged on this host and read there")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="a dataset version folder instead")] = None,
+    dataset: Annotated[str | None, typer.Option(help="NAME[@VERSION]: staged on this host and read there")] = None,
+    data: Annotated[Path | None, typer.Option(help="a dataset version folder instead")] = None,
     mode: Annotated[str, typer.Option(help="raw (bytes, as MLPerf Storage), loader (decode + crop) or both")] = "both",
     batch: Annotated[int, typer.Option(help="samples per accelerator step (resnet50 on H100: 400)")] = 400,
     compute: Annotated[float, typer.Option(help="seconds of compute per step (resnet50 on H100: 0.224)")] = 0.224,
@@ -28,7 +28,7 @@ def bench_storage_cmd(
     loader_workers: Annotated[int, typer.Option(help="loader processes per accelerator (loader mode)")] = 1,
     image_size: int = 224,
     threads: Annotated[int, typer.Option(help="threads for the raw read test")] = 4,
-    out: Annotated[Optional[Path], typer.Option(help="also write the results here as JSON")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the results here as JSON")] = None,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Accelerator utilisation with N emulated accelerators (largest N with AU >= 90%), and
@@ -63,10 +63,10 @@ def bench_infer_cmd(
     deployment: Annotated[str, typer.Option(help="the deployment to load")],
     concurrency: Annotated[str, typer.Option(help="comma-separated numbers of concurrent clients")] = "1,8,32,64",
     duration: Annotated[float, typer.Option(help="seconds per concurrency level")] = 30.0,
-    image: Annotated[Optional[Path], typer.Option(help="the image every request sends (default: a 224x224 JPEG)")] = None,
+    image: Annotated[Path | None, typer.Option(help="the image every request sends (default: a 224x224 JPEG)")] = None,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline",
                                            help="also run a plain FastAPI + torch server with the same model")] = True,
-    out: Annotated[Optional[Path], typer.Option(help="also write the results here as JSON")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the results here as JSON")] = None,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Closed-loop load: throughput and p50/p99 latency per concurrency, beside the baseline."""
@@ -123,10 +123,12 @@ def bench_train_cmd(
         print_json(r)
         return
     n = r["n_workers"]
-    console.print(f"{model} batch {batch_size}/worker, {image_size}px, {'forward only' if forward_only else 'training'}")
+    mode = "forward only" if forward_only else "training"
+    console.print(f"{model} batch {batch_size}/worker, {image_size}px, {mode}")
     console.print(f"1 worker:  {r['one_worker']['images_per_second_total']:.1f} images/s")
     console.print(f"{n['workers']} workers: {n['images_per_second_total']:.1f} images/s in total, "
-                  f"{n['images_per_second_per_worker']:.1f} per worker; scaling efficiency {r['scaling_efficiency']:.0%}")
+                  f"{n['images_per_second_per_worker']:.1f} per worker; scaling efficiency "
+                  f"{r['scaling_efficiency']:.0%}")
     if "checkpoint_blocking_s" in n:
         console.print(f"checkpoint: {n['checkpoint_bytes'] / 1e6:.0f} MB, {n['checkpoint_blocking_s']:.2f} s blocking, "
                       f"{n['checkpoint_background_stall_s']:.3f} s stall in the background")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-UrlOpt = Annotated[Optional[str], typer.Option("--url", help="server URL, or several comma-separated (a failover control plane: the first that answers); or DEEPPOD_API_URL", show_default=False)]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
+UrlOpt = Annotated[str | None, typer.Option("--url",
+                                            help="server URL, or several comma-separated (a failover control plane: "
+                                            "the first that answers); or DEEPPOD_API_URL", show_default=False)]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (or DEEPPOD_TOKEN)", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -94,12 +94,12 @@ def ingest(
                                                "a .zip/.tar/.tar.gz, or s3://bucket/prefix")],
     policy: Annotated[list[str], typer.Option("--policy", help="KEY=VALUE for this and later versions, e.g. "
                                                                 "resize=short:256 format=jpeg tile=512")] = [],
-    split: Annotated[Optional[str], typer.Option(help="validation split, e.g. val=0.1")] = None,
+    split: Annotated[str | None, typer.Option(help="validation split, e.g. val=0.1")] = None,
     tag: Annotated[list[str], typer.Option("--tag", help="KEY=VALUE or KEY")] = [],
-    description: Optional[str] = None,
-    s3_endpoint: Annotated[Optional[str], typer.Option(help="S3 endpoint URL (or DEEPPOD_S3_ENDPOINT)")] = None,
-    s3_key_id: Annotated[Optional[str], typer.Option(help="access key (or AWS_ACCESS_KEY_ID)")] = None,
-    s3_secret: Annotated[Optional[str], typer.Option(help="secret key (or AWS_SECRET_ACCESS_KEY)")] = None,
+    description: str | None = None,
+    s3_endpoint: Annotated[str | None, typer.Option(help="S3 endpoint URL (or DEEPPOD_S3_ENDPOINT)")] = None,
+    s3_key_id: Annotated[str | None, typer.Option(help="access key (or AWS_ACCESS_KEY_ID)")] = None,
+    s3_secret: Annotated[str | None, typer.Option(help="secret key (or AWS_SECRET_ACCESS_KEY)")] = None,
     as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Ingest SOURCE as the next version of dataset NAME (all or nothing)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -24,7 +24,8 @@ class DefaultToCreate(TyperGroup):
 
 
 app = typer.Typer(cls=DefaultToCreate, no_args_is_help=True,
-                  help="Deploy a model as a service: deploy NAME (or NAME@VERSION, NAME@ALIAS), update, rollback, ls, show, rm.")
+                  help="Deploy a model as a service: deploy NAME (or NAME@VERSION, NAME@ALIAS), update, rollback, ls, "
+                  "show, rm.")
 key_app = typer.Typer(no_args_is_help=True, help="Per-deployment keys: call predict without a tenant token.")
 app.add_typer(key_app, name="key")
 
@@ -51,7 +52,7 @@ def _wait(c, name: str, version: int | None, timeout: float) -> None:
 
 @app.command("create")
 def create(model: Annotated[str, typer.Argument(help="NAME, NAME@VERSION or NAME@ALIAS")],
-           name: Annotated[Optional[str], typer.Option(help="deployment name (default: the model's)")] = None,
+           name: Annotated[str | None, typer.Option(help="deployment name (default: the model's)")] = None,
            replicas: int = 1, gpus_per_replica: int = 0, cpus_per_replica: float = 1.0,
            max_batch: Annotated[int, typer.Option(help="largest batch a replica forms")] = 32,
            max_wait_ms: Annotated[float, typer.Option(help="longest a request waits for a batch to fill")] = 5.0,
@@ -67,8 +68,8 @@ def create(model: Annotated[str, typer.Argument(help="NAME, NAME@VERSION or NAME
 
 
 @app.command("update")
-def update(name: str, version: Annotated[Optional[str], typer.Option(help="version number or alias")] = None,
-           replicas: Optional[int] = None, max_batch: Optional[int] = None, max_wait_ms: Optional[float] = None,
+def update(name: str, version: Annotated[str | None, typer.Option(help="version number or alias")] = None,
+           replicas: int | None = None, max_batch: int | None = None, max_wait_ms: float | None = None,
            wait: Annotated[bool, typer.Option("--wait/--no-wait")] = True, timeout: float = 600.0,
            url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Rolling update: new replicas start, become healthy, take the traffic; the old drain and stop."""

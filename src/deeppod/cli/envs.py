@@ -52,7 +52,8 @@ def rm(key: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 
 @app.command("prune")
-def prune(keep: Annotated[float, typer.Option(help="GB to keep (least recently used go first); 0: all not in use")] = 0.0,
+def prune(keep: Annotated[float,
+                          typer.Option(help="GB to keep (least recently used go first); 0: all not in use")] = 0.0,
           url: UrlOpt = None, token: TokenOpt = None) -> None:
     """(Admins) remove environments no active job uses, least recently used first."""
     removed = client(url, token).prune_envs(int(keep * 1e9))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 import yaml
@@ -32,17 +32,19 @@ TRAINER_FLAGS = {"lr": "--lr", "momentum": "--momentum", "weight_decay": "--weig
                  "optimizer": "--optimizer", "epochs": "--epochs", "warmup_epochs": "--warmup-epochs",
                  "image_size": "--image-size", "model": "--model"}
 
-Space = Annotated[Optional[Path], typer.Option("--space", help="the search space, a YAML file")]
+Space = Annotated[Path | None, typer.Option("--space", help="the search space, a YAML file")]
 Metric = Annotated[str, typer.Option(help="the value your script reports with runtime.report(step, NAME=...)")]
 Mode = Annotated[str, typer.Option(help="max or min")]
 Trials = Annotated[int, typer.Option(help="trials in all (the budget)")]
 Parallel = Annotated[int, typer.Option(help="at most this many at once (fewer when GPUs are busy)")]
 Sampler = Annotated[str, typer.Option(help="tpe, random, grid or cmaes")]
-Pruner = Annotated[str, typer.Option(help="asha, asha-promote (pauses trials at a rung; with --reuse), hyperband, median or none")]
+Pruner = Annotated[str,
+                   typer.Option(help="asha, asha-promote (pauses trials at a rung; with --reuse), hyperband, median "
+                                "or none")]
 PruneAfter = Annotated[int, typer.Option(help="the first reported step (epoch) at which the pruner may stop a trial: "
                                               "asha's first rung (then 3x, 9x, ...); raise it where the first "
                                               "epochs say little of the last")]
-Register = Annotated[Optional[str], typer.Option(help="register the best trial's model as a version of model NAME")]
+Register = Annotated[str | None, typer.Option(help="register the best trial's model as a version of model NAME")]
 AtChance = Annotated[bool, typer.Option("--register-at-chance", help="register it even when its accuracy is no "
                                                                      "better than chance (1 / classes)")]
 Reuse = Annotated[bool, typer.Option("--reuse", help="a trial's process runs the next trial when the script loops "
@@ -68,23 +70,23 @@ def create(
     command: Annotated[list[str], typer.Argument(help="each trial's command after '--', with {param} placeholders")],
     space: Space = None, metric: Metric = "val_acc", mode: Mode = "max", trials: Trials = 20,
     parallel: Parallel = 4, sampler: Sampler = "tpe", pruner: Pruner = "asha", prune_after: PruneAfter = 1,
-    seed: Optional[int] = None, register: Register = None, register_at_chance: AtChance = False, reuse: Reuse = False,
+    seed: int | None = None, register: Register = None, register_at_chance: AtChance = False, reuse: Reuse = False,
     workers: Annotated[str, typer.Option("--workers", "-n", help="workers per trial: N or MIN:MAX")] = "1",
-    gpus_per_worker: Annotated[Optional[int], typer.Option(help="default: 1 when the cluster has GPUs, else 0",
+    gpus_per_worker: Annotated[int | None, typer.Option(help="default: 1 when the cluster has GPUs, else 0",
                                                            show_default=False)] = None,
-    cpus_per_worker: Annotated[Optional[float], typer.Option(show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G")] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(
+    cpus_per_worker: Annotated[float | None, typer.Option(show_default=False)] = None,
+    memory: Annotated[str | None, typer.Option(help="memory per worker, e.g. 4G")] = None,
+    gpu_memory: Annotated[str | None, typer.Option(
         help="the memory each GPU of a trial must have, e.g. 40G (as submit's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every trial (repeatable)")] = [],  # noqa: B006
     dataset: Annotated[list[str], typer.Option("--dataset", help="NAME[@VERSION] staged for every trial")] = [],  # noqa: B006
-    workdir: Annotated[Optional[Path], typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
-    code: Annotated[Optional[Path], typer.Option(help="send this folder; every trial runs in its own copy")] = None,
-    requirements: Annotated[Optional[Path], typer.Option(
+    workdir: Annotated[Path | None, typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
+    code: Annotated[Path | None, typer.Option(help="send this folder; every trial runs in its own copy")] = None,
+    requirements: Annotated[Path | None, typer.Option(
         help="a requirements.txt: every trial runs in the Python environment built from it (built once)",
         show_default=False)] = None,
-    python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
-    image: Annotated[Optional[str], typer.Option(help="a container image the server offers: every trial runs in it",
+    python: Annotated[str | None, typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
+    image: Annotated[str | None, typer.Option(help="a container image the server offers: every trial runs in it",
                                                  show_default=False)] = None,
     max_restarts: int = 0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
@@ -110,16 +112,19 @@ def create(
 def image_classifier(
     ctx: typer.Context,
     name: str,
-    dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION]")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="or a class-per-folder image directory on the server")] = None,
-    space: Annotated[Optional[Path], typer.Option(help="a YAML search space over the trainer's options "
-                                                       "(default: lr, momentum, weight decay, batch size, optimizer)")] = None,
-    model: Annotated[str, typer.Option(help="small-cnn, a torchvision model, or auto (resnet18 on a GPU)")] = "small-cnn",
+    dataset: Annotated[str | None, typer.Option(help="a DeepPod dataset, NAME[@VERSION]")] = None,
+    data: Annotated[Path | None, typer.Option(help="or a class-per-folder image directory on the server")] = None,
+    space: Annotated[Path | None, typer.Option(
+        help="a YAML search space over the trainer's options (default: lr, momentum, weight decay, batch size, "
+             "optimizer)")] = None,
+    model: Annotated[str,
+                     typer.Option(help="small-cnn, a torchvision model, or auto (resnet18 on a GPU)")] = "small-cnn",
     epochs: int = 10,
-    image_size: Annotated[Optional[int], typer.Option(help="default: the images' own", show_default=False)] = None,
+    image_size: Annotated[int | None, typer.Option(help="default: the images' own", show_default=False)] = None,
     metric: Metric = "val_accuracy", trials: Trials = 20, parallel: Parallel = 4, sampler: Sampler = "tpe",
-    pruner: Pruner = "asha", prune_after: PruneAfter = 1, seed: Optional[int] = None, register: Register = None,
-    register_at_chance: AtChance = False, gpus_per_worker: Annotated[Optional[int], typer.Option(show_default=False)] = None,
+    pruner: Pruner = "asha", prune_after: PruneAfter = 1, seed: int | None = None, register: Register = None,
+    register_at_chance: AtChance = False, gpus_per_worker: Annotated[int | None,
+                                                                     typer.Option(show_default=False)] = None,
     as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
     """Tune the built-in image classifier: no code needed. Extra options (--amp, --lr-schedule,
@@ -218,7 +223,7 @@ def _fmt(v) -> str:
 
 @app.command("show")
 def show(name: str, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until it ends")] = False,
-         tenant: Annotated[Optional[str], typer.Option(help="another tenant's (admins)")] = None,
+         tenant: Annotated[str | None, typer.Option(help="another tenant's (admins)")] = None,
          as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """The trials table (params, state, final value, peak, steps) and the best trial (by final value)."""
     c = client(url, token)

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, jobs_table, print_json, rows_table, state, warm_spares
-from deeppod.cli.values import (exported_env, parse_age, parse_env, parse_memory, parse_stop_rules, parse_workers,
-                                read_requirements)
+from deeppod.cli.values import (
+    exported_env,
+    parse_age,
+    parse_env,
+    parse_memory,
+    parse_stop_rules,
+    parse_workers,
+    read_requirements,
+)
 from deeppod.contract import FINAL_STATES, JobState
 
 app = typer.Typer()
@@ -40,47 +47,50 @@ def follow_job(c, job_id: int) -> None:
 @app.command(context_settings={"allow_interspersed_args": False})
 def submit(
     command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
-    name: Annotated[Optional[str], typer.Option(help="job name (default: the script's name)")] = None,
-    workers: Annotated[str, typer.Option("--workers", "-n", help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
-    gpus_per_worker: Annotated[Optional[int], typer.Option(
+    name: Annotated[str | None, typer.Option(help="job name (default: the script's name)")] = None,
+    workers: Annotated[str, typer.Option("--workers", "-n",
+                                         help="worker processes: N, or MIN:MAX for an elastic job")] = "1",
+    gpus_per_worker: Annotated[int | None, typer.Option(
         help="GPUs per worker (default: 1 when the cluster has GPUs, else 0; pass 0 for a CPU-only job)",
         show_default=False)] = None,
-    cpus_per_worker: Annotated[Optional[float], typer.Option(
+    cpus_per_worker: Annotated[float | None, typer.Option(
         help="CPUs per worker (default: a GPU node's CPUs per GPU for each GPU, so CPUs never leave a GPU "
              "idle; 1 for a CPU-only worker)", show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(
+    memory: Annotated[str | None, typer.Option(help="memory per worker, e.g. 4G (enforced)")] = None,
+    gpu_memory: Annotated[str | None, typer.Option(
         help="the memory each of a worker's GPUs must have, e.g. 40G: it runs only on such GPUs, and is refused "
              "now where the cluster has none", show_default=False)] = None,
-    pids_per_worker: Annotated[Optional[int], typer.Option(
+    pids_per_worker: Annotated[int | None, typer.Option(
         help="processes and threads per worker (enforced; default: your plan's, else the server's 4096)",
         show_default=False)] = None,
-    requirements: Annotated[Optional[Path], typer.Option(
+    requirements: Annotated[Path | None, typer.Option(
         help="a requirements.txt (or a pyproject.toml's dependencies, or a conda environment.yaml's pip packages): "
              "the job runs in a Python environment built from it (once, then cached; the "
              "platform's packages, deeppod.runtime and torch, stay importable unless it pins its own)",
         show_default=False)] = None,
-    python: Annotated[Optional[str], typer.Option(help="its environment's Python, e.g. 3.12 (one the nodes have)",
+    python: Annotated[str | None, typer.Option(help="its environment's Python, e.g. 3.12 (one the nodes have)",
                                                   show_default=False)] = None,
-    image: Annotated[Optional[str], typer.Option(
+    image: Annotated[str | None, typer.Option(
         help="a container image the server offers ('deeppod images ls'): the job runs in it, sandboxed as any job",
         show_default=False)] = None,
-    network: Annotated[Optional[str], typer.Option(
+    network: Annotated[str | None, typer.Option(
         help="host: the host's network; isolated: a network of its own where only the DeepPod API is reachable; "
              "none: nothing reachable (sandboxed servers; default: the server's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
-    workdir: Annotated[Optional[Path], typer.Option(
+    workdir: Annotated[Path | None, typer.Option(
         help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
              "else a copy of here is sent with the job)")] = None,
-    code: Annotated[Optional[Path], typer.Option(
+    code: Annotated[Path | None, typer.Option(
         help="send this folder with the job; it runs in its own copy (for a server on another machine)")] = None,
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
-    grace: Annotated[Optional[float], typer.Option(help="seconds between SIGTERM and SIGKILL on a stop, cancel or preemption")] = None,
+    grace: Annotated[float | None,
+                     typer.Option(help="seconds between SIGTERM and SIGKILL on a stop, cancel or preemption")] = None,
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
                                               help="may be preempted to give GPUs back to their owners")] = True,
     max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
-    stop_on_nan: Annotated[Optional[str], typer.Option(help="stop gracefully when this reported metric is NaN/inf")] = None,
-    stop_patience: Annotated[Optional[str], typer.Option(
+    stop_on_nan: Annotated[str | None,
+                           typer.Option(help="stop gracefully when this reported metric is NaN/inf")] = None,
+    stop_patience: Annotated[str | None, typer.Option(
         help="METRIC:P[:max]: stop when METRIC has not improved for P reports (lower is better unless :max)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
@@ -103,14 +113,16 @@ def submit(
 
 
 @jobs_app.callback()
-def jobs_cmd(ctx: typer.Context, state_: Annotated[Optional[str], typer.Option("--state", help="only jobs in this state")] = None,
-             kind: Annotated[Optional[str], typer.Option(
-                 help="only this kind: batch, serve (deployment replicas), evaluate or trial (search trials); comma-separated "
+def jobs_cmd(ctx: typer.Context, state_: Annotated[str | None, typer.Option("--state",
+                                                                            help="only jobs in this state")] = None,
+             kind: Annotated[str | None, typer.Option(
+                 help="only this kind: batch, serve (deployment replicas), evaluate or trial (search trials); "
+                                                      "comma-separated "
                       "(default: all but serve)", show_default=False)] = None,
              all_kinds: Annotated[bool, typer.Option("--all", "-a", help="every kind, replicas included")] = False,
-             tenant: Annotated[Optional[str], typer.Option(help="only this tenant's (admins)")] = None,
-             user: Annotated[Optional[str], typer.Option(help="only this user's")] = None,
-             name: Annotated[Optional[str], typer.Option(help="only jobs whose name contains this")] = None,
+             tenant: Annotated[str | None, typer.Option(help="only this tenant's (admins)")] = None,
+             user: Annotated[str | None, typer.Option(help="only this user's")] = None,
+             name: Annotated[str | None, typer.Option(help="only jobs whose name contains this")] = None,
              limit: int = 200, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """List jobs, newest first (yours and your tenant's; admins see all). Deployment replicas
     are hidden unless you ask for them (--kind serve or --all). 'jobs rm' and 'jobs purge'
@@ -125,7 +137,8 @@ def jobs_cmd(ctx: typer.Context, state_: Annotated[Optional[str], typer.Option("
 
 @jobs_app.command("rm")
 def jobs_rm(job_ids: Annotated[list[int], typer.Argument(help="finished jobs")],
-            force: Annotated[bool, typer.Option("--force", help="also a stopped job (its checkpoint goes too)")] = False,
+            force: Annotated[bool, typer.Option("--force",
+                                                help="also a stopped job (its checkpoint goes too)")] = False,
             url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove finished jobs' folders (logs, checkpoints, outputs); their records and events stay."""
     c = client(url, token)
@@ -154,8 +167,9 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     console.print(f"command:   {' '.join(j['command'])}")
     console.print(f"workdir:   {j['workdir']}")
     gpus = f"{j['gpus_per_worker']} GPU" + (f" of {j['gpu_memory_mb']} MiB" if j.get("gpu_memory_mb") else "")
-    console.print(f"workers:   {j['workers']} x ({gpus}, {j['cpus_per_worker']:g} CPU"
-                  f"{', %d MiB' % j['memory_mb_per_worker'] if j['memory_mb_per_worker'] else ''})  priority {j['priority']}")
+    memory = f", {j['memory_mb_per_worker']} MiB" if j["memory_mb_per_worker"] else ""
+    console.print(f"workers:   {j['workers']} x ({gpus}, {j['cpus_per_worker']:g} CPU{memory})  priority "
+                  f"{j['priority']}")
     console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
     if j.get("requirements") or j.get("python"):
         console.print(f"python:    its own environment {j.get('env_key') or '(built at start)'}"
@@ -196,8 +210,9 @@ def job_events(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token:
 
 
 @app.command()
-def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job ends")] = False,
-         rank: Annotated[Optional[int], typer.Option(help="only this worker (default: all, prefixed)")] = None,
+def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f",
+                                                           help="keep streaming until the job ends")] = False,
+         rank: Annotated[int | None, typer.Option(help="only this worker (default: all, prefixed)")] = None,
          url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Print a job's output."""
     try:
@@ -252,7 +267,8 @@ def metrics_table(data: dict, width: int | None = None):
 
 
 @app.command()
-def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until the job ends")] = False,
+def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f",
+                                                              help="refresh until the job ends")] = False,
             as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Training metrics of a job: last values and sparklines (loss, accuracy, throughput...)."""
     import time

@@ -8,8 +8,23 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli import (admin, audit, bench, datasets, deployments, envs, experiments, images, jobs, models, plans,
-                         server, size, top, train)
+from deeppod.cli import (
+    admin,
+    audit,
+    bench,
+    datasets,
+    deployments,
+    envs,
+    experiments,
+    images,
+    jobs,
+    models,
+    plans,
+    server,
+    size,
+    top,
+    train,
+)
 from deeppod.cli import output as output_module
 from deeppod.cli.output import console, err_console
 from deeppod.errors import DeepPodError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,10 +20,12 @@ def _pct(v) -> str:
 
 @app.command("register")
 def register(name: str,
-             from_job: Annotated[Optional[int], typer.Option("--from-job", help="a job whose JOB_DIR/model to register")] = None,
-             path: Annotated[Optional[str], typer.Option(help="an artifact folder on the server instead")] = None,
-             alias: Annotated[list[str], typer.Option("--alias", help="point this alias at the new version (repeat)")] = [],
-             description: Optional[str] = None, as_json: JsonOpt = False,
+             from_job: Annotated[int | None, typer.Option("--from-job",
+                                                          help="a job whose JOB_DIR/model to register")] = None,
+             path: Annotated[str | None, typer.Option(help="an artifact folder on the server instead")] = None,
+             alias: Annotated[list[str], typer.Option("--alias",
+                                                      help="point this alias at the new version (repeat)")] = [],
+             description: str | None = None, as_json: JsonOpt = False,
              url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Register a model version: its artifact, signature, metrics and lineage."""
     if from_job is None and path is None:
@@ -80,7 +82,7 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
 
 @app.command("alias")
 def alias(name: str, alias_: Annotated[str, typer.Argument(metavar="ALIAS")],
-          version: Annotated[Optional[str], typer.Argument(help="version number or alias")] = None,
+          version: Annotated[str | None, typer.Argument(help="version number or alias")] = None,
           rm: Annotated[bool, typer.Option("--rm", help="remove the alias")] = False,
           url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Point ALIAS (champion, challenger, staging, ...) at a version, or remove it with --rm."""
@@ -107,7 +109,8 @@ def comparison_table(c: dict):
 @app.command("compare")
 def compare(name: str, a: str, b: str,
             data: Annotated[str, typer.Option("--data", help="held-out data: DATASET@VERSION")],
-            wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait for the job and print the figures")] = True,
+            wait: Annotated[bool, typer.Option("--wait/--no-wait",
+                                               help="wait for the job and print the figures")] = True,
             timeout: float = 1800.0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Evaluate versions A and B on the same data, as a job: accuracy and per-class figures side by side."""
     c = client(url, token)

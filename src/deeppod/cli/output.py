@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
@@ -37,9 +37,9 @@ def duration(job: dict) -> str:
     if job.get("run_seconds") is not None:
         secs = int(job["run_seconds"])
     else:  # an older server: the current run only
-        end = _ts(job.get("ended_at")) or datetime.now(timezone.utc)
-        start = start if start.tzinfo else start.replace(tzinfo=timezone.utc)
-        end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+        end = _ts(job.get("ended_at")) or datetime.now(UTC)
+        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+        end = end if end.tzinfo else end.replace(tzinfo=UTC)
         secs = int((end - start).total_seconds())
     h, rem = divmod(secs, 3600)
     m, s = divmod(rem, 60)

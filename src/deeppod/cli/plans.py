@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -83,20 +83,28 @@ def sim(
     trace: Annotated[Path, typer.Option(help="CSV with timestamp, duration, num_gpus, cluster (the tenant)")],
     nodes: Annotated[int, typer.Option(help="simulated nodes")] = 64,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
-    plan: Annotated[str, typer.Option(help="plan YAML, or 'auto': each tenant guaranteed its share of the trace's GPU-time")] = "auto",
+    plan: Annotated[str, typer.Option(
+        help="plan YAML, or 'auto': each tenant guaranteed its share of the trace's GPU-time")] = "auto",
     policy: Annotated[str, typer.Option(help="deeppod, fifo or static")] = "deeppod",
-    elastic_fraction: Annotated[float, typer.Option(help="share of jobs that are elastic (half to twice their size)")] = 0.0,
+    elastic_fraction: Annotated[float,
+                                typer.Option(help="share of jobs that are elastic (half to twice their size)")] = 0.0,
     out: Annotated[Path, typer.Option(help="JSON results")] = Path("sim-results.json"),
-    plot: Annotated[Optional[Path], typer.Option(help="PNG of per-tenant share vs guarantee")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="replay only the first N jobs")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG of per-tenant share vs guarantee")] = None,
+    limit: Annotated[int | None, typer.Option(help="replay only the first N jobs")] = None,
     scale: Annotated[int, typer.Option(help="K copies of the trace's tenants and jobs (arrivals jittered by up to "
                                             "5 minutes) on K times --nodes: a cluster K times the size")] = 1,
     seed: int = 0,
 ) -> None:
     """Replay a GPU-cluster trace through the scheduling policy on a simulated clock."""
     from deeppod.scheduler.plan import parse_plan
-    from deeppod.scheduler.simulator import (SimConfig, Simulator, load_trace, plot_shares, proportional_plan,
-                                             scale_trace)
+    from deeppod.scheduler.simulator import (
+        SimConfig,
+        Simulator,
+        load_trace,
+        plot_shares,
+        proportional_plan,
+        scale_trace,
+    )
 
     if not 0.0 <= elastic_fraction <= 1.0:
         raise InvalidRequest("--elastic-fraction must be between 0 and 1")
@@ -112,7 +120,8 @@ def sim(
     rows = [(k, result[k]) for k in ("cluster", "jobs", "completed", "utilization", "utilization_during_backlog",
                                      "backlog_hours", "jct_avg_h", "jct_p50_h", "jct_p95_h", "queue_delay_avg_h",
                                      "reclaim_latency_p95_s", "preemptions", "resizes", "restart_gpu_hours_lost",
-                                     "round_ms_avg", "round_ms_p50", "round_ms_p95", "round_ms_p99", "round_ms_max", "rounds",
+                                     "round_ms_avg", "round_ms_p50", "round_ms_p95", "round_ms_p99", "round_ms_max",
+                                     "rounds",
                                      "wall_seconds")]
     console.print(rows_table([{"metric": k, "value": v} for k, v in rows], ["metric", "value"]))
     console.print(f"results: {out}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,50 +15,52 @@ app = typer.Typer()
 
 @app.command()
 def server(
-    host: Annotated[Optional[str], typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
-    port: Annotated[Optional[int], typer.Option(help="port (default 7447)")] = None,
-    home: Annotated[Optional[Path], typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(
+    host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default 7447)")] = None,
+    home: Annotated[Path | None, typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
+    gpus: Annotated[int | None, typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
+    gpu_memory: Annotated[str | None, typer.Option(
         help="the memory each logical slot stands for, e.g. 80G: jobs' --gpu-memory is then checked against it "
              "(DEEPPOD_GPU_MEMORY_MB; default: not known, any request fits)", show_default=False)] = None,
-    cpus: Annotated[Optional[int], typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
-    memory: Annotated[Optional[str], typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
-    database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
-    hot_dir: Annotated[Optional[Path], typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
-    cold_dir: Annotated[Optional[Path], typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
-    isolation: Annotated[Optional[str], typer.Option(
+    cpus: Annotated[int | None, typer.Option(help="CPUs this node offers to jobs (default: all)")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory this node offers to jobs, e.g. 16G (default: all)")] = None,
+    database_url: Annotated[str | None,
+                            typer.Option(help="SQLAlchemy URL (DEEPPOD_DATABASE_URL); default SQLite in home")] = None,
+    hot_dir: Annotated[Path | None, typer.Option(help="fast storage for datasets in use (DEEPPOD_HOT_DIR)")] = None,
+    cold_dir: Annotated[Path | None, typer.Option(help="capacity storage for idle datasets (DEEPPOD_COLD_DIR)")] = None,
+    isolation: Annotated[str | None, typer.Option(
         help="sandbox: each tenant's jobs run as its own OS identity in namespaces (needs root); single-user: "
              "jobs run as the server's identity, several tenants allowed but not isolated; one-tenant: the "
              "same, and a second tenant is refused; auto (the default): sandbox as root, else one-tenant "
              "(DEEPPOD_ISOLATION)",
         show_default=False)] = None,
-    work_roots: Annotated[Optional[str], typer.Option(
+    work_roots: Annotated[str | None, typer.Option(
         help="with sandbox isolation, where tenants' jobs may work: paths with {tenant}, ':'-separated "
              "(DEEPPOD_WORK_ROOTS; default HOME/work/{tenant})", show_default=False)] = None,
     single_user: Annotated[bool, typer.Option(
         "--single-user", help="allow several tenants without isolating them (the same as --isolation single-user): "
                               "every start says what is not protected")] = False,
-    cpu_limit: Annotated[Optional[str], typer.Option(
+    cpu_limit: Annotated[str | None, typer.Option(
         help="share: a sandboxed worker's CPU time is shared by the weight of its CPUs under contention (the "
              "default); quota: also a hard cap at its CPUs (DEEPPOD_CPU_LIMIT)", show_default=False)] = None,
     unenforced_limits: Annotated[bool, typer.Option(
         "--unenforced-limits", help="start sandbox isolation even where the kernel's control groups cannot be "
                                     "used: jobs' memory is then polled, processes and CPU not limited "
                                     "(DEEPPOD_UNENFORCED_LIMITS)")] = False,
-    executor: Annotated[Optional[str], typer.Option(
+    executor: Annotated[str | None, typer.Option(
         help="where jobs run: local (this machine, the default) or ray (a Ray cluster; docs/cluster.md) "
              "(DEEPPOD_EXECUTOR)", show_default=False)] = None,
-    ray_address: Annotated[Optional[str], typer.Option(
+    ray_address: Annotated[str | None, typer.Option(
         help="the Ray cluster's HEAD:6379, as 'ray start --head' printed it (DEEPPOD_RAY_ADDRESS)")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(
+    gpus_per_node: Annotated[int | None, typer.Option(
         help="logical GPU slots per Ray node that has no GPUs (DEEPPOD_GPUS_PER_NODE)")] = None,
-    advertise_url: Annotated[Optional[str], typer.Option(
+    advertise_url: Annotated[str | None, typer.Option(
         help="the URL jobs, clients and the other servers reach this one at, when the listening address is not "
              "it (DEEPPOD_ADVERTISE_URL)")] = None,
-    tls_cert: Annotated[Optional[Path], typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
-    tls_key: Annotated[Optional[Path], typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
-    tls_ca: Annotated[Optional[Path], typer.Option(
+    tls_cert: Annotated[Path | None,
+                        typer.Option(help="serve https with this PEM certificate (DEEPPOD_TLS_CERT)")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="its private key, PEM (DEEPPOD_TLS_KEY)")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
         help="the CA file clients and jobs verify the certificate with, when it is not from a public CA "
              "(DEEPPOD_TLS_CA)")] = None,
     tls_self_signed: Annotated[bool, typer.Option(
@@ -76,7 +78,9 @@ def server(
         host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
         gpu_memory_mb=parse_memory(gpu_memory), memory_mb=parse_memory(memory), database_url=database_url,
         hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
-        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None, isolation="single-user" if single_user else isolation, work_roots=work_roots,
+        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None,
+                                                  isolation="single-user" if single_user else isolation,
+                                                  work_roots=work_roots,
         cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,
         executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))

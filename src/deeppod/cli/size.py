@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,23 +18,23 @@ def size(
     images: Annotated[int, typer.Option(help="images in the training dataset")],
     epochs: Annotated[float, typer.Option(help="epochs a run trains")],
     hours: Annotated[float, typer.Option(help="the time one run should take")],
-    images_per_gpu: Annotated[Optional[float], typer.Option(
+    images_per_gpu: Annotated[float | None, typer.Option(
         help="training images/s one GPU sustains for the model (a published figure, or --measure)")] = None,
     image_kb: Annotated[float, typer.Option(help="mean stored image in KB (ImageNet's JPEGs: 110)")] = 110.0,
     users: Annotated[int, typer.Option(help="people submitting runs")] = 1,
     runs_per_user_day: Annotated[float, typer.Option(help="runs each submits a day")] = 1.0,
     wait_minutes: Annotated[float, typer.Option(help="the 95th-percentile wait for GPUs to stay under")] = 30.0,
-    job_gpus: Annotated[Optional[int], typer.Option(help="GPUs a run uses (default: what meets --hours)")] = None,
+    job_gpus: Annotated[int | None, typer.Option(help="GPUs a run uses (default: what meets --hours)")] = None,
     scaling: Annotated[float, typer.Option(help="data-parallel efficiency past one GPU")] = 0.9,
     inference_rps: Annotated[float, typer.Option(help="predictions a second to serve")] = 0.0,
     rps_per_gpu: Annotated[float, typer.Option(help="predictions a second one GPU serves")] = 0.0,
     gpus_per_node: int = 8,
     versions: Annotated[int, typer.Option(help="dataset versions kept")] = 3,
     simulate: Annotated[bool, typer.Option(help="replay the runs in the scheduler's simulator for the wait")] = True,
-    measure: Annotated[Optional[str], typer.Option(
+    measure: Annotated[str | None, typer.Option(
         help="measure the per-GPU rate here instead: train this torchvision model (resnet50, ...) on "
              "synthetic images as 'deeppod bench train' does, on --measure-gpus workers")] = None,
-    measure_gpus: Annotated[Optional[int], typer.Option(
+    measure_gpus: Annotated[int | None, typer.Option(
         help="workers to measure on, one per GPU (default: this machine's GPUs; 2 or more also measure --scaling)")] \
         = None,
     measure_batch: Annotated[int, typer.Option(help="per-worker batch of the measurement")] = 64,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,36 +22,38 @@ app.add_typer(train_app, name="train")
 @train_app.command("image-classifier", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train_image_classifier(
     ctx: typer.Context,
-    data: Annotated[Optional[Path], typer.Option(help="class-per-folder image directory")] = None,
-    dataset: Annotated[Optional[str], typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
+    data: Annotated[Path | None, typer.Option(help="class-per-folder image directory")] = None,
+    dataset: Annotated[str | None,
+                       typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
     model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...), small-cnn, or auto: "
                                             "resnet18 on a GPU, small-cnn on CPU")] = "auto",
     epochs: int = 10,
     batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
     lr: float = 0.1,
-    optimizer: Annotated[str, typer.Option(help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
+    optimizer: Annotated[str, typer.Option(
+        help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
-    image_size: Annotated[Optional[int], typer.Option(
+    image_size: Annotated[int | None, typer.Option(
         help="input size in pixels, square (default: the images' own, 16 to 224)", show_default=False)] = None,
-    register: Annotated[Optional[str], typer.Option(
+    register: Annotated[str | None, typer.Option(
         help="register the trained model as a new version of model NAME when training ends")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
-    gpus_per_worker: Annotated[Optional[int], typer.Option(
+    gpus_per_worker: Annotated[int | None, typer.Option(
         help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
-    memory: Annotated[Optional[str], typer.Option(
+    memory: Annotated[str | None, typer.Option(
         help="memory per worker, e.g. 4G (enforced): the strategy follows from it (--strategy auto), and a job "
              "that cannot fit is refused with the estimate")] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(
+    gpu_memory: Annotated[str | None, typer.Option(
         help="the memory each GPU must have, e.g. 40G: the strategy follows from it, and the job runs only on such "
              "GPUs (default: the estimate, and the strategy that fits the cluster's largest GPUs)",
         show_default=False)] = None,
     strategy: Annotated[str, typer.Option(
         help="auto, ddp (every worker the whole model) or fsdp (sharded: a model larger than one worker); "
              "auto: the cheapest that fits --memory, or the GPUs' memory (ddp where nothing says)")] = "auto",
-    name: Optional[str] = None,
+    name: str | None = None,
     max_restarts: int = 3,
-    grace: Annotated[Optional[float], typer.Option(
+    grace: Annotated[float | None, typer.Option(
         help="seconds between SIGTERM and SIGKILL on a stop, cancel, preemption or shrink: the time the trainer "
              "has to save its checkpoint (default: the server's, 30 s)", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
@@ -79,7 +81,8 @@ def train_image_classifier(
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     args, gpu_memory_mb = _sized(c, args, low, gpus_per_worker, memory_mb, gpu_memory_mb)
     command = image_classifier(args)
-    job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low, max_workers=high,
+    job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low,
+                   max_workers=high,
                    gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
                    max_restarts=max_restarts, grace_seconds=grace,
                    own_folder=True,

@@ -8,17 +8,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from deeppod.plans.service import plan_now
-from deeppod.scheduler.policy import schedule
 from deeppod.scheduler.burst import Ask, BurstDecisions, BurstView, burst_round, split
 from deeppod.scheduler.burst_types import RESOURCE_PREFIX
 from deeppod.scheduler.plan import Plan
+from deeppod.scheduler.policy import schedule
 from deeppod.scheduler.snapshot import Decisions, Snapshot
 from deeppod.store.models import BurstCharge, Node
 
@@ -194,11 +194,11 @@ class Bursting:
 def _ts(when: datetime | None) -> float | None:
     if when is None:
         return None
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _dt(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, timezone.utc)
+    return datetime.fromtimestamp(ts, UTC)
 
 
 @dataclass

@@ -15,9 +15,9 @@ import re
 import stat
 import tarfile
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
 
 from deeppod.errors import InvalidRequest
 
@@ -84,7 +84,7 @@ class Archive:
             self.close()
             raise
 
-    def __enter__(self) -> "Archive":
+    def __enter__(self) -> Archive:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -39,7 +39,7 @@ class Policy:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def parse(cls, raw: dict | None) -> "Policy":
+    def parse(cls, raw: dict | None) -> Policy:
         raw = dict(raw or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)

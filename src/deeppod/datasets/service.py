@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod import refs
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, dataset_env_key
-from deeppod.datasets import catalog, ingest, tiers as tiermod
+from deeppod.datasets import catalog, ingest
+from deeppod.datasets import tiers as tiermod
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy
 from deeppod.datasets.tiers import Tiers
@@ -61,7 +62,8 @@ def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write
             found = own
         else:
             owners = ", ".join(sorted(session.get(Tenant, d.tenant_id).name for d in found))
-            raise InvalidRequest(f"several datasets are called {ref.name!r} (tenants {owners}): write TENANT/{ref.name}")
+            raise InvalidRequest(f"several datasets are called {ref.name!r} (tenants {owners}): "
+                                 f"write TENANT/{ref.name}")
     if not found:
         names = sorted({d.name for d in session.scalars(select(Dataset)) if _visible(principal, d)})
         shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "") if names else "none yet"
@@ -359,7 +361,8 @@ def users_of(session: Session, ds: Dataset, v: DatasetVersion) -> list[str]:
     found = [f"job {j.id} ({j.state})" for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES)))
              if any(d.get("version_id") == v.id for d in (j.datasets or []))]
     rows = session.execute(select(Model.name, ModelVersion.version, ModelVersion.lineage)
-                           .join(ModelVersion, ModelVersion.model_id == Model.id).where(Model.tenant_id == ds.tenant_id))
+                           .join(ModelVersion,
+                                 ModelVersion.model_id == Model.id).where(Model.tenant_id == ds.tenant_id))
     found += [f"model {name}@{number}" for name, number, lineage in rows
               if ref in (lineage or {}).get("datasets", []) or (lineage or {}).get("dataset") == ref]
     return found

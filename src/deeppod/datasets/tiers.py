@@ -12,9 +12,9 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from deeppod.datasets.shards import verify_checksums
 from deeppod.errors import MoveFailed

@@ -14,11 +14,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES, ENV_REPLICA_SECRET
-from deeppod.loops import IDLE, run_rounds
-from deeppod.errors import DeepPodError
-from deeppod.jobs import service as jobs
 from deeppod.deployments import rollout, service
 from deeppod.deployments.balancer import Balancer, Route, Target
+from deeppod.errors import DeepPodError
+from deeppod.jobs import service as jobs
+from deeppod.loops import IDLE, run_rounds
 from deeppod.store.models import Deployment, Job, Model, ModelVersion
 
 log = logging.getLogger(__name__)
@@ -157,4 +157,5 @@ class DeploymentController:
         return Route(dep.id, dep.tenant_id, dep.name, model.name, targets, d.state)
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        run_rounds(self.tick, stop, interval, "deployment", wake=self.wake, idle_interval=STEADY_ROUND_S)  # a refused round: the next one only routes
+        # a refused round: the next one only routes
+        run_rounds(self.tick, stop, interval, "deployment", wake=self.wake, idle_interval=STEADY_ROUND_S)

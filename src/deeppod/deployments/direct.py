@@ -67,7 +67,8 @@ def _caller(session: Session, name: str, key: str, secret: str) -> tuple[Deploym
     return service.get(session, principal, name), "token", hash_secret(secret), principal
 
 
-def issue(session: Session, name: str, *, key: str = "", secret: str = "", ttl: float = TTL_SECONDS) -> tuple[Issued, Principal | None]:
+def issue(session: Session, name: str, *, key: str = "", secret: str = "",
+          ttl: float = TTL_SECONDS) -> tuple[Issued, Principal | None]:
     if not 1 <= ttl <= MAX_TTL_SECONDS:
         raise InvalidRequest(f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS} (got {ttl:g})")
     dep, via, cred, principal = _caller(session, name, key, secret)

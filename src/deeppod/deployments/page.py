@@ -46,7 +46,8 @@ async function load() {{
   $("form").hidden = false;
 }}
 $("load").onclick = load;
-$("file").onchange = () => {{ const f = $("file").files[0]; if (f) {{ $("preview").src = URL.createObjectURL(f); $("preview").hidden = false; }} }};
+$("file").onchange = () => {{ const f = $("file").files[0]; if (f) {{ $("preview").src = URL.createObjectURL(f);
+$("preview").hidden = false; }} }};
 $("form").onsubmit = async (e) => {{
   e.preventDefault(); $("err").textContent = ""; $("answer").innerHTML = "";
   const f = $("file").files[0]; if (!f) {{ $("err").textContent = "choose an image first"; return; }}
@@ -55,7 +56,8 @@ $("form").onsubmit = async (e) => {{
   const body = await r.json();
   if (!r.ok) {{ $("err").textContent = (body.error || {{}}).message || r.statusText; return; }}
   const p = body.predictions[0];
-  $("answer").innerHTML = "<p>Answered by version " + body.version + "</p><table><tr><th>label</th><th>confidence</th><th></th></tr>" +
+  $("answer").innerHTML = "<p>Answered by version " + body.version +
+  "</p><table><tr><th>label</th><th>confidence</th><th></th></tr>" +
     p.top_k.map(x => "<tr><td>" + esc(x.label) + "</td><td>" + (100 * x.confidence).toFixed(1) +
     "%</td><td><div class=bar style='width:" + (12 * x.confidence) + "rem'></div></td></tr>").join("") + "</table>";
 }};

@@ -76,5 +76,6 @@ def decide(dep: DeploymentView, replicas: list[ReplicaView], *, drain_seconds: f
     elif healthy_new:
         d.state, d.reason = DeploymentState.DEGRADED, f"{len(healthy_new)} of {dep.replicas} replicas healthy"
     else:
-        d.state, d.reason = DeploymentState.DEPLOYING, f"waiting for {dep.replicas} replicas to start and load the model"
+        d.state = DeploymentState.DEPLOYING
+        d.reason = f"waiting for {dep.replicas} replicas to start and load the model"
     return d

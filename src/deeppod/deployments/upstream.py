@@ -76,7 +76,7 @@ class Upstream:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(*key, limit=MAX_HEAD),
                                                     self.connect_timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(exc).__name__})") from None
         return _Conn(reader, writer)
 

@@ -184,7 +184,8 @@ def _run(script: str, order: dict, sandbox_spec: dict | None, work: Path, log, c
          binds: list[list]) -> tuple[int, list[str]]:
     """Run the build script; its output to ``log``; (exit code, its last lines)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "UV_CACHE_DIR": str(cache),
-           "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy", "PIP_NO_INPUT": "1", "LANG": "C.UTF-8"}
+           "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy", "PIP_NO_INPUT": "1",
+           "LANG": "C.UTF-8"}
     env.update({k: v for k, v in os.environ.items() if k in NETWORK_ENV})  # the host's way to the index
     if order.get("uv"):
         env["PATH"] = os.path.dirname(order["uv"]) + ":" + env["PATH"]

@@ -48,7 +48,7 @@ class Limits:
     devices: tuple[tuple[str, int, int], ...] | None = None  # ("c", major, minor) it may open; None: any
 
     @classmethod
-    def from_spec(cls, raw: dict) -> "Limits":
+    def from_spec(cls, raw: dict) -> Limits:
         return cls(memory_mb=raw.get("memory_mb"), pids=raw.get("pids"), cpus=raw.get("cpus"),
                    cpu_quota=bool(raw.get("cpu_quota")), devices=None)
 
@@ -148,7 +148,8 @@ def create(name: str, limits: Limits) -> Group:
             made.append(folder)
             _limit_v2(folder, limits)
             return Group((folder,), folder, True, limits.memory_mb)
-        wanted = ["memory", "pids"] + (["cpu"] if limits.cpus else []) + (["devices"] if limits.devices is not None else [])
+        wanted = ["memory",
+                  "pids"] + (["cpu"] if limits.cpus else []) + (["devices"] if limits.devices is not None else [])
         folders = {}
         for controller in wanted:
             _sweep(ROOT / controller / _own(controller).lstrip("/"))
@@ -208,7 +209,8 @@ def _write_if_there(path: Path, value: str) -> None:
 def check() -> str | None:
     """None when this process can make limited groups; else why not (said at server start)."""
     try:
-        g = create(f"deeppod-check-{os.getpid()}-{secrets.token_hex(3)}", Limits(memory_mb=64, pids=16, cpus=1.0, devices=()))
+        g = create(f"deeppod-check-{os.getpid()}-{secrets.token_hex(3)}", Limits(memory_mb=64, pids=16, cpus=1.0,
+                                                                                 devices=()))
     except Unavailable as exc:
         return str(exc)
     g.remove()

@@ -27,12 +27,12 @@ from pathlib import Path
 
 from deeppod.cluster.gpus import GpuInfo
 from deeppod.cluster.inventory import NodeInfo
-from deeppod.scheduler.burst_types import RESOURCE_PREFIX, type_of_resources
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError, NodeLost
 from deeppod.executor.base import ExecStatus, LaunchSpec
 from deeppod.executor.local import launched, write_spec
 from deeppod.job_folder import JobFolder
+from deeppod.scheduler.burst_types import RESOURCE_PREFIX, type_of_resources
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class _Sampler:
 class RayNodes:
     """The monitor's source on a Ray cluster: every live node's sampler, read in parallel."""
 
-    def __init__(self, executor: "RayExecutor"):
+    def __init__(self, executor: RayExecutor):
         self.executor = executor
         self._actors: dict[str, object] = {}  # Ray node id -> its sampler
 
@@ -280,7 +280,7 @@ class RayExecutor:
         finally:
             self.ray.kill(agent)
 
-    def autoscaler(self) -> "RayAutoscaler":
+    def autoscaler(self) -> RayAutoscaler:
         """Ray's autoscaler, for bursting (cluster/burst.py)."""
         return RayAutoscaler(self)
 

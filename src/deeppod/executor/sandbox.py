@@ -30,8 +30,17 @@ from deeppod.contract import ENV_SPARE
 from deeppod.envs import build as envs
 from deeppod.envs import images
 from deeppod.executor import cgroups
-from deeppod.executor.syscalls import (CLONE_NEWIPC, CLONE_NEWNS, CLONE_NEWPID, PR_SET_NO_NEW_PRIVS,
-                                      PR_SET_PDEATHSIG, mount, prctl, setns, unshare)
+from deeppod.executor.syscalls import (
+    CLONE_NEWIPC,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+    mount,
+    prctl,
+    setns,
+    unshare,
+)
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import open_dir
 

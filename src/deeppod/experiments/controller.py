@@ -17,17 +17,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import principal_of
-from deeppod.loops import IDLE, run_rounds
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, NotLeader
+from deeppod.experiments import paused, service
+from deeppod.experiments.study import Study, rungs
 from deeppod.job_folder import JobFolder
 from deeppod.jobs.service import add_event
+from deeppod.loops import IDLE, run_rounds
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
-from deeppod.experiments import paused, service
-from deeppod.experiments.study import Study, rungs
 
 log = logging.getLogger(__name__)
 # how long the answer to a trial's reports at a rung waits for the pruner's decision (a round
@@ -175,7 +175,8 @@ class ExperimentController:
         ended_as = job.state
         # a process that runs trial after trial ended this one (or exited after it): as a job's end would say
         if trial.done_at is not None or (trial.claimed_at is not None and job.state == JobState.SUCCEEDED):
-            ended_as = JobState.PRUNED if trial.state in (TrialState.PRUNING, TrialState.PAUSING) else JobState.SUCCEEDED
+            ended_as = JobState.PRUNED if trial.state in (TrialState.PRUNING,
+                                                          TrialState.PAUSING) else JobState.SUCCEEDED
         if ended_as == JobState.PRUNED:
             trial.state = TrialState.PRUNED
             study.tell(trial.number, "pruned")

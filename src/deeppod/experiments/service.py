@@ -15,19 +15,20 @@ from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, FINAL_STATES, JobState, judged_between
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.experiments.space import check_command, parse_space, render
+from deeppod.experiments.study import PROMOTING, Study, check_choice, judged_steps
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
-from deeppod.experiments.space import check_command, parse_space, render
-from deeppod.experiments.study import PROMOTING, Study, check_choice, judged_steps
 
 log = logging.getLogger(__name__)
 MODES = ("min", "max")
 HANDED_MAX = 64  # studies kept for a controller to take over (a server that is not the leader takes none)
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
-            "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "max_restarts", "stop_rules", "datasets",
+            "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "max_restarts", "stop_rules",
+            "datasets",
             "requirements", "python", "image")
 
 
@@ -144,9 +145,11 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     space = check_request(req)
     if session.scalar(select(Experiment.id).where(Experiment.tenant_id == principal.tenant_id,
                                                   Experiment.name == req.name)) is not None:
-        raise Conflict(f"experiment {req.name!r} exists: pick another name, or see it with 'deeppod tune show {req.name}'")
+        raise Conflict(f"experiment {req.name!r} exists: pick another name, or see it with 'deeppod tune show "
+                       f"{req.name}'")
     template = {k: v for k, v in req.job.items() if k in TEMPLATE}
-    exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name, state=ExperimentState.RUNNING,
+    exp = Experiment(tenant_id=principal.tenant_id, user_id=principal.user_id, name=req.name,
+                     state=ExperimentState.RUNNING,
                      metric=req.metric, mode=req.mode, trials=req.trials, parallel=req.parallel,
                      sampler=req.sampler, pruner=req.pruner, prune_after=req.prune_after, seed=req.seed,
                      space={n: p.to_dict() for n, p in space.items()}, job=template, register=req.register,

@@ -159,7 +159,8 @@ def check_command(command: list[str], space: dict[str, Param], reuse: bool = Fal
     for name in used:
         if name not in space:
             known = ", ".join(sorted(space)) or "none"
-            raise InvalidRequest(f"the command uses {{{name}}} but the space has no parameter {name!r} (it has: {known}); "
+            raise InvalidRequest(f"the command uses {{{name}}} but the space has no parameter {name!r} (it has: "
+                                 f"{known}); "
                                  "add it to the space, or write a literal brace as {{ or }}")
     for p in space.values():
         if p.name not in used and not p.env_only:

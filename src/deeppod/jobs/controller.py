@@ -18,7 +18,6 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from deeppod.loops import IDLE, run_rounds
 from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import HOLDING_STATES, JobState, base_environment
@@ -32,6 +31,7 @@ from deeppod.jobs.resize import Resizes
 from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark, same_reason
 from deeppod.jobs.service import add_event, finish
 from deeppod.jobs.snapshot import snapshot
+from deeppod.loops import IDLE, run_rounds
 from deeppod.scheduler import Config, Snapshot, Start
 from deeppod.store.models import Job, Node, utcnow
 
@@ -177,8 +177,7 @@ class JobController:
         store before any process starts; stops are sent after the commit."""
         snap = self.snapshot(s)
         began, d = time.perf_counter(), self.bursting.schedule(s, snap)  # the policy's, then the burst round
-        self.last_round_ms = (time.perf_counter() - began) * 1000
-        stop_now = []
+        self.last_round_ms, stop_now = (time.perf_counter() - began) * 1000, []
         for p in d.preempts:
             job = s.get(Job, p.job_id)
             job.state, job.reason, job.stop_requested_at = JobState.PREEMPTED, p.reason, utcnow()
@@ -189,7 +188,8 @@ class JobController:
             job = s.get(Job, r.job_id)
             if r.in_place and self.resizes.start(s, job, r):
                 continue
-            job.state, job.reason, job.resize_to, job.stop_requested_at = JobState.RESIZING, r.reason, r.workers, utcnow()
+            job.state, job.reason, job.resize_to, job.stop_requested_at = (JobState.RESIZING, r.reason, r.workers,
+                                                                            utcnow())
             add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers"
                       + self.resizes.restart_note(job.id))
             if job.handle:

@@ -18,7 +18,8 @@ from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
-from deeppod.envs import images, spec as env_spec
+from deeppod.envs import images
+from deeppod.envs import spec as env_spec
 from deeppod.envs.build import Builds
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec

@@ -97,7 +97,7 @@ class Resizes:
         alloc.save(job)
         job.resize_to = r.workers  # if the switch fails, the restart is at the new size
         job.reason = r.reason
-        how = ("the workers stay; ranks {}-{} leave".format(r.workers, old - 1) if r.workers < old
+        how = (f"the workers stay; ranks {r.workers}-{old - 1} leave" if r.workers < old
                else f"the workers stay; {r.workers - old} join and receive the model from rank 0")
         add_event(s, job, JobState.RESIZING, f"{r.reason}; in place: {how}")
         return True

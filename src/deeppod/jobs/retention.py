@@ -16,8 +16,8 @@ from deeppod.auth.service import Principal
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict
 from deeppod.job_folder import JobFolder
-from deeppod.nofollow import tree_bytes
 from deeppod.jobs.service import add_event, manage_job
+from deeppod.nofollow import tree_bytes
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,8 @@ def purge_finished(session: Session, principal: Principal, jobs_dir: Path, *, ol
         q = q.where(Job.user_id == principal.user_id)
     ids, freed = [], 0
     for job in session.scalars(q):
-        freed += _remove(session, job, jobs_dir, f"files removed by {principal.user} (ended before {cutoff:%Y-%m-%d %H:%M})")
+        freed += _remove(session, job, jobs_dir,
+                         f"files removed by {principal.user} (ended before {cutoff:%Y-%m-%d %H:%M})")
         ids.append(job.id)
     return ids, freed
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 import re
 import signal
-from datetime import timezone
+from datetime import UTC
 
 from sqlalchemy.orm import Session
 
+from deeppod.auth.service import revoke_job_tokens
 from deeppod.contract import EXIT_RESUME, JobState, describe_exit
 from deeppod.executor.base import ExecStatus
-from deeppod.auth.service import revoke_job_tokens
 from deeppod.jobs.service import add_event
 from deeppod.store.models import Job, utcnow
 
@@ -77,7 +77,7 @@ def run_mark(job: Job) -> str:
     in UTC): a restarted server finds whether the run it finds unrecorded was launched. An
     in-place resize moves ``started_at`` on, but only once the run's handle is recorded, and
     only an unrecorded run is looked for by its mark."""
-    return job.started_at.astimezone(timezone.utc).isoformat() if job.started_at is not None else ""
+    return job.started_at.astimezone(UTC).isoformat() if job.started_at is not None else ""
 
 
 def current_run_seconds(job: Job) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import datetime, timezone
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, select, text
@@ -19,11 +19,13 @@ from deeppod.auth.service import Principal, revoke_job_tokens
 from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
 from deeppod.datasets.service import resolve_for_job
-from deeppod.envs import images, spec as env_spec
+from deeppod.envs import images
+from deeppod.envs import spec as env_spec
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from deeppod.jobs import code as code_store, storage
-from deeppod.jobs.code import CodeStore
 from deeppod.job_folder import JobFolder
+from deeppod.jobs import code as code_store
+from deeppod.jobs import storage
+from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
@@ -115,7 +117,8 @@ def validate(req: JobRequest, cap: dict) -> None:
     if not os.path.isabs(req.workdir):
         raise InvalidRequest(f"working directory {req.workdir!r} must be an absolute path")
     if not os.path.isdir(req.workdir):
-        raise InvalidRequest(f"working directory {req.workdir!r} does not exist on the server; create it or pick another")
+        raise InvalidRequest(f"working directory {req.workdir!r} does not exist on the server; create it or pick "
+                             f"another")
     if req.workers < 1:
         raise InvalidRequest(f"workers must be at least 1 (got {req.workers})")
     if req.max_workers is not None and req.max_workers < req.workers:
@@ -399,7 +402,7 @@ def run_seconds(job: Job, now: datetime | None = None) -> float:
     total = job.ran_seconds or 0.0
     running = job.ended_at is None and JobState(job.state).holds_resources
     if job.started_at is not None and (running or job.ended_at is not None):
-        end = job.ended_at if job.ended_at is not None else (now or datetime.now(timezone.utc))
+        end = job.ended_at if job.ended_at is not None else (now or datetime.now(UTC))
         total += max(0.0, (end - job.started_at).total_seconds())
     return total
 

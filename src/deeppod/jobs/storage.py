@@ -72,7 +72,8 @@ def _over(plan: Plan, used: dict[str, int]) -> dict[str, str]:
     for node, gb, tenants in plan.storage_quotas():
         total = sum(used.get(t, 0) for t in tenants)
         if total > gb * GB:
-            why = (f"the job folders and environments of {'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
+            why = (f"the job folders and environments of "
+                   f"{'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
                    f"take {total / GB:.2f} GB, over the plan's storage quota of {gb:g} GB: remove finished jobs' "
                    "folders ('deeppod jobs purge') or Python environments ('deeppod envs rm'), or ask an "
                    "administrator to raise storage_gb")

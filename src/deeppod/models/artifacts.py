@@ -142,7 +142,8 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
                 if name == "weights.pt":
                     continue
                 raise InvalidRequest(f"{folder} has no {name}: a model artifact needs {SERVING_FILE} "
-                                     f"(torch.export.save) and {SIGNATURE_FILE}; did the job finish writing it?") from None
+                                     f"(torch.export.save) and {SIGNATURE_FILE}; did the job finish "
+                                     "writing it?") from None
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise InvalidRequest(f"{folder}: {name} must be a file, not a link (files, not links)") from None

@@ -23,8 +23,17 @@ from deeppod.jobs import service as jobs
 from deeppod.models import artifacts
 from deeppod.models.compare import Figures, verdict
 from deeppod.refs import Ref
-from deeppod.store.models import (Deployment, Job, JobMetric, Model, ModelComparison, ModelEvaluation, ModelVersion,
-                                  Tenant, User)
+from deeppod.store.models import (
+    Deployment,
+    Job,
+    JobMetric,
+    Model,
+    ModelComparison,
+    ModelEvaluation,
+    ModelVersion,
+    Tenant,
+    User,
+)
 
 log = logging.getLogger(__name__)
 MAX_EVALUATION_BYTES = 16 << 20  # a comparison's figures: per class, for two versions
@@ -123,7 +132,8 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
         raise Conflict(f"job {job.id} {job.state} ({job.reason}); register a job that finished its model")
     if path and not Path(path).is_absolute():
         raise InvalidRequest(f"--path {path!r} must be an absolute folder on the server")
-    own_output = job is not None and path and os.path.realpath(path) == os.path.realpath(JobFolder.of(jobs_dir, job.id).model)
+    own_output = job is not None and path and os.path.realpath(path) == os.path.realpath(JobFolder.of(jobs_dir,
+                                                                                                      job.id).model)
     if path and roots is not None and not own_output:  # before anything looks at it: say nothing of what exists
         path = roots.check("--path", path, principal.tenant)
     source = Path(path) if path else JobFolder.of(jobs_dir, job.id).model

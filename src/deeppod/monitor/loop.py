@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.cluster.readings import NodeSource
 from deeppod.loops import run_rounds
 from deeppod.monitor import service
-from deeppod.cluster.readings import NodeSource
 
 log = logging.getLogger(__name__)
 COMPACT_EVERY_S = 60.0

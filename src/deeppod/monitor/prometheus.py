@@ -97,7 +97,8 @@ class ClusterCollector:
                                    "(in the plan's currency)", labels=["tenant", "node_type"])
         secs = CounterMetricFamily("deeppod_burst_node_seconds", "burst node time charged, per tenant and burst "
                                    "type", labels=["tenant", "node_type"])
-        for tenant, kind, c, t in s.execute(select(BurstCharge.tenant, BurstCharge.node_type, func.sum(BurstCharge.cost),
+        for tenant, kind, c, t in s.execute(select(BurstCharge.tenant, BurstCharge.node_type,
+                                                   func.sum(BurstCharge.cost),
                                                    func.sum(BurstCharge.seconds))
                                             .group_by(BurstCharge.tenant, BurstCharge.node_type)):
             cost.add_metric([tenant, kind], float(c))

@@ -7,16 +7,16 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.service import Principal
+from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.cluster.service import set_gpu_health
 from deeppod.contract import HOLDING_STATES
 from deeppod.jobs.service import add_event, get_job
-from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.store.models import GpuSample, HostSample, Job, Node, utcnow
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, 
             job.idle_since = None
             continue
         if job.idle_since is None:
-            job.idle_since = datetime.fromtimestamp(at, timezone.utc)
+            job.idle_since = datetime.fromtimestamp(at, UTC)
             continue
         idle = at - job.idle_since.timestamp()
         if idle >= policy.idle_after_s and idle - since_last < policy.idle_after_s:
@@ -145,7 +145,8 @@ def compact(session: Session, now: float, policy: Policy = Policy()) -> tuple[in
     for (node, gpu, bucket, job_id, tenant_id), rows in groups.items():
         avg = {f: sum(getattr(r, f) for r in rows) / len(rows) for f in GPU_FIELDS}
         session.add(GpuSample(node=node, gpu=gpu, at=bucket, period=policy.rollup_s, job_id=job_id, tenant_id=tenant_id,
-                              ecc_uncorrected=max(r.ecc_uncorrected for r in rows), xid=max(r.xid for r in rows), **avg))
+                              ecc_uncorrected=max(r.ecc_uncorrected for r in rows), xid=max(r.xid for r in rows),
+                              **avg))
         rolled += len(rows)
     hosts: dict[tuple, list[HostSample]] = defaultdict(list)
     for s in session.scalars(select(HostSample).where(HostSample.period == 0, HostSample.at < cut)):

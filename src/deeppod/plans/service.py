@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from deeppod.auth import roles
 from deeppod.auth.service import Principal, require_admin
 from deeppod.cluster.service import capacity
-from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.contract import ACTIVE_STATES, JobState
+from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.scheduler.plan import Plan, parse_plan
 from deeppod.store.models import Job, Node, PlanVersion, Tenant
 
@@ -65,7 +65,8 @@ def apply_plan(session: Session, principal: Principal, document: object) -> Plan
     if principal.role == roles.TENANT_ADMIN:
         current, _ = current_plan(session)
         if principal.tenant not in {node.name for node, _, _ in current.walk()}:
-            raise Forbidden(f"tenant {principal.tenant!r} has no node in the plan to change below; ask an administrator")
+            raise Forbidden(f"tenant {principal.tenant!r} has no node in the plan to change below; "
+                            "ask an administrator")
         if _pruned(plan.to_dict(), principal.tenant) != _pruned(current.to_dict(), principal.tenant):
             raise Forbidden(f"a tenant admin changes only the plan below tenant {principal.tenant!r} (its children); "
                             "everything else, its own node's figures included, must stay as it is")

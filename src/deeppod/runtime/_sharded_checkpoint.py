@@ -125,8 +125,7 @@ def load_into(path: Path, model, optimizer) -> None:
 def load_whole(state: dict, model, optimizer) -> None:
     """A single-file checkpoint (a whole model's, as DDP or one process saved it) into a
     sharded model: each worker keeps its shards of it."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True)
     if "model" in state:

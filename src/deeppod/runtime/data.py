@@ -15,8 +15,16 @@ import itertools
 import math
 import random
 
-from deeppod.runtime.decode import (IMAGENET_MEAN, IMAGENET_STD, DeviceDecoded, center_box, decode_crop,
-                                    decode_on_device, normalize, random_resized_crop_box)
+from deeppod.runtime.decode import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DeviceDecoded,
+    center_box,
+    decode_crop,
+    decode_on_device,
+    normalize,
+    random_resized_crop_box,
+)
 from deeppod.runtime.shards import SPLITS, TRAIN, VAL, ShardReader, dataset_path, iter_shard
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "SPLITS", "TRAIN", "VAL", "DeviceDecoded", "ImageDataset", "ShardReader",
@@ -165,7 +173,8 @@ def loader(dataset: ImageDataset, *, batch_size: int, sampler=None, workers: int
 
 # What a loader worker imports before it can unpickle its dataset: the fork server imports it
 # once, and each worker forked from it starts with it loaded.
-_PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deeppod.runtime.data", "deeppod.runtime.shards",
+_PRELOAD = ("deeppod.runtime._loader_server", "torch", "torch.utils.data", "deeppod.runtime.data",
+            "deeppod.runtime.shards",
             "deeppod.runtime.decode", "torchvision")
 
 

@@ -53,7 +53,8 @@ def decode(data: bytes, signature: dict):
         with Image.open(io.BytesIO(data)) as im:
             w, h = im.size
     except (UnidentifiedImageError, OSError, ValueError):
-        raise BadInput("the data is not an image Pillow can read: send a JPEG, PNG, BMP, GIF, WebP or TIFF file") from None
+        raise BadInput("the data is not an image Pillow can read: "
+                       "send a JPEG, PNG, BMP, GIF, WebP or TIFF file") from None
     if w * h > MAX_PIXELS:
         raise BadInput(f"the image is {w}x{h} pixels, over the {MAX_PIXELS:,}-pixel limit: scale it down first")
     box = (lambda w, h: center_box(w, h, size)) if inp.get("crop") == "center" else (lambda w, h: (0, 0, w, h))

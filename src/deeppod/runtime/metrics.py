@@ -19,8 +19,19 @@ import threading
 import time
 import urllib.error
 
-from deeppod.contract import (ENV_CA_CERT, ENV_METRICS_FLUSH, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED,
-                              JUDGED_EVERY_STEP, METRICS_SPOOL, judged_between, open_first, server_urls)
+from deeppod.contract import (
+    ENV_CA_CERT,
+    ENV_METRICS_FLUSH,
+    ENV_TOKEN,
+    ENV_TRIAL,
+    ENV_TRIAL_HOST,
+    ENV_TRIAL_JUDGED,
+    JUDGED_EVERY_STEP,
+    METRICS_SPOOL,
+    judged_between,
+    open_first,
+    server_urls,
+)
 from deeppod.job_folder import JobFolder
 from deeppod.runtime import stop
 from deeppod.runtime.context import job_context

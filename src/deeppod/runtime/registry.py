@@ -16,7 +16,8 @@ def api_call(method: str, path: str, body: dict | None = None, *, timeout: float
     if not url or not token:
         raise RuntimeError("not running under DeepPod (DEEPPOD_API_URL and DEEPPOD_TOKEN are not set)")
     try:  # DEEPPOD_API_URL names every server of a failover control plane: the first that answers
-        raw = open_first(server_urls(url), path, method=method, data=None if body is None else json.dumps(body).encode(),
+        raw = open_first(server_urls(url), path, method=method,
+                         data=None if body is None else json.dumps(body).encode(),
                          headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
                          timeout=timeout, cafile=os.environ.get(ENV_CA_CERT))
     except urllib.error.HTTPError as exc:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import io
+import logging
 import os
 import signal
 import sys
@@ -15,6 +17,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, EXIT_RESUME
 
@@ -92,8 +95,8 @@ def agree(local: bool) -> bool:
     return bool(flag.item())
 
 
-def exit_for_resume() -> None:
-    """Exit with :data:`EXIT_RESUME` after the checkpoint is on disk."""
+def exit_for_resume() -> NoReturn:
+    """Exit with :data:`EXIT_RESUME` after the checkpoint is on disk (by :func:`exit_process`)."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         try:
@@ -101,7 +104,55 @@ def exit_for_resume() -> None:
         except Exception:  # noqa: BLE001 - a peer may already be gone; we are exiting anyway
             pass
     _kill_children()
-    sys.exit(EXIT_RESUME)
+    exit_process(EXIT_RESUME)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End this process with ``code`` without the interpreter's teardown, having done first what
+    a normal exit does that a job can rely on: other non-daemon threads joined, ``atexit``
+    handlers run (the job's own, multiprocessing's), every open file object flushed, logging
+    shut down, standard streams flushed.
+
+    Why not ``sys.exit``: at teardown CPython ends any other thread that asks for the GIL
+    (``pthread_exit``). A native thread still inside a library then unwinds through C++ code
+    that may not unwind (a ``noexcept`` destructor, such as pybind11's GIL release), and the
+    process aborts: SIGABRT, "terminate called without an active exception". A gloo worker
+    thread that lets go of a collective's tensors after the caller moved on, or any thread left
+    in a torch operation, is such a thread, and on a loaded machine one is still there now and
+    then; a stop then ended a rank with a crash. No thread is ended here: the process is.
+    Objects are not finalized one by one (``__del__`` of what is still referenced does not run)."""
+    main = threading.current_thread()
+    for t in threading.enumerate():  # as the interpreter waits for them at exit
+        if t is not main and not t.daemon and t.is_alive():
+            t.join()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a handler's failure is printed by atexit itself; exit anyway
+        pass
+    _flush_open_files()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
+def _flush_open_files() -> None:
+    """Flush every open, writable file object (text ones first, then their buffers), as their
+    finalization would have at a normal exit: what a job wrote and did not close is not lost."""
+    import gc
+
+    # type(), not isinstance(): that would read every object's __class__, which some libraries
+    # turn into a property (torch.distributed.reduce_op warns when it is read)
+    files = [f for f in gc.get_objects() if issubclass(type(f), io.IOBase)]
+    for f in sorted(files, key=lambda f: not issubclass(type(f), io.TextIOBase)):
+        try:
+            if not f.closed and f.writable():
+                f.flush()
+        except Exception:  # noqa: BLE001 - a broken pipe, a detached buffer: nothing more to save there
+            pass
 
 
 def _kill_children(daemonic_only: bool = False) -> None:

@@ -43,8 +43,15 @@ import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from deeppod.contract import (ENV_CA_CERT, ENV_TOKEN, ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_PARAMS, open_first,
-                              server_urls)
+from deeppod.contract import (
+    ENV_CA_CERT,
+    ENV_TOKEN,
+    ENV_TRIAL,
+    ENV_TRIAL_HOST,
+    ENV_TRIAL_PARAMS,
+    open_first,
+    server_urls,
+)
 from deeppod.runtime import metrics, stop
 from deeppod.runtime.context import job_context
 

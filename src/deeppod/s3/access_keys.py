@@ -48,7 +48,8 @@ def create(session: Session, principal: Principal, *, scope: str = WRITE, name: 
     if principal.job_id is not None:
         raise Forbidden("a job's token cannot create access keys; use your own token")
     if scope == WRITE and (principal.scope == roles.READ or principal.role == roles.VIEWER):
-        raise Forbidden("a read-only token or a viewer can create read-only keys only: choose scope read (--scope read)")
+        raise Forbidden("a read-only token or a viewer can create read-only keys only: "
+                        "choose scope read (--scope read)")
     key = AccessKey(key_id=PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(17)), user_id=principal.user_id,
                     scope=scope, name=name, expires_at=utcnow() + timedelta(seconds=expires_in) if expires_in else None)
     session.add(key)

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
 from urllib.parse import parse_qsl, quote, unquote
 
@@ -18,11 +18,21 @@ import anyio
 
 from deeppod.api import direct_body, zerocopy
 from deeppod.errors import DeepPodError, S3Error
-from deeppod.s3 import access_keys, inbox, metadata, multipart_checksums, sigv4, upload
+from deeppod.s3 import access_keys, inbox, listing, metadata, multipart_checksums, sigv4, upload, xml
 from deeppod.s3.body import Digests
-from deeppod.s3.namespace import (BUCKETS, COMMIT, READ_ONLY, Entry, Namespace, completed, etag_of, etags_in,
-                                  file_md5, open_object, request_key)
-from deeppod.s3 import listing, xml
+from deeppod.s3.namespace import (
+    BUCKETS,
+    COMMIT,
+    READ_ONLY,
+    Entry,
+    Namespace,
+    completed,
+    etag_of,
+    etags_in,
+    file_md5,
+    open_object,
+    request_key,
+)
 
 log = logging.getLogger(__name__)
 PREFIX = "/s3"
@@ -102,7 +112,7 @@ class S3App:
                          scope["method"])
 
     async def _authenticate(self, req: sigv4.Request):
-        signed = sigv4.parse(req, datetime.now(timezone.utc))
+        signed = sigv4.parse(req, datetime.now(UTC))
         if signed is None:
             raise S3Error("AccessDenied", "anonymous requests are not accepted: sign them with an access key "
                           "('deeppod keys create')")
@@ -308,7 +318,7 @@ class S3App:
         ``files``: the rest may go from the file to the socket (api/zerocopy.py)."""
         etag = f'"{self._etag_of(e)}"'
         h = req.headers
-        modified = datetime.fromtimestamp(int(e.mtime), timezone.utc)
+        modified = datetime.fromtimestamp(int(e.mtime), UTC)
         # the endpoint shares the console's origin: what it serves never runs as the console
         base = [(b"etag", etag.encode()), (b"last-modified", formatdate(e.mtime, usegmt=True).encode()),
                 (b"accept-ranges", b"bytes"), (b"content-security-policy", b"sandbox"),
@@ -320,7 +330,8 @@ class S3App:
             raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold "
                           "(If-Unmodified-Since)")
         if ("if-none-match" in h and (etag in etags_in(h["if-none-match"]) or "*" in h["if-none-match"])) or \
-                ("if-modified-since" in h and "if-none-match" not in h and not _after(modified, h["if-modified-since"])):
+                ("if-modified-since" in h and "if-none-match" not in h and not _after(modified,
+                                                                                      h["if-modified-since"])):
             return await _send(send, 304, base, b"", rid)
         start, end, status = 0, e.size - 1, 200
         wanted = h.get("range")
@@ -405,7 +416,7 @@ class S3App:
             raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
         tenant = who.principal.tenant_id
         e, src_meta, _ = await anyio.to_thread.run_sync(self._object, tenant, src_bucket, src_key)
-        _check_copy_source(h, f'"{self._etag_of(e)}"', datetime.fromtimestamp(int(e.mtime), timezone.utc))
+        _check_copy_source(h, f'"{self._etag_of(e)}"', datetime.fromtimestamp(int(e.mtime), UTC))
         first, last = (0, e.size - 1) if "x-amz-copy-source-range" not in h or part is None else \
             _range(h["x-amz-copy-source-range"], e.size, strict=True)
         replace = h.get("x-amz-metadata-directive", "COPY").upper() == "REPLACE"
@@ -503,7 +514,8 @@ def install(app) -> S3App:
 
 async def _send(send, status: int, headers: list, body: bytes, rid: str) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode()), (b"x-amz-request-id", rid.encode())]})
+                "headers": [*headers, (b"content-length", str(len(body)).encode()), (b"x-amz-request-id",
+                                                                                     rid.encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -592,7 +604,8 @@ def _check_copy_source(h, etag: str, modified: datetime) -> None:
     """A copy's conditions on its source (x-amz-copy-source-if-*), as GET's on an object."""
     failed = ("x-amz-copy-source-if-match" in h and etag not in etags_in(h["x-amz-copy-source-if-match"])) or \
         ("x-amz-copy-source-if-none-match" in h and etag in etags_in(h["x-amz-copy-source-if-none-match"])) or \
-        ("x-amz-copy-source-if-unmodified-since" in h and _after(modified, h["x-amz-copy-source-if-unmodified-since"])) \
+        ("x-amz-copy-source-if-unmodified-since" in h and _after(modified,
+                                                                 h["x-amz-copy-source-if-unmodified-since"])) \
         or ("x-amz-copy-source-if-modified-since" in h and
             not _after(modified, h["x-amz-copy-source-if-modified-since"]))
     if failed:

@@ -35,9 +35,10 @@ class Digests:
         self.declared: set[str] = set()  # the checksums the client sent (kept with the object)
 
     @classmethod
-    def for_request(cls, headers: dict[str, str], payload: str) -> "Digests":
+    def for_request(cls, headers: dict[str, str], payload: str) -> Digests:
         named = {k.removeprefix("x-amz-checksum-") for k in headers if k.startswith("x-amz-checksum-")}
-        named |= {t.strip().lower().removeprefix("x-amz-checksum-") for t in headers.get("x-amz-trailer", "").split(",")}
+        named |= {t.strip().lower().removeprefix("x-amz-checksum-") for t in headers.get("x-amz-trailer",
+                                                                                         "").split(",")}
         digests = cls(named | ({"sha256"} if len(payload) == 64 else set()))
         digests.declared = named
         return digests

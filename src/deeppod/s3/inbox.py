@@ -23,8 +23,17 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.datasets import service as datasets
 from deeppod.errors import InvalidRequest, NotFound, S3Error
 from deeppod.s3 import metadata, multipart_checksums
-from deeppod.s3.namespace import (COMMIT, OBJECT, Namespace, etag_path, etags_in, inbox_path, read_etag, segments,
-                                  write_etag)
+from deeppod.s3.namespace import (
+    COMMIT,
+    OBJECT,
+    Namespace,
+    etag_path,
+    etags_in,
+    inbox_path,
+    read_etag,
+    segments,
+    write_etag,
+)
 
 log = logging.getLogger(__name__)
 MAX_OBJECT = 5 << 30  # S3's largest single PUT, and its largest part

@@ -29,9 +29,9 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote_to_bytes
 
 from sqlalchemy import select
@@ -65,7 +65,7 @@ class Entry:
     sidecar: bool = False  # an inbox file: its ETag was written beside it at upload
     guarded: bool = False  # in a job's folder: opened only through deeppod.nofollow (open_object)
 
-    def with_stat(self, size: int, mtime: float) -> "Entry":
+    def with_stat(self, size: int, mtime: float) -> Entry:
         """The same object with its size and time (dataclasses.replace, without its per-call
         look at the fields: a page of a listing completes 1,000 of them)."""
         return Entry(self.key, size, mtime, self.etag, self.path, self.sidecar, self.guarded)

@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, unquote
 
 from deeppod.errors import S3Error
@@ -87,7 +87,7 @@ def _parse_time(amz_date: str) -> datetime:
     if len(d) == 16 and d.isascii() and d[8] == "T" and d[15] == "Z" and d[:8].isdigit() and d[9:15].isdigit():
         try:
             return datetime(int(d[:4]), int(d[4:6]), int(d[6:8]), int(d[9:11]), int(d[11:13]), int(d[13:15]),
-                            tzinfo=timezone.utc)
+                            tzinfo=UTC)
         except ValueError:
             pass
     raise S3Error("AccessDenied", f"X-Amz-Date {amz_date!r} is not a date of the form 20261127T120000Z")
@@ -182,7 +182,7 @@ def _http_date(value: str, header: str) -> datetime:
     if when is None or when.year < 1970:
         raise S3Error("AccessDenied", f"the {header} header {value[:64]!r} is not a date of the form "
                       "'Tue, 01 Dec 2026 12:00:00 GMT'")
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _v2_header(req: Request, credential: str, now: datetime) -> Signed:
@@ -267,7 +267,8 @@ def verify(req: Request, s: Signed, secret: str, prefix: str = "") -> bytes:
     if "host" not in s.signed_headers:
         raise S3Error("AccessDenied", "the signature must cover the Host header")
     key = signing_key(secret, s.date, s.region, s.service)
-    to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode("utf-8", "surrogateescape")).hexdigest()])
+    to_sign = "\n".join([ALGORITHM, s.amz_date, s.scope, hashlib.sha256(canonical_request(req, s).encode("utf-8",
+                                                                                                         "surrogateescape")).hexdigest()])
     expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     if not _same(expected, s.signature):
         raise S3Error("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from xml.sax.saxutils import escape
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -15,7 +15,7 @@ HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 
 def iso(ts: float | datetime) -> str:
     if isinstance(ts, datetime):
-        when = ts.astimezone(timezone.utc)
+        when = ts.astimezone(UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
     frac, second = math.modf(ts)  # rounded to the microsecond as datetime.fromtimestamp rounds
     us = round(frac * 1e6)

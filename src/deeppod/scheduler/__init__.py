@@ -2,8 +2,19 @@
 
 from deeppod.scheduler.plan import Plan, PlanNode, entitlements, parse_plan
 from deeppod.scheduler.policy import schedule
-from deeppod.scheduler.snapshot import (Config, Decisions, NodeState, PendingJob, Preempt, Resize, RunningJob,
-                                        Snapshot, Start, Wait, WorkerPlacement)
+from deeppod.scheduler.snapshot import (
+                                        Config,
+                                        Decisions,
+                                        NodeState,
+                                        PendingJob,
+                                        Preempt,
+                                        Resize,
+                                        RunningJob,
+                                        Snapshot,
+                                        Start,
+                                        Wait,
+                                        WorkerPlacement,
+)
 
 __all__ = ["Config", "Decisions", "NodeState", "PendingJob", "Plan", "PlanNode", "Preempt", "Resize", "RunningJob",
            "Snapshot", "Start", "Wait", "WorkerPlacement", "entitlements", "parse_plan", "schedule"]

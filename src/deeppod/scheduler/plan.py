@@ -45,7 +45,7 @@ class PlanNode:
     max: int | None = None
     lend_limit: int | None = None
     weight: float = 1.0
-    children: tuple["PlanNode", ...] = field(default_factory=tuple)
+    children: tuple[PlanNode, ...] = field(default_factory=tuple)
     # the kernel's limits on its jobs (sandbox isolation, docs/security.md): processes and threads
     # per worker (a job may ask for fewer, not more), and the disk its job folders may take, its
     # sub-tenants' included (GB; measured, docs/security.md)
@@ -190,7 +190,8 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
     if mx is not None:
         for c in children:
             if c.guaranteed > mx:
-                raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max ({mx})")
+                raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max "
+                                     f"({mx})")
     return PlanNode(name, g, mx, lend, weight, children, pids, storage, tuple(u.rstrip("/") for u in indexes),
                     budget)
 

@@ -14,7 +14,8 @@ def number(where: str, key: str, value, *, kind=int, allow_none: bool = False, p
             return None
         raise InvalidRequest(f"{where}: '{key}' is required")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-        raise InvalidRequest(f"{where}: '{key}' must be a {'whole number' if kind is int else 'number'} (got {value!r})")
+        what = "whole number" if kind is int else "number"
+        raise InvalidRequest(f"{where}: '{key}' must be a {what} (got {value!r})")
     if value < 0:
         raise InvalidRequest(f"{where}: '{key}' must not be negative (at least 0, got {value})")
     if positive and value == 0:

@@ -44,8 +44,17 @@ from deeppod.scheduler.preempt import Preemption
 from deeppod.scheduler.queue_order import effective_priority, queue_key, service_class, waiting_class
 from deeppod.scheduler.round_cache import RoundCache
 from deeppod.scheduler.round_state import RoundState, borrowing_jobs, loss_key, slots
-from deeppod.scheduler.snapshot import (Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot, Start, Wait,
-                                        attained_at)
+from deeppod.scheduler.snapshot import (
+    Decisions,
+    PendingJob,
+    Preempt,
+    Resize,
+    RunningJob,
+    Snapshot,
+    Start,
+    Wait,
+    attained_at,
+)
 
 __all__ = ["borrowing_jobs", "effective_priority", "queue_key", "schedule", "service_class", "waiting_class"]
 

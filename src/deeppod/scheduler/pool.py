@@ -91,7 +91,7 @@ class FreePool:
         for w in placement:
             self.give(w.node, w.gpus, w.cpus, w.memory_mb)
 
-    def copy(self) -> "FreePool":
+    def copy(self) -> FreePool:
         other = FreePool.__new__(FreePool)
         other.names, other.index, other.width = self.names, self.index, self.width
         other.free = [list(f) for f in self.free]

@@ -27,7 +27,6 @@ from deeppod.scheduler.pool import FreePool, fresh_bucket
 from deeppod.scheduler.queue_order import queue_gpus, queue_key, queue_key_until
 from deeppod.scheduler.snapshot import Config, NodeState, PendingJob, RunningJob, Snapshot
 
-
 _tenant = attrgetter("tenant")
 
 

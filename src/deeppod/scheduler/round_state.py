@@ -15,7 +15,6 @@ from deeppod.scheduler.queue_order import queue_gpus, queue_key, waiting_class
 from deeppod.scheduler.round_cache import Derived, RoundCache
 from deeppod.scheduler.snapshot import Config, Decisions, PendingJob, Preempt, Resize, RunningJob, Snapshot
 
-
 _tenant = attrgetter("tenant")
 
 

@@ -22,11 +22,11 @@ import random
 import statistics
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import Callable
 
 from deeppod.errors import InvalidRequest
 from deeppod.scheduler.baselines import fifo, static

@@ -12,10 +12,9 @@ import httpx
 
 from deeppod.contract import FINAL_STATES, server_urls, tls_context
 from deeppod.errors import DeepPodError, InvalidRequest, from_response
-from deeppod.settings import ClientSettings
 from deeppod.sdk.resources import Resource, resources
+from deeppod.settings import ClientSettings
 from deeppod.states import DeploymentState
-
 
 BUSY_RETRIES = 6  # a busy server (503 busy) is asked again, waiting Retry-After, doubled each time
 BUSY_MAX_WAIT_S = 8.0
@@ -122,7 +121,7 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -215,7 +214,8 @@ class Client:
     # hyperparameter search
     def create_experiment(self, name: str, command: list[str], *, space: dict, metric: str, mode: str = "max",
                           trials: int = 20, parallel: int = 4, sampler: str = "tpe", pruner: str = "asha",
-                          prune_after: int = 1, seed: int | None = None, register: str | None = None, register_at_chance: bool = False,
+                          prune_after: int = 1, seed: int | None = None, register: str | None = None,
+                          register_at_chance: bool = False,
                           reuse: bool = False, **job) -> dict:
         """A search whose trials run ``command`` ({param} placeholders, DEEPPOD_PARAM_<NAME>) as
         jobs; ``job`` takes :meth:`submit`'s arguments (workers, gpus_per_worker, datasets, ...).

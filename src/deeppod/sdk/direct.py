@@ -25,7 +25,8 @@ def predict_body(images: list[bytes] | None, tensors: list | None, top_k: int) -
 
         return {"json": {"images": [base64.b64encode(b).decode() for b in images or []], "tensors": tensors,
                          "top_k": top_k}}
-    return {"files": [("image", (f"image{i}", data, "application/octet-stream")) for i, data in enumerate(images or [])],
+    return {"files": [("image", (f"image{i}", data, "application/octet-stream")) for i,
+                      data in enumerate(images or [])],
             "data": {"top_k": str(top_k)}}
 
 

@@ -98,7 +98,8 @@ def _folder(root: Path) -> Source:
                              "plus labels.csv")
 
     def chunks(progress: Progress | None) -> Iterator[bytes]:
-        return _tar_stream([(rel, size, lambda full=full: _file_blocks(full), str(full)) for rel, full, size in entries],
+        return _tar_stream([(rel, size, lambda full=full: _file_blocks(full), str(full)) for rel, full,
+                            size in entries],
                            progress)
 
     return Source(f"folder {root}", len(entries), sum(e[2] for e in entries), "application/x-tar", chunks,
@@ -150,7 +151,8 @@ def _s3(url: str, endpoint: str | None, key_id: str | None, secret: str | None) 
         raise InvalidRequest(f"{url} holds no objects")
 
     def chunks(progress: Progress | None) -> Iterator[bytes]:
-        return _tar_stream([(rel, size, lambda key=key: s3.get_object(Bucket=bucket, Key=key)["Body"].iter_chunks(CHUNK),
+        return _tar_stream([(rel, size, lambda key=key: s3.get_object(Bucket=bucket,
+                                                                      Key=key)["Body"].iter_chunks(CHUNK),
                              f"s3://{bucket}/{key}") for rel, key, size in objects], progress)
 
     return Source(url, len(objects), sum(o[2] for o in objects), "application/x-tar", chunks,

@@ -32,8 +32,16 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from deeppod import settings
-from deeppod.contract import (ENV_API_URL, ENV_CA_CERT, ENV_DEPLOYMENT_ID, ENV_DIRECT_KEY, ENV_JOB_ID,
-                              ENV_REPLICA_SECRET, ENV_TOKEN, REPLICA_SECRET_HEADER)
+from deeppod.contract import (
+    ENV_API_URL,
+    ENV_CA_CERT,
+    ENV_DEPLOYMENT_ID,
+    ENV_DIRECT_KEY,
+    ENV_JOB_ID,
+    ENV_REPLICA_SECRET,
+    ENV_TOKEN,
+    REPLICA_SECRET_HEADER,
+)
 from deeppod.errors import BadInput, DeepPodError
 from deeppod.runtime import inference
 from deeppod.serve import inputs

@@ -75,5 +75,6 @@ class SealedJSON(TypeDecorator):
                 return json.loads(_current().decrypt(value["sealed"].encode()))
             except InvalidToken:
                 raise InvalidRequest("a job's sealed environment does not open with this server's key: start the "
-                                     "server with the HOME/secret.key (or DEEPPOD_SECRET_KEY) it was written with") from None
+                                     "server with the HOME/secret.key (or DEEPPOD_SECRET_KEY) it was "
+                                     "written with") from None
         return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.resources import files
 from urllib.parse import quote
 
@@ -30,7 +30,7 @@ def _ago(value: datetime | None) -> str:
     """'3m', '2h 5m', '4d': how long ago, for tables."""
     if value is None:
         return ""
-    s = int((datetime.now(timezone.utc) - value).total_seconds())
+    s = int((datetime.now(UTC) - value).total_seconds())
     if s < 60:
         return f"{max(s, 0)}s"
     if s < 3600:

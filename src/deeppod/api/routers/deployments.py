@@ -8,14 +8,25 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, principal_now
-from deeppod.api.schemas.deployments import (AnnounceIn, DeploymentIn, DeploymentOut, DeploymentPatch, DirectIn,
-                                             DirectOut, DirectReplicaOut, DirectSyncIn, DirectSyncOut, KeyIn, KeyOut,
-                                             ReplicaOut)
+from deeppod.api.schemas.deployments import (
+    AnnounceIn,
+    DeploymentIn,
+    DeploymentOut,
+    DeploymentPatch,
+    DirectIn,
+    DirectOut,
+    DirectReplicaOut,
+    DirectSyncIn,
+    DirectSyncOut,
+    KeyIn,
+    KeyOut,
+    ReplicaOut,
+)
 from deeppod.audit.log import Entry
 from deeppod.auth.roles import check_predict
 from deeppod.auth.tokens import hash_secret
-from deeppod.errors import NotFound, Unauthenticated
 from deeppod.deployments import direct, page, service
+from deeppod.errors import NotFound, Unauthenticated
 from deeppod.serve import inputs
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])

@@ -5,8 +5,7 @@ from collections import Counter
 from fastapi import APIRouter, Request
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.experiments import (ExperimentCreate, ExperimentOut, HostTrialIn, HostTrialOut,
-                                             experiment_out)
+from deeppod.api.schemas.experiments import ExperimentCreate, ExperimentOut, HostTrialIn, HostTrialOut, experiment_out
 from deeppod.experiments import service
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])

@@ -3,8 +3,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.models import (AliasIn, CompareIn, CompareOut, ModelOut, PromoteIn, PromoteOut, RegisterIn,
-                                        VersionOut, evaluation_out, model_out, version_out)
+from deeppod.api.schemas.models import (
+    AliasIn,
+    CompareIn,
+    CompareOut,
+    ModelOut,
+    PromoteIn,
+    PromoteOut,
+    RegisterIn,
+    VersionOut,
+    evaluation_out,
+    model_out,
+    version_out,
+)
 from deeppod.models import service
 
 router = APIRouter(prefix="/v1/models", tags=["models"])

@@ -1,6 +1,4 @@
-from fastapi import APIRouter
-
-from fastapi import Request
+from fastapi import APIRouter, Request
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.tenants import TenantCreate, TenantOut

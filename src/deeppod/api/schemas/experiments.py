@@ -18,8 +18,11 @@ class ExperimentCreate(Strict):
     trials: int = Field(default=20, ge=1, le=10_000, description="the budget: trials in all")
     parallel: int = Field(default=4, ge=1, le=1024, description="at most this many trials at once")
     sampler: str = Field(default="tpe", description="tpe, random, grid or cmaes")
-    pruner: str = Field(default="asha", description="asha, asha-promote (pauses trials at a rung and promotes them later; needs reuse), hyperband, median or none")
-    prune_after: int = Field(default=1, ge=1, le=MAX_PRUNE_AFTER, description="the first reported step at which the pruner "
+    pruner: str = Field(default="asha",
+                        description="asha, asha-promote (pauses trials at a rung and promotes them later; needs "
+                        "reuse), hyperband, median or none")
+    prune_after: int = Field(default=1, ge=1, le=MAX_PRUNE_AFTER,
+                             description="the first reported step at which the pruner "
                                                                      "may stop a trial (asha's and hyperband's first "
                                                                      "rung, then 3x, 9x...; the median rule's warm-up)")
     seed: int | None = None

@@ -62,7 +62,8 @@ class JobCreate(Strict):
 class JobOut(Out):
     id: int
     name: str
-    kind: str = "batch"  # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison), trial (a search trial)
+    # batch (submitted work), serve (a deployment's replica), evaluate (a model comparison), trial (a search trial)
+    kind: str = "batch"
     tenant: str
     user: str
     state: JobState
@@ -119,7 +120,8 @@ HIDDEN = "***"  # --env values may be secrets: the API never shows them back
 
 
 class PurgeIn(Strict):
-    older_than_seconds: float = Field(ge=0, le=100 * 366 * 86400, description="remove the folders of jobs that ended longer ago than this")
+    older_than_seconds: float = Field(ge=0, le=100 * 366 * 86400,
+                                      description="remove the folders of jobs that ended longer ago than this")
 
 
 class PurgeOut(Out):

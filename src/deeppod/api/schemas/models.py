@@ -80,7 +80,8 @@ class PromoteOut(Out):
 
 
 def version_out(model, v, root=None) -> VersionOut:
-    return VersionOut(path=str(root / v.key) if root is not None else "", ref=f"{model.name}@{v.version}", version=v.version,
+    return VersionOut(path=str(root / v.key) if root is not None else "", ref=f"{model.name}@{v.version}",
+                      version=v.version,
                       aliases=sorted(a for a, n in model.aliases.items() if n == v.version), signature=v.signature,
                       metrics=v.metrics, lineage=v.lineage, bytes=v.bytes, sha256=v.sha256, created_at=v.created_at)
 
@@ -92,7 +93,8 @@ def evaluation_out(e, number: int) -> EvaluationOut:
 
 def model_out(model, owners: tuple[str, str], versions, evaluations=()) -> ModelOut:
     numbers = {v.id: v.version for v in versions}
-    return ModelOut(name=model.name, owner=owners[0], created_by=owners[1], description=model.description, aliases=model.aliases,
+    return ModelOut(name=model.name, owner=owners[0], created_by=owners[1], description=model.description,
+                    aliases=model.aliases,
                     versions=[version_out(model, v) for v in versions],
                     evaluations=[evaluation_out(e, numbers.get(e.version_id, 0)) for e in evaluations],
                     created_at=model.created_at)

@@ -65,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
                    help="ddp: every worker holds the whole model; fsdp: each holds 1/N of the parameters, "
                         "gradients and optimizer state (a model larger than one worker; docs/runtime.md)")
-    p.add_argument("--offload", action="store_true", help="fsdp on a GPU: the shards and optimizer state in host memory")
+    p.add_argument("--offload", action="store_true",
+                   help="fsdp on a GPU: the shards and optimizer state in host memory")
     p.add_argument("--activation-checkpointing", action="store_true",
                    help="fsdp: recompute each block's activations in the backward pass instead of keeping them")
     p.add_argument("--loader-workers", type=int, default=2)
@@ -740,4 +741,6 @@ def write_artifact(model, classes, args, scores: dict[str, float], out: Path, cr
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from deeppod.runtime.stop import exit_process
+
+    exit_process(main())  # a failure raises as usual; an end skips the teardown gloo's threads can abort

@@ -99,7 +99,8 @@ def shape(model, image_size: int) -> Shape:
         sizes["inside"][id(module)] = sizes["all"] - sizes["inside"][id(module)]
 
     hooks = [m.register_forward_hook(leaf) for m in model.modules() if not list(m.children())]
-    hooks += [b.register_forward_pre_hook(block_in) for b in outer] + [b.register_forward_hook(block_out) for b in outer]
+    hooks += [b.register_forward_pre_hook(block_in) for b in outer] + [b.register_forward_hook(block_out)
+                                                                       for b in outer]
     try:
         with torch.device("meta"):
             model.to("meta")(torch.zeros(2, 3, image_size, image_size))  # two: batch norm refuses one in training
@@ -226,7 +227,8 @@ def _plan(a, args: list[str], memory_mb: int | None, workers: int, device: str) 
                         offload=(True if a.offload else None) if gpu else False, amp=a.amp != "off")
     except ValueError as exc:
         more = ("GPUs with more memory (--gpu-memory), more workers (-n) to shard over (--strategy fsdp, which "
-                "may also --offload to host memory)" if gpu else "more memory (--memory), more workers (-n) to shard over")
+                "may also --offload to host memory)" if gpu
+                else "more memory (--memory), more workers (-n) to shard over")
         raise InvalidRequest(f"{model} does not fit in {memory_mb:,} MiB per {'GPU' if gpu else 'worker'}{assumed}: "
                              f"{exc}. Ask for {more}, a smaller --batch-size or --image-size, or a lighter "
                              "--optimizer") from None

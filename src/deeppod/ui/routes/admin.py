@@ -17,13 +17,16 @@ from deeppod.api.schemas.sizing import SizingIn
 from deeppod.api.schemas.tenants import TenantCreate
 from deeppod.api.schemas.tokens import TokenCreate
 from deeppod.api.schemas.users import UserCreate
-from deeppod.auth import roles, service as auth
-from deeppod.cluster import burst, service as cluster
+from deeppod.auth import roles
+from deeppod.auth import service as auth
+from deeppod.cluster import burst
+from deeppod.cluster import service as cluster
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.plans import service as plans
 from deeppod.s3 import access_keys
 from deeppod.s3.app import endpoint_of
-from deeppod.sizing import Workload, service as sizing
+from deeppod.sizing import Workload
+from deeppod.sizing import service as sizing
 from deeppod.ui import forms
 from deeppod.ui.auth import Viewer, ViewerDep
 from deeppod.ui.render import ConsoleRoute, page
@@ -82,7 +85,8 @@ def create_user(request: Request, session: SessionDep, viewer: ViewerDep, form: 
     try:
         user, secret = forms.checked_call(
             UserCreate, {"name": form.get("user", "").strip(), "tenant": form.get("user_tenant", ""),
-                         "role": form.get("role", "member")}, {}, {"name": "user", "tenant": "user_tenant", "role": "role"},
+                         "role": form.get("role", "member")}, {}, {"name": "user", "tenant": "user_tenant",
+                                                                   "role": "role"},
             lambda b: auth.create_user(session, viewer.principal, b.name, b.tenant, b.role),
             {"tenant": "user_tenant", "role": "role", "user": "user"})
     except forms.FormErrors as exc:

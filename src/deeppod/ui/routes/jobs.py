@@ -32,12 +32,15 @@ MODELS = ("auto", "small-cnn", "resnet18", "resnet34", "resnet50", "mobilenet_v3
 OPTIMIZERS = ("momentum", "sgd", "nesterov", "adam", "adamw", "adagrad", "adadelta", "rmsprop")
 SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "max_workers": "workers",
                  "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
-                 "memory_mb_per_worker": "memory_mb", "gpu_memory_mb": "gpu_memory_mb", "env": "env", "priority": "priority",
+                 "memory_mb_per_worker": "memory_mb", "gpu_memory_mb": "gpu_memory_mb", "env": "env",
+                 "priority": "priority",
                  "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
                  "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
-SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image", "requirements": "requirements", "install from": "requirements", "is not a version": "python", "network": "network",
+SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image",
+                  "requirements": "requirements", "install from": "requirements", "is not a version": "python",
+                  "network": "network",
                   "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
                   "env": "env", "command": "command", "executable": "command", "name": "name"}
@@ -84,7 +87,8 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
     viewer.may("POST", "/v1/jobs")
     errors: dict[str, str] = {}
     low, high = forms.workers(errors, "workers", form.get("workers"))
-    body = {"command": forms.command(errors, "command", form.get("command")), "name": forms.blank_none(form.get("name")),
+    body = {"command": forms.command(errors, "command", form.get("command")),
+            "name": forms.blank_none(form.get("name")),
             "workers": low, "max_workers": high,
             "gpus_per_worker": forms.number(errors, "gpus_per_worker", form.get("gpus_per_worker")),
             "cpus_per_worker": forms.number(errors, "cpus_per_worker", form.get("cpus_per_worker"), float),
@@ -161,7 +165,8 @@ def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.
             *[a for f, flag in (("epochs", "--epochs"), ("batch_size", "--batch-size"), ("lr", "--lr"),
                                 ("image_size", "--image-size"), ("histograms_every", "--histograms-every"))
               if nums[f] is not None for a in (flag, str(nums[f]))],
-            "--optimizer", (form.get("optimizer") or "momentum").strip(), *(["--register", register] if register else [])]
+            "--optimizer", (form.get("optimizer") or "momentum").strip(), *(["--register",
+                                                                             register] if register else [])]
     values = dict(values=form, models=MODELS, optimizers=OPTIMIZERS, datasets=_dataset_choices(session, viewer))
     gpu_memory = None
     try:
@@ -174,7 +179,9 @@ def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.
                 args, gpu_memory = _gpu_request(session, args, low or 1, gpus)
             except InvalidRequest as exc:  # no GPU of the cluster holds the model: every way's estimate, above the form
                 raise forms.FormErrors({forms.FORM_ERROR: exc.message}, exc.status) from None
-        body = {"command": trainer.image_classifier(args), "name": forms.blank_none(form.get("name")) or ("train-classifier" if model == "auto" else f"train-{model}"),
+        body = {"command": trainer.image_classifier(args),
+                "name": forms.blank_none(form.get("name")) or ("train-classifier" if model == "auto"
+                                                               else f"train-{model}"),
                 "workers": low, "max_workers": high, "gpus_per_worker": gpus, "gpu_memory_mb": gpu_memory,
                 "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
                 "datasets": [dataset] if dataset else [], "stop_rules": [{"kind": "nan", "metric": "loss"}]}

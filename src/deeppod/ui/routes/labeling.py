@@ -37,11 +37,13 @@ def _workspace(request: Request, session, viewer, ref: str):
 @router.get("/datasets/{ref:path}/label")
 def label_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep) -> Response:
     ds, v, owner, _ = _workspace(request, session, viewer, ref)
-    serving = [d for d in deployments.list_deployments(session, viewer.principal) if d.tenant_id == viewer.principal.tenant_id]
+    serving = [d for d in deployments.list_deployments(session,
+                                                       viewer.principal) if d.tenant_id == viewer.principal.tenant_id]
     champions = [(m.name, m.aliases[models.CHAMPION]) for m, _ in models.list_models(session, viewer.principal)
                  if m.tenant_id == viewer.principal.tenant_id and models.CHAMPION in (m.aliases or {})]
     return page(request, "label.html", ds=ds, v=v, owner=owner, base=f"/datasets/{owner}/{ds.name}@{v.version}",
-                deployments=serving, champions=champions, can_save=viewer.can("POST", "/v1/datasets/{name}/versions", name=ds.name)
+                deployments=serving, champions=champions, can_save=viewer.can("POST", "/v1/datasets/{name}/versions",
+                                                                              name=ds.name)
                 and (viewer.principal.is_admin or ds.tenant_id == viewer.principal.tenant_id))
 
 

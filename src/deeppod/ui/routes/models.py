@@ -33,8 +33,10 @@ def _model_values(session, viewer, name: str) -> dict:
     hyper = [(v.lineage or {}).get("hyperparameters") or {} for v in versions]
     differ = sorted(k for k in set().union(*hyper) if len({repr(h.get(k)) for h in hyper}) > 1)
     return dict(model=model, owner=models.owner_names(session, model)[0], versions=versions[::-1],
-                metric_names=metric_names[:5], differ=differ, evaluations=models.evaluations(session, model), by_id=by_id,
-                deployments=[d for d in deployments.list_deployments(session, viewer.principal) if d.model_id == model.id])
+                metric_names=metric_names[:5], differ=differ, evaluations=models.evaluations(session,
+                                                                                             model), by_id=by_id,
+                deployments=[d for d in deployments.list_deployments(session,
+                                                                     viewer.principal) if d.model_id == model.id])
 
 
 @router.get("/models/{name}")
@@ -43,13 +45,15 @@ def model_page(request: Request, name: str, session: SessionDep, viewer: ViewerD
 
 
 @router.get("/models/{name}/compare")
-def compare_page(request: Request, name: str, session: SessionDep, viewer: ViewerDep, a: str = "", b: str = "") -> Response:
+def compare_page(request: Request, name: str, session: SessionDep, viewer: ViewerDep, a: str = "",
+                 b: str = "") -> Response:
     model = models.get_model(session, viewer.principal, name)
     if not a or not b:
         raise InvalidRequest("choose two versions to compare (a and b)")
     va, vb = models.resolve(session, model, a), models.resolve(session, model, b)
     keys = sorted({*(va.metrics or {}), *(vb.metrics or {})})
-    params = sorted({*((va.lineage or {}).get("hyperparameters") or {}), *((vb.lineage or {}).get("hyperparameters") or {})})
+    params = sorted({*((va.lineage or {}).get("hyperparameters") or {}),
+                     *((vb.lineage or {}).get("hyperparameters") or {})})
     evals = [e for e in models.evaluations(session, model) if e.version_id in (va.id, vb.id)]
     better = {k: better_side(k, (va.metrics or {}).get(k), (vb.metrics or {}).get(k)) for k in keys}
     return page(request, "compare.html", model=model, a=va, b=vb, keys=keys, params=params, evaluations=evals,
@@ -57,7 +61,8 @@ def compare_page(request: Request, name: str, session: SessionDep, viewer: Viewe
 
 
 @router.post("/models/{name}/compare")
-def run_comparison(request: Request, name: str, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
+def run_comparison(request: Request, name: str, session: SessionDep, viewer: ViewerDep,
+                   form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/models/{name}/comparisons", name=name)
     data = (form.get("data") or "").strip()
     if not data:

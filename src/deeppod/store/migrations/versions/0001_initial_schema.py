@@ -4,9 +4,8 @@ Revision ID: 0001
 Revises: 
 Create Date: 2026-11-22 01:50:41.920425
 """
-from alembic import op  # noqa: F401
 import sqlalchemy as sa
-
+from alembic import op  # noqa: F401
 
 revision = '0001'
 down_revision = None

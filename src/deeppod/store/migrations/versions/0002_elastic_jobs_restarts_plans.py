@@ -4,9 +4,8 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-22 02:07:27.091882
 """
-from alembic import op  # noqa: F401
 import sqlalchemy as sa
-
+from alembic import op  # noqa: F401
 
 revision = '0002'
 down_revision = '0001'

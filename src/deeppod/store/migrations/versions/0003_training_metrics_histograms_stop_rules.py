@@ -4,9 +4,8 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-22 02:28:44.516889
 """
-from alembic import op  # noqa: F401
 import sqlalchemy as sa
-
+from alembic import op  # noqa: F401
 
 revision = '0003'
 down_revision = '0002'

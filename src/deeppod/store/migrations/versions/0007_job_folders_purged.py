@@ -4,9 +4,8 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-22 12:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0007'
 down_revision = '0006'

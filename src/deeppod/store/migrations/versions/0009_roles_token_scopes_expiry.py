@@ -4,9 +4,8 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-22 18:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0009'
 down_revision = '0008'

@@ -5,9 +5,8 @@ Revision ID: 0013
 Revises: 0012
 Create Date: 2026-11-23 10:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0013'
 down_revision = '0012'

@@ -4,9 +4,8 @@ Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-23 12:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0014'
 down_revision = '0013'

@@ -4,9 +4,8 @@ Revision ID: 0016
 Revises: 0015
 Create Date: 2026-11-25 21:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0016'
 down_revision = '0015'

@@ -4,9 +4,8 @@ Revision ID: 0017
 Revises: 0016
 Create Date: 2026-11-25 21:30:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0017'
 down_revision = '0016'

@@ -5,9 +5,8 @@ Revision ID: 0018
 Revises: 0017
 Create Date: 2026-11-26 04:10:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0018'
 down_revision = '0017'

@@ -4,9 +4,8 @@ Revision ID: 0019
 Revises: 0018
 Create Date: 2026-11-26 07:10:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0019'
 down_revision = '0018'

@@ -4,9 +4,8 @@ Revision ID: 0020
 Revises: 0019
 Create Date: 2026-11-26 19:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0020'
 down_revision = '0019'

@@ -4,9 +4,8 @@ Revision ID: 0021
 Revises: 0020
 Create Date: 2026-11-26 23:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0021'
 down_revision = '0020'

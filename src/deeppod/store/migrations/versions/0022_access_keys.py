@@ -4,9 +4,8 @@ Revision ID: 0022
 Revises: 0021
 Create Date: 2026-11-27 02:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0022'
 down_revision = '0021'

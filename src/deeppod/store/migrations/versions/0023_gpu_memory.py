@@ -4,9 +4,8 @@ Revision ID: 0023
 Revises: 0022
 Create Date: 2026-11-27 18:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0023'
 down_revision = '0022'

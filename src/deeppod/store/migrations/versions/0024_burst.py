@@ -4,10 +4,8 @@ Revision ID: 0024
 Revises: 0023
 Create Date: 2026-11-27 21:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
-
+from alembic import op
 
 revision = '0024'
 down_revision = '0023'

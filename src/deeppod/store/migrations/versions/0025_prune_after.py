@@ -4,9 +4,8 @@ Revision ID: 0025
 Revises: 0024
 Create Date: 2026-11-28 15:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0025'
 down_revision = '0024'

@@ -5,9 +5,8 @@ Revision ID: 0026
 Revises: 0025
 Create Date: 2026-11-29 03:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0026'
 down_revision = '0025'
