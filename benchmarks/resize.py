@@ -1,6 +1,7 @@
 """Resize a running training job: in place (deeppod.runtime.Resizer) vs checkpoint restart.
 
     python benchmarks/resize.py [--models resnet18 resnet50] [--moves 2:1 1:2 2:4] [--image-size 64]
+    python benchmarks/resize.py --quick     # every move once on resnet18: a check that it runs, minutes
 
 Both paths run the built-in trainer (deeppod.runtime.trainers.image_classifier) with its
 defaults (2 loader workers per worker) and 1 CPU per worker (the platform's default request
@@ -196,7 +197,14 @@ def main() -> None:
                          "threads than the workers that stay in place keep)")
     ap.add_argument("--spares", type=int, default=Settings().spare_workers,
                     help="warm spares a growing job keeps (DEEPPOD_SPARE_WORKERS' default)")
+    ap.add_argument("--quick", action="store_true",
+                    help="every move once, by every path, on the first model only, with no warm-up round "
+                         "(minutes, not the full run's half hour; not a result to record)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON results (default: benchmarks/results/resize.json; resize-quick.json with --quick)")
     a = ap.parse_args()
+    if a.quick:
+        a.models, a.repeat, a.warmup = a.models[:1], 1, 0
     meter = LoadMeter()
     print(machine())
     rows, warm = [], []
@@ -270,7 +278,7 @@ def main() -> None:
             f"{k} {v:.2f} s ({100 * v / total:.0f}%)" for k, v in entry["phases"].items())
             + f"; the old step given up in {gave_up:.0f} of {len(runs)}")
     print(meter.line())
-    out = ROOT / "benchmarks" / "results" / "resize.json"
+    out = a.out or ROOT / "benchmarks" / "results" / ("resize-quick.json" if a.quick else "resize.json")
     out.write_text(json.dumps({"device": device, "machine": machine(), "other_cores": round(meter.cores(), 2),
                                "cpus_per_worker": a.cpus, "warmup_runs": warm, "runs": rows,
                                "summary": summary}, indent=1))
