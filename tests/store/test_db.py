@@ -159,3 +159,64 @@ def test_a_read_only_session_cannot_write(sessions):
 
 def test_the_pool_serves_what_admission_lets_in(sessions):
     assert pool_capacity(sessions.kw["bind"]) >= 30
+
+
+def test_on_sqlite_a_transaction_that_may_write_is_refused_on_the_event_loop(sessions):
+    """Waiting for the writer's turn on the event loop stops every request of the server (a
+    console save did so for 30 s while a worker thread held the turn, and answered 503): it is
+    refused at once, saying what to do; reads, and the same write off the loop, go on."""
+    import asyncio
+
+    world = populate(sessions)
+    sqlite = sessions.kw["bind"].dialect.name == "sqlite"
+
+    async def on_the_loop():
+        with read_only(sessions)() as s:
+            assert s.get(Tenant, world.alice.tenant_id).name == "a"
+        with sessions() as s:
+            s.get(Tenant, world.alice.tenant_id)
+
+    if sqlite:
+        with pytest.raises(DatabaseMisuse, match="began on the event loop: run it in the thread pool"):
+            asyncio.run(on_the_loop())
+    else:  # PostgreSQL has no turn to wait for
+        asyncio.run(on_the_loop())
+
+    async def off_the_loop():
+        def write():
+            with sessions.begin() as s:
+                s.get(Tenant, world.alice.tenant_id).storage_bytes = 5
+        await asyncio.to_thread(write)
+
+    asyncio.run(off_the_loop())
+    with sessions() as s:
+        assert s.get(Tenant, world.alice.tenant_id).storage_bytes == 5
+
+
+def test_a_writer_that_gave_up_is_told_where_the_holder_is(sessions, caplog, monkeypatch):
+    if sessions.kw["bind"].dialect.name != "sqlite":
+        pytest.skip("the writer's turn is SQLite's")
+    from deeppod.errors import Busy
+    from deeppod.store import db
+
+    monkeypatch.setattr(db, "WRITER_WAIT_S", 0.2)
+    world = populate(sessions)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_writer_in_a_named_place() -> None:
+        with sessions.begin() as s:
+            s.get(Tenant, world.alice.tenant_id).storage_bytes = 1
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold_the_writer_in_a_named_place, name="the-holder")
+    t.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(Busy), sessions.begin() as s:
+            s.get(Tenant, world.alice.tenant_id)
+    finally:
+        release.set()
+        t.join()
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "the-holder, now at:" in said and "hold_the_writer_in_a_named_place" in said, said

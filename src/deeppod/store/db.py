@@ -12,8 +12,11 @@ is refused with a clear error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,7 +63,7 @@ def pool_capacity(engine: Engine) -> int:
 
 def _one_writer(engine: Engine) -> None:
     turn = threading.Lock()  # this process's writers, one at a time
-    holder: list[str] = []  # the thread that began the transaction holding it (for the error)
+    holder: list[tuple[str, int]] = []  # the thread that began the transaction holding it (for the error)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001
@@ -77,11 +80,15 @@ def _one_writer(engine: Engine) -> None:
         if conn.get_execution_options().get(READ_ONLY):
             conn.exec_driver_sql("BEGIN")
             return
+        if asyncio._get_running_loop() is not None:  # the whole server would stop while it waits its turn
+            raise DatabaseMisuse("a transaction that may write began on the event loop: run it in the thread pool "
+                                 "(run_in_threadpool), or read with read_only sessions")
         if not turn.acquire(timeout=WRITER_WAIT_S):  # a writer this slow is a bug (one waiting on itself) or a jam
-            log.error("waited %.0f s for the database's writer; the holder: %s", WRITER_WAIT_S, holder, stack_info=True)
+            log.error("waited %.0f s for the database's writer; the holder: %s", WRITER_WAIT_S, _where(holder),
+                      stack_info=True)
             raise Busy(f"the database stayed busy for {WRITER_WAIT_S:g} s: try again")
         conn.info["deeppod_turn"] = True
-        holder[:] = [threading.current_thread().name]
+        holder[:] = [(threading.current_thread().name, threading.get_ident())]
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
@@ -102,6 +109,15 @@ def _one_writer(engine: Engine) -> None:
     @event.listens_for(engine.pool, "checkin")
     def _returned(_dbapi_conn, record) -> None:  # noqa: ANN001
         _done(record.info)  # a connection given back without its transaction ended (an error)
+
+
+def _where(holder: list[tuple[str, int]]) -> str:
+    """The holding thread's name and where it is now (its stack, read only when a writer gave up)."""
+    if not holder:
+        return "none (it was just let go)"
+    name, ident = holder[0]
+    frame = sys._current_frames().get(ident)
+    return f"{name}, now at:\n" + ("".join(traceback.format_stack(frame)) if frame is not None else "(it has ended)")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -58,8 +58,13 @@ async def upload(request: Request, name: str, viewer: ViewerDep, val: str = "", 
         policy = {"val": fraction}
     await ingest_body(request, viewer.principal, name, policy=policy, description=description or None,
                       source="console upload")
-    with get_ctx(request).sessions() as s:
-        ds, v, owner = _version(s, viewer, f"{viewer.principal.tenant}/{name}")
+    return await run_in_threadpool(_uploaded, get_ctx(request), viewer, f"{viewer.principal.tenant}/{name}")
+
+
+def _uploaded(ctx, viewer, ref: str) -> Response:
+    """In the thread pool, a read: never the event loop waiting for the database's writer."""
+    with ctx.read_sessions() as s:
+        ds, v, owner = _version(s, viewer, ref)
         return JSONResponse({"ref": f"{ds.name}@{v.version}", "samples": v.samples, "classes": len(v.classes),
                              "quarantined": len((v.report or {}).get("quarantined", [])),
                              "url": f"/datasets/{owner}/{ds.name}@{v.version}"})

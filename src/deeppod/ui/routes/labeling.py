@@ -154,7 +154,12 @@ async def save(request: Request, ref: str, viewer: ViewerDep) -> Response:
                                 lineage=lineage)
     finally:
         archive.unlink(missing_ok=True)
-    with get_ctx(request).sessions() as s:
-        _, new = service.get_version(s, viewer.principal, f"{owner}/{ds.name}")
+    new = await run_in_threadpool(_newest, get_ctx(request), viewer, f"{owner}/{ds.name}")
     return JSONResponse({"ref": f"{ds.name}@{new.version}", "counts": counts,
                          "url": f"/datasets/{owner}/{ds.name}@{new.version}"})
+
+
+def _newest(ctx, viewer, ref: str):
+    """In the thread pool, a read: never the event loop waiting for the database's writer."""
+    with ctx.read_sessions() as s:
+        return service.get_version(s, viewer.principal, ref)[1]
