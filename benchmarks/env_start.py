@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -55,9 +56,10 @@ def deeppod_round(server: Server, admin: Client, code: Path, requirements: list[
     return {"plain": plain, "cold": cold, "cached": cached}
 
 
-def ray_round(requirements: list[str], plugin: str) -> dict:
+def ray_round(requirements: list[str], plugin: str, find_links: str | None = None) -> dict:
     import ray
 
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes ~/.ray/auth_token, which later clusters expect
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              _temp_dir=tempfile.mkdtemp(prefix="dprayenv", dir="/tmp"))
     try:
@@ -69,10 +71,11 @@ def ray_round(requirements: list[str], plugin: str) -> dict:
             began = time.time()
             return ray.get(probe.options(runtime_env=env).remote()) - began
 
+        local = ["--find-links", find_links, "--no-index"] if find_links else []
         if plugin == "uv":
-            env = {"uv": {"packages": requirements, "uv_pip_install_options": ["--no-cache"]}}
+            env = {"uv": {"packages": requirements, "uv_pip_install_options": ["--no-cache", *local]}}
         else:
-            env = {"pip": {"packages": requirements, "pip_install_options": ["--no-cache-dir"]}}
+            env = {"pip": {"packages": requirements, "pip_install_options": ["--no-cache-dir", *local]}}
         plain = start(None)
         cold = start(env)
         cached = start(env)
@@ -85,21 +88,30 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requirements", default="rich==13.9.4,pyyaml==6.0.2")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--find-links", help="a folder of wheels to install from, instead of the package index "
+                                        "(for every system)")
+    p.add_argument("--systems", default="deeppod,ray-uv,ray-pip", help="ray-pip needs virtualenv")
     args = p.parse_args()
     requirements = [r for r in args.requirements.split(",") if r]
-    results: dict[str, list[dict]] = {"deeppod": [], "ray-uv": [], "ray-pip": []}
+    results: dict[str, list[dict]] = {s: [] for s in args.systems.split(",")}
+    if any(s.startswith("ray-") for s in results):
+        import importlib.util
+
+        if importlib.util.find_spec("virtualenv") is None:
+            raise SystemExit("Ray's runtime_env plugins need virtualenv: pip install virtualenv (or --systems deeppod)")
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         code = root / "code"
         code.mkdir()
         (code / "probe.py").write_text(PROBE)
-        server = Server(root / "home", {"DEEPPOD_ISOLATION": "sandbox"}).start()
+        local = {"DEEPPOD_ENV_FIND_LINKS": args.find_links, "DEEPPOD_ENV_NO_INDEX": "1"} if args.find_links else {}
+        server = Server(root / "home", {"DEEPPOD_ISOLATION": "sandbox", **local}).start()
         try:
             admin = Client(server.url, (server.home / "admin.token").read_text().strip())
             for n in range(args.rounds):  # interleaved: a busy moment costs every system alike
-                results["deeppod"].append(deeppod_round(server, admin, code, requirements, n))
-                results["ray-uv"].append(ray_round(requirements, "uv"))
-                results["ray-pip"].append(ray_round(requirements, "pip"))
+                for system in results:
+                    results[system].append(deeppod_round(server, admin, code, requirements, n) if system == "deeppod"
+                                           else ray_round(requirements, system.removeprefix("ray-"), args.find_links))
         finally:
             server.end_jobs()
             server.stop()
@@ -109,7 +121,7 @@ def main() -> None:
     for k, m in med.items():
         print(f"{k:8} plain {m['plain']:.2f} s  cold {m['cold']:.2f} s (adds {m['cold'] - m['plain']:.2f} s)  "
               f"cached {m['cached']:.2f} s (adds {m['cached'] - m['plain']:.2f} s)")
-    for k in ("ray-uv", "ray-pip"):
+    for k in [s for s in results if s != "deeppod"]:
         print(f"cold start, {k} / deeppod: {med[k]['cold'] / med['deeppod']['cold']:.2f}x; worst round "
               f"{min(r['cold'] / d['cold'] for r, d in zip(results[k], results['deeppod'])):.2f}x")
     print(f"deeppod: a cached environment adds {med['deeppod']['cached'] - med['deeppod']['plain']:.2f} s to a "

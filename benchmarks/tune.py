@@ -128,7 +128,7 @@ def run_deeppod(server, task: str, trials: int, parallel: int, seed: int, log: s
     space = {k: {**p, "env_only": True} if reuse else p for k, p in tune_task.SPACE.items()}
     name = f"bench-{task}-{seed}-{time.time_ns()}"
     c.create_experiment(name, [sys.executable, str(HERE / "tune_task.py"), "--task", task, "--log", log, "--data", data,
-                         *flags],
+                               "--epochs", str(tune_task.EPOCHS), *flags],
                         space=space, metric="val_acc", mode="max", trials=trials, parallel=parallel,
                         sampler="tpe", pruner=pruner, prune_after=prune_after, seed=seed, workdir=str(HERE),
                         reuse=reuse)
@@ -155,7 +155,8 @@ def measure(system: str, task: str, seed: int, args, root: Path, server) -> dict
     import tune_task
 
     log, data = str(root / f"{system}-{task}-{seed}.jsonl"), str(root / f"{task}.npz")
-    common = ["--task", task, "--trials", str(args.trials), "--seeds", str(seed), "--log", log, "--data", data]
+    common = ["--task", task, "--trials", str(args.trials), "--seeds", str(seed), "--log", log, "--data", data,
+              "--epochs", str(tune_task.EPOCHS)]
     began = time.time()
     if system == "optuna":
         subprocess.run([sys.executable, __file__, "_optuna", *common], check=True)
@@ -206,10 +207,16 @@ def main() -> None:
     ap.add_argument("--server-cpus", type=int,
                     help="the CPUs DeepPod's server offers (default: the machine's); more than the cores gives "
                          "each trial more threads, which then sleep when idle (docs/scheduler.md)")
+    ap.add_argument("--epochs", type=int, help="the most epochs a trial runs (default: tune_task's 27; fewer only "
+                                                "to check that the benchmark runs: its figures are then not the aims')")
     ap.add_argument("--log")
     ap.add_argument("--data")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
+    if args.epochs:
+        import tune_task
+
+        tune_task.EPOCHS = args.epochs
     if args.mode == "_optuna":
         return run_optuna(args.task[0], args.trials, args.seeds[0], args.log, args.data)
     if args.mode == "_ray":
