@@ -5,9 +5,12 @@ import ctypes.util
 import subprocess
 import sys
 
+import pytest
+
 from deeppod import memory
 
 
+@pytest.mark.slow  # it starts processes
 def test_the_cap_takes_effect_on_glibc_in_a_fresh_process():
     code = "from deeppod import memory; print(memory.limit_arenas())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -67,6 +67,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_local_server_is_found_whatever_its_port(tmp_path):
     import os
 

@@ -4,10 +4,14 @@ import json
 import os
 import sys
 
+import pytest
+
 from deeppod.bench.server import Server
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import LocalExecutor, process_start_time
 from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
 
 
 def test_end_jobs_stops_the_jobs_that_outlive_the_server(tmp_path):

@@ -24,6 +24,7 @@ def test_spread_is_met_only_when_the_worst_round_meets_the_aim():
         Spread.of([])
 
 
+@pytest.mark.slow  # it starts processes
 def test_load_meter_counts_other_processes_cpu_and_not_its_own_children(tmp_path):
     # a process that is not ours: started by a child that exits at once (reparented away)
     pidfile = tmp_path / "pid"

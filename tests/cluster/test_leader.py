@@ -102,6 +102,7 @@ def test_only_one_of_several_standbys_takes_over(sessions):
         assert s.get(LeaderLease, 1).epoch == 2
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_restarted_server_frees_the_lease_of_its_dead_self(sessions):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -45,6 +45,7 @@ def test_a_replica_started_by_hand_takes_the_servers_default_limit():
     assert replica.parse_args(["--model-dir", "m"]).max_body_bytes == Settings().predict_max_bytes
 
 
+@pytest.mark.slow  # it starts processes
 def test_the_server_wires_DEEPPOD_PREDICT_MAX_BYTES_to_the_controller(tmp_path):
     from deeppod.cluster.gpus import LogicalProbe
     from deeppod.executor.fake import FakeExecutor

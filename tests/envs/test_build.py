@@ -30,6 +30,7 @@ def _python(path, code):
     return subprocess.run([str(path / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.slow  # it starts processes
 def test_an_environment_is_built_once_and_found_after(order, tmp_path):
     logs = [io.BytesIO() for _ in range(3)]
     paths = []
@@ -49,6 +50,7 @@ def test_an_environment_is_built_once_and_found_after(order, tmp_path):
     assert "ready (built before)" in again.getvalue().decode()
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_failed_build_says_why_and_leaves_nothing(order):
     order = {**order, "requirements": ["deeppod-probe==9.9.9"]}
     log = io.BytesIO()
@@ -59,6 +61,7 @@ def test_a_failed_build_says_why_and_leaves_nothing(order):
     assert not [p for p in build.env_path(order).parent.iterdir() if p.name.startswith((".staging", ".build"))]
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_half_built_environment_is_never_used(order):
     half = build.env_path(order)
     (half / "bin").mkdir(parents=True)  # a server killed mid-build left this, without READY
@@ -73,11 +76,13 @@ def test_activate_puts_the_environment_first():
     assert env["PATH"] == "/e/1/k/bin:/usr/bin" and env["VIRTUAL_ENV"] == "/e/1/k"
 
 
+@pytest.mark.slow  # it starts processes
 def test_without_uv_venv_and_pip_build_it(order):
     path = build.ensure({**order, "uv": None, "key": "k-pip"}, io.BytesIO(), None)
     assert _python(path, "import deeppod_probe; print(deeppod_probe.VALUE)") == "pinned"
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_python_the_node_does_not_have_is_said(order):
     with pytest.raises(build.BuildError, match="3.9"):
         build.ensure({**order, "python": "3.9", "key": "k-39"}, io.BytesIO(), None)

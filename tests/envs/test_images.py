@@ -23,6 +23,7 @@ def unpacked(tmp_path, kind):
     return dest, images.unpack(archive, dest)
 
 
+@pytest.mark.slow  # it starts processes
 @pytest.mark.parametrize("kind", ["oci", "docker"])
 def test_layers_apply_in_order_with_whiteouts_and_the_config(tmp_path, kind):
     dest, config = unpacked(tmp_path, kind)
@@ -33,6 +34,7 @@ def test_layers_apply_in_order_with_whiteouts_and_the_config(tmp_path, kind):
     assert config["Env"] == ["PATH=/bin", "IMAGE_GREETING=hello"]
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_flat_root_file_system_unpacks_as_it_is(tmp_path):
     dest, config = unpacked(tmp_path, "flat")
     assert config == {} and (dest / "etc" / "image-release").read_text() == "v2\n"
@@ -78,6 +80,7 @@ def test_no_setuid_bit_and_no_device_node_is_kept(tmp_path):
     assert not os.path.lexists(dest / "dev" / "sda")
 
 
+@pytest.mark.slow  # it starts processes
 def test_unpacked_once_and_marked_with_its_config(tmp_path):
     archive = image_archive(tmp_path, "tiny")
     order = images.order_for("tiny", str(tmp_path), str(tmp_path / "envs"))
@@ -100,6 +103,7 @@ def test_unpacked_once_and_marked_with_its_config(tmp_path):
     assert images.order_for("tiny", str(tmp_path), str(tmp_path / "envs"))["key"] != order["key"]
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_job_names_an_image_the_server_offers(tmp_path):
     image_archive(tmp_path, "tiny")
     (tmp_path / "Not-A-Name.tar").write_bytes(b"")
@@ -113,6 +117,7 @@ def test_a_job_names_an_image_the_server_offers(tmp_path):
         images.check_name("tiny", None)
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_worker_gets_the_images_env_under_the_job_contract(tmp_path):
     image_archive(tmp_path, "tiny")
     order = images.order_for("tiny", str(tmp_path), str(tmp_path / "envs"))

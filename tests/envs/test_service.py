@@ -91,6 +91,7 @@ def test_builds_that_died_are_swept_and_live_ones_kept(sessions, tmp_path):
     assert not dead.exists() and live.exists()
 
 
+@pytest.mark.slow  # it starts processes
 def test_an_unpacked_image_is_shared_listed_for_all_and_removed_by_an_admin(sessions, tmp_path):
     world = populate(sessions)
     image = tmp_path / "images" / "img1"

@@ -49,6 +49,7 @@ def test_a_worker_is_pinned_to_its_gpus_socket_only_where_that_helps(tmp_path):
     assert affinity.for_worker({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, root) is None
 
 
+@pytest.mark.slow  # it starts processes
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to one")
 def test_the_supervisor_starts_a_worker_on_its_gpus_cores(tmp_path, monkeypatch):
     last = max(os.sched_getaffinity(0))
@@ -71,6 +72,7 @@ def test_the_supervisor_starts_a_worker_on_its_gpus_cores(tmp_path, monkeypatch)
     assert str(sorted(os.sched_getaffinity(0))) in log_path.read_text()
 
 
+@pytest.mark.slow  # it starts processes
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to one")
 def test_a_running_tree_is_pinned_thread_by_thread(tmp_path):
     """A warm spare handed a GPU worker's place is running already, with threads and a child
@@ -129,6 +131,7 @@ def test_threads_that_outnumber_the_cores_are_told_to_sleep_when_idle():
     assert {w["env"][affinity.WAIT_POLICY] for w in own} == {"ACTIVE"}
 
 
+@pytest.mark.slow  # it starts processes
 def test_the_supervisor_quiets_a_crowded_jobs_threads_before_they_start(tmp_path):
     """Workers whose threads outnumber this machine's cores start with OMP_WAIT_POLICY=PASSIVE
     (libgomp reads it once, as torch loads it); a job that fits starts without it."""

@@ -30,6 +30,7 @@ def _in_group(group: cgroups.Group, code: str) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+@pytest.mark.slow  # it starts processes
 def test_cpu_weight_and_quota_follow_the_workers_cpus():
     g = cgroups.create(f"deeppod-test-{os.getpid()}-cpu", cgroups.Limits(cpus=0.5, cpu_quota=True, pids=64))
     try:
@@ -70,6 +71,7 @@ def test_share_only_leaves_the_cpu_uncapped():
 
 @pytest.mark.skipif(cgroups.unified(), reason="cgroup v2 has no devices controller (eBPF); the sandbox's /dev holds "
                                              "only its devices")
+@pytest.mark.slow  # it starts processes
 def test_a_worker_opens_only_the_devices_it_was_given():
     null = os.stat("/dev/null").st_rdev
     g = cgroups.create(f"deeppod-test-{os.getpid()}-dev",
@@ -103,6 +105,7 @@ def test_a_group_that_cannot_be_made_leaves_nothing(monkeypatch):
     assert not list(cgroups.ROOT.rglob(name))
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_group_left_by_a_killed_sandbox_is_swept_and_never_collides():
     """A sandbox killed before its clean-up leaves its group; its PID comes round again. The
     next group made beside it removes it (its owner is gone), keeps a live owner's, and the

@@ -10,7 +10,8 @@ import pytest
 from deeppod.executor import sandbox
 from deeppod.executor.netns import Forward, JobNetwork, setns
 
-pytestmark = pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported()))
+pytestmark = [pytest.mark.skipif(sandbox.supported() is not None, reason=str(sandbox.supported())),
+              pytest.mark.slow]  # its tests start processes (tests/conftest.py)
 
 
 def _listener():

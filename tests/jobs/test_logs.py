@@ -1,6 +1,8 @@
 """Reading several ranks' logs: interleaved by when each line was written (the supervisor's
 stamps of each log's size), not rank by rank."""
 
+import pytest
+
 from deeppod.jobs.logs import stream_logs
 from tests.executor.test_local import finished, launch
 
@@ -34,6 +36,7 @@ def read(job_dir, ranks, follow=False):
     return b"".join(stream_logs(job_dir, ranks, follow=follow, finished=lambda: True)).decode()
 
 
+@pytest.mark.slow  # it starts processes
 def test_two_ranks_lines_come_in_the_order_they_were_written(tmp_path):
     ex, h = launch(tmp_path, PING_PONG, workers=2)
     assert finished(ex, h, 60).exit_codes == {0: 0, 1: 0}

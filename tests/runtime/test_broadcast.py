@@ -112,6 +112,7 @@ def _sync_worker(rank, folder, shm, result):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # it starts processes
 @pytest.mark.parametrize("how", ["shared memory", "broadcast"])
 def test_a_joiner_gets_rank_zeros_weights_momentum_and_state(tmp_path, how):
     shm = str(tmp_path / "shm") if how == "shared memory" else str(tmp_path / "no-such-folder")

@@ -38,6 +38,7 @@ def version(tmp_path_factory):
     return tmp / "version"
 
 
+@pytest.mark.slow  # it starts processes
 def test_batches_are_uint8_nchw_with_labels(version):
     ds = ImageDataset(version, None, size=32)
     batches = list(loader(ds, batch_size=8, workers=2))
@@ -61,6 +62,7 @@ class _WhereBatchesAre:
         return _batch_tensor((2, 3, 4, 4)).is_shared()
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_worker_builds_its_batch_in_shared_memory_so_handing_it_over_copies_nothing():
     from deeppod.runtime.data import _batch_tensor
 
@@ -220,6 +222,7 @@ class _Pids:
         return torch.tensor([os.getpid(), os.getppid(), ignored >> (signal.SIGTERM - 1) & 1])
 
 
+@pytest.mark.slow  # it starts processes
 def test_loader_workers_come_from_a_single_threaded_fork_server_and_ignore_sigterm():
     """Not forked from the training process, whose native threads can leave a child hung on
     CPython < 3.12 (python/cpython#112275): from the fork server, which ignores SIGTERM."""
@@ -252,6 +255,7 @@ def test_decoding_on_the_device_gives_the_worker_decodes_crops(version, train):
         assert (a.float() - b.float()).abs().mean() < 1  # another seed's crops: 2.0
 
 
+@pytest.mark.slow  # it starts processes
 def test_device_decoding_with_worker_processes_and_a_jpeg_it_cannot_read(version):
     from deeppod.runtime.decode import _decode_jpegs
 
@@ -285,6 +289,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # it starts processes
 def test_prestart_makes_the_fork_server_a_fork_of_the_trainer_with_no_second_torch_import(tmp_path):
     import subprocess
     import sys

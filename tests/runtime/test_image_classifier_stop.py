@@ -9,8 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from deeppod.contract import ENV_CHECKPOINT_DIR, EXIT_RESUME, free_port
 from deeppod.runtime.trainers.digits import write_digits
+
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
 
 
 def start(tmp, rank, port, data):

@@ -177,6 +177,7 @@ def run_pair(tmp_path, writer: str, new_size: int, codes=(0, 0), **extra) -> dic
     return {rank: json.loads((out / f"rank-{rank}.json").read_text()) for rank in (0, 1)}
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_worker_gives_up_in_its_forward_pass_and_its_peer_waiting_in_the_all_reduce_gives_up_too(tmp_path):
     got = run_pair(tmp_path, "0:forward:2", new_size=1)
     zero, one = got[0], got[1]
@@ -189,6 +190,7 @@ def test_a_worker_gives_up_in_its_forward_pass_and_its_peer_waiting_in_the_all_r
     assert zero["world_size"] == 1 and len(zero["steps"]) == 4  # the step done again, alone
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_peer_that_gives_up_in_its_backward_pass_releases_the_other_and_both_go_on_together(tmp_path):
     got = run_pair(tmp_path, "1:backward:5", new_size=2)
     zero, one = got[0], got[1]
@@ -199,6 +201,7 @@ def test_a_peer_that_gives_up_in_its_backward_pass_releases_the_other_and_both_g
     assert zero["steps"] == one["steps"] and len(zero["steps"]) == 4  # the same updates in the new group
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_worker_that_cannot_let_go_of_the_old_group_restarts_and_its_exit_releases_the_peer(tmp_path):
     got = run_pair(tmp_path, "0:forward:2", new_size=1, codes=(75, 0), KEEP="0")
     zero, one = got[0], got[1]

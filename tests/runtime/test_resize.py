@@ -24,6 +24,8 @@ from deeppod.contract import (
     free_port,
 )
 
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
+
 JOB = Path(__file__).with_name("resize_job.py")
 N, BATCH = 96, 2
 

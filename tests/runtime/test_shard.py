@@ -150,6 +150,7 @@ def test_blocks_are_the_outermost_repeated_modules():
     assert find_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))) == ()  # layers alone
 
 
+@pytest.mark.slow  # it starts processes
 def test_fsdp_follows_ddps_loss_and_its_checkpoint_resumes_at_another_size(tmp_path):
     from deeppod.contract import free_port
 
@@ -244,6 +245,7 @@ def _meta(rank, world, folder):
     _leave()
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_model_built_on_the_meta_device_is_materialized_block_by_block_as_one_model(tmp_path):
     from deeppod.contract import free_port
 
@@ -307,6 +309,7 @@ def _background(rank, world, folder):
     _leave()
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_background_sharded_save_keeps_the_state_of_its_step_while_training_goes_on(tmp_path):
     from deeppod.contract import free_port
 
@@ -371,6 +374,7 @@ def _alone(rank, folder):
     _leave()
 
 
+@pytest.mark.slow  # it starts processes
 def test_one_worker_shards_without_a_process_group_and_keeps_batch_norm_in_fp32(tmp_path, monkeypatch):
     for name in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -387,6 +391,7 @@ if sys.platform != "linux":
     pytestmark = pytest.mark.skip("Linux only")
 
 
+@pytest.mark.slow  # it starts processes
 def test_runtime_shard_is_the_function_whatever_was_imported_first():
     import subprocess
 

@@ -8,8 +8,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_SPARE, SPARE_PARKED
 from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
 
 SCRIPT = textwrap.dedent("""
     import os, sys

@@ -12,6 +12,8 @@ import pytest
 
 from deeppod.contract import EXIT_RESUME
 
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
+
 LOOP = textwrap.dedent("""
     import json, os, sys, time
     from deeppod.runtime import stop

@@ -19,6 +19,7 @@ def test_the_model_list_is_the_installed_torchvisions():
     assert list(TORCHVISION) == torchvision.models.list_models(module=torchvision.models)
 
 
+@pytest.mark.slow  # it starts processes
 def test_a_model_name_is_checked_without_importing_torch():
     code = ("import sys\nfrom deeppod.runtime.trainers.command import check_args\n"
             "try:\n    check_args(['--data', '.', '--model', 'resnt18'], 'resnt18')\n"

@@ -18,6 +18,8 @@ from PIL import Image
 from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_RESTART_COUNT, EXIT_RESUME, free_port
 from deeppod.runtime.trainers.image_classifier import scan, split
 
+pytestmark = pytest.mark.slow  # its tests start processes (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
