@@ -1,5 +1,8 @@
 """The job contract shared by the server, the CLI, the SDK and code inside jobs."""
 
+import os
+import sys
+
 from deeppod.contract import (
     ACTIVE_STATES,
     EXIT_RESUME,
@@ -9,6 +12,7 @@ from deeppod.contract import (
     base_environment,
     dataset_env_key,
     describe_exit,
+    job_path,
     reserved,
     worker_env,
 )
@@ -76,7 +80,17 @@ def test_server_settings_do_not_leak_into_jobs():
     base = base_environment({"PATH": "/bin", "DEEPPOD_DATABASE_URL": "postgresql://secret", "HOME": "/root",
                              "AWS_SECRET_ACCESS_KEY": "s3cr3t", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO",
                              "PYTEST_CURRENT_TEST": "x"})
-    assert base == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO"}  # an allow-list
+    own = os.path.dirname(sys.executable)
+    assert base == {"PATH": f"{own}:/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO"}  # an allow-list
+
+
+def test_a_jobs_path_carries_none_of_the_server_users_own_folders():
+    """Issue 70: jobs inherited (and a refusal echoed) the server's PATH with the folders under its
+    user's home; the job's python stays the server's, first."""
+    own = os.path.dirname(sys.executable)
+    server = f"/home/srv/.pyenv/shims:/home/srv/.cargo/bin:relative:/usr/local/cuda/bin:{own}:/usr/bin:/bin:/home/srv"
+    assert base_environment({"PATH": server, "HOME": "/home/srv"})["PATH"] == f"{own}:/usr/local/cuda/bin:/usr/bin:/bin"
+    assert job_path("/usr/bin:/root/bin", "/") == f"{own}:/usr/bin:/root/bin"  # a home of / hides nothing
     assert reserved("RANK") and reserved("DEEPPOD_TOKEN") and not reserved("MY_VAR")
 
 

@@ -227,8 +227,29 @@ def own_python_first(path: str) -> str:
 
 
 def base_environment(server_env: dict[str, str]) -> dict[str, str]:
-    """What a worker inherits from the host before the job's own variables."""
-    return {k: v for k, v in server_env.items() if _INHERITED.match(k)}
+    """What a worker inherits from the host before the job's own variables. Its PATH is the
+    server's without the folders under the server user's home (a version manager's, a user's own
+    tools): the job's ``python`` stays the server's (:func:`own_python_first`), nothing else
+    there is the job's to run, nor its to see."""
+    env = {k: v for k, v in server_env.items() if _INHERITED.match(k)}
+    if "PATH" in env:
+        env["PATH"] = job_path(env["PATH"], server_env.get("HOME", ""))
+    return env
+
+
+def job_path(path: str, home: str) -> str:
+    """``path`` without relative entries and those under ``home``, the running Python's folder kept first."""
+    import os
+    import sys
+
+    own = os.path.dirname(sys.executable)
+    home = home.rstrip("/")
+
+    def private(d: str) -> bool:
+        return not os.path.isabs(d) or (len(home) > 1 and (d == home or d.startswith(home + "/")))
+
+    kept = [d for d in path.split(os.pathsep) if d and d != own and not private(d)]
+    return os.pathsep.join([own, *kept] if own else kept)
 
 
 def worker_env(

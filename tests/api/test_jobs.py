@@ -264,3 +264,16 @@ def test_code_uploads_are_checked(api):
     assert api.http.put("/v1/code/" + "c" * 64, content=b"", headers=h).status_code == 422
     viewer = api.as_(api.user("vi", "default", role="viewer"))
     assert api.http.put("/v1/code/" + "c" * 64, content=b"junk", headers=viewer).status_code == 403
+
+
+def test_a_member_cannot_pick_a_pids_limit_above_the_servers(api, tmp_path):
+    """Issue 70: --pids-per-worker 4194304 from a plain member was accepted where the plan named
+    no cap; it is a 403 that says the cap, and nothing is written."""
+    member = api.user("mo", "red")
+    before = job_count(api)
+    r = api.http.post("/v1/jobs", json=body(tmp_path, pids_per_worker=4194304), headers=api.as_(member))
+    assert r.status_code == 403 and r.json()["error"]["code"] == "over_limit", r.text
+    assert f"at most {api.ctx.settings.pids_per_worker} processes and threads" in r.json()["error"]["message"]
+    assert job_count(api) == before
+    ok = api.http.post("/v1/jobs", json=body(tmp_path, pids_per_worker=256), headers=api.as_(member))
+    assert ok.status_code == 201, ok.text

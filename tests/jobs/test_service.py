@@ -183,3 +183,15 @@ def test_a_gpu_memory_request_is_refused_where_no_gpu_has_it_and_reaches_the_sch
         snap = snapshot(s, folder=lambda i: None, in_place=False, config=Config(), now=0.0)
     assert [n.gpu_memory_mb for n in snap.nodes] == [22_563]
     assert {q.id: q.gpu_memory_mb for q in snap.queued} == {first.id: 200_000, job.id: 20_000}
+
+
+def test_a_command_not_found_says_the_jobs_path_not_the_servers(sessions, tmp_path, monkeypatch):
+    """Issue 70: the refusal echoed the server's own PATH, with the folders under its user's home."""
+    from tests.fixtures import submit_job
+
+    world = populate(sessions)
+    monkeypatch.setenv("HOME", "/home/srv")
+    monkeypatch.setenv("PATH", "/home/srv/.secret-tools/bin:/usr/bin:/bin")
+    with pytest.raises(InvalidRequest, match="was not found on the job's PATH") as refused:
+        submit_job(sessions, world.alice, tmp_path, command=["no-such-program-here"])
+    assert "/usr/bin:/bin" in str(refused.value) and "/home/srv" not in str(refused.value)

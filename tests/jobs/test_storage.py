@@ -103,9 +103,13 @@ def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(se
     with sessions() as s:
         assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100
         assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 4096
+    # where the plan says nothing, the server's default bounds what a member may ask (issue 70)
+    with pytest.raises(Forbidden, match=r"this server \(DEEPPOD_PIDS_PER_WORKER\) lets tenant 'a'.* at most 4096"):
+        submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=4194304)
     plan(sessions, world, pids_per_worker=512)
-    with pytest.raises(InvalidRequest, match="at most 512"):
+    with pytest.raises(Forbidden, match="the plan lets tenant 'a'.* at most 512") as refused:
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=1000)
+    assert refused.value.status == 403 and refused.value.code == "over_limit"
     with sessions() as s:
         assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 512
         assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100

@@ -59,3 +59,39 @@ def test_read_only_keys_and_who_may_make_which(sessions):
         job = Principal(**{**vars(world.alice), "job_id": 7})
         with pytest.raises(Forbidden):
             access_keys.create(s, job, scope="read")
+
+
+def test_a_key_ends_with_the_token_it_was_made_with(sessions):
+    """Issue 70: keys outlived the token that made them. A key made with a token expires no
+    later than it, and stops working when it is revoked; one made by the platform (no token),
+    or with a token that holds, goes on."""
+    from deeppod.auth.service import authenticate, create_token, revoke_token
+
+    world = populate(sessions)
+    with sessions.begin() as s:
+        short, short_secret = create_token(s, world.alice, "for an hour", expires_in=3600)
+        lasting, lasting_secret = create_token(s, world.alice, "lasting")
+    with sessions.begin() as s:
+        by_short = authenticate(s, short_secret)
+        assert by_short.token_id == short.id and by_short.token_expires_at == short.expires_at
+        asked_a_year, _ = access_keys.create(s, by_short, expires_in=366 * 86400)
+        unbounded, _ = access_keys.create(s, by_short)
+        other, _ = access_keys.create(s, authenticate(s, lasting_secret))
+        platform, _ = access_keys.create(s, world.alice)
+    assert asked_a_year.expires_at == unbounded.expires_at == short.expires_at  # not a year, not never
+    with sessions() as s:
+        for key in (asked_a_year, unbounded, other, platform):
+            access_keys.holder(s, key.key_id)  # all hold while their tokens do
+    with sessions.begin() as s:
+        revoke_token(s, world.alice, short.id)
+    with sessions() as s:
+        for key in (asked_a_year, unbounded):
+            with pytest.raises(S3Error, match="token this access key was made with was revoked or expired") as e:
+                access_keys.holder(s, key.key_id)
+            assert e.value.code == "InvalidAccessKeyId"
+        access_keys.holder(s, other.key_id)
+        access_keys.holder(s, platform.key_id)
+    with sessions.begin() as s:
+        s.get(type(lasting), lasting.id).expires_at = utcnow() - timedelta(seconds=1)
+    with sessions() as s, pytest.raises(S3Error):
+        access_keys.holder(s, other.key_id)

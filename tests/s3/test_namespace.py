@@ -1,5 +1,7 @@
 """A request's key as text: UTF-8 without control characters, checked segment by segment."""
 
+import os
+
 import pytest
 
 from deeppod.errors import S3Error
@@ -37,3 +39,26 @@ def test_segments_refuse_control_characters_too():
         with pytest.raises(S3Error) as e:
             segments(key, inbox=True)
         assert e.value.code == "InvalidArgument" and "control" in e.value.message
+
+
+def test_a_job_file_swapped_for_a_link_is_no_such_key_not_a_server_error(tmp_path, caplog):
+    """Issue 70: a job that swaps a file of its outputs for a link between the lookup and the
+    read made GETs answer 500 with a traceback in the server's log (ELOOP, uncaught)."""
+    import logging
+
+    from deeppod.s3.namespace import Entry, open_object
+
+    out = tmp_path / "outputs"
+    out.mkdir()
+    (out / "real").write_bytes(b"42")
+    (out / "swapped").symlink_to("/etc/hostname")
+    os.mkfifo(out / "pipe")
+    entry = Entry("7/outputs/real", 2, 0.0, None, out / "real", guarded=True)
+    with open_object(entry) as f:
+        assert f.read() == b"42"
+    caplog.set_level(logging.INFO, logger="deeppod.s3.namespace")
+    for name in ("swapped", "pipe", "gone"):
+        with pytest.raises(S3Error) as e:
+            open_object(Entry(f"7/outputs/{name}", 2, 0.0, None, out / name, guarded=True))
+        assert e.value.code == "NoSuchKey" and e.value.status == 404, name
+    assert len(caplog.records) == 3 and not any(r.exc_info for r in caplog.records)

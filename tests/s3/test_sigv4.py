@@ -169,6 +169,20 @@ def test_version_2_presigned_urls_verify_until_they_expire():
         check(sigv4.Request("PUT", req.raw_path, req.query, req.headers))
 
 
+def test_a_version_2_presigned_url_lives_a_week_at_most_as_version_4s_do():
+    """Issue 70: ExpiresIn=10**9 (31 years) answered 200; V4 refuses more than 604800 s."""
+    week = signed("GET", "http://127.0.0.1:7447/s3/models/m/v1/model.pt2", presign=7 * 24 * 3600, v2=True)
+    assert check(week).presigned
+    for far in (10**9, 8 * 24 * 3600):
+        req = signed("GET", "http://127.0.0.1:7447/s3/models/m/v1/model.pt2", presign=far, v2=True)
+        with pytest.raises(S3Error, match="expires more than a week from now") as e:
+            check(req)
+        assert e.value.code == "AccessDenied" and e.value.status == 403
+    v4 = signed("GET", "http://127.0.0.1:7447/s3/models/m/v1/model.pt2", presign=8 * 24 * 3600)
+    with pytest.raises(S3Error, match="604800"):
+        check(v4)
+
+
 def test_a_signature_that_is_not_ascii_is_wrong_not_an_error():
     for req in (signed("GET", "http://127.0.0.1:7447/s3/", v2=True), signed("GET", "http://127.0.0.1:7447/s3/")):
         auth = req.headers["authorization"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,6 +30,10 @@ class Principal:
     job_id: int | None = None  # a job's own token: only its job's routes (roles.JOB_ROUTES)
     role: str = ""  # roles.ROLES; when given, is_admin follows it; empty: admin or member, as is_admin says
     scope: str = roles.ALL
+    # the token it acts through (None: the platform acting for the user), and when that token ends:
+    # what is made on its strength (an S3 access key) ends with it
+    token_id: int | None = None
+    token_expires_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.role:
@@ -140,7 +144,8 @@ def live_principals(session: Session, token_hashes) -> dict[str, Principal]:
 def principal_of(user: User, tenant: Tenant, token: Token | None = None) -> Principal:
     """Who acts: a user of a tenant, through a token (None: the platform acting for the user)."""
     return Principal(user.id, user.name, tenant.id, tenant.name, user.is_admin,
-                     token.job_id if token else None, user.role, token.scope if token else roles.ALL)
+                     token.job_id if token else None, user.role, token.scope if token else roles.ALL,
+                     token.id if token else None, token.expires_at if token else None)
 
 
 def get_tenant(session: Session, name: str) -> Tenant:

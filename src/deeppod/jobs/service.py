@@ -17,7 +17,7 @@ from deeppod.atomic import move_into_place
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, revoke_job_tokens
 from deeppod.cluster.service import capacity
-from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, reserved
+from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, job_path, reserved
 from deeppod.datasets.service import resolve_for_job
 from deeppod.envs import images
 from deeppod.envs import spec as env_spec
@@ -70,9 +70,9 @@ def _resolve_executable(cmd0: str, workdir: str, env: dict[str, str]) -> str:
         if not os.access(path, os.X_OK):
             raise InvalidRequest(f"{path} is not executable: run 'chmod +x {path}' or start it with an interpreter")
         return path
-    search = env.get("PATH", os.environ.get("PATH", os.defpath))
+    search = env.get("PATH") or job_path(os.environ.get("PATH", os.defpath), os.environ.get("HOME", ""))
     found = shutil.which(cmd0, path=search)
-    if found is None:
+    if found is None:  # the PATH said is the job's own (contract.base_environment), never the server's
         raise InvalidRequest(
             f"executable {cmd0!r} was not found on the job's PATH; give its full path, or pass "
             f"--env PATH=... (searched: {search})")
@@ -173,7 +173,7 @@ def default_name(command: list[str]) -> str:
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
            code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host",
-           image_dir: str | None = None) -> Job:
+           image_dir: str | None = None, default_pids: int = 4096) -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
     ``image_dir``: the container images it offers (DEEPPOD_IMAGE_DIR; None: none).
     ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
@@ -181,6 +181,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     (``req.code``, kept in ``code``), or empty."""
     req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
     _check_image(req, image_dir, sandboxed=roots is not None)
+    storage.check_pids(session, principal.tenant, req.pids_per_worker, default_pids)
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
     if req.workdir is None:
@@ -245,7 +246,6 @@ def _submit(session: Session, principal: Principal, req: JobRequest, default_gra
     req = with_defaults(req, cap)
     validate(req, cap)
     wanted = env_spec.parse(req.requirements, req.python)
-    storage.check_pids(session, principal.tenant, req.pids_per_worker)
     storage.check_indexes(session, principal.tenant, wanted.indexes if wanted else [])
     storage.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)

@@ -33,17 +33,21 @@ log = logging.getLogger(__name__)
 GB = 1_000_000_000
 
 
-def check_pids(session: Session, tenant: str, asked: int | None) -> None:
-    """A job's ``pids_per_worker``: at least MIN_PIDS, at most what the plan gives its tenant."""
+def check_pids(session: Session, tenant: str, asked: int | None, default: int) -> None:
+    """A job's ``pids_per_worker``: at least MIN_PIDS, at most what the plan gives its tenant, or,
+    where the plan says nothing, the server's default (``default``): a member cannot pick a
+    limit of its own above what an administrator set."""
     if asked is None:
         return
     if asked < MIN_PIDS:
         raise InvalidRequest(f"pids_per_worker must be at least {MIN_PIDS} (got {asked}): a worker's Python and "
                              "its threads need that many")
     cap = plan_now(session).pids_cap(tenant)
-    if cap is not None and asked > cap:
-        raise InvalidRequest(f"the plan lets tenant {tenant!r}'s workers have at most {cap} processes and threads "
-                             f"each; ask for {cap} or fewer, or ask an administrator to raise pids_per_worker")
+    limit, whose = (cap, "the plan") if cap is not None else (default, "this server (DEEPPOD_PIDS_PER_WORKER)")
+    if asked > limit:
+        raise Forbidden(f"{whose} lets tenant {tenant!r}'s workers have at most {limit} processes and threads "
+                        f"each; ask for {limit} or fewer, or ask an administrator to raise pids_per_worker in the "
+                        "plan", code="over_limit")
 
 
 def check_indexes(session: Session, tenant: str, urls: list[str]) -> None:

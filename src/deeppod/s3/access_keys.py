@@ -18,7 +18,7 @@ from deeppod.auth import roles
 from deeppod.auth.service import Principal, principal_of
 from deeppod.errors import Forbidden, InvalidRequest, NotFound, S3Error
 from deeppod.store import sealed
-from deeppod.store.models import AccessKey, Tenant, User, utcnow
+from deeppod.store.models import AccessKey, Tenant, Token, User, utcnow
 
 READ, WRITE = "read", "write"
 SCOPES = (READ, WRITE)
@@ -50,8 +50,11 @@ def create(session: Session, principal: Principal, *, scope: str = WRITE, name: 
     if scope == WRITE and (principal.scope == roles.READ or principal.role == roles.VIEWER):
         raise Forbidden("a read-only token or a viewer can create read-only keys only: "
                         "choose scope read (--scope read)")
+    expires = utcnow() + timedelta(seconds=expires_in) if expires_in else None
+    if principal.token_expires_at is not None:  # never past the token it is made with
+        expires = min(expires or principal.token_expires_at, principal.token_expires_at)
     key = AccessKey(key_id=PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(17)), user_id=principal.user_id,
-                    scope=scope, name=name, expires_at=utcnow() + timedelta(seconds=expires_in) if expires_in else None)
+                    token_id=principal.token_id, scope=scope, name=name, expires_at=expires)
     session.add(key)
     session.flush()
     return key, secret_of(key.key_id)
@@ -76,11 +79,17 @@ def revoke(session: Session, principal: Principal, key_id: str) -> AccessKey:
 
 def holder(session: Session, key_id: str) -> tuple[KeyHolder, str]:
     """Who the key acts for and its secret; S3's InvalidAccessKeyId when it does not hold."""
-    row = session.execute(select(AccessKey, User, Tenant).join(User, AccessKey.user_id == User.id)
-                          .join(Tenant, User.tenant_id == Tenant.id).where(AccessKey.key_id == key_id)).first()
+    row = session.execute(select(AccessKey, User, Tenant, Token).join(User, AccessKey.user_id == User.id)
+                          .join(Tenant, User.tenant_id == Tenant.id)
+                          .outerjoin(Token, AccessKey.token_id == Token.id).where(AccessKey.key_id == key_id)).first()
     if row is None or row.AccessKey.revoked_at is not None:
         raise S3Error("InvalidAccessKeyId", "the access key id you provided does not exist in our records, or it "
                       "was revoked: create one with 'deeppod keys create'")
+    made_with = row.Token
+    if made_with is not None and (made_with.revoked_at is not None or
+                                  (made_with.expires_at is not None and made_with.expires_at <= utcnow())):
+        raise S3Error("InvalidAccessKeyId", "the token this access key was made with was revoked or expired, and "
+                      "the key with it: create a new key with a token that holds ('deeppod keys create')")
     if row.AccessKey.expires_at is not None and row.AccessKey.expires_at <= utcnow():
         raise S3Error("InvalidAccessKeyId", f"the access key expired at {row.AccessKey.expires_at:%Y-%m-%d %H:%M} "
                       "UTC: create a new one with 'deeppod keys create'")

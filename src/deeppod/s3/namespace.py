@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -42,6 +43,8 @@ from deeppod.datasets.archive import CONTROL_CHARACTERS
 from deeppod.datasets.service import DataPlane
 from deeppod.errors import S3Error
 from deeppod.store.models import Dataset, DatasetVersion, Job, Model, ModelVersion, Tenant
+
+log = logging.getLogger(__name__)
 
 BUCKETS = ("datasets", "inbox", "jobs", "models", "shared")
 READ_ONLY = ("datasets", "jobs", "models", "shared")
@@ -78,11 +81,16 @@ def open_object(e: Entry):
         return open(e.path, "rb")
     from deeppod.nofollow import open_dir, open_regular
 
-    folder = open_dir(e.path.parent)
     try:
-        fd, _ = open_regular(folder, e.path.name)
-    finally:
-        os.close(folder)
+        folder = open_dir(e.path.parent)
+        try:
+            fd, _ = open_regular(folder, e.path.name)
+        finally:
+            os.close(folder)
+    except OSError as exc:  # the job swapped it for a link, a folder, a pipe, or took it away: not an object
+        log.info("S3: %s is not served: %s", e.key[:300], exc.strerror or exc)  # one line, no traceback
+        raise S3Error("NoSuchKey", f"the specified key does not exist: {e.key[:300]} (the job's file is not a "
+                                   "regular file now)") from None
     return os.fdopen(fd, "rb")
 
 

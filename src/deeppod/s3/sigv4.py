@@ -161,6 +161,10 @@ def parse(req: Request, now: datetime) -> Signed | None:
             raise S3Error("AccessDenied", "the presigned URL's Expires is not a time")
         if now.timestamp() > int(query["Expires"]):
             raise S3Error("AccessDenied", "Request has expired: ask for a new presigned URL")
+        if int(query["Expires"]) > now.timestamp() + MAX_EXPIRES + SKEW.total_seconds():
+            # V2 signs the end, not the start: a URL still usable more than a week from now lives too long
+            raise S3Error("AccessDenied", "the presigned URL expires more than a week from now (at most 604800 "
+                                          "seconds, as for Signature Version 4): ask for one that expires sooner")
         return Signed(query["AWSAccessKeyId"], "", "", "s3", "", (), query["Signature"], UNSIGNED, True,
                       v2=True, v2_date=query["Expires"])
     return None

@@ -101,7 +101,9 @@ def gpus_for(images_per_s: float, per_gpu: float, scaling: float) -> int:
     return n
 
 
-def size(w: Workload) -> Recommendation:
+def size(w: Workload, stop=None) -> Recommendation:
+    """``stop()``: true when the simulations should end now (a time budget spent, a client gone):
+    the sizes tried so far answer, and the reasons say so."""
     w.check()
     why = []
     need_rate = w.images * w.epochs / (w.hours * 3600)
@@ -120,7 +122,10 @@ def size(w: Workload) -> Recommendation:
                f"at least {least} GPUs to keep up")
     waits = []
     if w.simulate:
-        training, waits = _by_simulation(w, job, run_h * 3600, per_day, training)
+        training, waits, cut = _by_simulation(w, job, run_h * 3600, per_day, training, stop)
+        if cut:
+            why.append(f"the simulations were stopped after {len(waits)} size(s), before one met the wait target: "
+                       f"{training} GPUs is the last tried ('deeppod size' simulates without a time limit)")
         met = next((x for x in waits if x["gpus"] == training), None)
         if met is not None:
             why.append(f"the scheduler's simulator, replaying {DAYS} days of these runs: {training} GPUs keep the "
@@ -145,9 +150,11 @@ def _round_to_nodes(gpus: int, per_node: int) -> int:
     return math.ceil(gpus / per_node) * per_node if gpus > per_node else gpus
 
 
-def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: int) -> tuple[int, list[dict]]:
+def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: int,
+                   stop=None) -> tuple[int, list[dict], bool]:
     """The smallest size, node by node from ``start``, whose simulated p95 wait meets the target;
-    the waits at each size tried, and at the next ``AFTER`` sizes (the curve past it)."""
+    the waits at each size tried, and at the next ``AFTER`` sizes (the curve past it); whether
+    ``stop()`` cut the search short before a size met the target."""
     from deeppod.scheduler.simulator import SimConfig, Simulator, TraceJob, proportional_plan
 
     rng = random.Random(w.seed)
@@ -159,6 +166,8 @@ def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: i
     step = w.gpus_per_node
     waits, gpus, chosen, chosen_at = [], start, None, 0
     for _ in range(64):
+        if waits and stop is not None and stop():
+            return chosen or waits[-1]["gpus"], waits, chosen is None
         nodes = max(1, math.ceil(gpus / step))
         per_node = min(step, gpus)
         cfg = SimConfig(nodes=nodes, gpus_per_node=per_node, seed=w.seed, horizon=(DAYS + 30) * 86400.0)
@@ -169,6 +178,6 @@ def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: i
         if chosen is None and p95 <= w.wait_minutes:
             chosen, chosen_at = nodes * per_node, len(waits)
         if chosen is not None and len(waits) >= chosen_at + AFTER:
-            return chosen, waits
+            return chosen, waits, False
         gpus = nodes * per_node + (step if nodes * per_node >= step else 1)
-    return chosen or waits[-1]["gpus"], waits
+    return chosen or waits[-1]["gpus"], waits, False

@@ -429,6 +429,9 @@ class AccessKey(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     key_id: Mapped[str] = mapped_column(String(32), unique=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    # the token it was made with (None: before keys were bound to one): it ends when that does
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("tokens.id", ondelete="CASCADE"), nullable=True,
+                                                 index=True)
     scope: Mapped[str] = mapped_column(String(8), default="write")  # read | write
     name: Mapped[str] = mapped_column(String(128), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

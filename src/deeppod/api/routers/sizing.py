@@ -1,7 +1,7 @@
-from fastapi import APIRouter
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Request
 
 from deeppod.api.deps import PrincipalDep
+from deeppod.api.hangup import in_thread_until_gone
 from deeppod.api.schemas.sizing import SizingIn, SizingOut
 from deeppod.sizing import Workload, service
 
@@ -9,8 +9,9 @@ router = APIRouter(prefix="/v1/sizing", tags=["sizing"])
 
 
 @router.post("", response_model=SizingOut)
-async def recommend(body: SizingIn, principal: PrincipalDep) -> SizingOut:
+async def recommend(body: SizingIn, principal: PrincipalDep, request: Request) -> SizingOut:
     """GPUs, nodes, cores per GPU and storage for a workload, each with its reason (as
-    ``deeppod size``; docs/scheduler.md, "Sizing"). Changes nothing."""
-    r = await run_in_threadpool(service.recommend, principal, Workload(**body.model_dump()))
+    ``deeppod size``; docs/scheduler.md, "Sizing"). Changes nothing. Its simulations are bounded
+    (sizing/service.py) and given up when the client hangs up."""
+    r = await in_thread_until_gone(request, service.recommend, principal, Workload(**body.model_dump()))
     return SizingOut(**r.as_dict())

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import yaml
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
 from deeppod.api.deps import Id, SessionDep, get_ctx
+from deeppod.api.hangup import in_thread_until_gone
 from deeppod.api.schemas.access_keys import AccessKeyCreate
 from deeppod.api.schemas.plans import PlanIn
 from deeppod.api.schemas.sizing import SizingIn
@@ -188,7 +188,8 @@ async def size(request: Request, viewer: ViewerDep) -> Response:
     try:
         body = forms.validated(SizingIn, {k: v for k, v in form.items() if v.strip()}, {},
                                {k: k for k in SIZING_FIELDS})
-        result = await run_in_threadpool(sizing.recommend, viewer.principal, Workload(**body.model_dump()))
+        result = await in_thread_until_gone(request, sizing.recommend, viewer.principal,
+                                            Workload(**body.model_dump()))
     except forms.FormErrors as exc:
         return page(request, "size.html", status=exc.status, form=form, errors=exc.errors, result=None)
     except DeepPodError as exc:

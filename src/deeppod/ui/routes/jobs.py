@@ -113,7 +113,8 @@ def _submit(request: Request, session, viewer, req: service.JobRequest, fields: 
     try:
         return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
                               roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
-                              default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir)
+                              default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
+                              default_pids=ctx.settings.pids_per_worker)
     except DeepPodError as exc:
         raise forms.service_error(exc, fields) from None
 
