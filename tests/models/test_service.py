@@ -277,3 +277,36 @@ def test_an_artifact_file_that_is_a_link_is_refused(env, tmp_path):
     sessions, _, ana, root, jobs_dir = env
     with sessions.begin() as s, pytest.raises(InvalidRequest, match="not links"):
         service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(art))
+
+
+def test_a_sparse_model_file_is_refused_not_written_out_whole(env, tmp_path):
+    """Issue 70: a job's 2 GiB sparse model.pt2 (nothing allocated) became 2.1 GB that root wrote
+    into the registry; a 1 TB one would fill the server's disk."""
+    art = artifact(tmp_path / "art")
+    with open(art / "model.pt2", "wb") as f:
+        f.truncate(64 << 20)  # 64 MiB long, nothing written
+    sessions, _, ana, root, jobs_dir = env
+    with sessions.begin() as s, pytest.raises(InvalidRequest, match="is a sparse file"):
+        service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(art))
+    assert not any(root.rglob("model.pt2"))  # nothing was copied, nothing left behind
+
+
+def test_a_model_over_the_tenants_storage_quota_is_refused_and_counts_once_registered(env, tmp_path):
+    from deeppod.errors import Forbidden
+    from deeppod.jobs import storage
+    from deeppod.plans.service import apply_plan
+    from deeppod.store.models import Tenant
+
+    sessions, admin, ana, root, jobs_dir = env
+    with sessions.begin() as s:
+        apply_plan(s, admin, {"tenants": [{"name": "vision", "guaranteed": 0, "storage_gb": 0.001}]})  # 1 MB
+    small = artifact(tmp_path / "small", serving=os.urandom(100_000))
+    big = artifact(tmp_path / "big", serving=os.urandom(2_000_000))
+    with sessions.begin() as s, pytest.raises(Forbidden, match="left of the tenant's storage quota") as e:
+        service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(big))
+    assert e.value.code == "over_quota" and not any(root.rglob("model.pt2"))
+    with sessions.begin() as s:
+        service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(small))
+    storage.StorageMeter(sessions, jobs_dir).round()  # the registry's copy counts against the quota
+    with sessions() as s:
+        assert s.scalar(select(Tenant.storage_bytes).where(Tenant.name == "vision")) >= 100_000

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.contract import ACTIVE_STATES, FINAL_STATES, JobState
@@ -27,7 +27,7 @@ from deeppod.job_folder import JobFolder
 from deeppod.nofollow import tree_bytes
 from deeppod.plans.service import plan_now
 from deeppod.scheduler.plan import MIN_PIDS, Plan
-from deeppod.store.models import Job, JobEvent, Tenant, utcnow
+from deeppod.store.models import Job, JobEvent, Model, ModelVersion, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 GB = 1_000_000_000
@@ -76,14 +76,24 @@ def _over(plan: Plan, used: dict[str, int]) -> dict[str, str]:
     for node, gb, tenants in plan.storage_quotas():
         total = sum(used.get(t, 0) for t in tenants)
         if total > gb * GB:
-            why = (f"the job folders and environments of "
+            why = (f"the job folders, registered models and environments of "
                    f"{'tenant ' + repr(node) if tenants == [node] else repr(node) + ' and its tenants'} "
                    f"take {total / GB:.2f} GB, over the plan's storage quota of {gb:g} GB: remove finished jobs' "
-                   "folders ('deeppod jobs purge') or Python environments ('deeppod envs rm'), or ask an "
-                   "administrator to raise storage_gb")
+                   "folders ('deeppod jobs purge'), old model versions ('deeppod models rm') or Python "
+                   "environments ('deeppod envs rm'), or ask an administrator to raise storage_gb")
             for t in tenants:
                 out.setdefault(t, why)
     return out
+
+
+def quota_left(session: Session, tenant: str) -> int | None:
+    """Bytes the tenant may still add before a storage quota of the plan is reached (as last
+    measured, with what was registered since); None where no quota covers it."""
+    quotas = [(gb, tenants) for _, gb, tenants in plan_now(session).storage_quotas() if tenant in tenants]
+    if not quotas:
+        return None
+    used = {name: b or 0 for name, b in session.execute(select(Tenant.name, Tenant.storage_bytes))}
+    return max(0, min(int(gb * GB) - sum(used.get(t, 0) for t in tenants) for gb, tenants in quotas))
 
 
 def check_submit(session: Session, tenant: str) -> None:
@@ -133,6 +143,11 @@ class StorageMeter:
             del self.final[gone]
         for tenant_id, size in (tenant_bytes(self.envs_root) if self.envs_root else {}).items():
             used[names.get(tenant_id, "")] += size
+        with self.sessions() as s:  # the registry's copies are the tenant's too (their sizes are recorded)
+            for tenant_id, size in s.execute(select(Model.tenant_id, func.sum(ModelVersion.bytes))
+                                             .join(ModelVersion, ModelVersion.model_id == Model.id)
+                                             .group_by(Model.tenant_id)):
+                used[names.get(tenant_id, "")] += int(size or 0)
         self._record(used, grew)
         return dict(used)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deeppod.atomic import move_into_place
-from deeppod.errors import InvalidRequest
+from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.nofollow import open_dir, open_regular
 
 SERVING_FILE = "model.pt2"  # torch.export program: self-contained, no Python class needed
@@ -108,17 +108,19 @@ def _read_regular(dir_fd: int, name: str, folder: Path) -> bytes:
         return f.read(MAX_SIGNATURE_BYTES + 1)
 
 
-def take_in(folder: Path, dest: Path) -> Artifact:
+def take_in(folder: Path, dest: Path, max_bytes: int | None = None) -> Artifact:
     """Copy the artifact in ``folder`` (which a job may own and change meanwhile) to ``dest``
     and return what was kept: its signature, checked, and the hash of exactly the bytes copied.
     No link is followed, in ``folder``'s path or of its files, and only regular files are read;
     the copy is made in a staging folder beside ``dest``, fsynced, then renamed into place (a
-    crash or a refusal leaves no half version)."""
+    crash or a refusal leaves no half version). ``max_bytes``: what the copy may take at most
+    (the tenant's storage quota left); a sparse file is refused, so bytes the job never wrote
+    cannot become bytes the server writes."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        digest, size = _copy_files(folder, staging)
+        digest, size = _copy_files(folder, staging, max_bytes)
         sig = _load_signature(staging / SIGNATURE_FILE, str(folder / SIGNATURE_FILE))
         move_into_place(staging, dest)
     except BaseException:
@@ -127,7 +129,10 @@ def take_in(folder: Path, dest: Path) -> Artifact:
     return Artifact(dest, sig, digest, size)
 
 
-def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
+SPARSE_SLACK = 1 << 20  # a file's allocated blocks may fall this far short of its size (its tail block, metadata)
+
+
+def _copy_files(folder: Path, staging: Path, max_bytes: int | None = None) -> tuple[str, int]:
     try:
         dir_fd = open_dir(folder)
     except OSError as exc:
@@ -151,9 +156,17 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
             with os.fdopen(fd, "rb") as src, open(staging / name, "wb") as out:
                 if name == SIGNATURE_FILE and st.st_size > MAX_SIGNATURE_BYTES:
                     raise InvalidRequest(f"{folder / name} is over {MAX_SIGNATURE_BYTES} bytes")
+                if st.st_blocks * 512 + SPARSE_SLACK < st.st_size:
+                    raise InvalidRequest(f"{folder / name} is a sparse file ({st.st_size:,} bytes long, "
+                                         f"{st.st_blocks * 512:,} written): a model's files are written whole "
+                                         "(torch.export.save, torch.save); register what the job wrote")
+                if max_bytes is not None and size + st.st_size > max_bytes:
+                    raise _over_quota(folder, size + st.st_size, max_bytes)
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
                     size += len(chunk)
+                    if max_bytes is not None and size > max_bytes:  # it grew while it was read
+                        raise _over_quota(folder, size, max_bytes)
                     if name == SERVING_FILE:
                         h.update(chunk)
                 out.flush()
@@ -161,6 +174,13 @@ def _copy_files(folder: Path, staging: Path) -> tuple[str, int]:
     finally:
         os.close(dir_fd)
     return h.hexdigest(), size
+
+
+def _over_quota(folder: Path, size: int, max_bytes: int) -> Forbidden:
+    return Forbidden(f"the model in {folder} takes over {size / 1e9:.2f} GB, more than the {max_bytes / 1e9:.2f} GB "
+                     "left of the tenant's storage quota (job folders, environments and registered models count): "
+                     "remove old versions ('deeppod models rm NAME@V') or finished jobs' folders, or ask an "
+                     "administrator to raise storage_gb", code="over_quota")
 
 
 def _load_signature(path: Path, where: str) -> dict:
