@@ -229,3 +229,19 @@ def test_unknown_datasets_and_versions_are_refused_with_the_choices(api, tmp_pat
     job = {"command": ["python3", "-c", "pass"], "workdir": str(tmp_path), "datasets": ["pets@7"]}
     r = api.http.post("/v1/jobs", json=job, headers=h)
     assert r.status_code == 404 and "its versions: 1" in r.json()["error"]["message"]
+
+
+def test_what_another_tenant_stores_shows_in_neither_lineage_nor_the_store(api, tmp_path):
+    """Issue 70: an ingest's lineage said "deduplicated" when another tenant held the same bytes,
+    so a tenant could test whether anyone holds a file. Identical bytes are stored once still."""
+    src = class_folders(tmp_path / "src")
+    assert upload(api, "pets", src).status_code == 201
+    stored = api.ctx.data.objects.count()
+    red = api.user("eve", "red")
+    r = upload(api, "probe", src, token=red)
+    assert r.status_code == 201, r.text
+    lineage = r.json()["versions"][0]["lineage"]
+    assert lineage["new_objects"] == 12 and lineage["deduplicated"] == 0  # as if nobody held them
+    assert api.ctx.data.objects.count() == stored  # and yet stored once
+    staging = api.ctx.data.tiers.staging
+    assert not staging.exists() or not any(staging.iterdir())  # nothing left of what was written and dropped

@@ -120,7 +120,8 @@ def ingest(
         return
     lin = v["lineage"]
     console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, {human(v['bytes'])}"
-                  f" ({lin.get('deduplicated', 0)} already stored, {lin.get('new_objects', 0)} new)")
+                  f" ({lin.get('new_objects', 0)} new since the last version, {lin.get('deduplicated', 0)} the same,"
+                  " stored once)")
     split_counts = v["stats"].get("per_split", {})
     console.print("split: " + ", ".join(f"{k} {n}" for k, n in sorted(split_counts.items())))
     if v["quarantined"]:

@@ -3,6 +3,7 @@ dataset or version. New objects wait in the ingest's staging folder until it com
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from deeppod.atomic import move_into_place
@@ -19,13 +20,16 @@ class ObjectStore:
         return self.path(sha).is_file()
 
     @staticmethod
-    def stage(staging: Path, sha: str, data: bytes) -> None:
-        d = staging / "new-objects"
+    def stage(staging: Path, sha: str, data: bytes, *, known: bool = False) -> None:
+        """Write an object of an ingest beside it; one the store holds already (``known``) is
+        written too, and dropped at the commit (datasets/ingest.py says why)."""
+        d = staging / ("known-objects" if known else "new-objects")
         d.mkdir(exist_ok=True)
         (d / sha).write_bytes(data)
 
     def commit(self, staging: Path) -> list[str]:
         """Move staged objects into the store (rename: atomic per object)."""
+        shutil.rmtree(staging / "known-objects", ignore_errors=True)
         d = staging / "new-objects"
         moved = []
         if d.is_dir():

@@ -204,6 +204,9 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
             ds.description = description
         parent = s.scalar(select(func.max(DatasetVersion.version)).where(
             DatasetVersion.dataset_id == ds.id, DatasetVersion.state == "ready"))
+        before = s.scalar(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id,
+                                                       DatasetVersion.version == parent)) if parent else None
+        parent_manifest = plane.tiers.path(before.tier, before.key) / "manifest.jsonl" if before else None
         number = (s.scalar(select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == ds.id)) or 0) + 1
         owner = owner_name(s, ds)
         v = DatasetVersion(dataset_id=ds.id, version=number, state="ingesting", tier="hot",
@@ -224,6 +227,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
             raise InvalidRequest("no image could be ingested: " + _first_reasons(built.report)
                                  + "; fix the files and ingest again")
         (staging / "journal").write_text("\n".join(built.new_objects))
+        new = _new_since(staging / "version" / "manifest.jsonl", parent_manifest)  # before the writer's turn
         with _commit_lock:  # objects: rename into the store; version: rename into place; then the row
             plane.objects.commit(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -232,8 +236,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
                 v = s.get(DatasetVersion, version_id)
                 v.state, v.samples, v.bytes, v.classes = "ready", built.samples, built.bytes, built.classes
                 v.stats, v.report = built.stats, built.report
-                v.lineage = {**v.lineage, "new_objects": len(built.new_objects),
-                             "deduplicated": built.samples - len(built.new_objects)}
+                v.lineage = {**v.lineage, "new_objects": new, "deduplicated": built.samples - new}
         shutil.rmtree(staging, ignore_errors=True)
         return version_id
     except BaseException:
@@ -264,6 +267,20 @@ def _referenced(sessions: sessionmaker, plane: DataPlane, shas: set[str]) -> set
                     if sha in shas:
                         found.add(sha)
     return found
+
+
+def _shas(manifest: Path | None) -> set[str]:
+    if manifest is None or not manifest.is_file():
+        return set()
+    with open(manifest) as f:
+        return {json.loads(line)["sha256"] for line in f}
+
+
+def _new_since(manifest: Path, parent: Path | None) -> int:
+    """Distinct contents of a version that its parent version did not have: what a tenant learns
+    of what is stored once comes from its own dataset, never from whether another tenant's
+    objects hold the same bytes (the store keeps them once all the same)."""
+    return len(_shas(manifest) - _shas(parent))
 
 
 def _abort(sessions: sessionmaker, plane: DataPlane, version_id: int, key: str) -> None:
