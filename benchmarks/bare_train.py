@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -55,8 +56,9 @@ for _ in range(a.steps):
 if cuda:
     torch.cuda.synchronize()
 dt = time.perf_counter() - t0
-print("DEEPPOD-BENCH " + json.dumps({"rank": int(os.environ.get("RANK", 0)),
-                                     "images_per_second": a.steps * a.batch_size / dt}),
-      flush=True)
+# one write: the ranks share torchrun's stdout, and print() writes the line and its end apart
+sys.stdout.write("DEEPPOD-BENCH " + json.dumps({"rank": int(os.environ.get("RANK", 0)),
+                                                "images_per_second": a.steps * a.batch_size / dt}) + "\n")
+sys.stdout.flush()
 if world > 1:
     dist.destroy_process_group()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,8 +31,8 @@ def bare(workers: int, args: list[str], threads: int) -> float:
                        timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(p.stdout[-2000:] + p.stderr[-2000:])
-    return sum(json.loads(line.split(" ", 1)[1])["images_per_second"]
-               for line in p.stdout.splitlines() if line.startswith("DEEPPOD-BENCH "))
+    # each rank's figure, wherever another rank's output cut into its line
+    return sum(json.loads(m)["images_per_second"] for m in re.findall(r"DEEPPOD-BENCH (\{[^{}]*\})", p.stdout))
 
 
 def main() -> None:
