@@ -187,7 +187,13 @@ def test_a_worker_sees_only_its_own_gpus_device_nodes():
     assert sandbox.gpu_devices(host, "") == []  # a CPU worker: no GPU device at all
     assert sandbox.gpu_devices(host, "2") == ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia2",
                                               "nvidiactl"]
-    assert "nvidia0" in sandbox.gpu_devices(host, "all")  # a parked warm spare (docs/security.md)
+    # a warm spare runs the job's code before it is a worker: it holds no GPU (issue 70), and a worker
+    # given real GPUs does not start from one; logical GPU slots have no device nodes to hold
+    spare = {"DEEPPOD_SPARE": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert sandbox._visible(spare) == "" and sandbox.gpu_devices(host, sandbox._visible(spare)) == []
+    assert not sandbox.spare_may_become({"CUDA_VISIBLE_DEVICES": "1"}, host)
+    assert sandbox.spare_may_become({"CUDA_VISIBLE_DEVICES": "1"}, ["null", "zero"])  # logical slots
+    assert sandbox.spare_may_become({"CUDA_VISIBLE_DEVICES": ""}, host)  # a CPU worker
 
 
 def test_the_sandbox_binds_only_the_gpu_nodes_it_is_given(tmp_path):

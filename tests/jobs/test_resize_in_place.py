@@ -284,3 +284,26 @@ def test_a_grow_whose_joiners_never_get_ready_falls_back_and_stops_watching_them
     rec.tick()
     assert load_job(sessions, job).state == "resizing"  # back to the checkpoint restart
     assert job not in rec.resizes.watching and not rec.hurry.is_set()
+
+
+def test_a_job_on_real_gpus_keeps_no_warm_spares(sessions, world, tmp_path, clock):
+    """Issue 70: a spare ran the job's code with every GPU device of its node. It now holds none,
+    so a worker on a real GPU starts as itself, and such a job keeps no spares to waste."""
+    from sqlalchemy import select
+
+    from deeppod.store.models import Node
+
+    with sessions.begin() as s:  # the node's GPUs are real ones (NVML), not logical slots
+        node = s.scalar(select(Node))
+        node.gpus = [{**g, "logical": False} for g in node.gpus]
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        config=Config(min_run_before_resize=0, reserve_after_seconds=1e9, las_preemption=False),
+                        clock=clock, spares=2)
+    submit(sessions, world.alice, tmp_path, workers=3, gpus_per_worker=1)  # holds the other GPUs
+    rec.tick()
+    job = submit(sessions, world.alice, tmp_path, workers=1, max_workers=4, gpus_per_worker=1)
+    rec.tick()
+    mark_resizable(rec, job)
+    rec.tick()
+    assert ranks(load_job(sessions, job)) == [0] and job not in rec.executor.spares  # could grow by 3: keeps none
+    assert not load_job(sessions, job).allocation.get("spares")

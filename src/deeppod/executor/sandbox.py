@@ -105,14 +105,18 @@ NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset
 def gpu_devices(listing: list[str], visible: str) -> list[str]:
     """Of the host's /dev entries, the NVIDIA ones a worker given GPUs ``visible`` (its
     CUDA_VISIBLE_DEVICES: NVML indices, PCI bus order) may open: the driver's control devices
-    and its own GPUs' nodes. None at all for a worker without GPUs; never another job's GPU.
-    ``"all"``: a warm spare's, which learns its GPUs only when it becomes a worker."""
-    if visible == "all":
-        return sorted(d for d in listing if d.startswith("nvidia"))
+    and its own GPUs' nodes. None at all for a worker without GPUs (a warm spare among them);
+    never another job's GPU."""
     mine = {f"nvidia{i.strip()}" for i in visible.split(",") if i.strip().isdigit()}
     if not mine:
         return []
     return sorted(d for d in listing if d in mine or d in NVIDIA_CONTROL)
+
+
+def spare_may_become(env: dict[str, str], listing: list[str]) -> bool:
+    """Whether a warm spare (which holds no GPU device) may become the worker of ``env``: not one
+    given GPUs whose device nodes this host has (``listing``: its /dev); logical GPU slots have none."""
+    return not gpu_devices(listing, env.get("CUDA_VISIBLE_DEVICES", ""))
 
 
 def allowed_devices(visible: str) -> list[str]:
@@ -133,7 +137,9 @@ def _device_numbers(names: list[str]) -> tuple[tuple[str, int, int], ...]:
 
 
 def _visible(env: dict[str, str]) -> str:
-    return "all" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", "")
+    """A warm spare holds no GPU at all: it runs the job's code before it is given a rank, and
+    one that would become a worker with GPU devices is started as one instead (supervisor.py)."""
+    return "" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", "")
 
 
 def _build_root(root: str, sb: dict, visible: str = "") -> None:

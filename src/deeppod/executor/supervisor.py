@@ -27,8 +27,9 @@ from pathlib import Path
 from deeppod.contract import ENV_SPARE, ENV_TOKEN, describe_exit
 from deeppod.envs import build as envs
 from deeppod.envs import images
-from deeppod.executor import affinity
+from deeppod.executor import affinity, job_shm
 from deeppod.executor.netns import Forward, JobNetwork
+from deeppod.executor.sandbox import spare_may_become
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.05
@@ -213,6 +214,24 @@ class Supervisor:
         finally:
             self.folder.write_phase(None)
 
+    def _mount_shm(self) -> None:
+        """A sandboxed job's /dev/shm here: a tmpfs of its own, as large as its workers here may
+        use of memory together (executor/job_shm.py)."""
+        sb = self.spec.get("sandbox") or {}
+        if not sb.get("shm"):
+            return
+        memory = (sb.get("limits") or {}).get("memory_mb")
+        try:
+            job_shm.mount_shm(sb["shm"], int(sb["uid"]), int(sb["gid"]),
+                              int(memory) * len(self.spec["workers"]) if memory else None)
+        except OSError as exc:
+            if self.procs:  # a grow: the workers running keep the size they have
+                log_line = f"could not resize the job's /dev/shm: {exc}"
+                print(f"deeppod supervisor: {log_line}", file=sys.stderr, flush=True)
+                return
+            self.codes = {int(w["rank"]): 126 for w in self.spec["workers"]}  # never the host's /dev/shm instead
+            self.reason = f"could not make the job's own /dev/shm: {exc}"
+
     def _start_network(self) -> None:
         """``--network isolated|none``: the job's own network namespace on this node (executor/netns.py)."""
         net = (self.spec.get("sandbox") or {}).get("network")
@@ -290,6 +309,8 @@ class Supervisor:
         further along than a new process would be, and a new one would only slow it down
         (a grow right after a shrink, while the spares start: 2 cold joiners beside 2 spares
         took 18 s to be ready on 2 cores, and the spares were then thrown away)."""
+        if self.spec.get("sandbox") and not spare_may_become(env, os.listdir("/dev")):
+            return False  # a spare holds no GPU device (executor/sandbox.py): this worker starts as itself
         for n in sorted(self.spares, key=lambda n: (not self._parked(n), n)):
             parked = self._parked(n)
             p, sock = self.spares.pop(n)
@@ -349,6 +370,7 @@ class Supervisor:
         if self.part is None:  # on a cluster the node agents find their supervisors
             self.folder.write_supervisor(os.getpid(), start_time)
         self._start_network()
+        self._mount_shm()
         self._prepare_env()
         self.quieted.update(affinity.quiet_threads(self.spec["workers"]))
         if self.quieted and self.spec.get("sandbox"):
@@ -410,6 +432,8 @@ class Supervisor:
         self._release_handed(everything=True)
         if self.network is not None:
             self.network.stop()
+        if (self.spec.get("sandbox") or {}).get("shm"):  # every worker and spare here has ended
+            job_shm.unmount_shm(self.spec["sandbox"]["shm"])  # its pages go with it
         self.folder.write_result({
             "exit_codes": {str(r): c for r, c in sorted(self.codes.items())},
             "reason": self.reason,
@@ -437,6 +461,7 @@ class Supervisor:
             self.spec["workers"] = [w for w in self.spec["workers"] if int(w["rank"]) not in ranks] + workers
             self.quieted.update(affinity.quiet_threads(self.spec["workers"]))  # the joiners' threads with those running
             self._save_spec()
+            self._mount_shm()  # sized for the workers it has now
             self.start_workers(workers)
 
     def _save_spec(self) -> None:

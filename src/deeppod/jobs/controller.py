@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -142,7 +141,7 @@ class JobController:
         if status.lost_nodes:
             mark_down(s, status.lost_nodes)
         if self.launcher.isolation is not None:  # its workers are gone: so is what they shared in memory
-            shutil.rmtree(self.launcher.shm(job.id), ignore_errors=True)
+            self.launcher.remove_shm(job.id)
         pending = Allocation.of(job).resize
         if pending and state == JobState.FAILED:  # a worker failed during the switch: restart instead
             requeue(s, job, f"the in-place resize to {pending.to} workers failed ({reason}); it "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import urllib.parse
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from deeppod.envs.build import Builds
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
+from deeppod.executor.job_shm import unmount_shm
 from deeppod.job_folder import WRITABLE, JobFolder
 from deeppod.jobs.runs import run_mark
 from deeppod.jobs.storage import pids_for
@@ -226,8 +228,16 @@ class Launcher:
         return env
 
     def shm(self, job_id: int) -> Path:
-        """The job's shared memory folder on the host's tmpfs (sandboxed jobs only)."""
+        """The job's shared memory on this host (sandboxed jobs only): a folder of root's under the
+        host's /dev/shm, where its supervisor mounts the job's own tmpfs (executor/job_shm.py)."""
         return Path(self.isolation.shm_root) / shm_name(self.isolation.instance, job_id)
+
+    def remove_shm(self, job_id: int) -> None:
+        """What the job shared in memory, gone (its supervisor unmounts it as it ends; one killed
+        before it could leaves it mounted)."""
+        path = self.shm(job_id)
+        unmount_shm(str(path))
+        shutil.rmtree(path, ignore_errors=True)
 
     def _sandbox(self, s: Session, job: Job, folder: JobFolder, staged: dict[str, str]) -> dict:
         """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
@@ -250,8 +260,7 @@ class Launcher:
         if self.ca_cert:
             trust = os.path.dirname(self.ca_cert)
             binds.append([trust, trust, False])
-        shm = self.shm(job.id)  # on the host's tmpfs, the job's alone
-        _private_folder(shm, who.uid, who.gid)
+        shm = self.shm(job.id)  # the job's own tmpfs, mounted there by its supervisor
         sandbox = {"uid": who.uid, "gid": who.gid, "workdir": job.workdir, "python": list(self.isolation.python),
                    "binds": binds, "shm": str(shm)}
         if job.network != "host":  # executor/netns.py: the API alone is forwarded (isolated), or nothing (none)

@@ -216,8 +216,10 @@ class Resizes:
         alloc = Allocation.of(job)
         want = min(self.spares, job.max_workers - len(alloc.workers))
         rank0 = alloc.workers[0]
+        node = s.scalar(select(Node).where(Node.name == rank0.node))
+        if rank0.gpus and node is not None and any(not g.get("logical") for g in node.gpus or []):
+            return 0  # a spare holds no GPU device (executor/sandbox.py): a GPU worker would not start from one
         if rank0.memory_mb:
-            node = s.scalar(select(Node).where(Node.name == rank0.node))
             used = held.get(rank0.node)
             have = alloc.spares or 0  # counted in ``used`` already
             free = (node.memory_mb if node else 0) - (used.memory_mb if used else 0) + have * rank0.memory_mb
