@@ -66,6 +66,30 @@ def env_name(field_name: str) -> str:
     return "DEEPPOD_" + field_name.upper()
 
 
+def installation_id(home: Path) -> str:
+    """The installation's random id, kept in ``HOME/installation`` (the first server to start
+    writes it; its failover partner reads it). A home that holds a database already and no
+    id is an installation from before ids: its id is empty, and its names stay what they were."""
+    import secrets
+
+    path = home / "installation"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    home.mkdir(parents=True, exist_ok=True)
+    made = "" if (home / "deeppod.db").exists() or (home / "jobs").exists() else secrets.token_hex(8)
+    tmp = home / f".installation-{os.getpid()}"
+    tmp.write_text(made + "\n")
+    try:
+        os.link(tmp, path)  # whole or not at all; another server of this home may have been first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_text().strip()
+
+
 @dataclass(frozen=True)
 class Settings:
     """The server's settings. Each field is read from ``env_name(field)`` by ``from_env``;
@@ -196,11 +220,14 @@ class Settings:
     @property
     def instance(self) -> str:
         """What this installation's names on a shared host begin with (OS users of tenants, shared
-        memory folders, the Ray namespace): from the home's path, so servers of one control
-        plane (one home) agree and two installations on one machine never collide."""
+        memory folders, the Ray namespace): from the home's path and the installation's own id
+        (``HOME/installation``, made once), so servers of one control plane (one home) agree, two
+        installations on one machine never collide, and a home made again at the same path is a
+        new installation whose tenants never get the old one's OS users."""
         import hashlib
 
-        return hashlib.sha256(str(Path(self.home).resolve()).encode()).hexdigest()[:8]
+        seed = str(Path(self.home).resolve()) + installation_id(Path(self.home))
+        return hashlib.sha256(seed.encode()).hexdigest()[:8]
 
     @property
     def hot_root(self) -> Path:

@@ -21,6 +21,43 @@ def test_two_installations_on_one_host_name_their_tenants_and_shared_memory_apar
     assert len(f"{ia.user_prefix}{10**9}") <= 32  # Linux user names end at 32 characters
 
 
+def test_a_home_made_again_at_the_same_path_is_a_new_installation(tmp_path):
+    """Issue 70: a home re-created at the same path reused the old installation's OS users (and
+    so the uids that own its files); an installation from before the id keeps its names."""
+    import hashlib
+    import shutil
+
+    home = tmp_path / "home"
+    first = Settings(home=home).instance
+    assert first == Settings(home=home).instance  # stable across restarts of one home
+    shutil.rmtree(home)
+    assert Settings(home=home).instance != first
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "deeppod.db").write_bytes(b"")  # made by a server from before installation ids
+    assert Settings(home=old).instance == hashlib.sha256(str(old.resolve()).encode()).hexdigest()[:8]
+
+
+@pytest.mark.slow  # it starts useradd and userdel
+@pytest.mark.skipif(os.geteuid() != 0, reason="making OS users needs root")
+def test_uninstalling_removes_the_installations_tenant_users_and_no_other():
+    import pwd
+    import subprocess
+
+    from deeppod.auth.identities import SystemIdentities, remove_users
+
+    prefix = f"deeppod-zz{os.getpid() % 100000}-t"
+    made = SystemIdentities().ensure(prefix + "1")
+    subprocess.run(["useradd", "--system", "--no-create-home", prefix + "2"], check=True)  # not one DeepPod made
+    try:
+        assert remove_users(prefix) == [made.user]
+        names = {pw.pw_name for pw in pwd.getpwall()}
+        assert made.user not in names and prefix + "2" in names
+    finally:
+        for name in (prefix + "1", prefix + "2"):
+            subprocess.run(["userdel", name], capture_output=True)
+
+
 def test_a_tenant_keeps_the_os_user_it_was_given(sessions):
     world = populate(sessions)
     ids = FakeIdentities()

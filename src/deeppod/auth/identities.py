@@ -55,6 +55,26 @@ class SystemIdentities:
         return Identity(name, pw.pw_uid, pw.pw_gid)
 
 
+def remove_users(prefix: str, *, userdel=None) -> list[str]:
+    """Remove this installation's tenant users (``prefix``: Isolation.user_prefix), those
+    ``SystemIdentities`` made ("DeepPod tenant"), when the installation goes: no later tenant, of
+    this installation or another, ever runs as a uid that owned an earlier one's files."""
+    removed = []
+    for pw in pwd.getpwall():
+        if pw.pw_name.startswith(prefix) and pw.pw_gecos == "DeepPod tenant" and pw.pw_uid != 0:
+            done = (userdel or _userdel)(pw.pw_name)
+            if done:
+                removed.append(pw.pw_name)
+    return removed
+
+
+def _userdel(name: str) -> bool:
+    done = subprocess.run(["userdel", name], capture_output=True, text=True)
+    if done.returncode != 0:
+        log.warning("could not remove the OS user %s: %s", name, done.stderr.strip() or done.returncode)
+    return done.returncode == 0
+
+
 class FakeIdentities:
     def __init__(self, first_uid: int = 70000):
         self.next_uid = first_uid

@@ -66,6 +66,9 @@ def server(
     tls_self_signed: Annotated[bool, typer.Option(
         "--tls-self-signed", help="serve https with a certificate made once in HOME/tls (a proof of concept; "
                                   "clients verify it with HOME/tls/trust/ca.pem)")] = False,
+    uninstall_users: Annotated[bool, typer.Option(
+        "--uninstall-users", help="remove the OS users this installation (its HOME) made for its tenants, and "
+                                  "exit; run it with the server stopped, before removing HOME (needs root)")] = False,
 ) -> None:
     """Start the control plane: API, scheduler loop and executor. Several servers on one
     PostgreSQL database (--database-url) form a failover control plane: one leads, the others
@@ -85,6 +88,15 @@ def server(
         executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
+    if uninstall_users:
+        from deeppod.auth.identities import remove_users
+        from deeppod.jobs.launch import Isolation
+
+        prefix = Isolation(None, (), instance=settings.instance).user_prefix
+        removed = remove_users(prefix)
+        console.print(f"removed {len(removed)} OS user(s) of this installation ({prefix}*): {', '.join(removed)}"
+                      if removed else f"no OS user of this installation ({prefix}*) to remove")
+        return
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
