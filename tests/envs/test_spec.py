@@ -52,3 +52,14 @@ def test_a_requirements_file_may_name_package_indexes():
     assert plain.index(server) == server and plain.key(1, plain.index(server)) != spec.key(1, spec.index(server))
     with pytest.raises(InvalidRequest, match="a second --index-url"):
         parse("-i https://a/simple\n--index-url https://b/simple\nnumpy", None)
+
+
+def test_a_marker_is_parsed_and_written_back_never_passed_on_as_it_came():
+    """Issue 70: a line's part after ';' was kept verbatim: uv refuses '-r /etc/shadow' there
+    today, but pip (the fallback) takes per-line options. Only a marker's own tokens pass."""
+    spec = parse('numpy==2.1.0 ;python_version>="3.10"  and sys_platform == "linux"', None)
+    assert spec.requirements == ('numpy==2.1.0; python_version >= "3.10" and sys_platform == "linux"',)
+    for bad in ('numpy; python_version > "3" -r /etc/shadow', 'numpy; python_version > "3" --global-option=x',
+                'numpy; __import__("os")', "numpy; python_version > '3' \\"):
+        with pytest.raises(InvalidRequest, match="not an environment marker|not a package requirement"):
+            parse(bad, None)

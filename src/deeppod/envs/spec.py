@@ -61,6 +61,30 @@ class EnvSpec:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# PEP 508's environment markers: these variables, compared with quoted strings, joined by and/or
+_MARKER_VARS = {"python_version", "python_full_version", "os_name", "sys_platform", "platform_release",
+                "platform_system", "platform_version", "platform_machine", "platform_python_implementation",
+                "implementation_name", "implementation_version", "extra"}
+_MARKER_TOKEN = re.compile(r"""\s*(?:(?P<str>"[^"\\]*"|'[^'\\]*')|(?P<op>===|==|!=|<=|>=|~=|<|>|\(|\))"""
+                           r"""|(?P<word>[A-Za-z_][A-Za-z_]*))""")
+
+
+def _marker(text: str) -> str | None:
+    """The marker written back token by token (the only form passed on), or None when ``text``
+    holds anything a marker may not (an option, a path, a stray character)."""
+    out, pos, text = [], 0, text.strip()
+    while pos < len(text):
+        m = _MARKER_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        word = m.group("word")
+        if word is not None and word not in _MARKER_VARS and word not in ("and", "or", "in", "not"):
+            return None
+        out.append(m.group("str") or m.group("op") or word)
+        pos = m.end()
+    return " ".join(out) if out else None
+
+
 def parse(text: str | None, python: str | None) -> EnvSpec | None:
     """A job's requirements (a requirements.txt's text) and Python checked; None when it asks
     for neither (it runs in the platform's environment)."""
@@ -93,7 +117,12 @@ def parse(text: str | None, python: str | None) -> EnvSpec | None:
                                  "versions (numpy==2.1.0, torch>=2.4); index options, URLs and paths are not taken "
                                  "(the server's settings say which package index its builds use; an index your "
                                  "plan allows may be named as --index-url URL or --extra-index-url URL)")
-        reqs.append(re.sub(r"\s+", "", line) if ";" not in line else line)
+        head, _, marker = line.partition(";")
+        if marker and not _marker(marker):
+            raise InvalidRequest(f"requirements line {n}: {marker.strip()!r} is not an environment marker (such as "
+                                 "python_version >= \"3.10\" and sys_platform == \"linux\"); nothing else may follow "
+                                 "a requirement on its line")
+        reqs.append(re.sub(r"\s+", "", head) + (f"; {_marker(marker)}" if marker else ""))
     if not reqs and python is None:
         return None
     return EnvSpec(tuple(sorted(dict.fromkeys(reqs))), python, index_url, tuple(dict.fromkeys(extra)))
