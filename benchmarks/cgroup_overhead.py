@@ -1,6 +1,7 @@
 """What the kernel's limits cost a sandboxed job: the built-in trainer on digits in DeepPod's
-sandbox with its control group (memory, process and CPU limits: executor/cgroups.py)
-against the same sandbox without one, runs alternated, the median throughput of each.
+sandbox with its control group (memory, process and CPU limits: executor/cgroups.py) and its
+own sized /dev/shm tmpfs (executor/job_shm.py) against the same sandbox without either (a
+plain folder as its /dev/shm), runs alternated, the median throughput of each.
 
     sudo .venv/bin/python benchmarks/cgroup_overhead.py [--runs 3] [--epochs 2] [--memory-mb 4096] [--cpus N]
     [--cpu-quota]
@@ -21,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deeppod.executor import cgroups, sandbox
+from deeppod.executor import cgroups, job_shm, sandbox
 from deeppod.runtime.trainers.digits import write_digits
 
 NOBODY = 65534
@@ -36,9 +37,15 @@ def run_once(tmp: Path, data: Path, args, limited: bool, n: int) -> float:
     python = sorted({sys.prefix, sys.base_prefix, *[p for p in sys.path if p and os.path.isdir(p)]})
     sb = {"uid": NOBODY, "gid": NOBODY, "workdir": str(work), "python": python,
           "binds": [[str(work), str(work), True], [str(data), str(data), False]]}
+    shm = tmp / f"shm-{n}"  # the job's /dev/shm: its own sized tmpfs (limited), or a plain folder
     if limited:
         sb["limits"] = {"memory_mb": args.memory_mb, "pids": cgroups.DEFAULT_PIDS, "cpus": args.cpus,
                         "cpu_quota": args.cpu_quota}
+        job_shm.mount_shm(str(shm), NOBODY, NOBODY, args.memory_mb)
+    else:
+        shm.mkdir(mode=0o700)
+        os.chown(shm, NOBODY, NOBODY)
+    sb["shm"] = str(shm)
     command = [sys.executable, "-m", "deeppod.runtime.trainers.image_classifier", "--data", str(data),
                "--model", "small-cnn", "--epochs", str(args.epochs), "--batch-size", "64", "--lr", "0.05",
                "--output", str(work / "model")]
@@ -46,8 +53,11 @@ def run_once(tmp: Path, data: Path, args, limited: bool, n: int) -> float:
            "DEEPPOD_CHECKPOINT_DIR": str(work / "checkpoints")}
     (job / "spec.json").write_text(json.dumps({"command": command, "sandbox": sb,
                                                "workers": [{"rank": 0, "env": env}]}))
-    out = subprocess.run([sys.executable, "-m", "deeppod.executor.sandbox", str(job), "0"], capture_output=True,
-                         text=True, timeout=1800)
+    try:
+        out = subprocess.run([sys.executable, "-m", "deeppod.executor.sandbox", str(job), "0"], capture_output=True,
+                             text=True, timeout=1800)
+    finally:
+        job_shm.unmount_shm(str(shm))
     if out.returncode != 0:
         raise SystemExit(f"the trainer failed ({out.returncode}): {out.stdout[-2000:]}{out.stderr[-2000:]}")
     rates = [float(x) for x in re.findall(r"\(([\d.]+) images/s\)", out.stdout)]
