@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="measured wall time per figure")
     ap.add_argument("--settle", type=float, default=10.0, help="wait this long before measuring")
     ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--model", default="mobilenet_v3_small", help="what the deployment serves (its idle replica)")
+    ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "idle_cpu.json")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="deeppod-bench-idle-"))
@@ -98,7 +100,7 @@ def main() -> None:
         print(f"DeepPod control plane, no jobs:           {rows['control_plane_idle']:6.2f}% of a core")
 
         env = {**server.env, "DEEPPOD_API_URL": server.url, "DEEPPOD_TOKEN": server.admin_token}
-        export_model(home / "artifact", "mobilenet_v3_small", 224)
+        export_model(home / "artifact", args.model, args.image_size)
         cli = [sys.executable, "-m", "deeppod.cli"]
         subprocess.run([*cli, "models", "register", "idle", "--path", str(home / "artifact")], env=env, check=True,
                        stdout=subprocess.DEVNULL)

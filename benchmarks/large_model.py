@@ -171,6 +171,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2, help="every configuration once per round, interleaved")
     ap.add_argument("--eager", action="store_true", help="FSDP too builds the whole model before sharding it")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS, help="ddp first: the others "
+                                                                                          "are compared with it")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "large_model.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -184,7 +186,7 @@ def main() -> None:
         for rnd in range(args.rounds):
             for world in worlds:
                 threads = 1 if cuda else max(1, (torch.get_num_threads() or 1) // world)
-                for config in CONFIGS:
+                for config in args.configs:
                     out = f"{tmp}/{config}-{world}-{rnd}.json"
                     a = {"width": args.width, "layers": args.layers, "batch": args.batch, "seq": args.seq,
                          "steps": args.steps, "threads": threads, "eager": args.eager}

@@ -24,6 +24,10 @@ SLOW_PATHS = ("tests/e2e/", "tests/executor/test_local.py", "tests/executor/test
               "tests/executor/test_ray.py", "tests/bench/test_scripts.py")
 # seconds to a minute a file, after the slowest: training processes, a browser sweep
 LONG_PATHS = ("tests/runtime/", "tests/ui/test_no_5xx.py")
+# the files that take longest, first of all (minutes each on one worker): started last, one would
+# be the run's tail while the other workers wait
+LONGEST = ("tests/bench/test_scripts.py", "tests/executor/test_ray.py", "tests/e2e/test_training.py",
+           "tests/e2e/test_stop_resume.py", "tests/e2e/test_serving.py", "tests/e2e/test_console.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -40,9 +44,12 @@ def pytest_collection_modifyitems(config, items):
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
 
     def weight(item) -> int:
+        where = str(item.path).removeprefix(root).lstrip("/")
+        if where in LONGEST:
+            return LONGEST.index(where) - len(LONGEST)
         if item.path in slow_files:
             return 0
-        return 1 if str(item.path).removeprefix(root).lstrip("/").startswith(LONG_PATHS) else 2
+        return 1 if where.startswith(LONG_PATHS) else 2
 
     items.sort(key=weight)
 
