@@ -78,26 +78,30 @@ def server(
     from deeppod.settings import Settings
 
     settings = Settings.from_env().with_overrides(
-        host=host, port=port, home=home.expanduser().resolve() if home else None, gpus=gpus, cpus=cpus,
-        gpu_memory_mb=parse_memory(gpu_memory), memory_mb=parse_memory(memory), database_url=database_url,
-        hot_dir=hot_dir.expanduser().resolve() if hot_dir else None,
-        cold_dir=cold_dir.expanduser().resolve() if cold_dir else None,
-                                                  isolation="single-user" if single_user else isolation,
-                                                  work_roots=work_roots,
+        host=host, port=port, home=_abs_path(home), gpus=gpus, cpus=cpus, gpu_memory_mb=parse_memory(gpu_memory),
+        memory_mb=parse_memory(memory), database_url=database_url, hot_dir=_abs_path(hot_dir),
+        cold_dir=_abs_path(cold_dir), isolation="single-user" if single_user else isolation, work_roots=work_roots,
         cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,
         executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
         tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     if uninstall_users:
-        from deeppod.auth.identities import remove_users
-        from deeppod.jobs.launch import Isolation
-
-        prefix = Isolation(None, (), instance=settings.instance).user_prefix
-        removed = remove_users(prefix)
-        console.print(f"removed {len(removed)} OS user(s) of this installation ({prefix}*): {', '.join(removed)}"
-                      if removed else f"no OS user of this installation ({prefix}*) to remove")
-        return
+        return _uninstall_users(settings)
     serve(settings, echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+
+
+def _uninstall_users(settings) -> None:
+    from deeppod.auth.identities import remove_users
+    from deeppod.jobs.launch import Isolation
+
+    prefix = Isolation(None, (), instance=settings.instance).user_prefix
+    removed = remove_users(prefix)
+    console.print(f"removed {len(removed)} OS user(s) of this installation ({prefix}*): {', '.join(removed)}"
+                  if removed else f"no OS user of this installation ({prefix}*) to remove")
+
+
+def _abs_path(path: Path | None) -> Path | None:
+    return path.expanduser().resolve() if path else None
 
 
 def _abs(path: Path | None) -> str | None:
