@@ -16,6 +16,11 @@ from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 from tests.helpers import LiveServer
 
+try:  # its first import starts ldconfig (cuda.pathfinder): here, not inside whichever quick test imports it first
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
 # Tests that start real servers or processes are 'slow' (deselect with -m "not slow"): by
 # the fixtures they use, the folder they live in, or their own mark, so a new one cannot forget
 # it. A test that is not slow and starts a process anyway fails (_quick_tests_start_no_processes).

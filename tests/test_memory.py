@@ -1,6 +1,7 @@
 """memory.py: the server caps glibc's arenas (anywhere else it says it did nothing) and
 its collector runs less often."""
 
+import ctypes
 import ctypes.util
 import subprocess
 import sys
@@ -23,10 +24,17 @@ def test_malloc_arena_max_in_the_environment_is_left_as_it_is(monkeypatch):
     assert memory.limit_arenas() is False
 
 
-def test_without_a_c_library_to_ask_it_does_nothing(monkeypatch):
+def test_a_c_library_without_mallopt_is_left_alone(monkeypatch):
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())  # musl: no mallopt
     assert memory.limit_arenas() is False
+
+
+def test_the_c_library_is_found_without_starting_a_process(monkeypatch):
+    """find_library("c") runs ldconfig: a server start, and any test that builds one, must not."""
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: pytest.fail("find_library starts ldconfig"))
+    assert memory.limit_arenas() is True
 
 
 def test_the_collector_runs_less_often_and_leaves_what_start_up_made_alone():

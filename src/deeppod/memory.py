@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -36,12 +35,9 @@ def limit_arenas(arenas: int = SERVER_ARENAS) -> bool:
     took effect (False on another C library, or where MALLOC_ARENA_MAX says otherwise)."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        # the process's own symbols, which hold its C library's: find_library would start ldconfig
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from deeppod.auth import roles
+from deeppod.auth import roles, scope
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from deeppod.scheduler.plan import parse_plan
@@ -41,7 +41,8 @@ class Principal:
         else:
             object.__setattr__(self, "role", roles.ADMIN if self.is_admin else roles.MEMBER)
 
-    def can_see_tenant(self, tenant_id: int) -> bool:
+    def can_see_tenant(self, tenant_id: int | None) -> bool:
+        """The tenant rule for one tenant id (auth/scope.py applies it to queries and rows)."""
         return self.is_admin or tenant_id == self.tenant_id
 
     def may_manage(self, user_id: int) -> bool:
@@ -172,10 +173,7 @@ def create_tenant(session: Session, principal: Principal, name: str, *, isolated
 
 
 def list_tenants(session: Session, principal: Principal) -> list[Tenant]:
-    q = select(Tenant).order_by(Tenant.name)
-    if not principal.is_admin:
-        q = q.where(Tenant.id == principal.tenant_id)
-    return list(session.scalars(q))
+    return list(session.scalars(scope.tenants(select(Tenant).order_by(Tenant.name), principal)))
 
 
 def create_user(session: Session, principal: Principal, name: str, tenant: str,

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import scope
 from deeppod.auth.service import Principal
 from deeppod.contract import HOLDING_STATES
 from deeppod.store.models import Job, Node, Tenant, utcnow
@@ -45,7 +46,7 @@ def gpu_slots(session: Session, principal: Principal) -> list[tuple[Node, list[G
             holder = held.get((node.name, i))
             if holder is not None:
                 job, tenant = holder
-                if principal.can_see_tenant(job.tenant_id):
+                if scope.may_see(principal, job):
                     slots.append(GpuSlot(i, "allocated", job.id, job.name, tenant))
                 else:
                     slots.append(GpuSlot(i, "allocated", tenant=OTHERS))
@@ -73,7 +74,7 @@ def gpus_over_time(session: Session, principal: Principal, hours: float = 24.0, 
         .where(Job.started_at.is_not(None), Job.gpus_per_worker > 0,
                or_(Job.ended_at.is_(None), Job.ended_at > since)))
     for job, tenant in rows:
-        name = tenant if principal.can_see_tenant(job.tenant_id) else OTHERS
+        name = tenant if scope.may_see(principal, job) else OTHERS
         gpus = sum(len(w["gpus"]) for w in job.placed_workers) or job.workers * job.gpus_per_worker
         end: datetime = job.ended_at or now
         for i, t in enumerate(times):

@@ -15,6 +15,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod import refs
+from deeppod.auth import scope
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, dataset_env_key
 from deeppod.datasets import catalog, ingest
@@ -46,8 +47,9 @@ def parse_ref(ref: str) -> Ref:
 
 # -- lookups -----------------------------------------------------------------------------
 
-def _visible(principal: Principal, ds: Dataset) -> bool:
-    return principal.is_admin or ds.tenant_id == principal.tenant_id or ds.shared
+def _visible(query, principal: Principal):
+    """Yours, and those shared with everyone (all of them for an administrator)."""
+    return scope.visible(query, Dataset, principal, shared=Dataset.shared.is_(True))
 
 
 def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write: bool = False) -> Dataset:
@@ -55,9 +57,9 @@ def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write
     q = select(Dataset).join(Tenant, Dataset.tenant_id == Tenant.id).where(Dataset.name == ref.name)
     if ref.owner:
         q = q.where(Tenant.name == ref.owner)
-    found = [d for d in session.scalars(q) if _visible(principal, d)]
+    found = list(session.scalars(_visible(q, principal).order_by(Dataset.id)))
     if len(found) > 1:  # own first, then an unambiguous shared one
-        own = [d for d in found if d.tenant_id == principal.tenant_id]
+        own = [d for d in found if scope.owns(principal, d)]
         if len(own) == 1:
             found = own
         else:
@@ -65,12 +67,12 @@ def get_dataset(session: Session, principal: Principal, ref: Ref | str, *, write
             raise InvalidRequest(f"several datasets are called {ref.name!r} (tenants {owners}): "
                                  f"write TENANT/{ref.name}")
     if not found:
-        names = sorted({d.name for d in session.scalars(select(Dataset)) if _visible(principal, d)})
+        names = sorted(set(session.scalars(_visible(select(Dataset.name), principal))))
         shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "") if names else "none yet"
         raise NotFound(f"no such dataset {ref.name!r} that you can see (yours and shared ones: {shown}; "
                        "'deeppod data ls' lists them); ingest one with 'deeppod data ingest NAME FOLDER'")
     ds = found[0]
-    if write and not (principal.is_admin or ds.tenant_id == principal.tenant_id):
+    if write and not scope.may_see(principal, ds):
         raise Forbidden(f"dataset {ref.name!r} belongs to another tenant; you can read it but not change it")
     return ds
 
@@ -107,11 +109,9 @@ def owner_name(session: Session, ds: Dataset) -> str:
 def search(session: Session, principal: Principal, query: str = "") -> list[tuple[Dataset, str, list[DatasetVersion]]]:
     terms = catalog.parse(query)
     out = []
-    rows = session.execute(select(Dataset, Tenant.name).join(Tenant, Dataset.tenant_id == Tenant.id)
-                           .order_by(Tenant.name, Dataset.name))
+    rows = session.execute(_visible(select(Dataset, Tenant.name).join(Tenant, Dataset.tenant_id == Tenant.id)
+                                    .order_by(Tenant.name, Dataset.name), principal))
     for ds, owner in rows:
-        if not _visible(principal, ds):
-            continue
         vs = versions(session, ds)
         latest = vs[-1] if vs else None
         entry = {"name": ds.name, "owner": owner, "description": ds.description, "shared": ds.shared,
@@ -151,8 +151,7 @@ def set_policy(session: Session, principal: Principal, name: str, raw: dict, *, 
 
 def create(session: Session, principal: Principal, name: str, **kw) -> Dataset:
     check_name("dataset", name)
-    existing = session.scalars(select(Dataset).where(Dataset.tenant_id == principal.tenant_id,
-                                                     Dataset.name == name)).first()
+    existing = session.scalars(scope.own(select(Dataset).where(Dataset.name == name), Dataset, principal)).first()
     if existing:
         return existing
     ds = Dataset(tenant_id=principal.tenant_id, name=name, created_by=principal.user_id, **kw)
@@ -191,9 +190,9 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
     ``lineage``: more to record of where it came from (a labeling: the version and the model)."""
     check_name("dataset", name)
     with sessions.begin() as s:
-        new = s.scalar(select(Dataset.id).where(Dataset.tenant_id == principal.tenant_id, Dataset.name == name)) is None
+        new = s.scalar(scope.own(select(Dataset.id).where(Dataset.name == name), Dataset, principal)) is None
         ds = create(s, principal, name)
-        if ds.tenant_id != principal.tenant_id and not principal.is_admin:
+        if not scope.may_see(principal, ds):
             raise Forbidden(f"dataset {name!r} belongs to another tenant")
         if policy:
             ds.policy = Policy.parse({**(ds.policy or {}), **policy}).to_dict()

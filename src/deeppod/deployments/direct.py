@@ -17,7 +17,7 @@ from datetime import timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from deeppod.auth import roles
+from deeppod.auth import roles, scope
 from deeppod.auth.service import Principal, authenticate, live_principals
 from deeppod.auth.tokens import hash_secret
 from deeppod.contract import ENV_DEPLOYMENT_ID, ENV_DIRECT_KEY
@@ -112,7 +112,7 @@ def _still_valid(session: Session, dep: Deployment, rows: list[DirectToken]) -> 
             roles.check_predict(principal)
         except DeepPodError:
             continue
-        if principal.tenant_id == dep.tenant_id:
+        if scope.owns(principal, dep):
             ok.add(token_hash)
     return ok
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import scope
 from deeppod.auth.service import Principal, check_name, principal_of
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.cluster.service import capacity
@@ -51,17 +52,14 @@ def _fits(session: Session, replicas: int, gpus: int, cpus: float) -> None:
 
 
 def get(session: Session, principal: Principal, name: str) -> Deployment:
-    dep = session.scalar(select(Deployment).where(Deployment.tenant_id == principal.tenant_id,
-                                                  Deployment.name == name))
+    dep = session.scalar(scope.own(select(Deployment).where(Deployment.name == name), Deployment, principal))
     if dep is None:
         raise NotFound(f"no deployment {name!r} in tenant {principal.tenant}: list them with 'deeppod deploy ls'")
     return dep
 
 
 def list_deployments(session: Session, principal: Principal) -> list[Deployment]:
-    q = select(Deployment).order_by(Deployment.name)
-    if not principal.is_admin:
-        q = q.where(Deployment.tenant_id == principal.tenant_id)
+    q = scope.visible(select(Deployment).order_by(Deployment.name), Deployment, principal)
     return list(session.scalars(q))
 
 
@@ -71,10 +69,10 @@ def create(session: Session, principal: Principal, name: str, model_ref: str, *,
     check_name("deployment", name)
     _check(replicas, gpus_per_replica, cpus_per_replica, max_batch, max_wait_ms)
     model, version = models.get_version(session, principal, model_ref)
-    if model.tenant_id != principal.tenant_id:
+    if not scope.owns(principal, model):
         raise Forbidden("deploy models of your own tenant")
-    if session.scalar(select(Deployment.id).where(Deployment.tenant_id == principal.tenant_id,
-                                                  Deployment.name == name)) is not None:
+    if session.scalar(scope.own(select(Deployment.id).where(Deployment.name == name), Deployment,
+                                principal)) is not None:
         raise Conflict(f"deployment {name!r} exists: change it with 'deeppod deploy update {name} --version V', "
                        f"or remove it with 'deeppod deploy rm {name}'")
     _fits(session, replicas, gpus_per_replica, cpus_per_replica)

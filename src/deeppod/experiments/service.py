@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import event, func, or_, select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, FINAL_STATES, JobState, judged_between
@@ -143,8 +144,8 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     """The experiment and its first trial's job, in one transaction: a template the job service
     refuses (no such executable, too many GPUs, an unknown dataset) refuses the whole search."""
     space = check_request(req)
-    if session.scalar(select(Experiment.id).where(Experiment.tenant_id == principal.tenant_id,
-                                                  Experiment.name == req.name)) is not None:
+    if session.scalar(scope.own(select(Experiment.id).where(Experiment.name == req.name), Experiment,
+                                principal)) is not None:
         raise Conflict(f"experiment {req.name!r} exists: pick another name, or see it with 'deeppod tune show "
                        f"{req.name}'")
     template = {k: v for k, v in req.job.items() if k in TEMPLATE}
@@ -192,12 +193,15 @@ def _record(session: Session, exp: Experiment, job: Job, asked: tuple[int, int, 
 
 def get_experiment(session: Session, principal: Principal, name: str, tenant: str | None = None) -> Experiment:
     """The caller's tenant's experiment ``name`` (an admin may name another tenant)."""
-    tenant_id = principal.tenant_id
+    q = select(Experiment).where(Experiment.name == name)
     if tenant is not None and tenant != principal.tenant:
         if not principal.is_admin:
             raise Forbidden("only an admin can see another tenant's experiments")
-        tenant_id = session.scalar(select(Tenant.id).where(Tenant.name == tenant))
-    exp = session.scalar(select(Experiment).where(Experiment.tenant_id == tenant_id, Experiment.name == name))
+        q = scope.visible(q, Experiment, principal).where(
+            Experiment.tenant_id == select(Tenant.id).where(Tenant.name == tenant).scalar_subquery())
+    else:
+        q = scope.own(q, Experiment, principal)
+    exp = session.scalar(q)
     if exp is None:
         raise NotFound(f"no experiment named {name!r}: list them with 'deeppod tune ls'")
     return exp
@@ -212,10 +216,8 @@ def _manage(session: Session, principal: Principal, name: str, verb: str) -> Exp
 
 def list_experiments(session: Session, principal: Principal) -> list[tuple[Experiment, str, str, dict]]:
     """(experiment, tenant, user, trial counts by state), newest first."""
-    q = (select(Experiment, Tenant.name, User.name).join(Tenant, Experiment.tenant_id == Tenant.id)
-         .join(User, Experiment.user_id == User.id).order_by(Experiment.id.desc()))
-    if not principal.is_admin:
-        q = q.where(Experiment.tenant_id == principal.tenant_id)
+    q = scope.visible(select(Experiment, Tenant.name, User.name).join(Tenant, Experiment.tenant_id == Tenant.id)
+                      .join(User, Experiment.user_id == User.id).order_by(Experiment.id.desc()), Experiment, principal)
     rows = list(session.execute(q))
     counts: dict[int, dict] = {}
     ids = [r[0].id for r in rows]

@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from deeppod.auth import scope
 from deeppod.auth.service import Principal
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import Conflict
@@ -56,9 +57,7 @@ def purge_finished(session: Session, principal: Principal, jobs_dir: Path, *, ol
     """Remove the folders of the caller's tenant's jobs (every tenant's for admins) that
     ended more than ``older_than`` ago. Stopped jobs keep theirs (they can be resumed)."""
     cutoff = (now or utcnow()) - older_than
-    q = _ended_before(cutoff)
-    if not principal.is_admin:
-        q = q.where(Job.tenant_id == principal.tenant_id)
+    q = scope.visible(_ended_before(cutoff), Job, principal)
     if not principal.may_manage(-1):  # members: only their own
         q = q.where(Job.user_id == principal.user_id)
     ids, freed = [], 0

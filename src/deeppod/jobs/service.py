@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from deeppod.atomic import move_into_place
+from deeppod.auth import scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, revoke_job_tokens
 from deeppod.cluster.service import capacity
@@ -282,7 +283,7 @@ def seal_legacy_env(session: Session) -> int:
 
 def get_job(session: Session, principal: Principal, job_id: int) -> Job:
     job = session.get(Job, job_id)
-    if job is None or not principal.can_see_tenant(job.tenant_id):  # another tenant's: as if missing
+    if job is None or not scope.may_see(principal, job):  # another tenant's: as if missing
         raise NotFound(f"no job with id {job_id}: list yours with 'deeppod jobs'")
     return job
 
@@ -320,9 +321,8 @@ def _jobs_query(principal: Principal, f: JobFilter):
     for k in (*f.kinds, *f.exclude_kinds):
         if k not in JOB_KINDS:
             raise InvalidRequest(f"unknown job kind {k!r}: use one of {', '.join(JOB_KINDS)}")
-    q = select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id).join(User, Job.user_id == User.id)
-    if not principal.is_admin:
-        q = q.where(Job.tenant_id == principal.tenant_id)
+    q = scope.visible(select(Job, Tenant.name, User.name).join(Tenant, Job.tenant_id == Tenant.id)
+                      .join(User, Job.user_id == User.id), Job, principal)
     if f.state is not None:
         q = q.where(Job.state == f.state)
     if f.kinds:

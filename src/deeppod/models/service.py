@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from deeppod import nofollow, refs
+from deeppod.auth import scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
@@ -59,13 +60,15 @@ def check_alias(alias: str) -> str:
 def get_model(session: Session, principal: Principal, ref: Ref | str) -> Model:
     """Models belong to a tenant; administrators may name another tenant's as TENANT/NAME."""
     ref = parse_ref(ref) if isinstance(ref, str) else ref
-    tenant_id = principal.tenant_id
+    q = select(Model).where(Model.name == ref.name)
     if ref.owner and ref.owner != principal.tenant:
         tenant = session.scalar(select(Tenant).where(Tenant.name == ref.owner))
         if tenant is None or not principal.is_admin:
             raise NotFound(f"no model {ref.owner}/{ref.name} that you can see: list yours with 'deeppod models ls'")
-        tenant_id = tenant.id
-    model = session.scalar(select(Model).where(Model.tenant_id == tenant_id, Model.name == ref.name))
+        q = scope.visible(q, Model, principal).where(Model.tenant_id == tenant.id)
+    else:
+        q = scope.own(q, Model, principal)
+    model = session.scalar(q)
     if model is None:
         raise NotFound(f"no model {ref.name!r} in tenant {ref.owner or principal.tenant}: list them with "
                        "'deeppod models ls', or register one with 'deeppod models register NAME --from-job ID'")
@@ -141,7 +144,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     if not path and source.is_symlink():
         raise InvalidRequest(f"job {job.id}'s model folder is a link; register a folder the job wrote")
     artifacts.read_signature(source)  # a bad artifact is refused before anything is recorded
-    model = session.scalar(select(Model).where(Model.tenant_id == principal.tenant_id, Model.name == name))
+    model = session.scalar(scope.own(select(Model).where(Model.name == name), Model, principal))
     if model is None:
         model = Model(tenant_id=principal.tenant_id, name=name, created_by=principal.user_id,
                       description=description or "")
@@ -176,9 +179,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
 # -- catalog -----------------------------------------------------------------------------
 
 def list_models(session: Session, principal: Principal) -> list[tuple[Model, list[ModelVersion]]]:
-    q = select(Model).order_by(Model.name)
-    if not principal.is_admin:
-        q = q.where(Model.tenant_id == principal.tenant_id)
+    q = scope.visible(select(Model).order_by(Model.name), Model, principal)
     return [(m, versions(session, m)) for m in session.scalars(q)]
 
 

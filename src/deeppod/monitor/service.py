@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from deeppod.auth import scope
 from deeppod.auth.service import Principal
 from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.cluster.service import set_gpu_health
@@ -175,7 +176,7 @@ def latest(session: Session, principal: Principal, within_s: float, now: float) 
         .where(GpuSample.period == 0).order_by(GpuSample.node, GpuSample.gpu))
     out = []
     for s in rows:
-        mine = s.job_id is not None and principal.can_see_tenant(s.tenant_id or -1)
+        mine = s.job_id is not None and scope.may_see(principal, s)
         out.append({"node": s.node, "gpu": s.gpu, "at": s.at, **{f: getattr(s, f) for f in GPU_FIELDS},
                     "ecc_uncorrected": s.ecc_uncorrected, "xid": s.xid, "job_id": s.job_id if mine else None,
                     "tenant_id": s.tenant_id if mine else None, "busy": s.job_id is not None})

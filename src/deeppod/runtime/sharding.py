@@ -83,11 +83,9 @@ def _return_freed_memory() -> None:
     parameter model at 2 workers). Allocations of 128 KiB and more are mapped on their own
     and given back when freed, as the CUDA caching allocator does on a GPU."""
     import ctypes
-    import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
+    try:  # the process's own symbols (its C library's); find_library would start ldconfig
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
 

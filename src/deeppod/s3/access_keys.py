@@ -14,7 +14,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from deeppod.auth import roles
+from deeppod.auth import roles, scope
 from deeppod.auth.service import Principal, principal_of
 from deeppod.errors import Forbidden, InvalidRequest, NotFound, S3Error
 from deeppod.store import sealed
@@ -70,7 +70,7 @@ def revoke(session: Session, principal: Principal, key_id: str) -> AccessKey:
     key = session.scalar(select(AccessKey).where(AccessKey.key_id == key_id))
     owner = session.get(User, key.user_id) if key is not None else None
     if key is None or not (key.user_id == principal.user_id or principal.is_admin or
-                           (principal.role == roles.TENANT_ADMIN and owner.tenant_id == principal.tenant_id)):
+                           (principal.role == roles.TENANT_ADMIN and scope.owns(principal, owner))):
         raise NotFound(f"no access key {key_id!r} of yours: 'deeppod keys ls' lists them")
     if key.revoked_at is None:
         key.revoked_at = utcnow()

@@ -39,6 +39,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.atomic import atomic_write
+from deeppod.auth import scope
 from deeppod.datasets.archive import CONTROL_CHARACTERS
 from deeppod.datasets.service import DataPlane
 from deeppod.errors import S3Error
@@ -228,8 +229,8 @@ class Namespace:
 
     def _models(self, session: Session, tenant_id: int, prefix: str) -> Iterator[Entry]:
         name = prefix.split("/", 1)[0] if "/" in prefix else None
-        q = select(Model, ModelVersion).join(ModelVersion, ModelVersion.model_id == Model.id) \
-            .where(Model.tenant_id == tenant_id)
+        q = scope.of_tenant(select(Model, ModelVersion).join(ModelVersion, ModelVersion.model_id == Model.id),
+                            Model, tenant_id)
         if name:
             q = q.where(Model.name == name)
         for model, version in session.execute(q).all():
@@ -247,7 +248,7 @@ class Namespace:
         if self.jobs_dir is None:
             return
         first = prefix.split("/", 1)[0] if "/" in prefix else ""
-        q = select(Job.id).where(Job.tenant_id == tenant_id)
+        q = scope.of_tenant(select(Job.id), Job, tenant_id)
         if first:
             if not first.isdigit():
                 return
@@ -262,7 +263,7 @@ class Namespace:
         q = select(Dataset, DatasetVersion, Tenant).join(DatasetVersion, DatasetVersion.dataset_id == Dataset.id) \
             .join(Tenant, Dataset.tenant_id == Tenant.id).where(DatasetVersion.state == "ready")
         q = q.where(Dataset.tenant_id != tenant_id, Dataset.shared.is_(True)) if shared else \
-            q.where(Dataset.tenant_id == tenant_id)
+            scope.of_tenant(q, Dataset, tenant_id)
         for ds, v, tenant in session.execute(q).all():
             base = (f"{tenant.name}/" if shared else "") + f"{ds.name}/v{v.version}/"
             if not (base.startswith(prefix) or prefix.startswith(base)):

@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from deeppod.api.deps import SessionDep, get_ctx
+from deeppod.auth import scope
 from deeppod.auth.roles import check_predict
 from deeppod.datasets import service
 from deeppod.datasets.labeling import Workspace
@@ -37,14 +38,14 @@ def _workspace(request: Request, session, viewer, ref: str):
 @router.get("/datasets/{ref:path}/label")
 def label_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep) -> Response:
     ds, v, owner, _ = _workspace(request, session, viewer, ref)
-    serving = [d for d in deployments.list_deployments(session,
-                                                       viewer.principal) if d.tenant_id == viewer.principal.tenant_id]
-    champions = [(m.name, m.aliases[models.CHAMPION]) for m, _ in models.list_models(session, viewer.principal)
-                 if m.tenant_id == viewer.principal.tenant_id and models.CHAMPION in (m.aliases or {})]
+    mine = viewer.principal
+    serving = [d for d in deployments.list_deployments(session, mine) if scope.owns(mine, d)]
+    champions = [(m.name, m.aliases[models.CHAMPION]) for m, _ in models.list_models(session, mine)
+                 if scope.owns(mine, m) and models.CHAMPION in (m.aliases or {})]
     return page(request, "label.html", ds=ds, v=v, owner=owner, base=f"/datasets/{owner}/{ds.name}@{v.version}",
                 deployments=serving, champions=champions, can_save=viewer.can("POST", "/v1/datasets/{name}/versions",
                                                                               name=ds.name)
-                and (viewer.principal.is_admin or ds.tenant_id == viewer.principal.tenant_id))
+                and scope.may_see(mine, ds))
 
 
 @router.get("/datasets/{ref:path}/label/items.json")
@@ -120,7 +121,7 @@ def _serve_champion(session, viewer, ref: str, name: object) -> Response:
         raise InvalidRequest(f"model {name!r} has no champion: promote a version first")
     dep_name = f"{LABELING_PREFIX}{model.name}"[:63]
     existing = {d.name: d for d in deployments.list_deployments(session, viewer.principal)
-                if d.tenant_id == viewer.principal.tenant_id}
+                if scope.owns(viewer.principal, d)}
     if dep_name not in existing:
         deployments.create(session, viewer.principal, dep_name, f"{model.name}@{models.CHAMPION}", replicas=1)
     elif existing[dep_name].version_id != models.resolve(session, model, models.CHAMPION).id:
@@ -141,7 +142,7 @@ async def save(request: Request, ref: str, viewer: ViewerDep) -> Response:
     with get_ctx(request).read_sessions() as session:  # ended before the ingest (it writes in sessions of its own)
         ds, v, owner, ws = _workspace(request, session, viewer, ref)
     viewer.may("POST", "/v1/datasets/{name}/versions", name=ds.name)
-    if ds.tenant_id != viewer.principal.tenant_id:
+    if not scope.owns(viewer.principal, ds):
         raise InvalidRequest(f"dataset {owner}/{ds.name} belongs to another tenant: you can read it, not add versions")
     plane = get_ctx(request).data
     archive = plane.spool()
