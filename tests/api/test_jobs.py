@@ -277,3 +277,21 @@ def test_a_member_cannot_pick_a_pids_limit_above_the_servers(api, tmp_path):
     assert job_count(api) == before
     ok = api.http.post("/v1/jobs", json=body(tmp_path, pids_per_worker=256), headers=api.as_(member))
     assert ok.status_code == 201, ok.text
+
+
+def test_a_member_cannot_ask_for_more_memory_cpus_or_gpu_memory_than_its_plan_allows(api, tmp_path):
+    """Issue 70: the plan's caps on what one worker asks; a 403 names the cap and writes nothing."""
+    member = api.user("mo", "red")
+    r = api.http.put("/v1/plan", json={"tenants": [{"name": "red", "guaranteed": 0, "memory_gb_per_worker": 1,
+                                                    "cpus_per_worker": 1}]}, headers=api.as_(api.admin))
+    assert r.status_code == 200, r.text
+    assert r.json()["plan"]["tenants"][0]["memory_gb_per_worker"] == 1
+    before = job_count(api)
+    for ask, words in (({"memory_mb_per_worker": 2048}, ("at most 1 GiB of memory per worker", "memory_gb_per_worker")),
+                       ({"cpus_per_worker": 2}, ("at most 1 CPUs per worker", "raise cpus_per_worker"))):
+        r = api.http.post("/v1/jobs", json=body(tmp_path, **ask), headers=api.as_(member))
+        assert r.status_code == 403 and r.json()["error"]["code"] == "over_limit", r.text
+        assert all(w in r.json()["error"]["message"] for w in words), r.text
+    assert job_count(api) == before
+    ok = api.http.post("/v1/jobs", json=body(tmp_path, memory_mb_per_worker=1024), headers=api.as_(member))
+    assert ok.status_code == 201, ok.text

@@ -148,6 +148,11 @@ def test_a_workers_limits_carry_its_memory_cpus_and_processes(sessions, tmp_path
     launcher.isolation = replace(launcher.isolation, cgroups=True, cpu_quota=True, pids=2048)
     assert _start(sessions, launcher, job_id).sandbox["limits"] == {"memory_mb": 700, "cpus": 1.5, "cpu_quota": True,
                                                                    "pids": 2048}
+    plain = submit_job(sessions, world.alice, tmp_path / "work", gpus_per_worker=0)
+    assert _start(sessions, launcher, plain).sandbox["limits"]["memory_mb"] == 16384  # what the node offers, not all
     with sessions.begin() as s:
-        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, "pids_per_worker": 256}]})
+        apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, "pids_per_worker": 256,
+                                                 "memory_gb_per_worker": 0.5}]})
     assert _start(sessions, launcher, job_id).sandbox["limits"]["pids"] == 256
+    assert _start(sessions, launcher, job_id).sandbox["limits"]["memory_mb"] == 512
+    assert _start(sessions, launcher, plain).sandbox["limits"]["memory_mb"] == 512

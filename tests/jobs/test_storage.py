@@ -10,7 +10,7 @@ from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.jobs import storage
 from deeppod.plans.service import apply_plan
-from deeppod.store.models import Job, JobEvent, Tenant, utcnow
+from deeppod.store.models import Job, JobEvent, Node, Tenant, utcnow
 from tests.fixtures import populate, submit_job
 
 KB = 1000
@@ -116,10 +116,48 @@ def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(se
         assert storage.pids_for(s, s.get(Job, plain), "b", 4096) == 4096  # b has no cap
 
 
+def test_what_a_member_asks_for_each_worker_is_bounded_by_its_plan(sessions, tmp_path):
+    """Memory, CPUs and GPU memory (issue 70): above the plan's cap (the tightest on the tenant's
+    path) is a 403 that names it; where the plan says nothing, the nodes bound it."""
+    world = populate(sessions)
+    with sessions.begin() as s:
+        apply_plan(s, world.admin, {"tenants": [
+            {"name": "org", "guaranteed": 0, "memory_gb_per_worker": 8, "children": [
+                {"name": "a", "guaranteed": 0, "memory_gb_per_worker": 2, "cpus_per_worker": 1.5,
+                 "gpu_memory_gb": 24}]},
+            {"name": "b", "guaranteed": 0}]})
+    for ask, words in (({"memory_mb_per_worker": 2049}, r"at most 2 GiB of memory per worker \(this one asks 2\.0"),
+                       ({"cpus_per_worker": 2}, r"at most 1\.5 CPUs per worker .*--cpus-per-worker"),
+                       ({"gpu_memory_mb": 40 * 1024}, r"at most 24 GiB of memory on each GPU .*gpu_memory_gb")):
+        with pytest.raises(Forbidden, match=words) as refused:
+            submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, **ask)
+        assert refused.value.status == 403 and refused.value.code == "over_limit"
+    ok = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, memory_mb_per_worker=2048, cpus_per_worker=1.5)
+    submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0, memory_mb_per_worker=4096, cpus_per_worker=2)
+    with sessions() as s:
+        assert s.get(Job, ok).memory_mb_per_worker == 2048
+
+
+def test_a_workers_memory_is_its_ask_else_its_plans_cap_else_what_its_node_offers(sessions, tmp_path):
+    world = populate(sessions)
+    own = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, memory_mb_per_worker=3000)
+    plain = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
+    with sessions() as s:
+        nodes = {n.name: n.memory_mb for n in s.scalars(select(Node))}
+        assert storage.memory_for(s, s.get(Job, own), "a", set(nodes)) == 3000
+        assert storage.memory_for(s, s.get(Job, plain), "a", set(nodes)) == min(nodes.values()) == 16384
+        assert storage.memory_for(s, s.get(Job, plain), "a", {"gone"}) is None  # no such node: nothing to ask
+    plan(sessions, world, memory_gb_per_worker=2)  # lowered below a queued job's ask since
+    with sessions() as s:
+        assert storage.memory_for(s, s.get(Job, own), "a", set(nodes)) == 2048
+        assert storage.memory_for(s, s.get(Job, plain), "a", set(nodes)) == 2048
+
+
 def test_plan_limits_are_checked(sessions):
     world = populate(sessions)
     for bad, words in (({"pids_per_worker": 8}, "at least 16"), ({"storage_gb": -1}, "must not be negative"),
-                       ({"storage_gb": "lots"}, "must be a number")):
+                       ({"storage_gb": "lots"}, "must be a number"), ({"memory_gb_per_worker": 0}, "more than 0"),
+                       ({"cpus_per_worker": -1}, "must not be negative"), ({"gpu_memory_gb": "big"}, "a number")):
         with pytest.raises(InvalidRequest, match=words), sessions.begin() as s:
             apply_plan(s, world.admin, {"tenants": [{"name": "a", "guaranteed": 0, **bad}]})
     with sessions() as s:

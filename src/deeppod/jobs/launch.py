@@ -28,7 +28,7 @@ from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.executor.job_shm import unmount_shm
 from deeppod.job_folder import WRITABLE, JobFolder
 from deeppod.jobs.runs import run_mark
-from deeppod.jobs.storage import pids_for
+from deeppod.jobs.storage import memory_for, pids_for
 from deeppod.nofollow import chown_tree
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node, Tenant
@@ -182,7 +182,7 @@ class Launcher:
         folder.reset_world()
         workers = self.workers(s, job, placed, placed, staged=staged, token=token or self.token(s, job),
                                meet=self.rendezvous(s, job, placed[0].node), generation=0)
-        sandbox = self._sandbox(s, job, folder, staged) if self.isolation else None
+        sandbox = self._sandbox(s, job, folder, staged, {w.node for w in placed}) if self.isolation else None
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
@@ -239,7 +239,7 @@ class Launcher:
         unmount_shm(str(path))
         shutil.rmtree(path, ignore_errors=True)
 
-    def _sandbox(self, s: Session, job: Job, folder: JobFolder, staged: dict[str, str]) -> dict:
+    def _sandbox(self, s: Session, job: Job, folder: JobFolder, staged: dict[str, str], nodes: set[str]) -> dict:
         """What the job's sandbox holds: its folders read-write (owned by its tenant's identity,
         nobody else's to read), its datasets and platform inputs read-only, nothing more."""
         who = tenant_identity(s, self.isolation.identities, job.tenant_id, self.isolation.user_prefix)
@@ -267,7 +267,8 @@ class Launcher:
             sandbox["network"] = {"mode": job.network,
                                   "forward": own_network(self.api_url)[1] if job.network == "isolated" else []}
         if self.isolation.cgroups:
-            sandbox["limits"] = {"memory_mb": job.memory_mb_per_worker or None, "cpus": job.cpus_per_worker,
+            tenant = s.get(Tenant, job.tenant_id).name
+            sandbox["limits"] = {"memory_mb": memory_for(s, job, tenant, nodes), "cpus": job.cpus_per_worker,
                                  "cpu_quota": self.isolation.cpu_quota,
-                                 "pids": pids_for(s, job, s.get(Tenant, job.tenant_id).name, self.isolation.pids)}
+                                 "pids": pids_for(s, job, tenant, self.isolation.pids)}
         return sandbox

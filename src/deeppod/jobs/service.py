@@ -183,6 +183,8 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
     _check_image(req, image_dir, sandboxed=roots is not None)
     storage.check_pids(session, principal.tenant, req.pids_per_worker, default_pids)
+    storage.check_asks(session, principal.tenant, memory_mb=req.memory_mb_per_worker, cpus=req.cpus_per_worker,
+                       gpu_memory_mb=req.gpu_memory_mb)
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
     if req.workdir is None:

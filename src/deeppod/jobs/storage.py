@@ -27,7 +27,7 @@ from deeppod.job_folder import JobFolder
 from deeppod.nofollow import tree_bytes
 from deeppod.plans.service import plan_now
 from deeppod.scheduler.plan import MIN_PIDS, Plan
-from deeppod.store.models import Job, JobEvent, Model, ModelVersion, Tenant, utcnow
+from deeppod.store.models import Job, JobEvent, Model, ModelVersion, Node, Tenant, utcnow
 
 log = logging.getLogger(__name__)
 GB = 1_000_000_000
@@ -48,6 +48,39 @@ def check_pids(session: Session, tenant: str, asked: int | None, default: int) -
         raise Forbidden(f"{whose} lets tenant {tenant!r}'s workers have at most {limit} processes and threads "
                         f"each; ask for {limit} or fewer, or ask an administrator to raise pids_per_worker in the "
                         "plan", code="over_limit")
+
+
+def check_asks(session: Session, tenant: str, *, memory_mb: int | None, cpus: float | None,
+               gpu_memory_mb: int | None) -> None:
+    """What a job asks for each worker (and each of its GPUs) against its plan's caps
+    (scheduler/plan.py LIMIT_FIELDS): a member cannot ask for more than an administrator allowed.
+    Where the plan says nothing the nodes bound it (a job no node can hold is refused)."""
+    plan = plan_now(session)
+    asks = (("memory_gb_per_worker", memory_mb / 1024 if memory_mb else None, "GiB of memory per worker", "--memory"),
+            ("cpus_per_worker", cpus, "CPUs per worker", "--cpus-per-worker"),
+            ("gpu_memory_gb", gpu_memory_mb / 1024 if gpu_memory_mb else None, "GiB of memory on each GPU",
+             "--gpu-memory"))
+    for key, asked, what, option in asks:
+        cap = plan.cap(tenant, key)
+        if cap is not None and asked is not None and asked > cap * (1 + 1e-9):
+            raise Forbidden(f"the plan lets tenant {tenant!r}'s jobs ask for at most {cap:g} {what} (this one asks "
+                            f"{asked:g}); ask for {cap:g} or less ({option}), or ask an administrator to raise {key} "
+                            "in the plan", code="over_limit")
+
+
+def memory_for(session: Session, job: Job, tenant: str, nodes: set[str]) -> int | None:
+    """The memory (MiB) each of ``job``'s workers may use, enforced by the kernel: its own ask
+    (never above its plan's cap, which may have been lowered since), else its plan's cap, else
+    what the smallest of ``nodes`` (where it runs) offers to jobs: a job that asks nothing still
+    cannot take the host's memory beyond that (the server's and the system's)."""
+    cap = plan_now(session).cap(tenant, "memory_gb_per_worker")
+    cap_mb = int(cap * 1024) if cap is not None else None
+    if job.memory_mb_per_worker:
+        return min(job.memory_mb_per_worker, cap_mb) if cap_mb else job.memory_mb_per_worker
+    if cap_mb:
+        return cap_mb
+    offered = [m for m in session.scalars(select(Node.memory_mb).where(Node.name.in_(nodes))) if m] if nodes else []
+    return min(offered) if offered else None
 
 
 def check_indexes(session: Session, tenant: str, urls: list[str]) -> None:

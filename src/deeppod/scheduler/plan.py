@@ -31,8 +31,10 @@ from deeppod.scheduler.burst_types import BurstType, parse_burst
 from deeppod.scheduler.plan_fields import number
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# the most a member's job may ask for each worker (each GPU for gpu_memory_gb): a cap, not a share
+LIMIT_FIELDS = ("memory_gb_per_worker", "cpus_per_worker", "gpu_memory_gb")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
-           "package_indexes", "burst_budget"}
+           "package_indexes", "burst_budget", *LIMIT_FIELDS}
 _INDEX = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 MIN_PIDS = 16  # a worker's Python, its threads and a shell
 SURPLUS_ORDERS = ("service", "share")
@@ -57,6 +59,11 @@ class PlanNode:
     # the most its jobs (its sub-tenants' too) may spend on burst nodes, in the burst types'
     # currency; None: no cap of its own
     burst_budget: float | None = None
+    # caps on what one of its jobs may ask (LIMIT_FIELDS; its sub-tenants' jobs too): memory and
+    # CPUs per worker, memory of each GPU; None: the nodes' size bounds it
+    memory_gb_per_worker: float | None = None
+    cpus_per_worker: float | None = None
+    gpu_memory_gb: float | None = None
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
@@ -69,6 +76,9 @@ class PlanNode:
             d["package_indexes"] = list(self.package_indexes)
         if self.burst_budget is not None:
             d["burst_budget"] = self.burst_budget
+        for key in LIMIT_FIELDS:
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         if self.children:
             d["children"] = [c.to_dict() for c in self.children]
         return d
@@ -118,7 +128,11 @@ class Plan:
 
     def pids_cap(self, tenant: str) -> int | None:
         """The most processes per worker ``tenant``'s jobs may have: the tightest on its path."""
-        caps = [n.pids_per_worker for n in self.path_to(tenant) if n.pids_per_worker is not None]
+        return self.cap(tenant, "pids_per_worker")
+
+    def cap(self, tenant: str, key: str):
+        """The tightest of ``key`` (pids_per_worker or one of LIMIT_FIELDS) on ``tenant``'s path; None: no cap."""
+        caps = [getattr(n, key) for n in self.path_to(tenant) if getattr(n, key) is not None]
         return min(caps) if caps else None
 
     def package_indexes(self, tenant: str) -> set[str]:
@@ -183,6 +197,7 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
         raise InvalidRequest(f"{where}: package_indexes must be a list of http(s) URLs of package indexes, e.g. "
                              f"['https://pypi.example.com/simple'] (got {indexes!r})")
     budget = number(where, "burst_budget", raw.get("burst_budget"), allow_none=True, kind=float)
+    limits = {key: number(where, key, raw.get(key), allow_none=True, kind=float, positive=True) for key in LIMIT_FIELDS}
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -193,7 +208,7 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
                 raise InvalidRequest(f"tenant {c.name!r}: guaranteed ({c.guaranteed}) is more than its parent's max "
                                      f"({mx})")
     return PlanNode(name, g, mx, lend, weight, children, pids, storage, tuple(u.rstrip("/") for u in indexes),
-                    budget)
+                    budget, **limits)
 
 
 def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
@@ -203,6 +218,7 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus", "burst"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
                              "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, burst_budget, "
+                             "memory_gb_per_worker, cpus_per_worker, gpu_memory_gb, "
                              "children), and optionally 'reclaim_idle_first': true, 'surplus': service or share, and "
                              "'burst': a list of burst node types")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]

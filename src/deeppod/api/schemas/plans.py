@@ -7,7 +7,8 @@ from deeppod.api.schemas.base import Strict
 
 class PlanIn(Strict):
     tenants: list[dict] = Field(description="tenants: name, guaranteed, max, lend_limit, weight, pids_per_worker, "
-                                            "storage_gb, package_indexes, burst_budget, children")
+                                            "storage_gb, package_indexes, burst_budget, memory_gb_per_worker, "
+                                            "cpus_per_worker, gpu_memory_gb, children")
     reclaim_idle_first: bool | None = Field(None, description="jobs idle on their GPUs give them back first")
     surplus: str | None = Field(None, description="who gets GPUs beyond the guarantees: 'service' (default: the "
                                                   "waiting job with the least attained service) or 'share' (by weight)")
