@@ -144,3 +144,21 @@ def test_the_metrics_table_fits_80_columns_with_a_shorter_sparkline():
     assert lines[0].split() == ["METRIC", "STEP", "LAST", "MIN", "MAX", "POINTS", "TREND"]
     assert "images_per_second" in lines[1] and "2223.9" in lines[1]
     assert len(_render(metrics_table(data, width=200), width=200)[1].rstrip().split()[-1]) == 40
+
+
+def test_tune_show_gives_each_trials_last_reported_step(monkeypatch):
+    """Issue 71: STEPS was the last step + 1 (the built-in trainer reports epochs from 1)."""
+    from deeppod.cli import experiments
+
+    trial = {"number": 0, "job_id": 4, "state": "pruned", "value": 0.5, "best": 0.6, "params": {"lr": 0.1}}
+    e = {"name": "lr", "tenant": "t", "user": "u", "state": "finished", "reason": "", "metric": "val_acc",
+         "mode": "max", "sampler": "tpe", "pruner": "asha", "prune_after": 1, "counts": {"pruned": 2}, "trials": 2,
+         "parallel": 1, "space": {"lr": {}}, "best_trial": None, "best_value": None,
+         "trial_table": [{**trial, "step": 3}, {**trial, "number": 1, "step": -1}]}
+    console = Console(width=120, record=True)
+    monkeypatch.setattr(experiments, "console", console)
+    experiments.render_show(e)
+    lines = [line.split() for line in console.export_text().splitlines()]
+    header = next(line for line in lines if line and line[0].lower() == "trial")
+    rows = [line for line in lines if line and line[0] in ("0", "1")]
+    assert header[-1].lower() == "step" and [r[-1] for r in rows] == ["3", "-"]

@@ -204,6 +204,23 @@ def test_a_stop_with_no_checkpoint_at_all_says_the_work_is_lost(sessions, world,
     assert j.state == "stopped" and "no checkpoint was written" in j.reason and "work so far is lost" in j.reason
 
 
+def test_a_pruned_trial_says_why_it_was_pruned_not_what_a_resume_would_find(sessions, world, rec, tmp_path):
+    """Issue 71: a pruned trial's reason said "it starts over when resumed and its work so far is
+    lost"; it is over for good, and its reason is the pruner's."""
+    from deeppod.contract import JobState
+    from deeppod.store.models import Job, utcnow
+
+    jid = submit(sessions, world.alice, tmp_path, workers=1, gpus_per_worker=1)
+    rec.tick()
+    with sessions.begin() as s:
+        j = s.get(Job, jid)
+        j.stop_reason, j.stop_as, j.stop_requested_at = "pruned: below the median at step 3", JobState.PRUNED, utcnow()
+    rec.tick()
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "pruned" and j.reason == "pruned: below the median at step 3"
+
+
 def test_a_stop_whose_worker_outlived_its_grace_says_it_was_killed(sessions, world, rec, tmp_path):
     def killed(d):  # saved, then still running when the grace ended
         (d / "ckpt-000000000040.pt").write_bytes(b"x")

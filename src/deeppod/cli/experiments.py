@@ -205,12 +205,13 @@ def render_show(e: dict) -> None:
     rows = []
     for t in e.get("trial_table") or []:
         row = {"trial": t["number"], "job": t["job_id"], "state": t["state"], "value": _num(t["value"]),
-               "peak": _num(t["best"]), "steps": t["step"] + 1 if t["step"] >= 0 else 0}
+               "peak": _num(t["best"]), "step": t["step"] if t["step"] >= 0 else "-"}
         row.update({n: _fmt(t["params"].get(n)) for n in names})
         rows.append(row)
     # value: the trial's final report, what its model scores and what "best" ranks; peak: its
-    # highest report along the way (docs/tune.md)
-    console.print(rows_table(rows, ["trial", "job", "state", *names, "value", "peak", "steps"]))
+    # highest report along the way; step: the last step it reported, as the pruner counts them
+    # (the built-in trainer reports epochs from 1) (docs/tune.md)
+    console.print(rows_table(rows, ["trial", "job", "state", *names, "value", "peak", "step"]))
     if e["best_trial"] is not None and e["best_value"] is not None:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in (e["best_params"] or {}).items())
         console.print(f"best: trial {e['best_trial']}, {e['metric']} {e['best_value']:.4g} ({params})"
@@ -225,7 +226,7 @@ def _fmt(v) -> str:
 def show(name: str, follow: Annotated[bool, typer.Option("--follow", "-f", help="refresh until it ends")] = False,
          tenant: Annotated[str | None, typer.Option(help="another tenant's (admins)")] = None,
          as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The trials table (params, state, final value, peak, steps) and the best trial (by final value)."""
+    """The trials table (params, state, final value, peak, last step) and the best trial (by final value)."""
     c = client(url, token)
     e = c.experiment(name, tenant)
     if as_json:

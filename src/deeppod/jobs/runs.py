@@ -29,6 +29,8 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     ``kept`` says what its checkpoint folder holds (progress.stop_outcome) for the stop cases."""
     if job.cancel_requested:
         return JobState.CANCELLED, "cancelled by request"
+    if job.stop_as == JobState.PRUNED:  # a search ended it for good: what a resume would find says nothing
+        kept = ""
     tail = (f"; {kept}" if kept else "") + _killed_in_grace(job, status)
     if job.stop_reason:
         return JobState(job.stop_as or JobState.STOPPED), job.stop_reason + tail
