@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from deeppod.cluster.gpus import LogicalProbe
+from deeppod.executor import sandbox as _sandbox
 from deeppod.executor.fake import FakeExecutor
 from deeppod.server import bootstrap_admin, build, http_app
 from deeppod.settings import Settings
@@ -16,10 +17,15 @@ from deeppod.store.db import make_engine, make_sessionmaker
 from deeppod.store.migrate import upgrade
 from tests.helpers import LiveServer
 
-try:  # its first import starts ldconfig (cuda.pathfinder): here, not inside whichever quick test imports it first
+# What starts a process once per interpreter, done here, before any test's process watch: torch's
+# first import runs ldconfig (cuda.pathfinder), and the sandbox probe forks (e2e modules ask it at
+# import, which a quick test that collects them in-process would otherwise count as its own)
+try:
     import torch  # noqa: F401
 except ImportError:
     pass
+
+_sandbox.supported()
 
 # Tests that start real servers or processes are 'slow' (deselect with -m "not slow"): by
 # the fixtures they use, the folder they live in, or their own mark, so a new one cannot forget

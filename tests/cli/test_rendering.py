@@ -146,6 +146,15 @@ def test_the_metrics_table_fits_80_columns_with_a_shorter_sparkline():
     assert len(_render(metrics_table(data, width=200), width=200)[1].rstrip().split()[-1]) == 40
 
 
+def test_the_metrics_table_never_shows_a_minimum_above_the_last_value():
+    """Issue 71: LAST 0.56245 beside MIN 0.5625 (printed at 4 digits, and from a thinned series)."""
+    from deeppod.cli.jobs import metrics_table
+
+    data = {"metrics": {"loss": {"last": [40, 0.56245], "points": 41, "series": [[0, 2.3], [20, 0.9], [39, 0.5625]]}}}
+    row = _render(metrics_table(data, width=80))[1].split()
+    assert row[:5] == ["loss", "40", "0.56245", "0.56245", "2.3"]
+
+
 def test_tune_show_gives_each_trials_last_reported_step(monkeypatch):
     """Issue 71: STEPS was the last step + 1 (the built-in trainer reports epochs from 1)."""
     from deeppod.cli import experiments

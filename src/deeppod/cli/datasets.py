@@ -9,6 +9,7 @@ import typer
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
 from deeppod.errors import InvalidRequest
+from deeppod.units import size_text
 
 app = typer.Typer(no_args_is_help=True, help="Datasets: ingest, versions, catalog and search, policies, tiers.")
 policy_app = typer.Typer(no_args_is_help=True, help="Ingest policies: what every new version gets done to it.")
@@ -22,14 +23,6 @@ def pairs(value) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(pairs(v) for v in value) or "-"
     return "-" if value in (None, "") else str(value)
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -61,7 +54,7 @@ def _summary_rows(datasets: list[dict]) -> list[dict]:
         rows.append({"name": d["name"], "owner": d["owner"], "versions": len(d["versions"]),
                      "latest": f"@{latest['version']}" if latest else "-",
                      "samples": latest["samples"] if latest else 0, "classes": len(latest["classes"]) if latest else 0,
-                     "size": human(latest["bytes"]) if latest else "-", "tier": latest["tier"] if latest else "-",
+                     "size": size_text(latest["bytes"]) if latest else "-", "tier": latest["tier"] if latest else "-",
                      "tags": " ".join(f"{k}={v}" if v else k for k, v in d["tags"].items()),
                      "shared": "yes" if d["shared"] else ""})
     return rows
@@ -119,7 +112,8 @@ def ingest(
         print_json(v)
         return
     lin = v["lineage"]
-    console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, {human(v['bytes'])}"
+    console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, "
+                  f"{size_text(v['bytes'])}"
                   f" ({lin.get('new_objects', 0)} new since the last version, {lin.get('deduplicated', 0)} the same,"
                   " stored once)")
     split_counts = v["stats"].get("per_split", {})
@@ -184,14 +178,14 @@ def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_js
                   highlight=False)
     if want is None:
         console.print(rows_table([{"version": v["ref"], "samples": v["samples"], "classes": len(v["classes"]),
-                                   "size": human(v["bytes"]), "tier": v["tier"],
+                                   "size": size_text(v["bytes"]), "tier": v["tier"],
                                    "quarantined": len(v["quarantined"]), "parent": v["lineage"].get("parent") or "-",
                                    "created": v["created_at"][:19]} for v in versions],
                                  ["version", "samples", "classes", "size", "tier", "quarantined", "parent", "created"]))
         return
     v = versions[0]
     s = v["stats"]
-    console.print(f"{v['ref']}: {v['samples']} images, {human(v['bytes'])}, tier {v['tier']}")
+    console.print(f"{v['ref']}: {v['samples']} images, {size_text(v['bytes'])}, tier {v['tier']}")
     console.print("per class: " + ", ".join(f"{c} {n}" for c, n in s.get("per_class", {}).items()))
     console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
     console.print("sizes: " + ", ".join(f"{k} {n}" for k, n in s.get("size_histogram", {}).items() if n))

@@ -9,13 +9,10 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
+from deeppod.units import size_text
 
 app = typer.Typer(no_args_is_help=True, help="Jobs' Python environments, built from --requirements and cached "
                                                      "(and the container images unpacked for --image).")
-
-
-def size_text(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 def _ago(t: float) -> str:

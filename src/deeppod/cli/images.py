@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
-from deeppod.cli.envs import size_text
 from deeppod.cli.output import console, print_json, rows_table
+from deeppod.units import size_text
 
 app = typer.Typer(no_args_is_help=True, help="Container images jobs may run in (deeppod submit --image NAME).")
 

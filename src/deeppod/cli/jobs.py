@@ -252,10 +252,12 @@ def metrics_table(data: dict, width: int | None = None):
     """One line per metric; the sparkline takes the width the numbers leave (8 to 40 columns)."""
     rows = []
     for name, m in sorted(data["metrics"].items()):
-        vals = [v for _, v in m["series"] if v is not None]
         last = m["last"][1]
+        # the series may be thinned out: the last value counts too, and all three print alike, so
+        # the minimum is never shown above the last value
+        vals = [v for _, v in m["series"] if v is not None] + ([last] if last is not None else [])
         rows.append({"metric": name, "step": str(m["last"][0]), "last": "NaN/inf" if last is None else f"{last:.5g}",
-                     "min": f"{min(vals):.4g}" if vals else "-", "max": f"{max(vals):.4g}" if vals else "-",
+                     "min": f"{min(vals):.5g}" if vals else "-", "max": f"{max(vals):.5g}" if vals else "-",
                      "points": str(m["points"]), "series": [v for _, v in m["series"]]})
     columns = ["metric", "step", "last", "min", "max", "points"]
     width = width or console.width

@@ -10,6 +10,7 @@ from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
 from deeppod.contract import JobState
 from deeppod.errors import InvalidRequest
+from deeppod.units import size_text
 
 app = typer.Typer(no_args_is_help=True, help="Model registry: versions, lineage, aliases, champion/challenger.")
 
@@ -70,7 +71,7 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
                      "val_accuracy": _pct(v["metrics"].get("val_accuracy")),
                      "job": lin.get("job_id") or "-", "dataset": lin.get("dataset") or "-",
                      "model": v["signature"].get("model", "-"), "classes": len(v["signature"].get("classes", [])),
-                     "size": f"{v['bytes'] / 1e6:.1f} MB", "created": v["created_at"][:19]})
+                     "size": size_text(v['bytes']), "created": v["created_at"][:19]})
     console.print(rows_table(rows, ["version", "aliases", "val_accuracy", "job", "dataset", "model", "classes",
                                     "size", "created"]))
     if m["evaluations"]:

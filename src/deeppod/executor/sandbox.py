@@ -19,6 +19,7 @@ Standard library only (the system calls Python 3.11 lacks are in syscalls.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
@@ -55,6 +56,12 @@ def supported() -> str | None:
     """None when this process can build sandboxes (root, namespaces allowed); else why not."""
     if os.geteuid() != 0:
         return "the server does not run as root, so it cannot switch jobs to other OS identities"
+    return _namespaces()
+
+
+@functools.cache
+def _namespaces() -> str | None:
+    """Whether a child can enter new mount, PID and IPC namespaces (a fork: asked once a process)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # try in a child: namespaces, once entered, cannot be left

@@ -16,6 +16,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender, Unauthenticated
+from deeppod.units import size_text
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def _when(value: datetime | None) -> str:
 env.filters["ago"] = _ago
 env.filters["when"] = _when
 env.filters["span"] = _span
+env.filters["size"] = size_text
 
 
 def page(request: Request, template: str, status: int = 200, **values) -> HTMLResponse:
