@@ -171,3 +171,10 @@ def test_tune_show_gives_each_trials_last_reported_step(monkeypatch):
     header = next(line for line in lines if line and line[0].lower() == "trial")
     rows = [line for line in lines if line and line[0] in ("0", "1")]
     assert header[-1].lower() == "step" and [r[-1] for r in rows] == ["3", "-"]
+
+
+def test_tables_show_nothing_as_a_dash_and_times_to_the_second():
+    """Issue 71: keys ls printed raw ISO times with microseconds, None and an empty name."""
+    rows = [{"key_id": "AKX", "name": "", "created_at": "2026-12-04T22:40:54.123456+00:00", "revoked_at": None}]
+    lines = _render(output.rows_table(rows, ["key_id", "name", "created_at", "revoked_at"]), width=100)
+    assert lines[1].split() == ["AKX", "-", "2026-12-04", "22:40:54", "-"]

@@ -70,7 +70,7 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
     out = subprocess.run([sys.executable, "-m", "deeppod.cli", "tune", "show", "xsearch"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "pruned" in out.stdout and f"best: trial {top['number']}" in out.stdout and "STEPS" in out.stdout
+    assert "pruned" in out.stdout and f"best: trial {top['number']}" in out.stdout and "STEP" in out.stdout.split()
     top = subprocess.run([sys.executable, "-m", "deeppod.cli", "top", "--once"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert top.returncode == 0 and "hosts" in top.stdout and "tenants" in top.stdout, top.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import UTC, datetime
 
@@ -130,10 +131,22 @@ def fit_columns(columns: list[str], cells: list[list[str]], width: int, keep: in
     return shown
 
 
+_ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]00:00|Z)?$")
+
+
+def cell(value) -> str:
+    """A value as a table shows it: nothing is '-' (not 'None' or blank), a time from the API
+    is to the second in UTC ('2026-12-04 22:40:54', not ISO with microseconds)."""
+    if value is None or value == "":
+        return "-"
+    text = str(value)
+    return text[:19].replace("T", " ") if _ISO.match(text) else text
+
+
 def rows_table(rows: list[dict], columns: list[str], *, width: int | None = None, keep: int = 1) -> Table:
     """A table that fits the terminal: no header or cell is cut or wrapped; columns that do not
     fit are left out from the end (``-o wide`` shows them) and a free-text column ends in '…'."""
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    cells = [[cell(r.get(c)) for c in columns] for r in rows]
     width = width or console.width
     shown = list(range(len(columns))) if WIDE else fit_columns(columns, cells, width, keep)
     natural = {i: max([len(columns[i]), *(_cell_len(row[i]) for row in cells)]) for i in shown}
