@@ -31,6 +31,22 @@ def test_the_team_gets_the_smallest_size_whose_simulated_wait_meets_the_target()
     assert any("simulator" in line for line in r.why)
 
 
+def test_below_a_node_the_sizes_tried_step_by_a_runs_gpus():
+    """Issue 71: with 4-GPU runs it tried 4, 5 and 6 GPUs, with the same waits (one run at a time)."""
+    w = Workload(**IMAGENET, hours=1, images_per_gpu=2900, users=1, runs_per_user_day=1, wait_minutes=0.001,
+                 gpus_per_node=16)
+    r = size(w)
+    below = [x["gpus"] for x in r.waits if x["gpus"] < 16]
+    assert r.job_gpus > 1 and below and all(g % r.job_gpus == 0 for g in below), (r.job_gpus, r.waits)
+
+
+def test_the_reasons_count_in_words_and_give_the_tables_figures():
+    r = size(Workload(**IMAGENET, hours=24, images_per_gpu=2900, users=1, runs_per_user_day=1, simulate=False))
+    said = " ".join(r.why)
+    assert "1 user x 1 run a day" in said and "(s)" not in said and "at least 1 GPU to keep up" in said, said
+    assert f"{r.read_gb_s:.2f} GB/s" in said
+
+
 def test_serving_and_nodes():
     r = size(Workload(**IMAGENET, hours=2, images_per_gpu=1400, inference_rps=9000, rps_per_gpu=4000,
                       simulate=False))

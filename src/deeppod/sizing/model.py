@@ -94,6 +94,11 @@ def efficiency(gpus: int, scaling: float) -> float:
     return 1.0 if gpus <= 1 else scaling
 
 
+def _n(count: float, word: str) -> str:
+    """'1 GPU', '4 GPUs', '0.5 runs': the count and its word, plural unless it is one."""
+    return f"{count:,g} {word}" + ("" if count == 1 else "s")
+
+
 def gpus_for(images_per_s: float, per_gpu: float, scaling: float) -> int:
     n = max(1, math.ceil(images_per_s / per_gpu))
     while n * per_gpu * efficiency(n, scaling) < images_per_s:
@@ -111,20 +116,20 @@ def size(w: Workload, stop=None) -> Recommendation:
     job = w.job_gpus or one_run
     run_h = w.images * w.epochs / (job * w.images_per_gpu * efficiency(job, w.scaling)) / 3600
     why.append(f"a run reads {w.images:,} x {w.epochs:g} images; in {w.hours:g} h that is {need_rate:,.0f} images/s, "
-               f"{one_run} GPU(s) at {w.images_per_gpu:,.0f} images/s each"
+               f"{_n(one_run, 'GPU')} at {w.images_per_gpu:,.0f} images/s each"
                + (f" ({w.scaling:.0%} efficient past one)" if one_run > 1 else "")
-               + (f"; runs use {job} GPU(s) and take {run_h:.1f} h" if job != one_run else ""))
+               + (f"; runs use {_n(job, 'GPU')} and take {run_h:.1f} h" if job != one_run else ""))
     per_day = w.users * w.runs_per_user_day
     gpu_hours_day = per_day * job * run_h
     least = max(job, math.ceil(gpu_hours_day / 24 / UTILIZATION_CAP))
     training = _round_to_nodes(least, w.gpus_per_node)
-    why.append(f"{w.users} user(s) x {w.runs_per_user_day:g} run(s) a day = {gpu_hours_day:,.0f} GPU-hours a day: "
-               f"at least {least} GPUs to keep up")
+    why.append(f"{_n(w.users, 'user')} x {_n(w.runs_per_user_day, 'run')} a day = {gpu_hours_day:,.0f} GPU-hours a "
+               f"day: at least {_n(least, 'GPU')} to keep up")
     waits = []
     if w.simulate:
         training, waits, cut = _by_simulation(w, job, run_h * 3600, per_day, training, stop)
         if cut:
-            why.append(f"the simulations were stopped after {len(waits)} size(s), before one met the wait target: "
+            why.append(f"the simulations were stopped after {_n(len(waits), 'size')}, before one met the wait target: "
                        f"{training} GPUs is the last tried ('deeppod size' simulates without a time limit)")
         met = next((x for x in waits if x["gpus"] == training), None)
         if met is not None:
@@ -132,14 +137,14 @@ def size(w: Workload, stop=None) -> Recommendation:
                        f"95th-percentile wait at {met['p95_wait_min']:.0f} min (target {w.wait_minutes:g})")
     inference = math.ceil(w.inference_rps / w.rps_per_gpu) if w.inference_rps else 0
     if inference:
-        why.append(f"serving {w.inference_rps:,.0f} requests/s at {w.rps_per_gpu:,.0f} per GPU: {inference} GPU(s)")
+        why.append(f"serving {w.inference_rps:,.0f} requests/s at {w.rps_per_gpu:,.0f} per GPU: {_n(inference, 'GPU')}")
     total = training + inference
     cpus = math.ceil(w.images_per_gpu / w.loader_images_per_core) + 1
     why.append(f"a GPU eats {w.images_per_gpu:,.0f} images/s; DeepPod's loader decodes {w.loader_images_per_core:,.0f} "
                f"a core: {cpus} cores per GPU (one for the training process)")
     read = training * w.images_per_gpu * w.image_kb * 1e3 / 1e9
     capacity = w.images * w.image_kb * 1e3 * w.versions / 1e12
-    why.append(f"every training GPU reading at once: {read:.1f} GB/s; {w.versions} versions of "
+    why.append(f"every training GPU reading at once: {read:.2f} GB/s; {_n(w.versions, 'version')} of "
                f"{w.images:,} images of {w.image_kb:g} KB: {capacity:.2f} TB (identical files are stored once)")
     return Recommendation(total, math.ceil(total / w.gpus_per_node), training, inference, job, round(run_h, 2),
                           cpus, round(read, 2), round(capacity, 3), waits, why)
@@ -152,7 +157,8 @@ def _round_to_nodes(gpus: int, per_node: int) -> int:
 
 def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: int,
                    stop=None) -> tuple[int, list[dict], bool]:
-    """The smallest size, node by node from ``start``, whose simulated p95 wait meets the target;
+    """The smallest size, node by node from ``start`` (run by run below one node: a size between
+    two multiples of a run's GPUs holds no more runs at once), whose simulated p95 wait meets the target;
     the waits at each size tried, and at the next ``AFTER`` sizes (the curve past it); whether
     ``stop()`` cut the search short before a size met the target."""
     from deeppod.scheduler.simulator import SimConfig, Simulator, TraceJob, proportional_plan
@@ -179,5 +185,5 @@ def _by_simulation(w: Workload, job: int, run_s: float, per_day: float, start: i
             chosen, chosen_at = nodes * per_node, len(waits)
         if chosen is not None and len(waits) >= chosen_at + AFTER:
             return chosen, waits, False
-        gpus = nodes * per_node + (step if nodes * per_node >= step else 1)
+        gpus = nodes * per_node + (step if nodes * per_node >= step else job)
     return chosen or waits[-1]["gpus"], waits, False
