@@ -53,9 +53,10 @@ def login(url: Annotated[str, typer.Option(help="server URL, or several comma-se
 
 @app.command()
 def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """Who the token belongs to, and where the server lets your jobs work."""
-    me = client(url, token).whoami()
-    console.print(f"{me['user']} (tenant {me['tenant']}, {me.get('role', 'member')})")
+    """Who the token belongs to, on which server, and where the server lets your jobs work."""
+    c = client(url, token)
+    me = c.whoami()
+    console.print(f"{me['user']} (tenant {me['tenant']}, {me.get('role', 'member')}) at {c.url}", soft_wrap=True)
     if me.get("isolation"):
         roots = me.get("work_roots")
         where = (f"; jobs work under {', '.join(roots)} or in the code sent with them" if roots is not None
