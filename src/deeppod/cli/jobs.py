@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
-from deeppod.cli.output import console, jobs_table, print_json, rows_table, state, warm_spares
+from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state, warm_spares
 from deeppod.cli.values import (
     exported_env,
     parse_age,
@@ -36,8 +38,25 @@ def stream_logs(c, job_id: int, rank: int | None = None, follow: bool = False) -
         out.flush()
 
 
+def say_while_queued(c, job_id: int, poll: float = 1.0) -> None:
+    """While the job waits, say why (on stderr), and again each time the reason changes, not
+    its counts: a job that cannot start is not silent."""
+    said = None
+    while True:
+        job = c.job(job_id)
+        if job["state"] != JobState.QUEUED:
+            return
+        reason = job.get("reason") or "waiting for its turn"
+        if said is None or re.sub(r"\d+", "#", reason) != re.sub(r"\d+", "#", said):
+            err_console.print(f"job {job_id} queued: {reason}", highlight=False, soft_wrap=True)
+            said = reason
+        time.sleep(poll)
+
+
 def follow_job(c, job_id: int) -> None:
-    """Stream a job's logs until it ends, say how it ended, exit 0 only if it succeeded."""
+    """Say why it waits while it does, stream its logs until it ends, say how it ended, exit 0
+    only if it succeeded."""
+    say_while_queued(c, job_id)
     stream_logs(c, job_id, follow=True)
     final = c.wait(job_id)
     console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
