@@ -12,7 +12,7 @@ from deeppod.auth.service import Principal, bootstrap, create_tenant, create_use
 from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.models import service
 from deeppod.models.compare import Figures, verdict
-from deeppod.store.models import Job, ModelEvaluation
+from deeppod.store.models import Job, JobMetric, ModelEvaluation
 
 SIG = {"classes": ["cat", "dog"], "model": "small-cnn", "dataset": "pets@2", "hyperparameters": {"lr": 0.1},
        "metrics": {"val_accuracy": 0.9},
@@ -53,6 +53,8 @@ def test_register_from_a_job_copies_the_artifact_with_lineage(env):
         s.add(job)
         s.flush()
         job_id = job.id
+        s.add_all([JobMetric(job_id=job_id, name="accuracy", step=9, value=1.0),  # a last batch of one image
+                   JobMetric(job_id=job_id, name="lr", step=9, value=0.1)])
     artifact(jobs_dir / str(job_id) / "model")
     with sessions.begin() as s:
         model, v = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, job_id=job_id, aliases=["staging"])
@@ -60,6 +62,7 @@ def test_register_from_a_job_copies_the_artifact_with_lineage(env):
         assert v.lineage["job_id"] == job_id
         assert v.lineage["dataset"] == "pets@2" and v.lineage["datasets"] == ["pets@2"]
         assert v.lineage["command"] == ["python", "-m", "trainer"] and v.metrics["val_accuracy"] == 0.9
+        assert "accuracy" not in v.metrics  # issue 71: the last training batch's is not the model's
         assert (root / v.key / "model.pt2").read_bytes() == b"program" and len(v.sha256) == 64
     with sessions.begin() as s:
         _, v2 = service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir,

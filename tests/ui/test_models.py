@@ -22,7 +22,7 @@ def pets(api, tmp_path):
         folder.mkdir()
         (folder / "model.pt2").write_bytes(b"program")
         (folder / "weights.pt").write_bytes(b"weights")
-        (folder / "signature.json").write_text(json.dumps({**SIG, "hyperparameters": {"lr": lr},
+        (folder / "signature.json").write_text(json.dumps({**SIG, "hyperparameters": {"lr": lr, "dataset": "pets@2"},
                                                            "metrics": {"val_accuracy": acc, "val_loss": loss}}))
         r = api.http.post("/v1/models/pets/versions", json={"path": str(folder)}, headers=api.as_(api.admin))
         assert r.status_code == 201, r.text
@@ -39,6 +39,7 @@ def test_versions_with_metrics_lineage_and_side_by_side(api, pets):
     assert re.search(r'data-param="lr"><td>lr</td><td class="differs">0.1</td><td class="differs">0.05', side)
     # each metric is better in its own direction: the lower loss wins, not the higher
     assert re.search(r'data-metric="val_loss"><td>val_loss</td><td >0.3</td><td class="better">0.2', side)
+    assert side.count("<td>dataset</td>") == 1  # issue 71: also listed among the hyperparameters
     assert b.get("/models/pets/compare?a=1&b=7").status_code == 404
     assert b.get("/models/pets/compare?a=1").status_code == 422
 

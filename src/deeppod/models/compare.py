@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 # metrics where less is better: losses, errors, distances, perplexity, time
 _LOWER = re.compile(r"loss|err|mse|mae|rmse|perplexity|latency|seconds|time|wer|cer", re.IGNORECASE)
+# where more is: scores of how good the model is. Anything else (a learning rate, an epoch, a
+# training throughput) has no better side: it describes the run, not the model
+_HIGHER = re.compile(r"acc|precision|recall|f1|auc|map|iou|dice|bleu|rouge|score|r2", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,9 @@ def lower_is_better(metric: str) -> bool:
 
 def better_side(metric: str, a, b) -> str | None:
     """Which of two values of ``metric`` is better, "a" or "b" (each in its own direction:
-    accuracy up, loss down); None for a tie or a value that is not a number."""
+    accuracy up, loss down); None for a tie, a value that is not a number, or a metric with no
+    better side (lr, epoch, images_per_second)."""
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-    if not numbers or a == b:
+    if not numbers or a == b or not (lower_is_better(metric) or _HIGHER.search(metric)):
         return None
     return "a" if (a < b) == lower_is_better(metric) else "b"

@@ -163,7 +163,10 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     lineage = {"source": str(source), "registered_by": principal.user, "dataset": sig.get("dataset"),
                "hyperparameters": sig.get("hyperparameters") or {}, "command": sig.get("command")}
     if job is not None:
-        metrics = {**_job_metrics(session, job.id), **metrics}
+        # the artifact's own scores describe the model (the built-in trainer's, on its validation
+        # set); the job's last reports are of its last training step (a batch's accuracy): those
+        # only stand in where the artifact says nothing
+        metrics = metrics or _job_metrics(session, job.id)
         lineage.update(job_id=job.id, job_name=job.name, command=job.command,
                        datasets=[d["ref"] for d in job.datasets or []])
     version = ModelVersion(model_id=model.id, version=number, key=key, signature=sig, metrics=metrics,

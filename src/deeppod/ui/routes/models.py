@@ -53,7 +53,7 @@ def compare_page(request: Request, name: str, session: SessionDep, viewer: Viewe
     va, vb = models.resolve(session, model, a), models.resolve(session, model, b)
     keys = sorted({*(va.metrics or {}), *(vb.metrics or {})})
     params = sorted({*((va.lineage or {}).get("hyperparameters") or {}),
-                     *((vb.lineage or {}).get("hyperparameters") or {})})
+                     *((vb.lineage or {}).get("hyperparameters") or {})} - {"dataset"})  # a row of its own
     evals = [e for e in models.evaluations(session, model) if e.version_id in (va.id, vb.id)]
     better = {k: better_side(k, (va.metrics or {}).get(k), (vb.metrics or {}).get(k)) for k in keys}
     return page(request, "compare.html", model=model, a=va, b=vb, keys=keys, params=params, evaluations=evals,
