@@ -88,6 +88,16 @@ def test_at_80_columns_each_job_is_one_line_and_its_reason_ends_with_an_ellipsis
     assert "TENANT" in wide[0] and "vision" in wide[1] and wide[1].rstrip().endswith("other tenants")
 
 
+def test_a_running_job_says_what_it_does_before_its_command_runs():
+    """Issue 71: 'running' with no reason while its environment was built."""
+    job = {"id": 8, "name": "train", "tenant": "vision", "user": "ana", "state": "running", "workers": 1,
+           "max_workers": None, "gpus_per_worker": 0, "allocation": None, "submitted_at": "2026-11-22T10:11:12",
+           "started_at": "2026-11-22T10:11:13", "ended_at": None, "reason": "started", "phase": "preparing environment"}
+    lines = _render(output.jobs_table([job, {**job, "id": 9, "phase": None}], width=120), width=120)
+    assert lines[1].rstrip().endswith("preparing environment")
+    assert "preparing" not in lines[2] and "started" not in lines[2]  # nothing to say once its command runs
+
+
 NODE = {"name": "node-017", "healthy": True, "up": True, "gpus": [{"index": i, "logical": True}
         for i in range(8)], "gpus_used": 6, "gpus_free": 2, "cpus_used": 12.5, "cpus": 64,
         "memory_mb_used": 200_000, "memory_mb": 512_000, "workers": 6, "address": "127.0.0.1:40123"}

@@ -95,7 +95,7 @@ def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
         "ID": str(j["id"]), "NAME": j["name"], "TENANT": j["tenant"], "USER": j["user"], "STATE": j["state"],
         "WORKERS": workers(j), "GPUS": str(current_workers(j) * j["gpus_per_worker"]),
         "SUBMITTED": j["submitted_at"][5:16].replace("T", " "), "DURATION": duration(j),
-        "REASON": "" if j["state"] in (JobState.RUNNING, JobState.SUCCEEDED) else j["reason"]} for j in jobs]
+        "REASON": _reason(j)} for j in jobs]
     names = ["ID", "NAME", *(("TENANT", "USER") if wide else ()), "STATE", "WORKERS", "GPUS",
              *(("SUBMITTED",) if wide else ()), "DURATION"]
     for name in names:
@@ -107,6 +107,14 @@ def jobs_table(jobs: list[dict], width: int | None = None) -> Table:
     for c in cells:
         t.add_row(*(state(c[n]) if n == "STATE" else c[n] for n in names), c["REASON"])
     return t
+
+
+def _reason(job: dict) -> str:
+    """What the table says of a job: why it waits or ended; for a running one only what it is
+    doing before its command runs (its phase: "preparing environment"), else nothing."""
+    if job["state"] == JobState.RUNNING:
+        return job.get("phase") or ""
+    return "" if job["state"] == JobState.SUCCEEDED else job["reason"]
 
 
 WIDE = False  # 'deeppod -o wide ...': every column, free text in full, whatever the terminal's width
