@@ -188,3 +188,23 @@ def test_tables_show_nothing_as_a_dash_and_times_to_the_second():
     rows = [{"key_id": "AKX", "name": "", "created_at": "2026-12-04T22:40:54.123456+00:00", "revoked_at": None}]
     lines = _render(output.rows_table(rows, ["key_id", "name", "created_at", "revoked_at"]), width=100)
     assert lines[1].split() == ["AKX", "-", "2026-12-04", "22:40:54", "-"]
+
+
+def test_envs_ls_at_80_columns_keeps_the_packages_and_names_the_default_python(monkeypatch):
+    """Issue 71: PACKAGES was left out at 80 columns while PYTHON showed '-'."""
+    from deeppod.cli import envs
+
+    env = {"key": "a1b2c3d4e5f6", "tenant": "vision", "python": None, "bytes": 48_300_000, "last_used": 0,
+           "active_jobs": [12, 13], "image": None, "requirements": ["numpy==2.1.0", "pillow==11.0", "scipy"] * 3}
+
+    class _Client:
+        def envs(self):
+            return [env]
+
+    console = Console(width=80, record=True)
+    monkeypatch.setattr(envs, "client", lambda url, token: _Client())
+    monkeypatch.setattr(envs, "console", console)
+    envs.ls(as_json=False, url=None, token=None)
+    lines = console.export_text().splitlines()
+    assert "PACKAGES" in lines[0] and "numpy==2.1.0" in lines[1] and all(len(line) <= 80 for line in lines)
+    assert " - " not in lines[1]

@@ -31,10 +31,10 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
         console.print("no environments yet: 'deeppod submit --requirements requirements.txt -- python train.py'")
         return
     console.print(rows_table([
-        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "-", "size": size_text(e["bytes"]),
+        {"key": e["key"], "tenant": e["tenant"], "python": e["python"] or "default", "size": size_text(e["bytes"]),
          "last used": _ago(e["last_used"]), "active jobs": ", ".join(map(str, e["active_jobs"])) or "-",
          "packages": f"image {e['image']}" if e.get("image") else ", ".join(e["requirements"]) or "-"} for e in envs],
-        ["key", "tenant", "python", "size", "last used", "active jobs", "packages"]))
+        ["key", "packages", "size", "last used", "active jobs", "tenant", "python"]))  # packages: cut, never hidden
     totals: dict[str, int] = {}
     for e in envs:
         totals[e["tenant"]] = totals.get(e["tenant"], 0) + e["bytes"]

@@ -118,7 +118,7 @@ def _reason(job: dict) -> str:
 
 
 WIDE = False  # 'deeppod -o wide ...': every column, free text in full, whatever the terminal's width
-FREE_TEXT = frozenset({"message", "reason"})  # a column that takes what room is left, cut with '…'
+FREE_TEXT = frozenset({"message", "reason", "packages"})  # a column that takes what room is left, cut with '…'
 _MIN_FREE = 12
 
 
