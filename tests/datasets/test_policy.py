@@ -3,7 +3,7 @@ import io
 import pytest
 from PIL import Image
 
-from deeppod.datasets.policy import Policy, apply, split_of
+from deeppod.datasets.policy import Policy, apply, splits
 from deeppod.errors import InvalidRequest
 from tests.datasets.images import image_bytes
 
@@ -48,10 +48,18 @@ def test_tiling_cuts_large_images_into_tiles():
     assert [(t[2], t[3]) for t in tiles] == [(100, 100), (100, 100), (50, 100), (100, 20), (100, 20), (50, 20)]
 
 
-def test_split_is_deterministic_and_close_to_the_fraction():
+def test_the_split_is_exact_in_every_class_deterministic_and_stable_as_files_are_added():
+    """Issue 71: val=0.2 on 40 images gave 15 validation images (a per-file hash): now exactly
+    round(n x val) per class, by the files' hashes."""
     p = Policy.parse({"val": 0.2})
-    sides = [split_of(f"c/{i}.jpg", p) for i in range(2000)]
-    assert sides == [split_of(f"c/{i}.jpg", p) for i in range(2000)]
-    assert 0.17 < sides.count("val") / 2000 < 0.23
-    other = [split_of(f"c/{i}.jpg", Policy.parse({"val": 0.2, "split_seed": 1})) for i in range(2000)]
-    assert other != sides
+    files = [(f"{c}/{i}.jpg", c) for c, n in (("cat", 25), ("dog", 15), ("owl", 3)) for i in range(n)]
+    sides = splits(files, p)
+    val = {c: sum(1 for f, lab in files if lab == c and sides[f] == "val") for c in ("cat", "dog", "owl")}
+    assert val == {"cat": 5, "dog": 3, "owl": 1} and len(sides) == len(files)
+    assert splits(list(reversed(files)), p) == sides  # the order files come in says nothing
+    assert splits(files, Policy.parse({"val": 0.2, "split_seed": 1})) != sides
+    more = splits(files + [(f"cat/{i}.jpg", "cat") for i in range(25, 30)], p)  # 6 of 30 now
+    assert sum(1 for f in more if f.startswith("cat/") and more[f] == "val") == 6
+    moved = [f for f, _ in files if more[f] != sides[f]]  # only files near the cut change sides
+    assert len(moved) <= 2 * 5 and all(more[f] == sides[f] for f, lab in files if lab != "cat")
+    assert set(splits(files, Policy.parse({"val": 0.0})).values()) == {"train"}

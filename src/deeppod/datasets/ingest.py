@@ -21,7 +21,7 @@ from pathlib import Path
 
 from deeppod.datasets.archive import LABEL_FILES, Archive, Member, parse_labels, strip_common_root
 from deeppod.datasets.objects import ObjectStore
-from deeppod.datasets.policy import SUFFIX, Policy, apply, split_of
+from deeppod.datasets.policy import SUFFIX, Policy, apply, splits
 from deeppod.datasets.shards import ShardWriter, write_checksums
 from deeppod.errors import InvalidRequest
 
@@ -117,6 +117,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
         else:
             candidates.append((rel, label, m))
     classes = sorted({label for _, label, _ in candidates})
+    side = splits([(rel, label) for rel, label, _ in candidates], policy)  # exact per class
     index = {c: i for i, c in enumerate(classes)}
     writer = ShardWriter(out)
     sizes, formats, per_class, per_split = Counter(), Counter(), Counter(), Counter()
@@ -132,7 +133,7 @@ def _build(items, labels, out: Path, objects: ObjectStore, policy: Policy, limit
                     quarantined.append({"path": rel, "reason": why, "_data": data})
                     continue
                 fmt, pieces = result
-                split = split_of(rel, policy)
+                split = side[rel]
                 for suffix, stored, w, h in pieces:
                     sha = hashlib.sha256(stored).hexdigest()
                     if sha not in seen_new:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 from dataclasses import asdict, dataclass, fields
 
 from deeppod.errors import InvalidRequest
@@ -68,9 +69,25 @@ class Policy:
         return cls(p.resize, p.format, quality, p.mode, tile, val, seed)
 
 
-def split_of(source_path: str, policy: Policy) -> str:
+def _rank(source_path: str, policy: Policy) -> float:
+    """Where a file falls in [0, 1): a hash of the seed and its path, the same in every version."""
     h = hashlib.sha256(f"{policy.split_seed}:{source_path}".encode()).digest()
-    return "val" if int.from_bytes(h[:8], "big") / 2 ** 64 < policy.val else "train"
+    return int.from_bytes(h[:8], "big") / 2 ** 64
+
+
+def splits(files: list[tuple[str, str]], policy: Policy) -> dict[str, str]:
+    """(path, label) -> side: in each class exactly round(n x val) files go to validation, those
+    that rank first by their hash (so the same files stay there when a version adds others, but
+    those near the cut). 40 images at val=0.2 give 8, not anywhere from 4 to 15."""
+    by_class: dict[str, list[str]] = {}
+    for path, label in files:
+        by_class.setdefault(label, []).append(path)
+    out = {}
+    for paths in by_class.values():
+        ranked = sorted(paths, key=lambda p: (_rank(p, policy), p))
+        k = math.floor(len(ranked) * policy.val + 0.5)
+        out.update({p: "val" if i < k else "train" for i, p in enumerate(ranked)})
+    return out
 
 
 def apply(im, original: bytes, policy: Policy) -> list[tuple[str, bytes, int, int]]:
