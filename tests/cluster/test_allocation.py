@@ -64,13 +64,24 @@ def test_gpus_over_time_per_tenant_with_the_others_as_one_line(sessions, tmp_pat
 
 
 def test_gpus_held_over_time_is_time_weighted_and_never_above_the_cluster(sessions, tmp_path):
-    """40 one-minute jobs one after another on one GPU in the last hour: 40 jobs touched the
-    bucket, but a mean of 40/60 GPUs was held (the sum of jobs read 40 on a 4-GPU cluster)."""
+    """40 one-minute jobs one after another on one GPU in the last 50 minutes: 40 jobs touched
+    the bucket, but a mean of 40/50 GPUs was held (the sum of jobs read 40 on a 4-GPU cluster)."""
     w = populate(sessions)
     for i in range(40):
         job = submit_job(sessions, w.alice, tmp_path, gpus_per_worker=1)
         _run(sessions, job, [0], started_ago=timedelta(minutes=50 - i), ended_ago=timedelta(minutes=49 - i))
     with sessions() as s:
         held = gpus_over_time(s, w.admin, hours=1, buckets=1)["tenants"]["a"]
-    assert held == [pytest.approx(40 / 60, rel=0.01)]
+    assert held == [pytest.approx(40 / 50, rel=0.01)]  # over the cluster's life: its first job began 50 min ago
     assert held[0] <= 4
+
+
+def test_a_young_cluster_charts_its_own_life_not_a_day_of_nothing(sessions, tmp_path):
+    """Issue 71: a 15-minute-old server's page showed 24 hours, the GPUs in its last minutes."""
+    w = populate(sessions)  # its node joined now
+    job = submit_job(sessions, w.alice, tmp_path, gpus_per_worker=1)
+    _run(sessions, job, [0], started_ago=timedelta(minutes=15))
+    with sessions() as s:
+        held = gpus_over_time(s, w.admin, hours=24, buckets=15)
+    span = held["t"][-1] - held["t"][0]
+    assert 14 * 60 - 5 <= span <= 15 * 60 and held["tenants"]["a"] == [pytest.approx(1, rel=0.01)] * 15

@@ -134,6 +134,12 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     held = page.evaluate("() => document.getElementById('gpu-chart').uplot.data.slice(1).flat()")
     gpus = sum(len(n["gpus"]) for n in Client(server.url, server.admin_token).nodes())
     assert held and max(held) <= gpus, (max(held), gpus)
+    # issue 71: the server's own life (minutes here), not 24 hours; the axis says what it counts, from 0
+    span = page.evaluate("() => { const t = document.getElementById('gpu-chart').uplot.data[0]; "
+                         "return t[t.length - 1] - t[0]; }")
+    assert span < 3600, span
+    assert page.evaluate("() => document.getElementById('gpu-chart').uplot.axes[1].label") == "GPUs held"
+    assert page.evaluate("() => document.getElementById('gpu-chart').uplot.scales.y.min") == 0
     shot(page, "cluster")
     page.goto(server.url + "/admin")
     assert page.locator("#tokens tr[data-token]").count() >= 1 and page.locator("#plan-form").count() == 1

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from deeppod.auth import scope
@@ -63,9 +63,12 @@ def gpu_slots(session: Session, principal: Principal) -> list[tuple[Node, list[G
 def gpus_over_time(session: Session, principal: Principal, hours: float = 24.0, buckets: int = 96) -> dict:
     """GPUs held per tenant in ``buckets`` equal steps over the last ``hours``: each bucket's
     time-weighted mean, from each job's (last) start to its end. A member sees its own tenant
-    and the rest as one line."""
+    and the rest as one line. Never before the cluster began (its first node, its first job): a
+    server up for 15 minutes charts 15 minutes, not 24 hours of nothing."""
     now = utcnow()
-    since = now - timedelta(hours=hours)
+    began = [t for t in (session.scalar(select(func.min(Node.joined_at))),
+                         session.scalar(select(func.min(Job.started_at)))) if t is not None]
+    since = max(now - timedelta(hours=hours), min([*began, now - timedelta(minutes=1)]))
     step = (now - since) / buckets
     times = [since + step * (i + 1) for i in range(buckets)]
     series: dict[str, list[float]] = defaultdict(lambda: [0.0] * buckets)

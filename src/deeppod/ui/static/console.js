@@ -77,17 +77,19 @@
   // window (seconds, time charts): the x axis always spans the last `window` seconds and the y
   // axis starts at 0, so a chart with one point or none still has sensible axes (uPlot's own
   // range around a single time spans years)
-  function lineChart(el, title, xLabel, names, time, window) {
+  function lineChart(el, title, xLabel, names, time, window, yLabel) {
     const width = time ? Math.max(320, el.clientWidth - 8) : Math.max(280, Math.min(el.clientWidth || 520, 560));
     const scales = {x: {time: !!time}};
     if (window) {
       scales.x.range = (u, lo, hi) => { const end = hi || Date.now() / 1000; return [end - window, end]; };
+    }
+    if (window || yLabel) {  // counts from zero: 0.06 GPUs is not a peak
       scales.y = {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]};
     }
     const opts = {
       title: title, width: width, height: 220, scales: scales,
       series: [{label: xLabel}].concat(names.map((n, i) => ({label: n, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true}))),
-      axes: [{label: time ? "" : xLabel}, {}],
+      axes: [{label: time ? "" : xLabel}, yLabel ? {label: yLabel} : {}],
     };
     const chart = new uPlot(opts, [[]].concat(names.map(() => [])), el);
     el.uplot = chart;  // for the browser tests: the scales the chart drew
@@ -180,7 +182,7 @@
       const names = Object.keys(body.tenants);
       if (!names.length) { el.innerHTML = '<p class="muted">No GPUs were held in this time.</p>'; return true; }
       if (!chart || shown !== names.join()) {
-        el.innerHTML = ""; chart = lineChart(el, "", "time", names, true); shown = names.join();
+        el.innerHTML = ""; chart = lineChart(el, "", "time", names, true, null, "GPUs held"); shown = names.join();
       }
       chart.setData([body.t].concat(names.map(n => body.tenants[n])));
       return true;
