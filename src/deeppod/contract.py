@@ -337,3 +337,9 @@ def describe_exit(code: int) -> str:
 # label>) and the sample's bytes. Written at ingest, read by the loader inside jobs.
 SHARD_MAGIC = b"DPSHARD1"
 SHARD_RECORD_HEADER = struct.Struct("<Ii")
+
+
+def same_reason(a: str, b: str) -> bool:
+    """Waiting reasons differ only in counts from round to round ("1 CPUs free", "0 CPUs free"):
+    a job's events, and the CLI following it, record a real change only."""
+    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from deeppod.cli.values import (
     parse_workers,
     read_requirements,
 )
-from deeppod.contract import FINAL_STATES, JobState
+from deeppod.contract import FINAL_STATES, JobState, same_reason
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
@@ -47,7 +46,7 @@ def say_while_queued(c, job_id: int, poll: float = 1.0) -> None:
         if job["state"] != JobState.QUEUED:
             return
         reason = job.get("reason") or "waiting for its turn"
-        if said is None or re.sub(r"\d+", "#", reason) != re.sub(r"\d+", "#", said):
+        if said is None or not same_reason(reason, said):
             err_console.print(f"job {job_id} queued: {reason}", highlight=False, soft_wrap=True)
             said = reason
         time.sleep(poll)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
-from deeppod.contract import HOLDING_STATES, JobState, base_environment
+from deeppod.contract import HOLDING_STATES, JobState, base_environment, same_reason
 from deeppod.errors import DeepPodError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor
 from deeppod.jobs.allocation import Allocation
@@ -27,7 +27,7 @@ from deeppod.jobs.launch import Isolation, Launcher
 from deeppod.jobs.metrics import take_spool
 from deeppod.jobs.progress import stop_outcome
 from deeppod.jobs.resize import Resizes
-from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark, same_reason
+from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark
 from deeppod.jobs.service import add_event, finish
 from deeppod.jobs.snapshot import snapshot
 from deeppod.loops import IDLE, run_rounds

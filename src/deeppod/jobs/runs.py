@@ -4,7 +4,6 @@ putting a job back in the queue for its next run, and whether a waiting reason c
 from __future__ import annotations
 
 import logging
-import re
 import signal
 from datetime import UTC
 
@@ -17,11 +16,6 @@ from deeppod.jobs.service import add_event
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
-
-
-def same_reason(a: str, b: str) -> bool:
-    """Waiting reasons differ only in counts from round to round: an event records a real change."""
-    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
 def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str]:
