@@ -1,7 +1,6 @@
 """Roles (admin, tenant-admin, member, viewer), token scopes and expiry, job tokens."""
 
 import sys
-import time
 
 from deeppod.store.models import Token, utcnow
 
@@ -133,16 +132,18 @@ def test_a_job_token_reaches_only_its_own_job(api, tmp_path):
     assert api.http.get(f"/v1/jobs/{mine}", headers=J).status_code == 401
 
 
-def test_revocation_reaches_predict_within_a_second(api):
+def test_revocation_reaches_predict_at_once_on_the_server_that_revoked(api):
+    """The predict path reads tokens from a cache; revoking through this server empties it, so
+    the next call is refused whatever the cache's clock says (stopped here: no entry ages and no
+    refresh runs). Another server's revocation arrives within the cache's ttl (tests/auth/test_cache.py)."""
+    api.ctx.principals.clock = lambda: 0.0
     ana = api.user("ana", "vision")
     t = api.http.post("/v1/tokens", json={"scope": "predict"}, headers=api.as_(ana)).json()
     P = api.as_(t["token"])
     assert api.http.post("/v1/deployments/none/predict", headers=P, content=b"x").status_code == 404  # cached now
+    assert api.ctx.principals.fresh(t["token"]) is not None
     assert api.http.delete(f"/v1/tokens/{t['id']}", headers=api.as_(ana)).status_code == 204
-    revoked = time.monotonic()
-    while api.http.post("/v1/deployments/none/predict", headers=P, content=b"x").status_code != 401:
-        assert time.monotonic() - revoked < 1.0, "a revoked token still predicts after 1 s"
-        time.sleep(0.02)
+    assert api.http.post("/v1/deployments/none/predict", headers=P, content=b"x").status_code == 401
 
 
 def test_roles_change_and_hold_from_the_next_call(api, tmp_path):

@@ -179,7 +179,7 @@ def test_register_compare_promote_deploy_predict(flow):
     assert "deeppod_router_requests_total" in text
 
 
-def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_holds_within_a_second(flow):
+def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_reaches_the_replica(flow):
     env, c, server = flow["env"], flow["client"], flow["server"]
     reader = ShardReader(server.home / "data" / "hot" / "default" / "digits" / "v1", "val")
     images = [reader.read(i)[0] for i in range(8)]
@@ -213,7 +213,8 @@ def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_holds_withi
 
     wait_until(lambda: direct_count() >= 5, 10, interval=0.1, what="replicas to report their direct predictions")
 
-    # a deployment key's token stops with the key, within a second (two on a loaded machine)
+    # a deployment key's token stops with the key: at the replica's next sync (SYNC_SECONDS, a
+    # clock's matter: tests/serve/test_direct.py); here, that it ends at all, whatever the load
     key = c.create_deployment_key(MODEL, "camera")
     grant = Client(server.url, key["key"]).direct_token(MODEL)
     url = grant["replicas"][0]["url"] + "/predict"
@@ -224,9 +225,8 @@ def test_a_direct_token_calls_the_replicas_itself_and_its_revocation_holds_withi
 
     assert call(grant["token"]).status_code == 200
     c.revoke_deployment_key(MODEL, key["id"])
-    began = time.monotonic()
-    wait_until(lambda: call(grant["token"]).status_code == 401, 5, interval=0.02, what="the key's direct token refused")
-    assert time.monotonic() - began < 2.0
+    wait_until(lambda: call(grant["token"]).status_code == 401, 30, interval=0.02,
+               what="the key's direct token refused")
     refused = call(grant["token"]).json()["error"]
     assert refused["code"] == "token_revoked", refused
     # a forged or foreign token never gets in, and refusals reach the audit log
