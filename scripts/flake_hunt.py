@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     seen: dict[str, list[int]] = defaultdict(list)
     times = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script ends its busy loops too
+    # started in the background, a shell hands this script SIGINT ignored, and pytest after it: it
+    # could then not be stopped in order (its tests' servers and jobs would be left running)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     load = start_load(args.load)
     try:
         for n in range(1, args.rounds + 1):
