@@ -9,13 +9,15 @@ import sys
 import httpx
 import pytest
 
+from deeppod.settings import local_server_record
 from tests.helpers import wait_until
 
 
 def test_the_server_announces_itself_and_forgets_on_sigterm(fresh_server):
     fresh_server.start()
     here = json.loads((fresh_server.home / "server.json").read_text())
-    last = json.loads((fresh_server.home / "local-server.json").read_text())  # beside DEEPPOD_CONFIG
+    record = local_server_record(fresh_server.home, {"DEEPPOD_CONFIG": str(fresh_server.home / "client.json")})
+    last = json.loads(record.read_text())  # beside DEEPPOD_CONFIG: how this user's CLI finds it
     assert here["url"] == fresh_server.url and here["pid"] == fresh_server.proc.pid == last["pid"]
     assert last["home"] == str(fresh_server.home)
     fresh_server.proc.send_signal(signal.SIGTERM)
@@ -23,7 +25,7 @@ def test_the_server_announces_itself_and_forgets_on_sigterm(fresh_server):
     assert code in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
     assert not (fresh_server.home / "server.json").exists()
     # no longer announced as running, but its URL is kept: the CLI names the port it last used
-    assert json.loads((fresh_server.home / "local-server.json").read_text())["pid"] is None
+    assert json.loads(record.read_text())["pid"] is None
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPPOD_")}
     env.update({"DEEPPOD_CONFIG": str(fresh_server.home / "client.json"), "HOME": str(fresh_server.home)})
     p = subprocess.run([sys.executable, "-m", "deeppod.cli", "jobs"], env=env, capture_output=True, text=True,

@@ -1,9 +1,10 @@
 import json
+from pathlib import Path
 
 import pytest
 
 from deeppod.errors import InvalidRequest
-from deeppod.settings import DEFAULT_PORT, ClientSettings, Settings
+from deeppod.settings import DEFAULT_PORT, ClientSettings, Settings, local_server_record
 
 
 def test_server_settings_from_env(tmp_path):
@@ -81,28 +82,54 @@ def test_a_local_server_is_found_whatever_its_port(tmp_path):
     (home / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9123", "pid": _dead_pid()}))
     assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"
     # but the port the last server of this home used is named, not the default, once it stopped
-    (tmp_path / "cfg").mkdir()
-    (tmp_path / "cfg" / "local-server.json").write_text(json.dumps(
-        {"url": "http://127.0.0.1:9123", "pid": None, "home": str(home)}))
+    record = local_server_record(home, env)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"url": "http://127.0.0.1:9123", "pid": None, "home": str(home)}))
     assert ClientSettings.resolve(env=env).url == "http://127.0.0.1:9123"
     assert ClientSettings.resolve(env={**env, "DEEPPOD_PORT": "9999"}).url == "http://127.0.0.1:9999"
     assert ClientSettings.resolve(env={**env, "DEEPPOD_HOME": str(tmp_path)}).url == f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
-def test_a_server_started_with_another_home_is_found_from_the_last_started_file(tmp_path):
+def _serving(tmp_path, env: dict, name: str, port: int) -> Path:
+    """A server of this user with its home in tmp_path/name, running (this process's pid) on ``port``."""
     import os
 
-    home = tmp_path / "elsewhere"
+    home = tmp_path / name
     home.mkdir()
-    (home / "admin.token").write_text("dp_other\n")
-    (tmp_path / "cfg").mkdir()
-    (tmp_path / "cfg" / "local-server.json").write_text(json.dumps(
-        {"url": "http://127.0.0.1:9200", "pid": os.getpid(), "home": str(home)}))
+    (home / "admin.token").write_text(f"dp_{name}\n")
+    record = local_server_record(home, env)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": os.getpid(), "home": str(home)}))
+    return home
+
+
+def test_the_one_server_this_user_runs_is_found_and_several_are_an_error_that_lists_them(tmp_path):
     env = {"DEEPPOD_CONFIG": str(tmp_path / "cfg" / "c.json"), "HOME": str(tmp_path / "nohome")}
-    assert ClientSettings.resolve(env=env) == ClientSettings("http://127.0.0.1:9200", "dp_other")
+    _serving(tmp_path, env, "elsewhere", 9200)
+    assert ClientSettings.resolve(env=env) == ClientSettings("http://127.0.0.1:9200", "dp_elsewhere")
     # an explicit DEEPPOD_HOME with no server in it is not overridden by another home's server
-    env["DEEPPOD_HOME"] = str(tmp_path / "empty")
-    assert ClientSettings.resolve(env=env).url == f"http://127.0.0.1:{DEFAULT_PORT}"
+    assert ClientSettings.resolve(env={**env, "DEEPPOD_HOME": str(tmp_path / "empty")}).url == \
+        f"http://127.0.0.1:{DEFAULT_PORT}"
+    # a second one: no silent pick, an error that names both and how to choose
+    _serving(tmp_path, env, "second", 9300)
+    with pytest.raises(InvalidRequest) as err:
+        ClientSettings.resolve(env=env)
+    assert all(s in err.value.message for s in ("2 DeepPod servers", "http://127.0.0.1:9200", "http://127.0.0.1:9300",
+                                                "deeppod login URL"))
+    # named: its own admin token comes with it, not the other's
+    assert ClientSettings.resolve("http://127.0.0.1:9300", env=env).token == "dp_second"
+    # the configured default (deeppod login) settles it
+    (tmp_path / "cfg" / "c.json").write_text(json.dumps({"url": "http://127.0.0.1:9200", "token": "dp_saved"}))
+    assert ClientSettings.resolve(env=env) == ClientSettings("http://127.0.0.1:9200", "dp_saved")
+
+
+def test_a_saved_token_is_not_sent_to_another_server(tmp_path):
+    env = {"DEEPPOD_CONFIG": str(tmp_path / "c.json"), "HOME": str(tmp_path / "nohome"),
+           "DEEPPOD_HOME": str(tmp_path / "empty")}
+    saved = {"url": "https://a.example:7447", "token": "dp_a", "ca_cert": "/a.pem"}
+    (tmp_path / "c.json").write_text(json.dumps(saved))
+    assert ClientSettings.resolve(env=env) == ClientSettings("https://a.example:7447", "dp_a", ca_cert="/a.pem")
+    assert ClientSettings.resolve("https://b.example:7447", env=env) == ClientSettings("https://b.example:7447", None)
 
 
 def test_the_server_logs_no_line_per_http_call_unless_debugging():

@@ -62,7 +62,7 @@ from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.scheduler import Config
 from deeppod.scheduler.plan import MIN_PIDS
-from deeppod.settings import LAST_LOCAL_SERVER, SERVER_FILE, Settings, client_config_path
+from deeppod.settings import SERVER_FILE, Settings, local_server_record
 from deeppod.store import sealed
 from deeppod.store.db import make_engine, make_sessionmaker, on_commit_of, read_only
 from deeppod.store.migrate import upgrade
@@ -478,9 +478,10 @@ def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     url = f"{settings.scheme}://{host}:{settings.port}"
     doc = {"url": url, "pid": os.getpid(), "home": str(settings.home), "ca_cert": str(ca_cert) if ca_cert else None}
-    paths = [settings.home / SERVER_FILE, client_config_path().parent / LAST_LOCAL_SERVER]
+    paths = [settings.home / SERVER_FILE, local_server_record(settings.home)]
     for path in paths:
         try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(path, json.dumps(doc))
         except OSError as exc:  # a read-only config folder only costs the discovery
             log.warning("could not write %s (%s); the CLI needs --url for this server", path, exc)
@@ -488,14 +489,14 @@ def announce_local(settings: Settings, ca_cert: Path | None = None) -> list[Path
 
 
 def forget_local(paths: list[Path]) -> None:
-    """This server stops: it is no longer found as running. The last-started file keeps its URL
-    (with no pid), so a CLI that cannot reach it names the port it last used."""
+    """This server stops: it is no longer found as running. Its record beside the login config
+    keeps its URL (with no pid), so a CLI that cannot reach it names the port it last used."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
             if doc.get("pid") != os.getpid():
                 continue
-            if path.name == LAST_LOCAL_SERVER:
+            if path.name != SERVER_FILE:
                 atomic_write(path, json.dumps({**doc, "pid": None}))
             else:
                 path.unlink()

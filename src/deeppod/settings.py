@@ -304,7 +304,7 @@ def default(name: str):
 
 
 SERVER_FILE = "server.json"  # in DEEPPOD_HOME while a server runs: {"url", "pid"}
-LAST_LOCAL_SERVER = "local-server.json"  # beside the login config: {"home", "url", "pid"} of the last one started
+LOCAL_SERVERS = "servers"  # beside the login config: one file per server home, {"home", "url", "pid", "ca_cert"}
 
 
 def client_config_path(env: dict | None = None) -> Path:
@@ -312,10 +312,21 @@ def client_config_path(env: dict | None = None) -> Path:
     return Path(env.get("DEEPPOD_CONFIG") or "~/.config/deeppod/config.json").expanduser()
 
 
+def local_server_record(home: Path, env: dict | None = None) -> Path:
+    """The file through which the CLI of this user finds the server of ``home``, whatever its port."""
+    import hashlib
+
+    key = hashlib.sha256(str(Path(home).expanduser().resolve()).encode()).hexdigest()[:16]
+    return client_config_path(env).parent / LOCAL_SERVERS / f"{key}.json"
+
+
 @dataclass(frozen=True)
 class ClientSettings:
-    """Where the SDK and CLI find the server: flags, then env, then the login config,
-    then the admin token a local server wrote into its home on first start."""
+    """Where the SDK and CLI find the server: flags, then env, then the login config
+    (``deeppod login URL``), then a server running on this machine: the one in DEEPPOD_HOME
+    (or the default home), else the one server this user runs; several and none chosen is an
+    error that lists them (never another installation's server picked silently). The token: a
+    local server's admin token, from its home, when its URL is the one used."""
 
     url: str
     token: str | None
@@ -337,18 +348,16 @@ class ClientSettings:
                 saved = json.loads(path.read_text())
             except ValueError:
                 raise InvalidRequest(f"{path} is not valid JSON; run 'deeppod login' again or delete it") from None
-            if url is None or url.rstrip("/") == saved.get("url"):  # its CA belongs to its URL
-                ca = ca or saved.get("ca_cert")
+            if url is None or url.rstrip("/") == saved.get("url"):  # its token and CA belong to its URL
+                ca, token = ca or saved.get("ca_cert"), token or saved.get("token")
             url = url or saved.get("url")
-            token = token or saved.get("token")
-        home, local_url, local_ca = _local_server(env)
-        if url is None or url.rstrip("/") == local_url:
-            ca = ca or local_ca
-        url = url or local_url
-        if token is None:
-            local = home / "admin.token"
-            if local.exists() and (url is None or _is_loopback(url)):
-                token = local.read_text().strip() or None
+        local = _local_server(env, url)
+        if local is not None:
+            url, ca = url or local["url"], ca or local.get("ca_cert")
+        # none found running, no URL: the local default port, with the home's admin token
+        admin = Path(local["home"] if local else env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser() / "admin.token"
+        if token is None and (local is not None or url is None) and admin.exists():
+            token = admin.read_text().strip() or None
         url = (",".join(server_urls(url)) or ("DEEPPOD_PORT" not in env and _last_url(env))
                or f"http://127.0.0.1:{_int(env, 'DEEPPOD_PORT', DEFAULT_PORT)}")
         return cls(url=url,
@@ -356,49 +365,60 @@ class ClientSettings:
                    ca_cert=ca)
 
 
-def _local_server(env: dict) -> tuple[Path, str | None, str | None]:
-    """A server running on this machine, whatever its port: the one in DEEPPOD_HOME (or the
-    default home), else the last one started by this user. Returns its home, URL (None
-    when none is running there) and the CA file its certificate is verified with."""
-    import json
-
-    def running(path: Path) -> dict | None:
-        try:
-            doc = json.loads(path.read_text())
-            os.kill(int(doc["pid"]), 0)  # a file left by a server that died says nothing
-        except PermissionError:
-            return doc
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return doc
-
-    home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
-    here = running(home / SERVER_FILE)
-    if here is not None or env.get("DEEPPOD_HOME"):
-        return home, here and here.get("url"), here and here.get("ca_cert")
-    last = running(client_config_path(env).parent / LAST_LOCAL_SERVER)
-    if last is not None and last.get("home"):
-        return Path(last["home"]), last.get("url"), last.get("ca_cert")
-    return home, None, None
-
-
-def _last_url(env: dict) -> str | None:
-    """The URL of the last server started on this machine (for DEEPPOD_HOME, when set), running
-    or not: with none running, the CLI names the port it last used, not the default one."""
+def _running(path: Path) -> dict | None:
+    """The record in ``path`` if the server that wrote it still runs (a file left by a server
+    that died says nothing)."""
     import json
 
     try:
-        doc = json.loads((client_config_path(env).parent / LAST_LOCAL_SERVER).read_text())
-        mine = env.get("DEEPPOD_HOME")
-        if not mine or Path(doc["home"]).expanduser().resolve() == Path(mine).expanduser().resolve():
-            return str(doc["url"])
+        doc = json.loads(path.read_text())
+        os.kill(int(doc["pid"]), 0)
+    except PermissionError:
+        return doc
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+        return None
+    return doc if isinstance(doc, dict) and doc.get("url") else None
 
 
-def _is_loopback(url: str) -> bool:
-    """Every server ``url`` names (several: a failover control plane) is on this machine."""
-    from urllib.parse import urlparse
+def local_servers(env: dict | None = None) -> list[dict]:
+    """The servers this user runs on this machine (each {"home", "url", "pid", "ca_cert"})."""
+    folder = client_config_path(env).parent / LOCAL_SERVERS
+    found = [_running(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [d for d in found if d is not None and d.get("home")]
 
-    return all(urlparse(u).hostname in ("127.0.0.1", "localhost", "::1") for u in server_urls(url))
+
+def _local_server(env: dict, url: str | None) -> dict | None:
+    """The server on this machine that ``url`` names (for its CA and admin token); with no URL,
+    the one to use: DEEPPOD_HOME's (or the default home's), else this user's only one."""
+    home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME).expanduser()
+    here = _running(home / SERVER_FILE)
+    if here is not None:
+        here = {**here, "home": str(home)}
+    if url is not None:
+        wanted = set(server_urls(url))
+        return next((d for d in [here, *local_servers(env)] if d is not None and d["url"] in wanted), None)
+    if here is not None or env.get("DEEPPOD_HOME"):
+        return here
+    mine = local_servers(env)
+    if len(mine) > 1:
+        listed = "; ".join(f"{d['url']} (home {d['home']})" for d in mine)
+        raise InvalidRequest(f"{len(mine)} DeepPod servers run on this machine and none is chosen: {listed}. "
+                             "Pick one: 'deeppod login URL' (kept for later commands), --url URL, or "
+                             "DEEPPOD_HOME=HOME")
+    return mine[0] if mine else None
+
+
+def _last_url(env: dict) -> str | None:
+    """The URL the server of DEEPPOD_HOME (or the default home) last used, running or not: with
+    none running, the CLI names the port it last used, not the default one. Without
+    DEEPPOD_HOME and with none there, that of this user's only server."""
+    import json
+
+    home = Path(env.get("DEEPPOD_HOME") or DEFAULT_HOME)
+    records = [local_server_record(home, env)]
+    if not env.get("DEEPPOD_HOME") and not records[0].exists():
+        records = sorted((client_config_path(env).parent / LOCAL_SERVERS).glob("*.json"))
+    try:
+        return str(json.loads(records[0].read_text())["url"]) if len(records) == 1 else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

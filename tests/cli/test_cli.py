@@ -209,7 +209,7 @@ def test_the_cli_finds_a_local_server_on_any_port(live_server, tmp_path):
                                          "DEEPPOD_CONFIG": str(tmp_path / "c.json")}, cwd=tmp_path)
     assert p.returncode == 0 and "admin (tenant default, admin)" in p.stdout, p.stderr
     assert f"at {live_server.url}" in p.stdout  # which server answered: another may run on this machine
-    # with no DEEPPOD_HOME at all: the last server this user started (its DEEPPOD_CONFIG folder)
+    # with no DEEPPOD_HOME at all: the one server this user runs (found through its DEEPPOD_CONFIG folder)
     p = _plain_cli("whoami", env_extra={"DEEPPOD_CONFIG": str(live_server.home / "client.json"),
                                          "HOME": str(tmp_path)}, cwd=tmp_path)
     assert p.returncode == 0 and "admin (tenant default, admin)" in p.stdout, p.stderr

@@ -32,21 +32,31 @@ app.add_typer(nodes_app, name="nodes")
 
 
 @app.command()
-def login(url: Annotated[str, typer.Option(help="server URL, or several comma-separated (a failover control plane)")],
-          token: Annotated[str, typer.Option(help="API token")],
+def login(server: Annotated[str | None, typer.Argument(
+              metavar="URL", help="server URL, or several comma-separated (a failover control plane)",
+              show_default=False)] = None,
+          url: Annotated[str | None, typer.Option("--url", help="the same as URL", show_default=False)] = None,
+          token: Annotated[str | None, typer.Option(
+              help="API token (not needed for a server of yours on this machine: its admin token is read "
+                   "from its home)", show_default=False)] = None,
           ca_cert: Annotated[Path | None, typer.Option(
               help="an https server's CA file, when its certificate is self-signed or from a private CA "
                    "(the server prints where it is)")] = None) -> None:
-    """Check a URL and token and save them for later commands."""
+    """Check a URL and token and save them: later commands use this server by default."""
+    url = server or url
+    if not url:
+        raise InvalidRequest("name the server: 'deeppod login URL' (e.g. http://127.0.0.1:7447)")
     ca = str(ca_cert.expanduser().resolve()) if ca_cert else None
     if ca and not os.path.isfile(ca):
         raise InvalidRequest(f"--ca-cert {ca_cert}: no such file; copy the server's ca.pem here first")
-    me = client(url, token, ca).whoami()
+    c = client(url, token, ca)
+    me = c.whoami()
     path = client_config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": ",".join(server_urls(url)), "token": token, **({"ca_cert": ca} if ca else {})}, f)
+        json.dump({"url": ",".join(server_urls(url)), "token": c.token,
+                   **({"ca_cert": c.ca_cert} if c.ca_cert else {})}, f)
     console.print(f"logged in to {url} as {me['user']} (tenant {me['tenant']}, {me.get('role', 'member')}); "
                   f"saved to {path}")
 
