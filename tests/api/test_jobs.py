@@ -44,6 +44,22 @@ def test_submit_show_list_events_cancel(api, tmp_path):
     assert r.status_code == 409 and r.json()["error"]["code"] == "conflict"
 
 
+def test_submit_warns_of_a_job_that_can_never_start_beside_what_is_never_preempted(api, tmp_path):
+    """Issue 71: with a replica holding room for good, a job that needs it waited in silence."""
+    h = api.as_(api.admin)
+    held = api.http.post("/v1/jobs", json=body(tmp_path, gpus_per_worker=3, preemptible=False), headers=h).json()
+    assert held["warning"] is None
+    api.ctx.jobs.tick()
+    assert api.http.get(f"/v1/jobs/{held['id']}", headers=h).json()["state"] == "running"
+    r = api.http.post("/v1/jobs", json=body(tmp_path, workers=2, gpus_per_worker=1), headers=h)
+    assert r.status_code == 201 and r.json()["state"] == "queued"
+    assert "can never start as asked: 2 workers x (1 GPUs" in r.json()["warning"]
+    assert "3 of 4 GPUs" in r.json()["warning"] and "only 1 such worker fits" in r.json()["warning"]
+    assert api.http.get(f"/v1/jobs/{r.json()['id']}", headers=h).json()["warning"] is None  # the submit answer's
+    # one that fits beside it, or a preemptible holder: no warning
+    assert api.http.post("/v1/jobs", json=body(tmp_path, gpus_per_worker=1), headers=h).json()["warning"] is None
+
+
 BAD = [
     ("zero workers", {"workers": 0}, 422, "workers"),
     ("too many GPUs", {"workers": 5, "gpus_per_worker": 1}, 422, "whole cluster has 4"),

@@ -28,3 +28,11 @@ def test_a_waiting_job_says_why_and_again_only_when_the_reason_changes(monkeypat
         "job 7 queued: waiting for 2 GPUs (0 free)",
         "job 7 queued: waiting for its turn"]
     assert c.answers == []  # it returned once the job left the queue
+
+
+def test_submit_prints_the_servers_warning_that_a_job_can_never_start(monkeypatch):
+    said = Console(stderr=True, record=True, width=200)
+    monkeypatch.setattr(jobs, "err_console", said)
+    jobs.warn_never_fits({"id": 4, "warning": "it can never start as asked: ..."})
+    jobs.warn_never_fits({"id": 5, "warning": None})
+    assert said.export_text().splitlines() == ["warning: job 4 it can never start as asked: ..."]

@@ -126,8 +126,15 @@ def submit(
                    workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory))
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
+    warn_never_fits(job)
     if follow:
         follow_job(c, job["id"])
+
+
+def warn_never_fits(job: dict) -> None:
+    """The server's warning that the job, as asked, can never start (on stderr: scripts read stdout)."""
+    if job.get("warning"):
+        err_console.print(f"warning: job {job['id']} {job['warning']}", highlight=False, soft_wrap=True)
 
 
 @jobs_app.callback()

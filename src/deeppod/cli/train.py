@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from deeppod.cli.common import TokenOpt, UrlOpt, client
-from deeppod.cli.jobs import follow_job
+from deeppod.cli.jobs import follow_job, warn_never_fits
 from deeppod.cli.output import console
 from deeppod.cli.values import exported_env, parse_memory, parse_workers
 from deeppod.errors import InvalidRequest
@@ -90,6 +90,7 @@ def train_image_classifier(
                    datasets=[dataset] if dataset else None)
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
                   f"and 'deeppod metrics {job['id']} -f'")
+    warn_never_fits(job)
     if follow:
         follow_job(c, job["id"])
 

@@ -9,7 +9,7 @@ from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, PurgeIn, PurgeOut, job_out
 from deeppod.errors import Conflict, InvalidRequest
 from deeppod.job_folder import JobFolder
-from deeppod.jobs import retention, service
+from deeppod.jobs import fit, retention, service
 from deeppod.jobs.logs import logged_ranks, stream_logs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -23,7 +23,7 @@ def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, reques
                          code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
                          default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
                          default_pids=ctx.settings.pids_per_worker)
-    return job_out(job, principal.tenant, principal.user)
+    return job_out(job, principal.tenant, principal.user).model_copy(update={"warning": fit.warning(session, job)})
 
 
 @router.get("", response_model=list[JobOut])

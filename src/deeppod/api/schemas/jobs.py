@@ -101,6 +101,8 @@ class JobOut(Out):
     purged_at: datetime | None = None
     run_seconds: float = Field(default=0.0, description="wall seconds it has run, every run added up (a resumed or "
                                                         "requeued job's earlier runs too)")
+    warning: str | None = Field(default=None, description="in the answer to a submit only: why the job, as asked, "
+                                "can never start here (it waits until it is cancelled)")
 
 
 class JobEventOut(Out):
