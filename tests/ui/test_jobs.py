@@ -94,6 +94,21 @@ def test_stop_resume_and_cancel_from_the_page(api, tmp_path):
     assert b.post(f"/jobs/{job}/explode").status_code == 422
 
 
+def test_a_queued_job_that_can_never_start_says_so_on_its_page(api, tmp_path):
+    """The console's submit form leads to the job's page: the submit answer's warning is there too."""
+    held = _submit(api, api.admin, tmp_path, "replica-like", gpus=3)
+    with api.ctx.sessions.begin() as s:
+        s.get(Job, held).preemptible = False
+    api.ctx.jobs.tick()
+    job = _submit(api, api.admin, tmp_path, "too-big", gpus=2)
+    b = Browser(api, api.admin)
+    page = b.get(f"/jobs/{job}").text
+    assert 'id="job-warning"' in page and "can never start as asked" in page and "3 of 4 GPUs" in page
+    assert 'id="job-warning"' not in b.get(f"/jobs/{held}").text  # running: nothing to warn of
+    fits = _submit(api, api.admin, tmp_path, "fits", gpus=1)
+    assert 'id="job-warning"' not in b.get(f"/jobs/{fits}/status").text
+
+
 def test_another_users_job_cannot_be_changed(api, tmp_path):
     ana, ben = api.user("ana", "vision"), api.user("ben", "vision")
     job = _submit(api, ana, tmp_path)

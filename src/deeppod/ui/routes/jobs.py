@@ -17,7 +17,7 @@ from deeppod.datasets import service as datasets
 from deeppod.envs import images
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.job_folder import JobFolder
-from deeppod.jobs import metrics, service
+from deeppod.jobs import fit, metrics, service
 from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.runtime.trainers import command as trainer
 from deeppod.ui import forms
@@ -200,7 +200,9 @@ def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.
 def _job_values(session, viewer, job_id: int) -> dict:
     job = service.get_job(session, viewer.principal, job_id)
     out = job_out(job, *service.owner_names(session, job))
-    return dict(job=out, final=job.state in FINAL_STATES, stoppable=job.state not in FINAL_STATES,
+    # a queued job that can never start as asked says so here, as the submit answer did
+    warning = fit.warning(session, job) if job.state == JobState.QUEUED else None
+    return dict(job=out, warning=warning, final=job.state in FINAL_STATES, stoppable=job.state not in FINAL_STATES,
                 resumable=job.state == JobState.STOPPED,
                 can_change=viewer.can("POST", "/v1/jobs/{job_id}/stop", job_id=job_id))
 
