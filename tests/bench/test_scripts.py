@@ -27,7 +27,7 @@ WHEELS = "{wheels}"  # a folder with one wheel made here (nothing is downloaded)
 SMOKE: dict[str, tuple[list[str], str]] = {
     "api_load.py": (["--jobs", "60", "--levels", "2", "--saturate", "2", "--seconds", "1", "--rounds", "1",
                      "--submits", "6", "--storm", "3", "--databases", "sqlite"], "floor"),
-    "cgroup_overhead.py": (["--runs", "1", "--epochs", "1", "--memory-mb", "2048"], "ratio"),
+    "cgroup_overhead.py": (["--rounds", "1", "--pairs", "1", "--epochs", "1", "--memory-mb", "2048"], "worst round"),
     "cli_latency.py": (["--rounds", "1"], "x"),
     "cluster_control.py": (["--repeat", "1", "--failovers", "1"], "failover"),
     "console_pages.py": (["--jobs", "60", "--points", "500", "--rounds", "1"], "x"),
