@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
@@ -52,6 +51,8 @@ Reuse = Annotated[bool, typer.Option("--reuse", help="a trial's process runs the
 
 
 def read_space(path: Path) -> dict:
+    import yaml  # here: every other command would pay for it
+
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
