@@ -311,3 +311,21 @@ def test_a_member_cannot_ask_for_more_memory_cpus_or_gpu_memory_than_its_plan_al
     assert job_count(api) == before
     ok = api.http.post("/v1/jobs", json=body(tmp_path, memory_mb_per_worker=1024), headers=api.as_(member))
     assert ok.status_code == 201, ok.text
+
+
+def test_a_jobs_spec_gives_its_options_back_without_env_values(api, tmp_path):
+    """Issue 71: a run is reproduced from the file its job writes (deeppod submit --spec)."""
+    h = api.as_(api.admin)
+    job = api.http.post("/v1/jobs", json=body(tmp_path, name="demo", workers=2, max_workers=3, gpus_per_worker=1,
+                                              memory_mb_per_worker=2048, env={"API_KEY": "zz-secret"},
+                                              requirements="numpy==2.1\n", priority=2), headers=h).json()
+    r = api.http.get(f"/v1/jobs/{job['id']}/spec", headers=h)
+    assert r.status_code == 200, r.text
+    fields = r.json()["fields"]
+    assert fields["command"] == job["command"] and fields["workers"] == "2:3" and fields["memory"] == "2G"
+    assert fields["workdir"] == str(tmp_path) and fields["requirements"] == ["numpy==2.1"] and fields["priority"] == 2
+    assert "zz-secret" not in r.text and "-e API_KEY=..." in r.json()["yaml"]
+    with api.ctx.sessions.begin() as s:  # a deployment's replica is not made by submit: no spec to submit again
+        s.get(Job, job["id"]).kind = "serve"
+    r = api.http.get(f"/v1/jobs/{job['id']}/spec", headers=h)
+    assert r.status_code == 422 and "made by the platform" in r.json()["error"]["message"]

@@ -109,6 +109,21 @@ def test_a_queued_job_that_can_never_start_says_so_on_its_page(api, tmp_path):
     assert 'id="job-warning"' not in b.get(f"/jobs/{fits}/status").text
 
 
+def test_a_jobs_page_shows_its_spec_and_downloads_it(api, tmp_path):
+    """Issue 71: the console shows a job as the file that submits it again."""
+    job = _submit(api, api.admin, tmp_path, name="digits")
+    b = Browser(api, api.admin)
+    page = b.get(f"/jobs/{job}").text
+    assert 'id="job-spec"' in page and "name: digits" in page and f'href="/jobs/{job}/spec.yaml?download=1"' in page
+    r = b.get(f"/jobs/{job}/spec.yaml?download=1")
+    assert r.status_code == 200 and r.headers["content-disposition"] == f'attachment; filename="job-{job}.yaml"'
+    assert "command: [python, x.py]\n" in r.text and f"workdir: {tmp_path}" in r.text
+    assert Browser(api, api.user("carl", "audio")).get(f"/jobs/{job}/spec.yaml").status_code == 404
+    with api.ctx.sessions.begin() as s:
+        s.get(Job, job).kind = "trial"  # a search's trial: made by the search, nothing to submit again
+    assert 'id="job-spec"' not in b.get(f"/jobs/{job}").text
+
+
 def test_another_users_job_cannot_be_changed(api, tmp_path):
     ana, ben = api.user("ana", "vision"), api.user("ben", "vision")
     job = _submit(api, ana, tmp_path)

@@ -10,6 +10,7 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
+from deeppod.cli.spec import SpecOpt, inline, inline_requirements
 from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers, read_requirements
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers import command as trainer
@@ -59,14 +60,19 @@ def read_space(path: Path) -> dict:
         raise InvalidRequest(f"cannot read the space file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise InvalidRequest(f"the space file {path} is not valid YAML: {exc}") from None
+    return check_space(raw, f"the space file {path}")
+
+
+def check_space(raw, where: str) -> dict:
     if not isinstance(raw, dict) or not raw:
-        raise InvalidRequest(f"the space file {path} must hold a mapping of parameters, e.g. "
+        raise InvalidRequest(f"{where} must hold a mapping of parameters, e.g. "
                              "lr: {type: float, low: 0.0001, high: 0.1, log: true}")
     return raw
 
 
 @app.command("create")
 def create(
+    ctx: typer.Context,
     name: str,
     command: Annotated[list[str], typer.Argument(help="each trial's command after '--', with {param} placeholders")],
     space: Space = None, metric: Metric = "val_acc", mode: Mode = "max", trials: Trials = 20,
@@ -89,23 +95,27 @@ def create(
     python: Annotated[str | None, typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
     image: Annotated[str | None, typer.Option(help="a container image the server offers: every trial runs in it",
                                                  show_default=False)] = None,
-    max_restarts: int = 0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None,
+    max_restarts: int = 0, spec: SpecOpt = None, as_json: JsonOpt = False, url: UrlOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Search hyperparameters: deeppod tune create lr-search --space space.yaml --metric val_acc
-    --trials 40 --parallel 4 -- python train.py --lr {lr} --batch-size {batch_size}"""
-    if space is None:
+    --trials 40 --parallel 4 -- python train.py --lr {lr} --batch-size {batch_size}
+    (or: deeppod tune create lr-search --spec search.yaml, the space a mapping in it)"""
+    if space is None and inline(ctx, "space") is None:
         raise InvalidRequest("give the search space with --space FILE.yaml, e.g. "
                              "lr: {type: float, low: 0.0001, high: 0.1, log: true}")
     low, high = parse_workers(workers)
     c = client(url, token)
     exp = c.create_experiment(
-        name, command, space=read_space(space), metric=metric, mode=mode, trials=trials, parallel=parallel,
+        name, command, space=read_space(space) if space else check_space(inline(ctx, "space"), "--spec's space"),
+        metric=metric, mode=mode, trials=trials, parallel=parallel,
         sampler=sampler, pruner=pruner, prune_after=prune_after, seed=seed, register=register,
         register_at_chance=register_at_chance, reuse=reuse, workers=low, max_workers=high,
         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
         gpu_memory_mb=parse_memory(gpu_memory), env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
-        requirements=read_requirements(requirements), python=python, image=image)
+        requirements=read_requirements(requirements) if requirements else inline_requirements(ctx), python=python,
+        image=image)
     _created(exp, as_json)
 
 

@@ -11,6 +11,7 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state, warm_spares
+from deeppod.cli.spec import SpecOpt, inline_requirements
 from deeppod.cli.values import (
     exported_env,
     parse_age,
@@ -23,7 +24,7 @@ from deeppod.cli.values import (
 from deeppod.contract import FINAL_STATES, JobState, same_reason
 
 app = typer.Typer()
-job_app = typer.Typer(no_args_is_help=True, help="One job: show, events.")
+job_app = typer.Typer(no_args_is_help=True, help="One job: show, events, spec.")
 jobs_app = typer.Typer(invoke_without_command=True, help="List jobs; remove finished jobs' files (rm, purge).")
 app.add_typer(job_app, name="job")
 app.add_typer(jobs_app, name="jobs")
@@ -64,6 +65,7 @@ def follow_job(c, job_id: int) -> None:
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def submit(
+    ctx: typer.Context,
     command: Annotated[list[str], typer.Argument(help="the command each worker runs, after '--'")],
     name: Annotated[str | None, typer.Option(help="job name (default: the script's name)")] = None,
     workers: Annotated[str, typer.Option("--workers", "-n",
@@ -111,9 +113,10 @@ def submit(
     stop_patience: Annotated[str | None, typer.Option(
         help="METRIC:P[:max]: stop when METRIC has not improved for P reports (lower is better unless :max)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")] = False,
-    url: UrlOpt = None, token: TokenOpt = None,
+    spec: SpecOpt = None, url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
-    """Run a command as N workers with the torchrun environment: deeppod submit -n 2 -- python train.py"""
+    """Run a command as N workers with the torchrun environment: deeppod submit -n 2 -- python train.py
+    (or deeppod submit --spec job.yaml)"""
     job_env = {**exported_env(), **parse_env(env)}
     low, high = parse_workers(workers)
     rules = parse_stop_rules(stop_on_nan, stop_patience)
@@ -122,8 +125,8 @@ def submit(
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
-                   requirements=read_requirements(requirements), image=image,
-                   workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
+                   requirements=read_requirements(requirements) if requirements else inline_requirements(ctx),
+                   image=image, workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
                    grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory))
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     warn_never_fits(job)
@@ -221,6 +224,12 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
         console.print("exit codes: " + ", ".join(f"rank {r}: {c}" for r, c in j["exit_codes"].items()))
     if j["reason"]:
         console.print(f"reason:    {j['reason']}")
+
+
+@job_app.command("spec")
+def job_spec(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A job as a spec file: deeppod job spec 12 > job.yaml, then deeppod submit --spec job.yaml."""
+    print(client(url, token).job_spec(job_id)["yaml"], end="")
 
 
 @job_app.command("events")

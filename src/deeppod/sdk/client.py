@@ -461,6 +461,11 @@ class Client:
         """Remove the folders of finished jobs that ended longer ago (stopped jobs keep theirs)."""
         return self._request("POST", "/v1/jobs/purge", json={"older_than_seconds": older_than_seconds})
 
+    def job_spec(self, job_id: int) -> dict:
+        """A batch job's submit options: ``fields`` (a mapping) and ``yaml`` (a file that
+        ``deeppod submit --spec`` submits again)."""
+        return self._request("GET", f"/v1/jobs/{job_id}/spec")
+
     def events(self, job_id: int) -> list[dict]:
         return self._request("GET", f"/v1/jobs/{job_id}/events")
 

@@ -6,10 +6,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, PurgeIn, PurgeOut, job_out
+from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, JobSpecOut, PurgeIn, PurgeOut, job_out
 from deeppod.errors import Conflict, InvalidRequest
 from deeppod.job_folder import JobFolder
-from deeppod.jobs import fit, retention, service
+from deeppod.jobs import fit, retention, service, spec
 from deeppod.jobs.logs import logged_ranks, stream_logs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -47,6 +47,13 @@ def _csv(value: str | None) -> tuple[str, ...]:
 def show(job_id: Id, session: SessionDep, principal: PrincipalDep) -> JobOut:
     job = service.get_job(session, principal, job_id)
     return job_out(job, *service.owner_names(session, job))
+
+
+@router.get("/{job_id}/spec", response_model=JobSpecOut)
+def job_spec(job_id: Id, session: SessionDep, principal: PrincipalDep, request: Request) -> JobSpecOut:
+    job = service.get_job(session, principal, job_id)
+    own = str(JobFolder.of(get_ctx(request).settings.jobs_dir, job_id).code)
+    return JobSpecOut(fields=spec.fields_of(job, own), yaml=spec.spec_text(job, own))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)

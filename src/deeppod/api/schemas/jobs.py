@@ -105,6 +105,11 @@ class JobOut(Out):
                                 "can never start here (it waits until it is cancelled)")
 
 
+class JobSpecOut(Out):
+    fields: dict = Field(description="the submit options that made the job, as spec fields (--env values left out)")
+    yaml: str = Field(description="the same as a file: deeppod submit --spec FILE submits it again")
+
+
 class JobEventOut(Out):
     id: int
     at: datetime

@@ -17,7 +17,7 @@ from deeppod.datasets import service as datasets
 from deeppod.envs import images
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.job_folder import JobFolder
-from deeppod.jobs import fit, metrics, service
+from deeppod.jobs import fit, metrics, service, spec
 from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.runtime.trainers import command as trainer
 from deeppod.ui import forms
@@ -210,9 +210,21 @@ def _job_values(session, viewer, job_id: int) -> dict:
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
     values = _job_values(session, viewer, job_id)
-    ctx = get_ctx(request)
-    ranks = logged_ranks(JobFolder.of(ctx.settings.jobs_dir, job_id).root, values["job"].workers)
-    return page(request, "job.html", ranks=ranks, **values)
+    folder = JobFolder.of(get_ctx(request).settings.jobs_dir, job_id)
+    ranks = logged_ranks(folder.root, values["job"].workers)
+    job = service.get_job(session, viewer.principal, job_id)
+    text = spec.spec_text(job, str(folder.code)) if job.kind == "batch" else None
+    return page(request, "job.html", ranks=ranks, spec=text, **values)
+
+
+@router.get("/jobs/{job_id}/spec.yaml")
+def job_spec(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep, download: bool = False) -> Response:
+    """The job as a spec file (deeppod submit --spec), shown or downloaded."""
+    job = service.get_job(session, viewer.principal, job_id)
+    text = spec.spec_text(job, str(JobFolder.of(get_ctx(request).settings.jobs_dir, job_id).code))
+    how = "attachment" if download else "inline"
+    return Response(text, media_type="text/plain; charset=utf-8",
+                    headers={"Content-Disposition": f'{how}; filename="job-{job_id}.yaml"'})
 
 
 @router.get("/jobs/{job_id}/status")
