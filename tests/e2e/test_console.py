@@ -218,8 +218,8 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     admin = Client(server.url, server.admin_token)
     common = ["--dataset", "digits", "--model", "small-cnn", "--image-size", "16", "--batch-size", "32", "--lr", "0.05",
               "--min-crop", "0.8", "--no-hflip", "--register", "digits-cnn"]
-    weak = admin.submit(trainer_command([*common, "--epochs", "1", "--max-steps", "3"]), name="weak",
-                        datasets=["digits"], own_folder=True)
+    weak = admin.submit(trainer_command([*common, "--epochs", "1", "--max-steps", "3", "--register-at-chance"]),
+                        name="weak", datasets=["digits"], own_folder=True)
     assert admin.wait(weak["id"], timeout=300)["state"] == "succeeded"
     strong = admin.submit(trainer_command([*common, "--epochs", "4"]), name="strong", datasets=["digits"],
                           own_folder=True)

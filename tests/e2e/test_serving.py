@@ -55,8 +55,9 @@ def flow(tmp_path_factory, request):
         common = ["train", "image-classifier", "--dataset", "digits", "--model", "small-cnn", "--image-size", "16",
                   "--batch-size", "32", "--lr", "0.05", "--min-crop", "0.8", "--no-hflip", "--loader-workers", "0",
                   "-f"]
-        # v1: a few steps only (a weak model), registered by the trainer itself
-        p = run(env, *common, "--epochs", "1", "--max-steps", "3", "--register", MODEL, cwd=work)
+        # v1: a few steps only (a weak model, maybe no better than chance), registered by the trainer itself
+        p = run(env, *common, "--epochs", "1", "--max-steps", "3", "--register", MODEL, "--register-at-chance",
+                cwd=work)
         weak_job = int(p.stdout.split()[1])
         # v2: trained properly, registered from its job
         p = run(env, *common, "--epochs", "6", cwd=work)

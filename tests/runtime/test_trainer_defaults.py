@@ -69,3 +69,32 @@ def test_what_was_chosen_is_kept_across_restarts_and_hardware(tmp_path, monkeypa
     chosen = args(model="resnet34", image_size=64)  # what the user said is never replaced
     trainer.resolve_auto(chosen, lambda: [(300, 300)], cuda=True)
     assert (chosen.model, chosen.image_size) == ("resnet34", 64)
+
+
+@pytest.mark.parametrize("n_train, want", [(25, 8), (40, 8), (100, 16), (300, 64), (511, 64), (512, 128),
+                                           (1437, 128), (3, 8)])
+def test_the_default_batch_gives_an_epoch_four_steps_on_few_images(n_train, want):
+    assert trainer.default_batch(n_train) == want
+    assert trainer.parse_args(["--data", "."]).batch_size is None  # None: decided once the images are counted
+
+
+def test_a_model_no_better_than_chance_is_not_registered(tmp_path, monkeypatch, capsys):
+    registered = []
+    monkeypatch.setattr(trainer, "write_artifact", lambda *a, **k: None)
+    monkeypatch.setattr(trainer, "register", lambda name, out: registered.append(name))
+
+    def finish(val_accuracy, classes=10, *flags):
+        run = SimpleNamespace(args=trainer.parse_args(["--data", ".", "--register", "digits", "--output",
+                                                       str(tmp_path), *flags]),
+                              ctx=SimpleNamespace(job_dir=None), classes=[str(i) for i in range(classes)],
+                              version_dir=None)
+        trainer.Run.write_model(run, {"val_accuracy": val_accuracy, "val_loss": 2.3}, model=None)
+
+    finish(0.1)  # 1 of 10 classes: a guess
+    assert registered == []
+    assert ("not registered as 'digits': val_accuracy 0.1 is no better than chance (0.1, 1 of 10 classes)"
+            in capsys.readouterr().out)
+    finish(0.1, 10, "--register-at-chance")  # asked for all the same
+    finish(0.45)
+    finish(float("nan"))  # no validation set: nothing says it is at chance
+    assert registered == ["digits"] * 3

@@ -73,6 +73,7 @@ def test_an_admin_sizes_a_cluster_from_the_admin_page_and_members_may_not(api):
     assert 'value="20"' in r.text  # the form keeps what was asked
     r = b.get("/admin/size", params={**q, "epochs": "-1"})
     assert r.status_code == 422 and "greater than or equal to 0.001" in field_errors(r.text)["epochs"]
+    assert 'value="1281167"' in r.text and 'value="2900"' in r.text and 'value="-1"' in r.text  # nothing cleared
     r = b.get("/admin/size", params={**q, "inference_rps": "100"})
     assert r.status_code in (400, 422) and "--rps-per-gpu" in r.text
     ana = Browser(api, api.user("ana", "vision"))

@@ -28,7 +28,9 @@ def train_image_classifier(
     model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...), small-cnn, or auto: "
                                             "resnet18 on a GPU, small-cnn on CPU")] = "auto",
     epochs: int = 10,
-    batch_size: Annotated[int, typer.Option(help="global batch")] = 128,
+    batch_size: Annotated[int | None, typer.Option(
+        help="global batch (default: 128, less on a dataset where that makes an epoch under 4 steps)",
+        show_default=False)] = None,
     lr: float = 0.1,
     optimizer: Annotated[str, typer.Option(
         help="sgd, momentum, nesterov, adam, adamw, adagrad, adadelta, rmsprop")] = "momentum",
@@ -38,6 +40,10 @@ def train_image_classifier(
         help="input size in pixels, square (default: the images' own, 16 to 224)", show_default=False)] = None,
     register: Annotated[str | None, typer.Option(
         help="register the trained model as a new version of model NAME when training ends")] = None,
+    register_at_chance: Annotated[bool, typer.Option(
+        "--register-at-chance",
+        help="register it even when its validation accuracy is no better than chance (1 / classes); without it "
+             "such a model stays in the job's folder")] = False,
     workers: Annotated[str, typer.Option("--workers", "-n", help="N or MIN:MAX")] = "1",
     gpus_per_worker: Annotated[int | None, typer.Option(
         help="GPUs per worker (default: 1 when the cluster has GPUs, else 0)", show_default=False)] = None,
@@ -67,10 +73,11 @@ def train_image_classifier(
     if data is not None and not data.is_dir():
         raise InvalidRequest(f"--data {data} is not a folder of class folders")
     source = ["--data", str(data.resolve())] if data is not None else ["--dataset", dataset]
-    args = [*source, "--model", model, "--epochs", str(epochs), "--batch-size", str(batch_size), "--lr", str(lr),
+    args = [*source, "--model", model, "--epochs", str(epochs),
+            *(["--batch-size", str(batch_size)] if batch_size else []), "--lr", str(lr),
             "--optimizer", optimizer, "--momentum", str(momentum), "--weight-decay", str(weight_decay),
             *(["--image-size", str(image_size)] if image_size else []), *(["--register", register] if register else []),
-            *ctx.args]
+            *(["--register-at-chance"] if register_at_chance else []), *ctx.args]
     if strategy not in ("auto", "ddp", "fsdp"):
         raise InvalidRequest(f"--strategy {strategy!r}: use auto, ddp or fsdp")
     if strategy != "auto":

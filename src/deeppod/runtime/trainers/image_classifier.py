@@ -34,6 +34,19 @@ SCHEDULES = ("constant", "step", "cosine", "linear-warmup-cosine")
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
+DEFAULT_BATCH = 128
+MIN_STEPS = 4  # an epoch of one step (25 images, a batch of 128) barely trains: the default batch shrinks
+
+
+def default_batch(n_train: int) -> int:
+    """The global batch where none was given: 128, or the largest power of two that makes an
+    epoch of n_train images at least MIN_STEPS steps (8 at least)."""
+    batch = DEFAULT_BATCH
+    while batch > 8 and batch * MIN_STEPS > n_train:
+        batch //= 2
+    return batch
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
@@ -46,7 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default=AUTO, help="a torchvision classification model, 'small-cnn', or 'auto': "
                                              "resnet18 where the worker has a GPU, small-cnn on CPU")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=128, help="global batch at --base-workers workers")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"global batch at --base-workers workers (default: {DEFAULT_BATCH}, less where that is over a "
+                        f"quarter of the training images: {MIN_STEPS} steps an epoch at least)")
     p.add_argument("--base-workers", type=int, default=None, help="world size the batch and LR are set for "
                                                                   "(default: the first run's)")
     p.add_argument("--scale-rule", choices=("keep_global_batch", "linear_lr"), default="keep_global_batch")
@@ -77,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", default=None, help="model artifact folder (default: JOB_DIR/model)")
     p.add_argument("--register", default=None, metavar="NAME",
                    help="register the artifact as a new version of model NAME when training ends")
+    p.add_argument("--register-at-chance", action="store_true",
+                   help="register it even when its validation accuracy is no better than chance (1 / classes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     p.add_argument("--val-step", choices=("step", "epoch"), default="step",
@@ -315,6 +332,12 @@ class Run:
             resolve_auto(args, lambda: folder_sizes(items), cuda)
             train_items, self.val_items = split(items, args.val_fraction)
             self.train_set, self.n_train = ImageList(train_items, transforms(args.image_size, True)), len(train_items)
+        self.batch_note = ""
+        if args.batch_size is None:
+            args.batch_size = default_batch(self.n_train)
+            if args.batch_size != DEFAULT_BATCH:
+                self.batch_note = (f"; global batch {args.batch_size}: the default {DEFAULT_BATCH} would make an "
+                                   f"epoch of {self.n_train} images under {MIN_STEPS} steps (--batch-size to choose)")
 
     def _finetune(self) -> list[str]:
         """Start from an earlier model's weights; its classifier layers are new where the
@@ -385,7 +408,8 @@ class Run:
             where = (f"resuming at epoch {self.epoch} step {self.step}, {self.sampler.position} samples in"
                      if self.state else "from scratch")
             print(f"world {ctx.world_size} (base {self.base_world}), per-worker batch {self.batch}, lr {self.lr:g}, "
-                  f"{where}; {self.n_train} train / {len(self.val_items)} val images, {len(self.classes)} classes",
+                  f"{where}; {self.n_train} train / {len(self.val_items)} val images, {len(self.classes)} classes"
+                  f"{self.batch_note}",
                   flush=True)
 
     def wrap(self, synced: bool = False):
@@ -630,7 +654,11 @@ class Run:
         write_artifact(model, self.classes, args, scores, out,
                        crop="center" if self.version_dir is not None else "squash")
         if args.register:
-            register(args.register, out)
+            refused = at_chance(scores, len(self.classes)) if not args.register_at_chance else None
+            if refused:
+                print(f"not registered as {args.register!r}: {refused}", flush=True)
+            else:
+                register(args.register, out)
 
 
 def main(argv=None) -> int:
@@ -698,6 +726,17 @@ def evaluate(ddp, val_items, args, ctx, channels_last, amp, loss_fn) -> dict[str
         dist.all_reduce(correct)
     right, seen, loss = (correct / correct[1].clamp(min=1)).tolist()
     return {"val_accuracy": right, "val_loss": loss}
+
+
+def at_chance(scores: dict[str, float], classes: int) -> str | None:
+    """Why a model is not worth registering (its validation accuracy is no better than
+    guessing), or None. No validation set says nothing: None."""
+    acc, chance = scores.get("val_accuracy", float("nan")), 1.0 / max(1, classes)
+    if classes < 2 or acc != acc or acc > chance + 1e-9:
+        return None
+    return (f"val_accuracy {acc:.4g} is no better than chance ({chance:.4g}, 1 of {classes} classes): train "
+            "longer, lower --lr, or give more images (--register-at-chance registers it anyway; the model is in "
+            "the job's folder)")
 
 
 def register(name: str, out: Path) -> None:

@@ -222,7 +222,8 @@ def _plan(a, args: list[str], memory_mb: int | None, workers: int, device: str) 
         chosen = choose(s, memory_mb if memory_mb is not None else 1 << 40,
                         strategy=a.strategy if fixed else None,
                         activation_checkpointing=True if a.activation_checkpointing else None, workers=workers,
-                        per_worker_batch=max(1, -(-a.batch_size // (a.base_workers or workers))),
+                        per_worker_batch=max(1, -(-(a.batch_size or trainer.DEFAULT_BATCH)
+                                                  // (a.base_workers or workers))),
                         optimizer=a.optimizer, loader_workers=a.loader_workers, device=device,
                         offload=(True if a.offload else None) if gpu else False, amp=a.amp != "off")
     except ValueError as exc:

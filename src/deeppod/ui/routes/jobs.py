@@ -16,6 +16,7 @@ from deeppod.contract import FINAL_STATES, JobState
 from deeppod.datasets import service as datasets
 from deeppod.envs import images
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
+from deeppod.experiments import service as experiments
 from deeppod.job_folder import JobFolder
 from deeppod.jobs import fit, metrics, service, spec
 from deeppod.jobs.logs import logged_ranks, tail
@@ -114,7 +115,7 @@ def _submit(request: Request, session, viewer, req: service.JobRequest, fields: 
         return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
                               roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
                               default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
-                              default_pids=ctx.settings.pids_per_worker)
+                              default_pids=ctx.settings.pids_per_worker, package_index=ctx.settings.env_index)
     except DeepPodError as exc:
         raise forms.service_error(exc, fields) from None
 
@@ -125,7 +126,7 @@ def trainer_form(request: Request, session: SessionDep, viewer: ViewerDep) -> Re
                 datasets=_dataset_choices(session, viewer))
 
 
-TRAINER_DEFAULTS = {"model": "auto", "epochs": "10", "batch_size": "128", "lr": "0.1", "optimizer": "momentum",
+TRAINER_DEFAULTS = {"model": "auto", "epochs": "10", "lr": "0.1", "optimizer": "momentum",
                     "workers": "1", "max_restarts": "3", "histograms_every": "20"}
 TRAINER_FIELDS = {"dataset": "dataset", "model": "model", "epochs": "epochs", "batch": "batch_size",
                   "lr": "lr", "optimizer": "optimizer", "image": "image_size", "worker": "workers",
@@ -214,7 +215,8 @@ def job_page(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDe
     ranks = logged_ranks(folder.root, values["job"].workers)
     job = service.get_job(session, viewer.principal, job_id)
     text = spec.spec_text(job, str(folder.code)) if job.kind == "batch" else None
-    return page(request, "job.html", ranks=ranks, spec=text, **values)
+    search = experiments.search_of(session, job.id) if job.kind == "trial" else None
+    return page(request, "job.html", ranks=ranks, spec=text, search=search, **values)
 
 
 @router.get("/jobs/{job_id}/spec.yaml")
