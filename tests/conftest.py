@@ -197,7 +197,7 @@ def api(tmp_path, _migrated_sqlite):
     (tmp_path / "home").mkdir()
     shutil.copyfile(_migrated_sqlite, tmp_path / "home" / "deeppod.db")  # migrated once, not per test
     settings = Settings(home=tmp_path / "home", max_body_bytes=64 * 1024, cpus=8, memory_mb=16384,
-                        isolation="single-user")
+                        isolation="single-user", env_no_index=True)  # no package index reached from here
     ctx = build(settings, executor=FakeExecutor(), probe=LogicalProbe(4))
     admin = bootstrap_admin(ctx)
     with TestClient(http_app(ctx)) as http:

@@ -84,7 +84,10 @@ def test_a_requirement_that_cannot_be_met_fails_with_the_installers_message(serv
     assert "check the requirements" in done["reason"]
     for bad, words in (("--index-url http://evil/simple\nnumpy", "does not let tenant 'default'"),
                        ("git+https://example.com/x.git", "not a package requirement"),
-                       ("./local/path", "not a package requirement")):
+                       ("./local/path", "not a package requirement"),
+                       # a misspelt name: refused at submit, not when the build fails minutes later
+                       ("deeppod-prob==1.2.3", "no package named 'deeppod-prob' in this server's folder of packages "
+                                               r"\(no index\); did you mean 'deeppod-probe'\?")):
         with pytest.raises(Exception, match=words):
             c.submit(["python", "probe.py"], code=str(tmp_path), gpus_per_worker=0, requirements=bad)
     assert sys.version_info >= (3, 11)

@@ -15,9 +15,11 @@ never reads, writes or follows anything in it but to remove it)::
 
 from __future__ import annotations
 
+import difflib
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -138,7 +140,7 @@ def _build(order: dict, root: Path, final: Path, log, sandbox_spec: dict | None)
             binds.append([links, links, False])
         code, tail = _run(_script(order, final, requirements), order, sandbox_spec, work, log, cache, binds)
         if code != 0:
-            raise BuildError(_why(tail))
+            raise BuildError(_why(tail, order))
         if build_dir != final:
             os.rename(build_dir, final)
         # what it holds, measured once: it does not change after the build (mounted read-only)
@@ -207,10 +209,54 @@ def _run(script: str, order: dict, sandbox_spec: dict | None, work: Path, log, c
     return p.wait(), tail
 
 
-def _why(tail: list[str]) -> str:
-    """The installer's own error lines, and what to do."""
-    errors = [line.strip() for line in tail if line.lstrip().startswith(("error", "×", "ERROR", "╰─▶", "Because",
-                                                                        "hint"))]
-    said = " ".join(errors[-4:] or tail[-2:]) or "the installer failed without a message"
-    return (f"{said} (check the requirements: the names and versions must exist in the package index this server "
-            "uses; the full output is in the job's log)")
+MARKS = ("error", "×", "ERROR", "╰─▶", "Because", "hint")
+# the installer's words for a name the index does not have (uv, then pip)
+MISSING = (re.compile(r"Because ([A-Za-z0-9][\w.-]*) was not found"),
+           re.compile(r"No matching distribution found for ([A-Za-z0-9][\w.-]*)"))
+
+
+def _why(tail: list[str], order: dict | None = None) -> str:
+    """The installer's own error messages, whole (uv wraps one over several lines), a name it
+    could not find with the nearest names this server knows, and what to do."""
+    messages: list[str] = []
+    for line in tail:
+        text = line.strip()
+        if text.startswith(MARKS):
+            messages.append(text)
+        elif messages and line[:1].isspace():  # the message goes on, indented, on the next line
+            messages[-1] += " " + text
+    said = " ".join(messages[-4:]) or " ".join(x.strip() for x in tail[-2:]) or \
+        "the installer failed without a message"
+    hint = ""
+    for pattern in MISSING:
+        found = pattern.search(said)
+        if found:
+            near = similar(found.group(1), known_names((order or {}).get("index") or {}))
+            hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            break
+    return (f"{said.rstrip('.') if hint else said}{hint} (check the requirements: the names and versions must "
+            "exist in the package index this server uses; the full output is in the job's log)")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def similar(name: str, known: set[str]) -> list[str]:
+    return difflib.get_close_matches(_normal(name), sorted(known - {_normal(name)}), n=3, cutoff=0.75)
+
+
+def known_names(index: dict) -> set[str]:
+    """Package names this server can vouch for without asking an index: those installed beside
+    it and those in its folder of packages (find_links)."""
+    from importlib import metadata
+
+    names = {_normal(d.metadata["Name"] or "") for d in metadata.distributions()}
+    return (names | folder_names(index.get("find_links", ""))) - {""}
+
+
+def folder_names(links: str) -> set[str]:
+    """The packages in a local find_links folder (none for a URL)."""
+    if not (links.startswith("/") and os.path.isdir(links)):
+        return set()
+    return {_normal(e.split("-")[0]) for e in os.listdir(links) if e.endswith((".whl", ".tar.gz", ".zip"))}

@@ -21,6 +21,7 @@ from deeppod.cluster.service import capacity
 from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, job_path, reserved
 from deeppod.datasets.service import resolve_for_job
 from deeppod.envs import images
+from deeppod.envs import names as env_names
 from deeppod.envs import spec as env_spec
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
@@ -174,9 +175,11 @@ def default_name(command: list[str]) -> str:
 def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
            code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host",
-           image_dir: str | None = None, default_pids: int = 4096) -> Job:
+           image_dir: str | None = None, default_pids: int = 4096, package_index: dict | None = None) -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
     ``image_dir``: the container images it offers (DEEPPOD_IMAGE_DIR; None: none).
+    ``package_index``: where this server's builds install from (its requirements' names are
+    checked there: envs/names.py); None: not checked.
     ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
     the job works in a folder of its own, JOB_DIR/code: the code it was sent with
     (``req.code``, kept in ``code``), or empty."""
@@ -190,10 +193,11 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
     if req.workdir is None:
         if code is None or jobs_dir is None:
             raise InvalidRequest("give the job a workdir: an absolute folder on the server")
-        return _submit_in_own_folder(session, principal, req, default_grace, read_paths, code, jobs_dir)
+        return _submit_in_own_folder(session, principal, req, default_grace, read_paths, code, jobs_dir,
+                                     package_index)
     if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
         req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
-    return _submit(session, principal, req, default_grace, read_paths)
+    return _submit(session, principal, req, default_grace, read_paths, package_index)
 
 
 NETWORKS = ("host", "isolated", "none")
@@ -222,7 +226,8 @@ def _network(asked: str, sandboxed: bool) -> str:
 
 
 def _submit_in_own_folder(session: Session, principal: Principal, req: JobRequest, default_grace: float,
-                          read_paths: list[str] | None, code: CodeStore, jobs_dir: Path) -> Job:
+                          read_paths: list[str] | None, code: CodeStore, jobs_dir: Path,
+                          package_index: dict | None) -> Job:
     """Unpacked (or empty) in a staging folder first, so that the job is checked against its
     files before it exists; moved to JOB_DIR/code once it has an id."""
     own = code_store.staged(jobs_dir)
@@ -230,7 +235,8 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobReques
         if req.code is not None:
             code.unpack(principal.tenant_id, req.code, own)
         try:
-            job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths)
+            job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths,
+                          package_index)
         except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
             raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
         final = JobFolder.of(jobs_dir, job.id).code
@@ -244,12 +250,14 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobReques
 
 
 def _submit(session: Session, principal: Principal, req: JobRequest, default_grace: float,
-            read_paths: list[str] | None) -> Job:
+            read_paths: list[str] | None, package_index: dict | None = None) -> Job:
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)
     wanted = env_spec.parse(req.requirements, req.python)
     storage.check_indexes(session, principal.tenant, wanted.indexes if wanted else [])
+    if wanted is not None and package_index is not None and req.image is None:
+        env_names.check(wanted, wanted.index(package_index))
     storage.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)

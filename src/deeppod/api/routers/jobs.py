@@ -22,7 +22,7 @@ def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, reques
     job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots,
                          code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
                          default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
-                         default_pids=ctx.settings.pids_per_worker)
+                         default_pids=ctx.settings.pids_per_worker, package_index=ctx.settings.env_index)
     return job_out(job, principal.tenant, principal.user).model_copy(update={"warning": fit.warning(session, job)})
 
 
