@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deeppod import Client
+from tests.e2e.browser import browser, shot, sign_in  # noqa: F401
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -81,7 +82,8 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
 
 
 @pytest.mark.timeout(600)  # its own longest wait, and a minute to report
-def test_tune_image_classifier_searches_the_built_in_trainer_and_registers_the_best(fresh_server, tmp_path):
+def test_tune_image_classifier_searches_the_built_in_trainer_and_registers_the_best(fresh_server, tmp_path,
+                                                                                   browser):  # noqa: F811
     """No code: the built-in trainer on a dataset, its default space, the best trial's model
     registered with the experiment in its lineage."""
     from deeppod.runtime.trainers.digits import write_digits
@@ -117,3 +119,21 @@ def test_tune_image_classifier_searches_the_built_in_trainer_and_registers_the_b
     assert rows[best]["value"] > 0.5, [(r["number"], r["state"], r.get("value"), r.get("best"), r.get("step"),
                                         r.get("reason")) for r in rows]  # a useful model, far from chance (0.1)
     assert f"best: trial {best}" in cli("tune", "show", "dsearch")
+    # the console's search page: trials, the best so far, every trial's curve, parameters against the value
+    page = sign_in(browser, server.url, server.admin_token)
+    page.goto(server.url + "/experiments")
+    page.click('[data-experiment="dsearch"] a')
+    page.wait_for_selector("#exp-curves .uplot")
+    page.wait_for_selector("#exp-best-chart .uplot")
+    page.wait_for_selector("#exp-parallel-svg")
+    valued = [r for r in rows if (r["value"] if r["value"] is not None else r["best"]) is not None]
+    assert page.locator("#exp-parallel-svg polyline").count() == len(valued) >= 1
+    assert page.get_attribute("#exp-curves", "data-trials") == str(len(valued))
+    assert page.locator("#exp-trials tbody tr").count() == 3
+    page.check("#exp-curves-log")  # the same curves on a log scale
+    assert page.evaluate("() => document.getElementById('exp-curves').uplot.scales.y.distr") == 3
+    shot(page, "search")
+    page.click(f'[data-trial="{best}"] a')  # the best trial's job, and back to its search
+    page.wait_for_selector("#job-search a")
+    assert "dsearch" in page.inner_text("#job-search")
+    page.context.close()

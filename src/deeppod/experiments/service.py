@@ -415,5 +415,16 @@ def finish(exp: Experiment, state: ExperimentState, reason: str) -> None:
     exp.state, exp.reason, exp.ended_at = state, reason, utcnow()
 
 
+def search_of(session: Session, job_id: int) -> tuple[Experiment, str, list[int]] | None:
+    """The search a trial's job belongs to, its tenant's name and the trial numbers it ran (the
+    caller has read the job: its search is its tenant's)."""
+    rows = session.execute(select(Trial.number, Experiment).join(Experiment, Trial.experiment_id == Experiment.id)
+                           .where(Trial.job_id == job_id).order_by(Trial.number)).all()
+    if not rows:
+        return None
+    exp = rows[0][1]
+    return exp, session.get(Tenant, exp.tenant_id).name, [n for n, _ in rows]
+
+
 def owner_names(session: Session, exp: Experiment) -> tuple[str, str]:
     return session.get(Tenant, exp.tenant_id).name, session.get(User, exp.user_id).name

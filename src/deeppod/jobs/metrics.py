@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from sqlalchemy import delete, func, select
@@ -155,17 +155,39 @@ def series(session: Session, principal: Principal, job_id: int, names: list[str]
                              .where(*mine).group_by(JobMetric.name).order_by(JobMetric.name))
     out = {}
     for name, count, lo, hi in shapes.all():
-        last = session.execute(select(JobMetric.step, JobMetric.value)
-                               .where(*scope, JobMetric.name == name, JobMetric.step == hi)
-                               .order_by(JobMetric.id.desc()).limit(1)).one()
-        if count <= max_points:
-            pts = [[st, v] for st, v in session.execute(
-                select(JobMetric.step, JobMetric.value).where(*scope, JobMetric.name == name)
-                .order_by(JobMetric.step, JobMetric.id))]
-        else:
-            pts = _buckets(session, scope, name, lo, hi, max_points - 1) + [[last[0], last[1]]]
-        out[name] = {"points": count, "last": [last[0], last[1]], "series": pts}
+        last, pts = _points(session, scope, name, count, lo, hi, max_points)
+        out[name] = {"points": count, "last": last, "series": pts}
     return {"job_id": job_id, "metrics": out, **({"trial": trial} if trial is not None else {})}
+
+
+def trial_series(session: Session, trials: list[tuple[int, int]], name: str, max_points: int = 300) -> dict:
+    """Metric ``name`` of each of a search's trials ``(number, job_id)`` (the caller has read
+    the search: these are its trials' jobs), at most ``max_points`` points each: {number: points}.
+    A process that ran several trials (--reuse) holds a series per trial, told apart by number."""
+    hosts = Counter(job_id for _, job_id in trials)
+    out = {}
+    for number, job_id in trials:
+        scope = [JobMetric.job_id == job_id, *([JobMetric.trial == number] if hosts[job_id] > 1 else [])]
+        count, lo, hi = session.execute(select(func.count(), func.min(JobMetric.step), func.max(JobMetric.step))
+                                        .where(*scope, JobMetric.name == name)).one()
+        if count:
+            out[number] = _points(session, scope, name, count, lo, hi, max_points)[1]
+    return out
+
+
+def _points(session: Session, scope: list, name: str, count: int, lo: int, hi: int,
+            max_points: int) -> tuple[list, list[list]]:
+    """(the last point, the series of at most ``max_points`` points)."""
+    last = session.execute(select(JobMetric.step, JobMetric.value)
+                           .where(*scope, JobMetric.name == name, JobMetric.step == hi)
+                           .order_by(JobMetric.id.desc()).limit(1)).one()
+    if count <= max_points:
+        pts = [[st, v] for st, v in session.execute(
+            select(JobMetric.step, JobMetric.value).where(*scope, JobMetric.name == name)
+            .order_by(JobMetric.step, JobMetric.id))]
+    else:
+        pts = _buckets(session, scope, name, lo, hi, max_points - 1) + [[last[0], last[1]]]
+    return [last[0], last[1]], pts
 
 
 def _shown_trial(session: Session, job) -> int | None:

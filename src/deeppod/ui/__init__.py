@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import admin, cluster, datasets, deployments, jobs, labeling, models
+from deeppod.ui.routes import admin, cluster, datasets, deployments, experiments, jobs, labeling, models
 
 ASSETS = "/static/console"
 
@@ -22,7 +22,7 @@ def install(app: FastAPI) -> None:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml",
                             headers={"Cache-Control": "public, max-age=86400"})
     # labeling before datasets: /datasets/REF/label is not a version called 'REF/label'
-    for r in (auth, cluster, jobs, labeling, datasets, models, deployments, admin):
+    for r in (auth, cluster, jobs, experiments, labeling, datasets, models, deployments, admin):
         app.include_router(r.router)
 
 

@@ -77,11 +77,13 @@
   // window (seconds, time charts): the x axis always spans the last `window` seconds and the y
   // axis starts at 0, so a chart with one point or none still has sensible axes (uPlot's own
   // range around a single time spans years)
-  function lineChart(el, title, xLabel, names, time, window, yLabel) {
+  function lineChart(el, title, xLabel, names, time, window, yLabel, xRange) {
     const width = time ? Math.max(320, el.clientWidth - 8) : Math.max(280, Math.min(el.clientWidth || 520, 560));
     const scales = {x: {time: !!time}};
     if (window) {
       scales.x.range = (u, lo, hi) => { const end = hi || Date.now() / 1000; return [end - window, end]; };
+    } else if (xRange) {
+      scales.x.range = xRange;
     }
     if (window || yLabel) {  // counts from zero: 0.06 GPUs is not a peak
       scales.y = {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]};
@@ -125,6 +127,116 @@
       endedRead = !!body.final;
       return true;
     });
+  }
+
+  // a search's page: the best value so far over time, every trial's curve of the metric on one
+  // chart (x = step; a log scale on demand), and parallel coordinates of parameters to value
+  function searchCharts(name, tenant) {
+    const url = "/experiments/" + encodeURIComponent(name) + "/data.json?tenant=" + encodeURIComponent(tenant);
+    const logBox = document.getElementById("exp-curves-log");
+    let best = null, curves = null, last = null, drawnCurves = "", drawnLines = "";
+    function drawCurves(d) {
+      const numbers = Object.keys(d.curves).map(Number).sort((a, b) => a - b);
+      const log = logBox.checked, key = JSON.stringify(d.curves) + log;
+      if (!numbers.length || key === drawnCurves) return;
+      drawnCurves = key;
+      const box = document.getElementById("exp-curves");
+      const steps = [...new Set(numbers.flatMap(n => d.curves[n].map(p => p[0])))].sort((a, b) => a - b);
+      const data = [steps].concat(numbers.map(n => {
+        const at = new Map(d.curves[n].map(p => [p[0], p[1]]));
+        return steps.map(s => (at.get(s) != null && (!log || at.get(s) > 0)) ? at.get(s) : null);
+      }));
+      if (curves && (curves.series.length !== numbers.length + 1 || curves.log !== log)) { curves.destroy(); curves = null; }
+      if (!curves) {
+        box.querySelectorAll("p.muted").forEach(p => p.remove());
+        curves = log ? logChart(box, d.metric + " by trial (log scale)", numbers)
+                     : lineChart(box, d.metric + " by trial", "step", numbers.map(n => "trial " + n), false);
+        curves.log = log;
+      }
+      curves.setData(data);
+      box.dataset.trials = String(numbers.length);
+    }
+    logBox.addEventListener("change", () => { if (last) drawCurves(last); });
+    every(3000, async function () {
+      const r = await fetch(url, {credentials: "same-origin"});
+      if (!r.ok) return true;
+      const d = last = await r.json();
+      const bestBox = document.getElementById("exp-best-chart");
+      if (d.best_so_far.length) {
+        if (!best) {
+          bestBox.replaceChildren();
+          best = lineChart(bestBox, "best " + d.metric + " so far", "time", ["best " + d.metric], true);
+        }
+        // from the search's start to its end (or now), a step at each trial that ended better than all before
+        const xs = [d.created_at], ys = [null];
+        let prev = null;
+        for (const [at, value] of d.best_so_far) {
+          if (prev !== null) { xs.push(at); ys.push(prev); }
+          xs.push(at); ys.push(value); prev = value;
+        }
+        xs.push(Math.max(d.ended_at || Date.now() / 1000, xs[xs.length - 1])); ys.push(prev);
+        best.setData([xs, ys]);
+        bestBox.dataset.points = String(d.best_so_far.length);
+      }
+      drawCurves(d);
+      const lines = JSON.stringify(d.trials.map(t => [t.number, t.value]));
+      if (lines !== drawnLines) { drawnLines = lines; parallel(document.getElementById("exp-parallel"), d); }
+      document.getElementById("exp-state").textContent = d.state;
+      return ["running", "stopping"].includes(d.state);  // an ended search changes no more
+    });
+  }
+
+  function logChart(el, title, numbers) {
+    const opts = {title: title, width: Math.max(280, Math.min(el.clientWidth || 520, 560)), height: 220,
+                  scales: {x: {time: false}, y: {distr: 3}},
+                  series: [{label: "step"}].concat(numbers.map((n, i) => ({label: "trial " + n, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true}))),
+                  axes: [{label: "step"}, {}]};
+    const chart = new uPlot(opts, [[]].concat(numbers.map(() => [])), el);
+    el.uplot = chart;
+    return chart;
+  }
+
+  // parallel coordinates, drawn as SVG: an axis per parameter (a log axis for a log-scaled one,
+  // evenly spaced choices for a categorical one) and one for the value; a line per trial
+  function parallel(box, d) {
+    const NS = "http://www.w3.org/2000/svg";
+    const params = Object.keys(d.space), rows = d.trials.filter(t => t.value !== null);
+    if (!rows.length) return;
+    const W = Math.max(480, box.clientWidth || 720), H = 260, top = 24, bottom = H - 30;
+    const axes = params.map(p => {
+      const spec = d.space[p];
+      if (spec.type === "categorical") {
+        const choices = spec.choices.map(String);
+        const pos = v => choices.indexOf(String(v)) / Math.max(1, choices.length - 1);
+        return {name: p, pos: pos, ticks: choices.map(c => [c, pos(c)])};
+      }
+      const lo = Number(spec.low), hi = Number(spec.high), lg = !!spec.log && lo > 0;
+      const f = v => lg ? Math.log(v) : v;
+      return {name: p, pos: v => (f(v) - f(lo)) / ((f(hi) - f(lo)) || 1), ticks: [[String(lo), 0], [String(hi), 1]]};
+    });
+    const values = rows.map(t => t.value), vlo = Math.min(...values), vhi = Math.max(...values);
+    axes.push({name: d.metric, pos: v => (v - vlo) / ((vhi - vlo) || 1),
+               ticks: [[vlo.toPrecision(3), 0], [vhi.toPrecision(3), 1]]});
+    const x = i => 40 + i * (W - 80) / Math.max(1, axes.length - 1), y = f => bottom - Math.min(1, Math.max(0, f)) * (bottom - top);
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("id", "exp-parallel-svg");
+    const add = (tag, attrs, text) => { const e = document.createElementNS(NS, tag); for (const k in attrs) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; svg.appendChild(e); return e; };
+    const better = v => (d.mode === "max" ? (v - vlo) : (vhi - v)) / ((vhi - vlo) || 1);
+    rows.slice().sort((a, b) => better(a.value) - better(b.value)).forEach(t => {  // the best drawn last, on top
+      const pts = axes.map((a, i) => x(i) + "," + y(i < params.length ? a.pos(t.params[a.name]) : a.pos(t.value)));
+      const line = add("polyline", {points: pts.join(" "), fill: "none", stroke: "rgb(35,100,170)", "stroke-width": 1.5,
+                                    "stroke-opacity": (0.15 + 0.85 * better(t.value)).toFixed(3), "data-trial": t.number});
+      const tip = document.createElementNS(NS, "title"); tip.textContent = "trial " + t.number + ": " + d.metric + " " + t.value.toPrecision(4);
+      line.appendChild(tip);
+    });
+    axes.forEach((a, i) => {
+      add("line", {x1: x(i), x2: x(i), y1: top, y2: bottom, stroke: "#888"});
+      add("text", {x: x(i), y: H - 10, "text-anchor": "middle", "font-size": 12}, a.name);
+      a.ticks.forEach(([label, at]) => add("text", {x: x(i) + 4, y: Math.min(bottom - 2, Math.max(top + 10, y(at) + 4)),
+                                                   "font-size": 10, fill: "#666"}, label));
+    });
+    box.replaceChildren(svg);
+    box.dataset.lines = String(rows.length);
   }
 
   // weight/gradient histograms over steps: a heat map per name (x = step, y = bin)
@@ -456,6 +568,6 @@
     },
   };
 
-  window.DeepPod = {labels: labels, jobCharts: jobCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
+  window.DeepPod = {labels: labels, jobCharts: jobCharts, searchCharts: searchCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
                     predict: predict, waitChart: waitChart};
 })();
