@@ -226,6 +226,18 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     assert admin.wait(strong["id"], timeout=300)["state"] == "succeeded"
 
     page = sign_in(browser, server.url, server.admin_token)
+    # the two runs side by side: ticked on the jobs page, their curves overlaid
+    for job in (weak, strong):
+        page.check(f'#jobs tr[data-job="{job["id"]}"] input.pick')
+    page.click("#compare-link")
+    page.wait_for_selector('#compare-charts .chart[data-metric="loss"] .uplot')
+    assert page.get_attribute('#compare-charts .chart[data-metric="loss"]', "data-runs") == "2"
+    page.select_option("#compare-x", "time")
+    page.fill("#compare-smooth", "0.6")
+    page.check("#compare-log")
+    assert page.evaluate("() => document.querySelector('#compare-charts .chart[data-metric=\"loss\"]')"
+                         ".uplot.scales.y.distr") == 3
+    shot(page, "runs-side-by-side")
     page.click("nav.top >> text=Models")
     page.click('tr[data-model="digits-cnn"] >> text=digits-cnn')
     assert page.locator("#versions tr[data-version]").count() == 2

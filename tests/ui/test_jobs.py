@@ -253,3 +253,31 @@ def test_the_trainer_form_asks_for_gpus_that_hold_its_estimate_or_refuses_next_t
     assert r.status_code == 303, r.text
     job = api.http.get("/v1/jobs", headers=api.as_(api.admin)).json()[0]
     assert 600 < job["gpu_memory_mb"] <= 1024 and "--strategy fsdp" in " ".join(job["command"])
+
+
+def test_runs_side_by_side_overlay_each_metric_with_step_and_time(api, tmp_path):
+    b = Browser(api, api.admin)
+    jobs = [_submit(api, api.admin, tmp_path, name=f"run-{k}") for k in range(2)]
+    for k, job in enumerate(jobs):
+        points = [{"step": s, "metrics": {"loss": (k + 1) / (s + 1), **({"val_accuracy": s / 10} if k else {})}}
+                  for s in range(10)]
+        assert api.http.post(f"/v1/jobs/{job}/metrics", json={"points": points},
+                             headers=api.as_(api.admin)).status_code == 202
+    assert f'class="pick" value="{jobs[0]}"' in b.get("/jobs").text and 'id="compare-link"' in b.get("/jobs").text
+    page = b.get(f"/jobs/compare?ids={jobs[0]},{jobs[1]}")
+    assert page.status_code == 200 and all(f'data-job="{j}"' in page.text for j in jobs)
+    data = b.get(f"/jobs/compare.json?ids={jobs[0]}, {jobs[1]}").json()
+    assert [j["id"] for j in data["jobs"]] == jobs and set(data["metrics"]) == {"loss", "val_accuracy"}
+    loss = data["metrics"]["loss"]
+    assert set(loss) == {str(j) for j in jobs} and set(data["metrics"]["val_accuracy"]) == {str(jobs[1])}
+    for series in loss.values():
+        steps, times = [p[0] for p in series], [p[2] for p in series]
+        assert steps == list(range(10)) and times[0] == 0 and times == sorted(times)  # seconds since its first
+    assert loss[str(jobs[1])][-1][1] == 2 / 10
+    # what to fix, and nothing of another tenant's
+    assert b.get("/jobs/compare?ids=1,x").status_code == 422
+    assert "at most 10" in b.get("/jobs/compare?ids=" + ",".join(map(str, range(1, 13)))).text
+    ana = Browser(api, api.user("ana", "vision"))
+    assert ana.get(f"/jobs/compare?ids={jobs[0]}").status_code == 404
+    assert ana.get(f"/jobs/compare.json?ids={jobs[0]}").status_code == 404
+    assert 'id="compare-none"' in b.get("/jobs/compare").text  # none picked: how to pick them

@@ -141,10 +141,11 @@ def _supersede(session: Session, job_id: int, rows: list[JobMetric]) -> None:
 
 
 def series(session: Session, principal: Principal, job_id: int, names: list[str] | None = None,
-           max_points: int = 500) -> dict:
+           max_points: int = 500, with_time: bool = False) -> dict:
     """Each metric's (step, value) points; a longer series is averaged into at most
     ``max_points`` buckets of steps by the database (the last point is always kept exactly),
-    so a chart of 100,000 points costs a few hundred rows."""
+    so a chart of 100,000 points costs a few hundred rows. ``with_time``: (step, value,
+    seconds since the job's first report), a bucket's time its last point's."""
     job = get_job(session, principal, job_id)
     if not 2 <= max_points <= 100_000:
         raise InvalidRequest("max_points must be between 2 and 100000")
@@ -153,9 +154,10 @@ def series(session: Session, principal: Principal, job_id: int, names: list[str]
     mine = [*scope, *([JobMetric.name.in_(names)] if names else [])]
     shapes = session.execute(select(JobMetric.name, func.count(), func.min(JobMetric.step), func.max(JobMetric.step))
                              .where(*mine).group_by(JobMetric.name).order_by(JobMetric.name))
+    first = session.scalar(select(func.min(JobMetric.at)).where(*scope)) if with_time else None
     out = {}
     for name, count, lo, hi in shapes.all():
-        last, pts = _points(session, scope, name, count, lo, hi, max_points)
+        last, pts = _points(session, scope, name, count, lo, hi, max_points, first)
         out[name] = {"points": count, "last": last, "series": pts}
     return {"job_id": job_id, "metrics": out, **({"trial": trial} if trial is not None else {})}
 
@@ -176,18 +178,21 @@ def trial_series(session: Session, trials: list[tuple[int, int]], name: str, max
 
 
 def _points(session: Session, scope: list, name: str, count: int, lo: int, hi: int,
-            max_points: int) -> tuple[list, list[list]]:
-    """(the last point, the series of at most ``max_points`` points)."""
-    last = session.execute(select(JobMetric.step, JobMetric.value)
+            max_points: int, first=None) -> tuple[list, list[list]]:
+    """(the last point, the series of at most ``max_points`` points); each point with its
+    seconds since ``first`` too where that is given."""
+    when = [JobMetric.at] if first is not None else []
+    last = session.execute(select(JobMetric.step, JobMetric.value, *when)
                            .where(*scope, JobMetric.name == name, JobMetric.step == hi)
                            .order_by(JobMetric.id.desc()).limit(1)).one()
     if count <= max_points:
-        pts = [[st, v] for st, v in session.execute(
-            select(JobMetric.step, JobMetric.value).where(*scope, JobMetric.name == name)
-            .order_by(JobMetric.step, JobMetric.id))]
+        rows = session.execute(select(JobMetric.step, JobMetric.value, *when).where(*scope, JobMetric.name == name)
+                               .order_by(JobMetric.step, JobMetric.id)).all()
     else:
-        pts = _buckets(session, scope, name, lo, hi, max_points - 1) + [[last[0], last[1]]]
-    return [last[0], last[1]], pts
+        rows = _buckets(session, scope, name, lo, hi, max_points - 1, bool(when)) + [last]
+    if first is None:
+        return [last[0], last[1]], [[r[0], r[1]] for r in rows]
+    return [last[0], last[1]], [[r[0], r[1], round((r[2] - first).total_seconds(), 3)] for r in rows]
 
 
 def _shown_trial(session: Session, job) -> int | None:
@@ -199,15 +204,17 @@ def _shown_trial(session: Session, job) -> int | None:
     return session.scalar(select(func.max(JobMetric.trial)).where(JobMetric.job_id == job.id))
 
 
-def _buckets(session: Session, scope: list, name: str, lo: int, hi: int, n: int) -> list[list]:
+def _buckets(session: Session, scope: list, name: str, lo: int, hi: int, n: int, with_time: bool = False) -> list:
     """The points before the last step in ``n`` equal step ranges: each range's last step and
-    mean value (integer division: the same buckets on SQLite and PostgreSQL)."""
+    mean value, and its last time with ``with_time`` (integer division: the same buckets on
+    SQLite and PostgreSQL)."""
     span = max(1, hi - lo)
     bucket = ((JobMetric.step - lo) * n).op("/")(span)  # SQL's integer division on both databases
-    rows = session.execute(select(func.max(JobMetric.step), func.avg(JobMetric.value))
+    when = [func.max(JobMetric.at)] if with_time else []
+    rows = session.execute(select(func.max(JobMetric.step), func.avg(JobMetric.value), *when)
                            .where(*scope, JobMetric.name == name, JobMetric.step < hi)
                            .group_by(bucket).order_by(bucket))
-    return [[st, None if v is None else float(v)] for st, v in rows]
+    return [(r[0], None if r[1] is None else float(r[1]), *r[2:]) for r in rows]
 
 
 def histograms(session: Session, principal: Principal, job_id: int, name: str | None = None,

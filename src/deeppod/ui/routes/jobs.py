@@ -208,6 +208,40 @@ def _job_values(session, viewer, job_id: int) -> dict:
                 can_change=viewer.can("POST", "/v1/jobs/{job_id}/stop", job_id=job_id))
 
 
+MAX_COMPARED = 10
+
+
+def _compared(ids: str) -> list[int]:
+    picked = [x.strip() for x in ids.replace(" ", ",").split(",") if x.strip()]
+    if not all(x.isdigit() for x in picked):
+        raise InvalidRequest(f"ids {ids!r}: give job ids separated by commas, e.g. 12,15,17")
+    out = list(dict.fromkeys(int(x) for x in picked))
+    if len(out) > MAX_COMPARED:
+        raise InvalidRequest(f"{len(out)} jobs: compare at most {MAX_COMPARED} at once")
+    return out
+
+
+@router.get("/jobs/compare")
+def compare_page(request: Request, session: SessionDep, viewer: ViewerDep, ids: str = "") -> Response:
+    """Runs side by side: several jobs' curves of each metric overlaid (picked on the jobs page)."""
+    picked = _compared(ids)
+    jobs = [service.get_job(session, viewer.principal, i) for i in picked]
+    return page(request, "jobs_compare.html", jobs=jobs, ids=",".join(map(str, picked)))
+
+
+@router.get("/jobs/compare.json")
+def compare_data(session: SessionDep, viewer: ViewerDep, ids: str = "") -> Response:
+    """Each metric of each job, with each point's seconds since its job's first report."""
+    out: dict[str, dict] = {}
+    jobs = []
+    for job_id in _compared(ids):
+        job = service.get_job(session, viewer.principal, job_id)
+        jobs.append({"id": job.id, "name": job.name, "state": job.state.value, "final": job.state in FINAL_STATES})
+        for name, m in metrics.series(session, viewer.principal, job_id, None, 500, with_time=True)["metrics"].items():
+            out.setdefault(name, {})[str(job_id)] = m["series"]
+    return JSONResponse({"jobs": jobs, "metrics": out})
+
+
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
     values = _job_values(session, viewer, job_id)

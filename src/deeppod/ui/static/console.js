@@ -239,6 +239,73 @@
     box.dataset.lines = String(rows.length);
   }
 
+  // the jobs page: jobs ticked for a side-by-side view, kept across the table's refreshes and pages
+  function pickJobs() {
+    const KEY = "deeppod.picked", link = document.getElementById("compare-link");
+    const picked = new Set(JSON.parse(sessionStorage.getItem(KEY) || "[]"));
+    function show() {
+      document.querySelectorAll("#jobs input.pick").forEach(b => { b.checked = picked.has(b.value); });
+      link.hidden = picked.size < 2;
+      link.href = "/jobs/compare?ids=" + [...picked].join(",");
+      document.getElementById("compare-count").textContent = String(picked.size);
+    }
+    document.addEventListener("change", e => {
+      if (!e.target.classList || !e.target.classList.contains("pick")) return;
+      if (e.target.checked) picked.add(e.target.value); else picked.delete(e.target.value);
+      sessionStorage.setItem(KEY, JSON.stringify([...picked]));
+      show();
+    });
+    document.body.addEventListener("htmx:afterSwap", show);  // the table is redrawn every 5 s
+    show();
+  }
+
+  // runs side by side: a chart per metric, a line per job; x = step or seconds since the job's
+  // first report, exponential smoothing (as TensorBoard's), a log scale
+  function compareRuns(ids) {
+    const box = document.getElementById("compare-charts");
+    const xSel = document.getElementById("compare-x"), smooth = document.getElementById("compare-smooth");
+    const logBox = document.getElementById("compare-log");
+    let last = null, charts = [];
+    const ema = (ys, a) => { let m = null; return ys.map(y => (y === null ? null : (m = m === null ? y : a * m + (1 - a) * y))); };
+    function draw() {
+      if (!last) return;
+      const names = Object.keys(last.metrics).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+      if (!names.length) return;
+      charts.forEach(c => c.destroy());
+      charts = [];
+      box.replaceChildren();
+      const a = Number(smooth.value), byTime = xSel.value === "time", log = logBox.checked;
+      document.getElementById("compare-smooth-value").textContent = a.toFixed(2);
+      for (const name of names) {
+        const runs = last.jobs.filter(j => last.metrics[name][String(j.id)]);
+        const xs = [...new Set(runs.flatMap(j => last.metrics[name][String(j.id)].map(p => byTime ? p[2] : p[0])))].sort((p, q) => p - q);
+        const data = [xs].concat(runs.map(j => {
+          const pts = last.metrics[name][String(j.id)];
+          const smoothed = ema(pts.map(p => p[1]), a), at = new Map(pts.map((p, i) => [byTime ? p[2] : p[0], smoothed[i]]));
+          return xs.map(x => { const v = at.get(x); return v == null || (log && v <= 0) ? null : v; });
+        }));
+        const holder = document.createElement("div");
+        holder.className = "chart"; holder.dataset.metric = name; holder.dataset.runs = String(runs.length);
+        box.appendChild(holder);
+        const opts = {title: name, width: Math.max(280, Math.min(holder.clientWidth || 520, 560)), height: 220,
+                      scales: {x: {time: false}, y: log ? {distr: 3} : {}},
+                      series: [{label: byTime ? "s" : "step"}].concat(runs.map((j, i) => ({label: j.id + " " + j.name, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true}))),
+                      axes: [{label: byTime ? "seconds since its first report" : "step"}, {}]};
+        holder.uplot = new uPlot(opts, data, holder);
+        charts.push(holder.uplot);
+      }
+    }
+    const rank = n => ["loss", "val_loss", "accuracy", "val_accuracy"].indexOf(n) >= 0 ? ["loss", "val_loss", "accuracy", "val_accuracy"].indexOf(n) : 9;
+    [xSel, smooth, logBox].forEach(el => el.addEventListener("input", draw));
+    every(5000, async function () {
+      const r = await fetch("/jobs/compare.json?ids=" + encodeURIComponent(ids), {credentials: "same-origin"});
+      if (!r.ok) return true;
+      last = await r.json();
+      draw();
+      return last.jobs.some(j => !j.final);  // a job still running: its curves grow
+    });
+  }
+
   // weight/gradient histograms over steps: a heat map per name (x = step, y = bin)
   async function histograms(jobId) {
     const r = await fetch("/jobs/" + jobId + "/histograms.json", {credentials: "same-origin"});
@@ -568,6 +635,7 @@
     },
   };
 
-  window.DeepPod = {labels: labels, jobCharts: jobCharts, searchCharts: searchCharts, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
+  window.DeepPod = {labels: labels, jobCharts: jobCharts, searchCharts: searchCharts, pickJobs: pickJobs,
+                    compareRuns: compareRuns, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
                     predict: predict, waitChart: waitChart};
 })();
