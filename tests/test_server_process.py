@@ -129,3 +129,22 @@ def test_one_server_per_sqlite_database(tmp_path):
     first.close()  # the first stopped (or died: the kernel drops the lock with the process)
     _only_server_of(settings).close()
     assert _only_server_of(Settings(home=tmp_path, database_url="postgresql+psycopg://x@127.0.0.1/db")) is None
+
+
+def test_s3s_own_port_must_be_free_and_not_the_apis(tmp_path):
+    import socket
+
+    from deeppod.contract import free_port
+    from deeppod.errors import InvalidRequest
+    from deeppod.server import check_ports
+    from deeppod.settings import Settings
+
+    api = free_port()
+    check_ports(Settings(home=tmp_path, port=api))
+    with pytest.raises(InvalidRequest, match=f"--s3-port {api}: give a port of its own"):
+        check_ports(Settings(home=tmp_path, port=api, s3_port=api))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(InvalidRequest, match="is another server running"):
+            check_ports(Settings(home=tmp_path, port=api, s3_port=taken.getsockname()[1]))

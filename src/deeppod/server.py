@@ -533,6 +533,16 @@ def _only_server_of(settings: Settings):
     return held
 
 
+def check_ports(settings: Settings) -> None:
+    """The API's port, and S3's own (--s3-port) where it has one, are free and not the same."""
+    _check_port_free(settings.host, settings.port)
+    if settings.s3_port is not None:
+        if settings.s3_port == settings.port or not 0 < settings.s3_port < 65536:
+            raise InvalidRequest(f"--s3-port {settings.s3_port}: give a port of its own (1-65535), not the API's "
+                                 f"({settings.port})")
+        _check_port_free(settings.host, settings.s3_port)
+
+
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -554,6 +564,26 @@ at /s3 the S3 endpoint over its storage; large bodies go from file to socket (ap
     return ZeroCopySend(create_app(ctx, parts=(ui, s3)))
 
 
+def _s3_port_server(ctx: ServerContext, settings: Settings, cert_key: dict, echo):
+    """S3 at the root of its own port (--s3-port), beside the API: the same keys, buckets and
+    files, in a thread of its own (uvicorn leaves signals to the main thread's server)."""
+    import uvicorn
+
+    from deeppod.api.zerocopy import ZeroCopySend
+    from deeppod.s3.app import own_port_app
+
+    if settings.s3_port is None:
+        return None
+    server = uvicorn.Server(uvicorn.Config(ZeroCopySend(own_port_app(ctx)), host=settings.host, port=settings.s3_port,
+                                           log_level=settings.log_level.lower(), access_log=False, lifespan="off",
+                                           **cert_key))
+    threading.Thread(target=server.run, name="s3-port", daemon=True).start()
+    scheme = "https" if cert_key else "http"
+    echo(f"S3: {settings.url}/s3, and at the root of {scheme}://{settings.host}:{settings.s3_port} (clients that "
+         "take a host: MinIO's SDK, mc)")
+    return server
+
+
 def prefer_own_python() -> None:
     """Jobs' PATH (inherited from the server's) starts with the folder of the server's own
     interpreter, so `deeppod submit -- python train.py` runs the Python DeepPod and torch are
@@ -570,7 +600,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     prefer_own_python()
     if settings.port == 0:  # any free port: pick it now, so the URL jobs and the CLI are told is a real one
         settings = replace(settings, port=free_port(settings.host))
-    _check_port_free(settings.host, settings.port)
+    check_ports(settings)
     database_lock = _only_server_of(settings)  # SQLite: held until the server stops
     ctx = build(settings, fenced=True)
     settings = ctx.settings  # its isolation resolved
@@ -622,6 +652,7 @@ def serve(settings: Settings, *, echo=print) -> None:
     cert_key = {"ssl_certfile": str(ctx.tls.cert), "ssl_keyfile": str(ctx.tls.key)} if ctx.tls else {}
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level.lower(), access_log=False, **cert_key))
+    s3_server = _s3_port_server(ctx, settings, cert_key, echo)
     announced = announce_local(settings, ctx.tls.trust if ctx.tls else None)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
     # that was there before: make that handler an exception, so the clean-up below runs.
@@ -631,6 +662,8 @@ def serve(settings: Settings, *, echo=print) -> None:
     try:
         server.run()
     finally:
+        if s3_server is not None:
+            s3_server.should_exit = True
         forget_local(announced)
         stop.set()
         lead.join(timeout=15)

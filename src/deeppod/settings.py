@@ -198,6 +198,9 @@ class Settings:
     # the S3 endpoint's virtual-host-style domain: a request to BUCKET.<s3_domain> names its bucket
     # in the host (a wildcard DNS name for it is the administrator's); empty: path-style only
     s3_domain: str = ""
+    # the S3 endpoint also at the root of a port of its own (clients that take a host, not a
+    # URL: MinIO's SDK, mc); None: only at /s3 of the API's port
+    s3_port: int | None = None
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""

@@ -546,3 +546,46 @@ def test_either_server_of_a_failover_pair_answers(tmp_path, pg_url):
     finally:
         b.stop()
         a.stop()
+
+
+@pytest.mark.timeout(300)
+def test_s3_on_a_port_of_its_own_serves_minio_aws_and_boto3_and_the_path_form_stays(tmp_path):
+    """--s3-port: the same endpoint at the root of a port of its own, for clients that take a host,
+    not a URL (MinIO's SDK); the same keys and objects through it and through /s3."""
+    import io
+
+    from minio import Minio
+
+    from tests.helpers import free_port
+
+    port = free_port()
+    s = LiveServer(tmp_path / "home", isolation=None, extra_env={"DEEPPOD_S3_PORT": str(port)}).start()
+    try:
+        c = Client(s.url, s.admin_token)
+        key = c.create_access_key("minio")
+        assert key["endpoint"] == f"http://127.0.0.1:{port}"  # the one every client takes
+        m = Minio(f"127.0.0.1:{port}", access_key=key["key_id"], secret_key=key["secret"], secure=False,
+                  region="us-east-1")
+        body = b"x" * 70_000
+        m.put_object("inbox", "notes/a.bin", io.BytesIO(body), len(body))
+        got = m.get_object("inbox", "notes/a.bin")
+        try:
+            assert got.read() == body
+        finally:
+            got.close()
+            got.release_conn()
+        assert [o.object_name for o in m.list_objects("inbox", prefix="notes/")] == ["notes/a.bin"]
+        assert {b.name for b in m.list_buckets()} >= {"inbox", "datasets", "models", "jobs"}
+        assert "notes/a.bin" in aws(key, "s3", "ls", "--recursive", "s3://inbox/")
+        assert s3(key).head_object(Bucket="inbox", Key="notes/a.bin")["ContentLength"] == len(body)
+        path_form = {**key, "endpoint": s.url + "/s3"}  # the path form keeps working beside it
+        assert s3(path_form).get_object(Bucket="inbox", Key="notes/a.bin")["Body"].read() == body
+        m.remove_object("inbox", "notes/a.bin")
+        assert aws(path_form, "s3", "ls", "--recursive", "s3://inbox/") == ""
+        bad = Minio(f"127.0.0.1:{port}", access_key=key["key_id"], secret_key="wrong" * 8, secure=False,
+                    region="us-east-1")
+        with pytest.raises(Exception, match="SignatureDoesNotMatch"):
+            list(bad.list_objects("inbox"))
+    finally:
+        s.stop()
+        s.cleanup_jobs()

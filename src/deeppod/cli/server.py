@@ -17,6 +17,9 @@ app = typer.Typer()
 def server(
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 7447)")] = None,
+    s3_port: Annotated[int | None, typer.Option(
+        help="serve S3 also at the root of this port, for clients that take a host, not a URL (MinIO's SDK, "
+             "mc); it stays at /s3 of --port too (DEEPPOD_S3_PORT)", show_default=False)] = None,
     home: Annotated[Path | None, typer.Option(help="state folder (DEEPPOD_HOME, default ~/.deeppod)")] = None,
     gpus: Annotated[int | None, typer.Option(help="logical GPU slots instead of the real GPUs (CPU machines)")] = None,
     gpu_memory: Annotated[str | None, typer.Option(
@@ -78,7 +81,8 @@ def server(
     from deeppod.settings import Settings
 
     settings = Settings.from_env().with_overrides(
-        host=host, port=port, home=_abs_path(home), gpus=gpus, cpus=cpus, gpu_memory_mb=parse_memory(gpu_memory),
+        host=host, port=port, s3_port=s3_port, home=_abs_path(home), gpus=gpus, cpus=cpus,
+        gpu_memory_mb=parse_memory(gpu_memory),
         memory_mb=parse_memory(memory), database_url=database_url, hot_dir=_abs_path(hot_dir),
         cold_dir=_abs_path(cold_dir), isolation="single-user" if single_user else isolation, work_roots=work_roots,
         cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,

@@ -1,5 +1,7 @@
 """The S3 endpoint: ``/s3`` on the API's own port (path-style: ``http://HOST:PORT/s3/BUCKET/KEY``;
-boto3, the aws CLI and s3fs take it as their endpoint URL). A raw ASGI app: every request is
+boto3, the aws CLI and s3fs take it as their endpoint URL), and with ``--s3-port`` at the root
+of a port of its own (``http://HOST:S3PORT/BUCKET/KEY``: clients that take a host, not a URL,
+such as MinIO's SDK and mc). A raw ASGI app: every request is
 signed (SigV4 or V2, header or presigned), its access key names the user and tenant it acts for,
 and what it may see is that tenant's namespace (s3/namespace.py). Bodies stream to and from
 files; nothing is held whole in memory. docs/datasets.md, "S3", lists the operations."""
@@ -46,8 +48,16 @@ _SUBRESOURCES_NOT_BUILT = {"acl", "policy", "cors", "lifecycle", "tagging", "ver
 
 
 def endpoint_of(request) -> str:
-    """The endpoint URL a client should be given: this server's, as the caller reached it."""
+    """The endpoint URL a client should be given: this server's, as the caller reached it (its
+    own S3 port where it has one: every client takes that)."""
+    port = request.app.state.ctx.settings.s3_port
+    if port:
+        return f"{request.url.scheme}://{_host(request.url.hostname or '127.0.0.1')}:{port}"
     return str(request.base_url).rstrip("/") + PREFIX
+
+
+def _host(name: str) -> str:
+    return f"[{name}]" if ":" in name else name
 
 
 def is_s3(path: str) -> bool:
@@ -55,8 +65,8 @@ def is_s3(path: str) -> bool:
 
 
 class S3App:
-    def __init__(self, ctx):
-        self.ctx = ctx
+    def __init__(self, ctx, prefix: str = PREFIX):
+        self.ctx, self.prefix = ctx, prefix  # "" on a port of its own
         self.ns = Namespace(ctx.data, ctx.settings.models_dir, ctx.settings.jobs_dir)
         self._keys: dict[str, tuple[float, access_keys.KeyHolder, str]] = {}
         self._etags: dict[tuple[str, float, int], str] = {}
@@ -67,7 +77,7 @@ class S3App:
     def _address(self, raw: str, host: str) -> tuple[str, str, str]:
         """(bucket, key as sent, resource) of a request: the bucket from the path (path-style), or
         from the host, BUCKET.<s3_domain> (virtual-host-style, where a domain is set)."""
-        rest = raw[len(PREFIX):].lstrip("/")
+        rest = raw[len(self.prefix):].lstrip("/")
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else ""
         if self.domain and name.endswith("." + self.domain):  # a name not a bucket's: NoSuchBucket
             bucket = name[:-len(self.domain) - 1]
@@ -121,7 +131,7 @@ class S3App:
             who, secret = hit[1], hit[2]
         else:
             who, secret = await anyio.to_thread.run_sync(self._holder, signed.access_key)
-        return who, signed, sigv4.verify(req, signed, secret, PREFIX)
+        return who, signed, sigv4.verify(req, signed, secret, self.prefix)
 
     def _holder(self, key_id: str) -> tuple[access_keys.KeyHolder, str]:
         now = time.monotonic()
@@ -184,7 +194,7 @@ class S3App:
         if method == "POST" and "uploadId" in q:
             etag, checksums = await self._complete_upload(receive, req, q, tenant, key)
             return await _xml(send, 200, xml.document("CompleteMultipartUploadResult", xml.element(
-                "Location", f"{PREFIX}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
+                "Location", f"{self.prefix}/{bucket}/{key}") + xml.element("Bucket", bucket) + xml.element("Key", key)
                 + xml.element("ETag", f'"{etag}"') + _checksum_xml(checksums)), rid)
         raise S3Error("NotImplemented", f"{method} on an object is not implemented (only PUT, GET, HEAD, DELETE and "
                       "the multipart upload calls)")
@@ -409,8 +419,8 @@ class S3App:
         part) into the inbox, never a link to them."""
         h = req.headers
         source = request_key(h["x-amz-copy-source"].split("?", 1)[0]).lstrip("/")
-        if source.startswith(PREFIX.lstrip("/") + "/"):
-            source = source[len(PREFIX):]
+        if self.prefix and source.startswith(self.prefix.lstrip("/") + "/"):
+            source = source[len(self.prefix):]
         src_bucket, _, src_key = source.partition("/")
         if src_bucket not in BUCKETS or not src_key:
             raise S3Error("InvalidArgument", "x-amz-copy-source must be BUCKET/KEY of this endpoint")
@@ -502,6 +512,11 @@ class Router:
         if scope["type"] == "http" and is_s3(scope.get("path", "")):
             return await self.s3(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+def own_port_app(ctx) -> S3App:
+    """S3 at the root, for a port of its own (server.serve runs it beside the API)."""
+    return S3App(ctx, prefix="")
 
 
 def install(app) -> S3App:
