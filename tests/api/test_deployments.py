@@ -10,6 +10,8 @@ def test_only_the_replica_announces_and_only_its_nodes_address(api, tmp_path):
                          headers=h).status_code == 201
     r = api.http.post("/v1/deployments", json={"model": "pets@1", "replicas": 2}, headers=h)
     assert r.status_code == 201, r.text
+    # where to try it: the console's page (styled, signed in once), not a page that asks for a token
+    assert r.json()["page_url"].endswith("/deployments/pets#try-it")
     api.ctx.deployments.tick()  # submits the replicas
     api.ctx.jobs.tick()  # starts them (fake executor)
     launched = api.ctx.executor.launched

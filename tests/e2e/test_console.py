@@ -97,7 +97,12 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     first = _points(page)
     wait_until(lambda: _points(page) > first + 1, 60, interval=0.5, what="the loss chart to gain points")
     assert _state(page) == "running"
-    page.wait_for_selector('.chart[data-metric="val_accuracy"]', timeout=60_000)  # after the first epoch
+    # after the first epoch, validation joins training on one chart per quantity; no chart of 'epoch'
+    page.wait_for_selector('.chart[data-metric="accuracy"][data-series="accuracy,val_accuracy"]', timeout=60_000)
+    assert page.locator('.chart[data-metric="val_accuracy"], .chart[data-metric="epoch"]').count() == 0
+    y0, y1 = page.evaluate("() => { const s = document.querySelector('.chart[data-metric=\"accuracy\"]')"
+                           ".uplot.scales.y; return [s.min, s.max]; }")
+    assert (y0, y1) == (0, 1)  # an accuracy spans 0-1, not its own few hundredths
     page.wait_for_selector("#histograms canvas", timeout=60_000)  # the form asks for them every 20 steps
     wait_until(lambda: "epoch" in page.inner_text("#log"), 30, interval=0.5, what="rank 0's log on the page")
     shot(page, "job-running")

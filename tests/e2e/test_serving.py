@@ -102,7 +102,8 @@ def test_register_compare_promote_deploy_predict(flow):
 
     p = run(env, "deploy", f"{MODEL}@champion", "--replicas", "2", "--max-batch", "16", "--max-wait-ms", "10",
             timeout=300)
-    assert "ready" in p.stdout, p.stdout
+    assert "ready" in p.stdout and f"try it in the console: {server.url}/deployments/{MODEL}#try-it" in p.stdout, \
+        p.stdout
     # the printed curl line works when pasted into a shell (a digit image as picture.jpg)
     curl = next(line for line in p.stdout.splitlines() if line.startswith("predict: ")).removeprefix("predict: ")
     tmp = flow["tmp"]

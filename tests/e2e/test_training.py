@@ -119,7 +119,7 @@ def test_stop_then_resume_on_1_then_3_workers_completes_the_epoch_exactly(tmp_pa
     st = wait_until(lambda: (s := ex.poll(h)).finished and s, 300)
     log = (logs / "rank-0.log").read_text()
     assert st.exit_codes == {0: 0, 1: 0, 2: 0}, all_logs(logs)
-    assert log.count("resuming at epoch 0") == 2 and "world 3 (base 2)" in log
+    assert log.count("resuming at epoch 1") == 2 and "world 3 (base 2)" in log
     assert resumed_at(log) == step
     # every training sample of the interrupted epoch was seen exactly once over 2 -> 1 -> 3 workers
     epoch0 = consumed(records, 0)
@@ -201,11 +201,11 @@ def test_a_stop_after_an_epochs_last_step_resumes_into_the_next_epoch(tmp_path, 
     first = subprocess.run(TRAINER + common + ["--max-steps", str(per_epoch)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     out = first.stdout + first.stderr
-    assert first.returncode == 0 and f"stopping at epoch 0 step {per_epoch}" in first.stdout, out
+    assert first.returncode == 0 and f"stopping at epoch 1 step {per_epoch}" in first.stdout, out
     again = subprocess.run(TRAINER + common, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert f"resuming at epoch 0 step {per_epoch}" in again.stdout and "epoch 0: loss - val_accuracy" in again.stdout
-    assert "epoch 1: loss " in again.stdout and steps_done(records) == 3 * per_epoch  # probe, epoch 0, epoch 1
+    assert f"resuming at epoch 1 step {per_epoch}" in again.stdout and "epoch 1/2: loss - val_accuracy" in again.stdout
+    assert "epoch 2/2: loss " in again.stdout and steps_done(records) == 3 * per_epoch  # probe, epochs 1 and 2
 
 
 def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_server, tmp_path, digits):
@@ -227,7 +227,7 @@ def test_killed_worker_requeues_and_resumes_from_the_last_checkpoint(fresh_serve
     assert final["state"] == "succeeded", (final, events)
     assert final["restart_count"] == 1 and "requeued" in events
     log = b"".join(c.logs(job["id"], rank=0)).decode()
-    resumed_step = int(log.split("resuming at epoch 0 step ")[1].split(",")[0])
+    resumed_step = int(log.split("resuming at epoch 1 step ")[1].split(",")[0])
     lost = max(int(line.split()[1]) for line in (records / "run0-rank0.txt").open()) - resumed_step
     assert 0 <= lost <= 4 + 1  # at most one checkpoint interval (and the step in flight)
     epoch0 = consumed(records, 0, keep_until={0: resumed_step})

@@ -51,7 +51,7 @@ def test_a_stop_that_reaches_one_worker_first_saves_on_both(tmp_path):
                 p.kill()
     logs = [(tmp_path / f"log-{r}.txt").read_text() for r in range(2)]
     assert codes == [EXIT_RESUME, EXIT_RESUME], (codes, logs[0][-2000:], logs[1][-2000:])
-    assert "stopping at epoch 0 step " in logs[0] and "checkpoint saved" in logs[0], logs[0][-2000:]
+    assert "stopping at epoch 1 step " in logs[0] and "checkpoint saved" in logs[0], logs[0][-2000:]
     assert "Traceback" not in logs[0] + logs[1], logs
     assert "saving the last completed step" not in logs[1]  # the loop's own stop path, not the guard's
     assert steps(tmp_path, 0) == steps(tmp_path, 1)  # both stopped after the same step

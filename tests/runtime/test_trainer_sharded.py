@@ -101,12 +101,12 @@ def test_a_sharded_job_stopped_at_two_workers_resumes_at_three(tmp_path, images)
         p.send_signal(signal.SIGTERM)
     codes, logs = finish(tmp_path, procs, "first")
     assert codes == [EXIT_RESUME, EXIT_RESUME], logs
-    stopped = int(logs[0].split("stopping at epoch 0 step ")[1].split()[0])
+    stopped = int(logs[0].split("stopping at epoch 1 step ")[1].split()[0])
     assert [p.name for p in (tmp_path / "checkpoints").glob("ckpt-*")] == [f"ckpt-{stopped:012d}.dcp"]
 
     codes, logs = finish(tmp_path, run(tmp_path, images, 3, *slow, tag="again", restart=1), "again")
     assert codes == [0, 0, 0], logs
-    assert f"resuming at epoch 0 step {stopped}" in logs[0] and "world 3 (base 2)" in logs[0], logs[0]
+    assert f"resuming at epoch 1 step {stopped}" in logs[0] and "world 3 (base 2)" in logs[0], logs[0]
     epoch = seen(records, upto={0: stopped})
     assert set(epoch.values()) == {1} and len(epoch) == 69, "every sample of the epoch once, across the two sizes"
     assert (tmp_path / "model" / "model.pt2").exists()
@@ -121,5 +121,5 @@ def test_a_one_worker_sharded_run_resumes_at_two(tmp_path, images):
     assert [p.name for p in (tmp_path / "checkpoints").glob("ckpt-*")] == ["ckpt-000000000003.dcp"]
     codes, logs = finish(tmp_path, run(tmp_path, images, 2, *args, "--epochs", "2", tag="two", restart=1), "two")
     assert codes == [0, 0], logs
-    assert "resuming at epoch 1 step 3" in logs[0] and "world 2 (base 1)" in logs[0], logs[0]
-    assert "epoch 1: loss" in logs[0] and (tmp_path / "model" / "model.pt2").exists()
+    assert "resuming at epoch 2 step 3" in logs[0] and "world 2 (base 1)" in logs[0], logs[0]
+    assert "epoch 2/2: loss" in logs[0] and (tmp_path / "model" / "model.pt2").exists()

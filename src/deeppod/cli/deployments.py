@@ -47,7 +47,7 @@ def _wait(c, name: str, version: int | None, timeout: float) -> None:
         d = c.wait_deployment(name, version=version, timeout=timeout)
     console.print(_summary(d))
     console.print(f"predict: {curl_line(d['predict_url'])}", highlight=False, soft_wrap=True)
-    console.print(f"test page: {d['page_url']}")
+    console.print(f"try it in the console: {d['page_url']}")
 
 
 @app.command("create")
@@ -116,7 +116,7 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
                                "endpoint": r["endpoint"] or "-", "traffic": "yes" if r["routed"] else "",
                                "inflight": r["inflight"], "restarts": r["restarts"]} for r in d["replica_jobs"]],
                              ["job", "version", "state", "endpoint", "traffic", "inflight", "restarts"]))
-    console.print(f"predict: {d['predict_url']}\ntest page: {d['page_url']}")
+    console.print(f"predict: {d['predict_url']}\ntry it in the console: {d['page_url']}")
 
 
 @app.command("rm")

@@ -50,7 +50,7 @@ def _out(request: Request, session, dep) -> DeploymentOut:
         name=dep.name, model=d["model"], version=d["version"], previous_version=d["previous_version"],
         replicas=dep.replicas, gpus_per_replica=dep.gpus_per_replica, cpus_per_replica=dep.cpus_per_replica,
         max_batch=dep.max_batch, max_wait_ms=dep.max_wait_ms, state=dep.state, reason=dep.reason,
-        predict_url=f"{base}/v1/deployments/{dep.name}/predict", page_url=f"{base}/ui/deployments/{dep.name}",
+        predict_url=f"{base}/v1/deployments/{dep.name}/predict", page_url=f"{base}/deployments/{dep.name}#try-it",
         signature=d["signature"], created_at=dep.created_at, updated_at=dep.updated_at,
         replica_jobs=[ReplicaOut(**r, routed=r["job_id"] in routed, inflight=ctx.balancer.load(r["job_id"]))
                       for r in d["replica_jobs"]])

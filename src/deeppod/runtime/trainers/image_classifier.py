@@ -405,8 +405,12 @@ class Run:
         self.guard = runtime.StopGuard(None if args.strategy == "fsdp" else lambda: self.save(blocking=True),
                                        rank=ctx.rank, before_exit=_close_metrics)
         if ctx.is_chief:
-            where = (f"resuming at epoch {self.epoch} step {self.step}, {self.sampler.position} samples in"
-                     if self.state else "from scratch")
+            if not self.state:
+                where = "from scratch"
+            elif self.epoch >= args.epochs:  # every epoch was done: only the model is written again
+                where = f"resuming at epoch {args.epochs} step {self.step}, its last, done"
+            else:
+                where = f"resuming at epoch {self.epoch + 1} step {self.step}, {self.sampler.position} samples in"
             print(f"world {ctx.world_size} (base {self.base_world}), per-worker batch {self.batch}, lr {self.lr:g}, "
                   f"{where}; {self.n_train} train / {len(self.val_items)} val images, {len(self.classes)} classes"
                   f"{self.batch_note}",
@@ -594,7 +598,7 @@ class Run:
             self.save()
             self.ckpt.wait()
         if self.ctx.is_chief:
-            print(f"stopping at epoch {self.epoch} step {self.step} ({self.sampler.position}/{self.sampler.n} "
+            print(f"stopping at epoch {self.epoch + 1} step {self.step} ({self.sampler.position}/{self.sampler.n} "
                   "samples); checkpoint saved", flush=True)
         if not (self.args.max_steps and self.step >= self.args.max_steps and not runtime.should_stop(sync=False)):
             _close_metrics()
@@ -623,10 +627,12 @@ class Run:
                     self.on_stop(stopping)  # a stop exits here
                     scores = self.evaluate()  # --max-steps: the model is final
                     break
+                # the training's rate, as the images_per_second metric has it: evaluation not counted
+                rate = self.seen * self.ctx.world_size / max(1e-9, time.perf_counter() - self.began)
                 scores = self.evaluate()
-                if self.ctx.is_chief:
-                    rate = self.seen * self.ctx.world_size / max(1e-9, time.perf_counter() - self.began)
-                    print(f"epoch {self.epoch}: loss {'-' if self.loss is None else f'{self.loss.item():.4f}'} "
+                if self.ctx.is_chief:  # epochs counted from 1, as the charts' epoch metric counts those done
+                    loss = '-' if self.loss is None else f'{self.loss.item():.4f}'
+                    print(f"epoch {self.epoch + 1}/{args.epochs}: loss {loss} "
                           f"val_accuracy {scores['val_accuracy']:.4f} val_loss {scores['val_loss']:.4f} "
                           f"({rate:.1f} images/s)", flush=True)
                 with self.guard:

@@ -77,7 +77,21 @@
   // window (seconds, time charts): the x axis always spans the last `window` seconds and the y
   // axis starts at 0, so a chart with one point or none still has sensible axes (uPlot's own
   // range around a single time spans years)
-  function lineChart(el, title, xLabel, names, time, window, yLabel, xRange) {
+  // the metrics a job's page shows first, and a y axis that does not make 0.33-0.40 look like a
+  // cliff: accuracies span 0-1, anything that is never negative starts at 0
+  const FIRST = ["loss", "accuracy"];
+  const chartRank = n => (FIRST.indexOf(n) >= 0 ? FIRST.indexOf(n) : FIRST.length);
+  function yRangeOf(name) {
+    return (u, lo, hi) => {
+      if (lo === null || hi === null) return [0, 1];
+      if (/acc/.test(name) && lo >= 0 && hi <= 1) return [0, 1];
+      if (lo >= 0) return [0, hi > 0 ? hi * 1.1 : 1];
+      const pad = (hi - lo) * 0.1 || 1;
+      return [lo - pad, hi + pad];
+    };
+  }
+
+  function lineChart(el, title, xLabel, names, time, window, yLabel, xRange, yRange) {
     const width = time ? Math.max(320, el.clientWidth - 8) : Math.max(280, Math.min(el.clientWidth || 520, 560));
     const scales = {x: {time: !!time}};
     if (window) {
@@ -85,7 +99,9 @@
     } else if (xRange) {
       scales.x.range = xRange;
     }
-    if (window || yLabel) {  // counts from zero: 0.06 GPUs is not a peak
+    if (yRange) {
+      scales.y = {range: yRange};
+    } else if (window || yLabel) {  // counts from zero: 0.06 GPUs is not a peak
       scales.y = {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]};
     }
     const opts = {
@@ -109,19 +125,36 @@
       const r = await fetch("/jobs/" + jobId + "/metrics.json?max_points=1000", {credentials: "same-origin"});
       if (!r.ok) return true;
       const body = await r.json();
-      const names = Object.keys(body.metrics).sort();
+      const names = Object.keys(body.metrics);
       if (names.length) { const empty = document.getElementById("charts-empty"); if (empty) empty.remove(); }
+      // a chart per quantity: training and validation together (loss with val_loss); the epoch
+      // is how far the steps went, not a curve of its own
+      const groups = {};
       for (const name of names) {
-        const pts = body.metrics[name].series.filter(p => p[1] !== null);
-        const data = [pts.map(p => p[0]), pts.map(p => p[1])];
-        if (!charts[name]) {
-          const holder = document.createElement("div");
-          holder.className = "chart"; holder.dataset.metric = name;
-          box.appendChild(holder);
-          charts[name] = lineChart(holder, name, "step", [name], false);
+        if (name === "epoch") continue;
+        const base = name.startsWith("val_") && names.includes(name.slice(4)) ? name.slice(4) : name;
+        (groups[base] = groups[base] || []).push(name);
+      }
+      const order = Object.keys(groups).sort((a, b) => chartRank(a) - chartRank(b) || a.localeCompare(b));
+      for (const base of order) {
+        const members = groups[base].sort((a, b) => a.length - b.length);  // loss, then val_loss
+        const series = members.map(n => body.metrics[n].series.filter(p => p[1] !== null));
+        const steps = [...new Set(series.flatMap(pts => pts.map(p => p[0])))].sort((a, b) => a - b);
+        const data = [steps].concat(series.map(pts => { const at = new Map(pts); return steps.map(x => at.has(x) ? at.get(x) : null); }));
+        const key = members.join(",");
+        if (!charts[base] || charts[base].key !== key) {  // new, or a validation series joined it: drawn again in place
+          let holder = charts[base] ? charts[base].root.parentElement : null;
+          if (holder) { charts[base].destroy(); holder.replaceChildren(); } else {
+            holder = document.createElement("div");
+            holder.className = "chart"; holder.dataset.metric = base;
+            box.appendChild(holder);
+          }
+          holder.dataset.series = key;
+          charts[base] = lineChart(holder, base, "step", members, false, null, null, null, yRangeOf(base));
+          charts[base].key = key;
         }
-        charts[name].setData(data);
-        charts[name].root.parentElement.dataset.points = String(pts.length);
+        charts[base].setData(data);
+        charts[base].root.parentElement.dataset.points = String(series[0].length);
       }
       histograms(jobId);
       endedRead = !!body.final;
