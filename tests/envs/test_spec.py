@@ -59,7 +59,11 @@ def test_a_marker_is_parsed_and_written_back_never_passed_on_as_it_came():
     today, but pip (the fallback) takes per-line options. Only a marker's own tokens pass."""
     spec = parse('numpy==2.1.0 ;python_version>="3.10"  and sys_platform == "linux"', None)
     assert spec.requirements == ('numpy==2.1.0; python_version >= "3.10" and sys_platform == "linux"',)
+    grouped = parse("pandas; (os_name == 'nt' or 'linux' in sys_platform) and extra not in 'x'", None)
+    assert grouped.requirements == ("pandas; ( os_name == 'nt' or 'linux' in sys_platform ) and extra not in 'x'",)
     for bad in ('numpy; python_version > "3" -r /etc/shadow', 'numpy; python_version > "3" --global-option=x',
-                'numpy; __import__("os")', "numpy; python_version > '3' \\"):
+                'numpy; __import__("os")', "numpy; python_version > '3' \\",
+                'numpy; os_name == "posix" and', 'numpy; (python_version > "3"', 'numpy; python_version "3"',
+                'numpy; and os_name == "nt"', 'numpy; os_name not "nt"'):
         with pytest.raises(InvalidRequest, match="not an environment marker|not a package requirement"):
             parse(bad, None)

@@ -82,7 +82,56 @@ def _marker(text: str) -> str | None:
             return None
         out.append(m.group("str") or m.group("op") or word)
         pos = m.end()
-    return " ".join(out) if out else None
+    return " ".join(out) if out and _well_formed(out) else None
+
+
+_COMPARE = {"===", "==", "!=", "<=", ">=", "~=", "<", ">"}
+
+
+def _well_formed(tokens: list[str]) -> bool:
+    """PEP 508's marker grammar over the tokens: comparisons of a variable or a string with
+    another, joined by and / or, in parentheses or not (a dangling 'and' is not a marker)."""
+    at = 0
+
+    def value() -> bool:
+        nonlocal at
+        if at < len(tokens) and (tokens[at] in _MARKER_VARS or tokens[at][:1] in "\"'"):
+            at += 1
+            return True
+        return False
+
+    def atom() -> bool:
+        nonlocal at
+        if at < len(tokens) and tokens[at] == "(":
+            at += 1
+            if not either() or at >= len(tokens) or tokens[at] != ")":
+                return False
+            at += 1
+            return True
+        if not value():
+            return False
+        if at < len(tokens) and tokens[at] in _COMPARE | {"in"}:
+            at += 1
+        elif tokens[at:at + 2] == ["not", "in"]:
+            at += 2
+        else:
+            return False
+        return value()
+
+    def joined(part, word: str) -> bool:
+        nonlocal at
+        if not part():
+            return False
+        while at < len(tokens) and tokens[at] == word:
+            at += 1
+            if not part():
+                return False
+        return True
+
+    def either() -> bool:
+        return joined(lambda: joined(atom, "and"), "or")
+
+    return either() and at == len(tokens)
 
 
 def parse(text: str | None, python: str | None) -> EnvSpec | None:
