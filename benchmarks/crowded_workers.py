@@ -32,7 +32,7 @@ from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.local import write_spec
 from deeppod.runtime.trainers.digits import write_digits
 
-RATE = re.compile(r"epoch 0: .*\(([\d.]+) images/s\)")
+RATE = re.compile(r"epoch 1/\d+: .*\(([\d.]+) images/s\)")
 
 
 def trainer(data: Path, out: Path) -> list[str]:
