@@ -570,11 +570,13 @@ def _s3_port_server(ctx: ServerContext, settings: Settings, cert_key: dict, echo
     import uvicorn
 
     from deeppod.api.zerocopy import ZeroCopySend
+    from deeppod.audit.log import AuditMiddleware
     from deeppod.s3.app import own_port_app
 
     if settings.s3_port is None:
         return None
-    server = uvicorn.Server(uvicorn.Config(ZeroCopySend(own_port_app(ctx)), host=settings.host, port=settings.s3_port,
+    app = ZeroCopySend(AuditMiddleware(own_port_app(ctx), audit=ctx.audit))  # audited as /s3 is
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.s3_port,
                                            log_level=settings.log_level.lower(), access_log=False, lifespan="off",
                                            **cert_key))
     threading.Thread(target=server.run, name="s3-port", daemon=True).start()

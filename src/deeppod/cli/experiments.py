@@ -10,7 +10,7 @@ import typer
 
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
-from deeppod.cli.spec import SpecOpt, inline, inline_requirements
+from deeppod.cli.spec import SpecOpt, inline, inline_requirements, read_yaml
 from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers, read_requirements
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers import command as trainer
@@ -52,15 +52,7 @@ Reuse = Annotated[bool, typer.Option("--reuse", help="a trial's process runs the
 
 
 def read_space(path: Path) -> dict:
-    import yaml  # here: every other command would pay for it
-
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read the space file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(f"the space file {path} is not valid YAML: {exc}") from None
-    return check_space(raw, f"the space file {path}")
+    return check_space(read_yaml(path, f"the space file {path}"), f"the space file {path}")
 
 
 def check_space(raw, where: str) -> dict:

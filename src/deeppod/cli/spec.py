@@ -6,7 +6,6 @@ the file's folder, not from where the command runs."""
 
 from __future__ import annotations
 
-import difflib
 import shlex
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +31,8 @@ def _load(ctx: typer.Context, value: Path | None) -> Path | None:
     for key, raw in fields.items():
         name = str(key).replace("-", "_")
         if name not in params:
+            import difflib  # only a refusal pays for it
+
             known = sorted(n.replace("_", "-") for n in params)
             near = difflib.get_close_matches(str(key).replace("_", "-"), known, n=1)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
@@ -46,18 +47,23 @@ def _load(ctx: typer.Context, value: Path | None) -> Path | None:
 
 
 def read(path: Path) -> dict:
-    import yaml  # here: only a command given --spec pays for it
-
-    try:
-        fields = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InvalidRequest(f"--spec {path}: cannot read it ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(f"--spec {path} is not valid YAML: {exc}") from None
+    fields = read_yaml(path, f"--spec {path}")
     if not isinstance(fields, dict):
         raise InvalidRequest(f"--spec {path} must hold a mapping of fields, e.g. 'workers: 2' and "
                              "'command: python train.py'")
     return fields
+
+
+def read_yaml(path: Path, what: str):
+    """A YAML file's content, or InvalidRequest naming ``what`` and what is wrong with it."""
+    import yaml  # here: only a command that reads a file pays for it
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InvalidRequest(f"{what}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"{what} is not valid YAML: {exc}") from None
 
 
 def _value(path: Path, name: str, raw: Any, param) -> Any:

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 PYPI = "https://pypi.org/simple"  # what uv and pip use where the server names no index
 TIMEOUT_S = 3.0
 _FOUND_TTL_S = 3600.0
-_found: dict[tuple[str, str], float] = {}  # (index, name) -> when the index last had it
+_found: dict[str, float] = {}  # an index page -> when it was last there
 
 
 def name_of(requirement: str) -> str:
@@ -59,8 +59,7 @@ def check(spec: EnvSpec | None, index: dict, *, ask=None) -> None:
 
 def _ask(url: str) -> bool | None:
     """Whether the index has the page: True, False (404), or None (no answer in time)."""
-    key = ("", url)
-    if time.monotonic() - _found.get(key, -_FOUND_TTL_S) < _FOUND_TTL_S:
+    if time.monotonic() - _found.get(url, -_FOUND_TTL_S) < _FOUND_TTL_S:
         return True
     req = urllib.request.Request(url, method="GET", headers={"Accept": "application/vnd.pypi.simple.v1+json, "
                                                                         "text/html;q=0.1"})
@@ -72,5 +71,5 @@ def _ask(url: str) -> bool | None:
     except (OSError, ValueError) as exc:
         log.info("package index %s did not answer (%s): the build will check the name", url, exc)
         return None
-    _found[key] = time.monotonic()
+    _found[url] = time.monotonic()
     return True
