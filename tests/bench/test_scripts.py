@@ -20,7 +20,9 @@ import pytest
 from tests.helpers import ROOT, wheel
 
 TRACE = ROOT.parent / "shared" / "traces" / "philly-2017w45.csv"
-FAKE = "{fake}"  # the stand-in peer's Python (written per test)
+TRACE_JOBS = 1500  # the trace's first jobs (about a day of it): a smoke run, not the week's figures
+FAKE = "{fake}"
+SMALL_TRACE = "{trace}"  # those jobs, written per test  # the stand-in peer's Python (written per test)
 WHEELS = "{wheels}"  # a folder with one wheel made here (nothing is downloaded)
 
 # script -> (its smallest settings, what its output must show)
@@ -49,8 +51,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                          "--rounds", "1", "--give-ups", "1"], "hooked"),
     "s3_throughput.py": (["--rounds", "1", "--large", "1", "--small", "5", "--clients", "1", "--list-keys", "20"],
                          "moto"),
-    "scheduler_bound.py": (["--trace", str(TRACE), "--gpus", "256"], "deeppod / srpt"),
-    "scheduler_philly.py": (["--trace", str(TRACE), "--nodes", "32", "--runs", "fifo", "deeppod", "--tag", "smoke"],
+    "scheduler_bound.py": (["--trace", SMALL_TRACE, "--gpus", "256"], "deeppod / srpt"),
+    "scheduler_philly.py": (["--trace", SMALL_TRACE, "--nodes", "32", "--runs", "fifo", "deeppod", "--tag", "smoke"],
                             "fifo"),
     "scheduler_round.py": (["--queued", "100", "--nodes", "8", "--repeat", "1"], "x"),
     "topology_placement.py": (["--nodes", "4", "--jobs", "200", "--seeds", "1"], "tightest"),
@@ -86,7 +88,11 @@ def sandbox(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     wheel(wheels, "deeppod-probe", "1.0", "probe")
-    return root, {FAKE: str(fake), WHEELS: str(wheels)}
+    trace = tmp_path / "trace.csv"
+    if TRACE.exists():
+        with TRACE.open() as src:
+            trace.write_text("".join(line for _, line in zip(range(TRACE_JOBS + 1), src)))
+    return root, {FAKE: str(fake), WHEELS: str(wheels), SMALL_TRACE: str(trace)}
 
 
 @pytest.mark.timeout(900)
