@@ -298,6 +298,12 @@ def test_compare_promote_deploy_and_predict_from_the_console(server, browser, tm
     wait_until(lambda: float(page.get_attribute("#rate-chart", "data-direct") or 0) >= 1, 30, interval=0.5,
                what="the direct prediction in the traffic chart")
     assert "deeppod deploy direct digits-cnn" in page.inner_text("#predict-form ~ p.hint")
+    # a page opened later charts the traffic the server kept, at once: the two predictions are in it
+    page.reload()
+    wait_until(lambda: int(page.get_attribute("#rate-chart", "data-points") or 0) >= 1, 30, interval=0.5,
+               what="the kept traffic charted")
+    ok = page.evaluate("() => document.getElementById('rate-chart').uplot.data[1]")
+    assert max(v or 0 for v in ok) > 0, ok
     shot(page, "deployment")
 
     # the deployed model pre-labels every image; correct two with the keyboard; save a version

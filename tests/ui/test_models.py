@@ -80,7 +80,8 @@ def test_deploy_from_the_model_page_then_update_and_roll_back(api, pets):
     assert 'id="dep-version">2<' in part and "rolling out" in part and 'id="rollback"' in part
     part = b.post("/deployments/pets/rollback", headers={"HX-Request": "true"}).text
     assert 'id="dep-version">1<' in part and "rolling back" in part
-    assert b.get("/deployments/pets/traffic.json").json()["requests"] == 0
+    traffic = b.get("/deployments/pets/traffic.json").json()
+    assert traffic["requests"] == 0 and traffic["at"] > 0 and isinstance(traffic["history"], list)
     r = b.post("/deployments/pets/update", {"version": "1", "replicas": "0"}, headers={"HX-Request": "true"})
     assert r.status_code == 422 and r.text.startswith('<p class="error"')
 

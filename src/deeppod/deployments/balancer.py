@@ -13,6 +13,8 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -26,6 +28,8 @@ from deeppod.states import DeploymentState
 log = logging.getLogger(__name__)
 SUSPECT_SECONDS = 2.0
 RETRY_BUDGET_SECONDS = 15.0
+HISTORY_STEP_S = 5.0  # a deployment's totals are kept this often (taken by the controller's rounds)
+HISTORY_S = 600.0  # and this long: what the console's traffic charts span, so a page opened late is not empty
 
 
 @dataclass(frozen=True)
@@ -67,17 +71,34 @@ class _Stats:
                                          "(as the replicas report them, within a second)."))
     direct_seconds: Counter = field(default_factory=lambda: Counter(
         "deeppod_direct_seconds_total", "Time replicas spent answering direct predictions."))
+    history: deque = field(default_factory=lambda: deque(maxlen=int(HISTORY_S / HISTORY_STEP_S) + 1))
+
+    def totals(self) -> dict:
+        """The running totals, direct predictions included (a page turns them into rates); the
+        latency buckets are the router's alone."""
+        by_code: dict[str, float] = {}
+        for counter in (self.requests, self.direct):
+            for k, v in counter.values.items():
+                code = dict(k).get("code", "")
+                by_code[code] = by_code.get(code, 0.0) + v
+        direct = sum(self.direct.values.values())
+        return {"requests": sum(by_code.values()), "direct": direct,
+                "errors": sum(v for code, v in by_code.items() if not code.startswith("2")),
+                "latency_sum": self.latency.sum + self.direct_seconds.get(),
+                "latency_count": self.latency.count + direct,
+                "buckets": list(self.latency.buckets), "counts": list(self.latency.counts),
+                "retries": self.retries.get()}
 
 
 class Balancer:
-    def __init__(self, timeout: float = 60.0):
+    def __init__(self, timeout: float = 60.0, clock: Callable[[], float] = time.time):
         self.routes: dict[int, Route] = {}
         self.by_name: dict[tuple[int, str], int] = {}
         self.keys: dict[str, int] = {}  # key hash -> deployment id
         self.inflight: dict[int, int] = {}  # job id -> requests on it now
         self.suspect: dict[int, float] = {}  # job id -> skip until
         self.stats: dict[int, _Stats] = {}
-        self.timeout = timeout
+        self.timeout, self.clock = timeout, clock
         self._rr = itertools.count()
         self._client: httpx.AsyncClient | None = None  # the replicas' /metrics (rare)
         self._loop = None
@@ -182,22 +203,22 @@ class Balancer:
                 stats.direct.inc(n, code=code)
             stats.direct_seconds.inc(u["seconds"])
 
+    def keep_history(self) -> None:
+        """Keep each routed deployment's totals, at most every HISTORY_STEP_S and for HISTORY_S:
+        the controller calls this every round, traffic or not, so the points are evenly spaced."""
+        now = self.clock()
+        for dep_id in list(self.routes):
+            history = self.stats.setdefault(dep_id, _Stats()).history
+            if not history or now - history[-1][0] >= HISTORY_STEP_S:
+                history.append((now, self.stats[dep_id].totals()))
+
     def traffic(self, dep_id: int) -> dict:
-        """The router's running totals for one deployment, direct predictions included (a page
-        turns them into rates); the latency buckets are the router's alone."""
+        """The router's running totals for one deployment now (``at``, this server's clock), and
+        as kept over the last HISTORY_S (``history``, oldest first)."""
         stats = self.stats.get(dep_id) or _Stats()
-        by_code: dict[str, float] = {}
-        for counter in (stats.requests, stats.direct):
-            for k, v in counter.values.items():
-                code = dict(k).get("code", "")
-                by_code[code] = by_code.get(code, 0.0) + v
-        direct = sum(stats.direct.values.values())
-        return {"requests": sum(by_code.values()), "direct": direct,
-                "errors": sum(v for code, v in by_code.items() if not code.startswith("2")),
-                "latency_sum": stats.latency.sum + stats.direct_seconds.get(),
-                "latency_count": stats.latency.count + direct,
-                "buckets": list(stats.latency.buckets), "counts": list(stats.latency.counts),
-                "retries": stats.retries.get()}
+        now = self.clock()
+        return {**stats.totals(), "at": now,
+                "history": [{**t, "at": at} for at, t in stats.history if now - at <= HISTORY_S]}
 
     async def replica_metrics(self, dep_id: int) -> str:
         route = self.routes.get(dep_id)

@@ -108,6 +108,7 @@ class DeploymentController:
                 routes.append(self._one(s, dep, health, now, act, prove_lead))
             keys = service.active_keys(s)
         self.balancer.set_routes(routes, keys)
+        self.balancer.keep_history()
         # steady: nothing written, every replica healthy and routed; the next round (and health
         # check) comes in STEADY_ROUND_S, or at once when a deployment or a job changes here
         steady = not fenced and all(health.values()) and sum(len(r.targets) for r in routes) == len(health)

@@ -18,7 +18,7 @@ from deeppod.contract import METRICS_SPOOL, JobState
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
 from deeppod.jobs.stop_rules import triggered
-from deeppod.store.models import JobHistogram, JobMetric, Trial
+from deeppod.store.models import Job, JobHistogram, JobMetric, Trial
 
 SPOOL_MAX_BYTES = 64 << 20  # of a job's unsent points (a process keeps at most 100,000)
 
@@ -146,7 +146,13 @@ def series(session: Session, principal: Principal, job_id: int, names: list[str]
     ``max_points`` buckets of steps by the database (the last point is always kept exactly),
     so a chart of 100,000 points costs a few hundred rows. ``with_time``: (step, value,
     seconds since the job's first report), a bucket's time its last point's."""
-    job = get_job(session, principal, job_id)
+    return job_series(session, get_job(session, principal, job_id), names, max_points, with_time)
+
+
+def job_series(session: Session, job: Job, names: list[str] | None = None, max_points: int = 500,
+               with_time: bool = False) -> dict:
+    """``series`` of a job the caller has already read (and so may see)."""
+    job_id = job.id
     if not 2 <= max_points <= 100_000:
         raise InvalidRequest("max_points must be between 2 and 100000")
     trial = _shown_trial(session, job)

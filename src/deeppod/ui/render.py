@@ -55,7 +55,20 @@ def _when(value: datetime | None) -> str:
     return f"{value:%Y-%m-%d %H:%M:%S} UTC" if value else ""
 
 
+# the colours a state badge has (console.css); a search's or deployment's state borrows a job's
+_BADGES = {"running", "queued", "succeeded", "failed", "cancelled", "preempted", "pruned", "resizing", "stopped"}
+_BADGE_OF = {"completed": "succeeded", "ready": "succeeded"}
+
+
+def _badge(state) -> str:
+    """The CSS class of a job's, trial's, search's or deployment's state: ``s-running``."""
+    value = str(getattr(state, "value", state))
+    value = _BADGE_OF.get(value, value)
+    return "s-" + (value if value in _BADGES else "queued")
+
+
 env.filters["ago"] = _ago
+env.filters["badge"] = _badge
 env.filters["when"] = _when
 env.filters["span"] = _span
 env.filters["size"] = size_text

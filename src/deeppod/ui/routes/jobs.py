@@ -237,7 +237,7 @@ def compare_data(session: SessionDep, viewer: ViewerDep, ids: str = "") -> Respo
     for job_id in _compared(ids):
         job = service.get_job(session, viewer.principal, job_id)
         jobs.append({"id": job.id, "name": job.name, "state": job.state.value, "final": job.state in FINAL_STATES})
-        for name, m in metrics.series(session, viewer.principal, job_id, None, 500, with_time=True)["metrics"].items():
+        for name, m in metrics.job_series(session, job, None, 500, with_time=True)["metrics"].items():
             out.setdefault(name, {})[str(job_id)] = m["series"]
     return JSONResponse({"jobs": jobs, "metrics": out})
 

@@ -459,7 +459,8 @@
   }
 
   // a deployment's request rate and latency from the router's running totals (direct predictions
-  // included, as replicas report them; "direct" shows their share), since the page opened
+  // included, as replicas report them; "direct" shows their share): the last ten minutes the
+  // server kept, then as they come; times are the server's
   function traffic(name) {
     const rate = lineChart(document.getElementById("rate-chart"), "requests / s", "time", ["ok", "errors", "of which direct"], true, 600);
     const lat = lineChart(document.getElementById("latency-chart"), "latency (ms)", "time", ["mean", "p95"], true, 600);
@@ -472,24 +473,28 @@
       for (let i = 0; i < counts.length; i++) { seen += counts[i]; if (seen >= 0.95 * total) return 1000 * (buckets[i] !== undefined ? buckets[i] : buckets[buckets.length - 1]); }
       return null;
     }
+    function point(a, b) {  // the rates between two snapshots of the totals, at the later one
+      if (b.at <= a.at) return;
+      const dt = b.at - a.at, n = b.latency_count - a.latency_count, errors = b.errors - a.errors;
+      rows[0].push(b.at); rows[1].push((b.requests - a.requests - errors) / dt); rows[2].push(errors / dt);
+      rows[3].push(n ? 1000 * (b.latency_sum - a.latency_sum) / n : null);
+      rows[4].push(p95(b.buckets, b.counts.map((c, i) => c - a.counts[i])));
+      rows[5].push((b.direct - a.direct) / dt);
+      if (rows[0].length > 400) rows.forEach(r => r.shift());
+    }
     every(2000, async function () {
       const r = await fetch("/deployments/" + encodeURIComponent(name) + "/traffic.json", {credentials: "same-origin"});
       if (!r.ok) return true;
-      const now = Date.now() / 1000, t = await r.json();
-      if (last) {
-        const dt = Math.max(1e-3, now - last.at), n = t.latency_count - last.t.latency_count;
-        const errors = t.errors - last.t.errors;
-        rows[0].push(now); rows[1].push((t.requests - last.t.requests - errors) / dt); rows[2].push(errors / dt);
-        rows[3].push(n ? 1000 * (t.latency_sum - last.t.latency_sum) / n : null);
-        rows[4].push(p95(t.buckets, t.counts.map((c, i) => c - last.t.counts[i])));
-        rows[5].push((t.direct - last.t.direct) / dt);
-        if (rows[0].length > 300) rows.forEach(a => a.shift());
+      const t = await r.json();
+      if (!last) (t.history || []).forEach(h => { if (last) point(last, h); last = h; });
+      if (last) point(last, t);
+      last = t;
+      if (rows[0].length) {
         rate.setData([rows[0], rows[1], rows[2], rows[5]]); lat.setData([rows[0], rows[3], rows[4]]);
         document.getElementById("rate-chart").dataset.points = String(rows[0].length);
-        document.getElementById("rate-chart").dataset.requests = String(t.requests);
-        document.getElementById("rate-chart").dataset.direct = String(t.direct);
       }
-      last = {at: now, t: t};
+      document.getElementById("rate-chart").dataset.requests = String(t.requests);
+      document.getElementById("rate-chart").dataset.direct = String(t.direct);
       return true;
     });
   }
