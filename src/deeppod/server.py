@@ -234,7 +234,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
         policy = monitoring.Policy(idle_util=settings.monitor_idle_percent, idle_after_s=settings.monitor_idle_seconds,
                                    raw_keep_s=settings.monitor_raw_seconds,
                                    retention_s=settings.monitor_retention_days * 86400)
-        ctx.monitor = Monitor(sessions, source, policy, fence=leader.fence if fenced else lambda s: None)
+        ctx.monitor = Monitor(sessions, source, policy, fence=leader.fence if fenced else lambda s: None,
+                              usage=executor.usage)
     _on_commits(ctx)
     if not fenced:
         leader.epoch = 0  # it leads alone, without a lease

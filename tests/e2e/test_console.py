@@ -77,6 +77,11 @@ def test_ingest_a_zip_from_the_browser_and_browse_it(server, browser, tmp_path):
     page.context.close()
 
 
+def _usage_points(page, key: str) -> int:
+    chart = page.locator(f'#usage .chart[data-usage="{key}"]')
+    return int(chart.get_attribute("data-points") or 0) if chart.count() else 0
+
+
 def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     page = sign_in(browser, server.url, server.admin_token)
     assert page.inner_text("nav.top .who").startswith("admin")
@@ -105,6 +110,13 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     assert (y0, y1) == (0, 1)  # an accuracy spans 0-1, not its own few hundredths
     page.wait_for_selector("#histograms canvas", timeout=60_000)  # the form asks for them every 20 steps
     wait_until(lambda: "epoch" in page.inner_text("#log"), 30, interval=0.5, what="rank 0's log on the page")
+    # what the job's processes use, as the monitor samples them: CPU in cores and resident memory
+    wait_until(lambda: _usage_points(page, "cpu") >= 1 and _usage_points(page, "memory") >= 2, 90, interval=0.5,
+               what="the job's CPU and memory charted")
+    cores = page.evaluate("() => document.querySelector('#usage .chart[data-usage=\"cpu\"]').uplot.data[1]")
+    memory = page.evaluate("() => document.querySelector('#usage .chart[data-usage=\"memory\"]').uplot.data[1]")
+    cores, memory = [v for v in cores if v is not None], [v for v in memory if v is not None]
+    assert max(cores) > 0.05 and min(memory) > 50, (cores, memory)  # it trains; torch alone holds more
     shot(page, "job-running")
 
     page.click("#stop")

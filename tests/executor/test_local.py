@@ -164,6 +164,28 @@ def test_memory_request_is_enforced(tmp_path):
     assert "exceeded its memory request of 100 MiB" in st.reason
 
 
+def test_usage_counts_every_process_of_the_job_and_ends_with_it(tmp_path):
+    """CPU seconds and resident memory of the supervisor's whole tree: both workers, and a
+    child each forks (as a DataLoader's workers are), read while they run; nothing once ended."""
+    ex, h = launch(tmp_path, """
+        import os, time
+        block = bytearray(40 * 2**20)  # 40 MiB each, touched
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        os.fork()  # a child that burns CPU as its parent does
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not os.path.exists("stop"):
+            pass
+    """)
+    wait_until(lambda: (u := ex.usage(h)) is not None and u.cpu_seconds > 1.0, 60, what="CPU counted")
+    u = ex.usage(h)
+    assert u.memory_mb > 2 * 40, u  # the two workers' blocks at least (their children share theirs)
+    (tmp_path / "stop").write_text("")
+    finished(ex, h)
+    assert ex.usage(h) is None
+    assert ex.usage({"kind": "local", "job_dir": str(tmp_path / "job"), "pid": h["pid"], "start_time": 1}) is None
+
+
 def test_unknown_executable_fails_cleanly(tmp_path):
     ex = LocalExecutor()
     spec = LaunchSpec(job_id=1, job_dir=tmp_path / "job", command=["/nonexistent/prog"], workdir=str(tmp_path),

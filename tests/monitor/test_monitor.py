@@ -8,6 +8,7 @@ from sqlalchemy import select
 from deeppod.cluster.readings import FakeGpuSampler, FakeHostSampler, OneNode
 from deeppod.errors import NotFound
 from deeppod.executor.fake import FakeExecutor
+from deeppod.executor.usage import Usage
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.service import list_events
 from deeppod.monitor import service
@@ -144,3 +145,30 @@ def test_storage_is_bounded_by_rollups_and_retention(sessions, world):
         oldest = min(a for (a,) in s.execute(select(GpuSample.at)))
     assert periods == {0, 60} and oldest >= clock() - 1200 - 60
     assert loop.COMPACT_EVERY_S == 60.0
+
+
+def test_a_running_jobs_cpu_and_memory_are_sampled_and_read_back_as_cores_and_mib(sessions, world):
+    w, jobs, mon, gpus, clock, tmp = world
+    executor = jobs.executor
+    mon.usage = executor.usage  # as the server wires it
+    a = submit_job(sessions, w.alice, tmp, gpus_per_worker=1)
+    jobs.tick()
+    for seconds, mb in ((10.0, 500.0), (20.0, 520.0), (22.5, 510.0), (1.0, 300.0)):  # the last: a new run
+        executor.used[a] = Usage(seconds, mb)
+        mon.tick()
+        clock.t += 5
+    executor.used.pop(a)  # ended: nothing to read, nothing recorded
+    mon.tick()
+    with sessions() as s:
+        u = service.job_usage(s, w.alice, a)
+    t0 = 1_000_000.0
+    assert u["cpu"] == [[t0 + 5, 2.0], [t0 + 10, 0.5]]  # 10 CPU-seconds in 5 s: 2 cores; no point across runs
+    assert u["memory_mb"] == [[t0, 500.0], [t0 + 5, 520.0], [t0 + 10, 510.0], [t0 + 15, 300.0]]
+    with sessions() as s:
+        assert service.job_usage(s, w.alice, a, max_points=2)["memory_mb"] == [[t0 + 10, 510.0], [t0 + 15, 300.0]]
+        with pytest.raises(NotFound):
+            service.job_usage(s, w.bob, a)
+    with sessions.begin() as s:  # samples go with the monitor's retention
+        service.compact(s, clock() + mon.policy.retention_s + 60, mon.policy)
+    with sessions() as s:
+        assert service.count_rows(s)["job_samples"] == 0

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from deeppod.contract import JobState
-from deeppod.store.models import Job, JobMetric
+from deeppod.store.models import Job, JobMetric, JobSample
 from tests.ui.conftest import Browser, field_errors
 
 
@@ -79,6 +79,21 @@ def test_a_job_page_and_its_live_parts(api, tmp_path):
     log = b.get(f"/jobs/{job}/log?rank=0").text
     assert "line 9999" in log and "line 0\n" not in log and len(log) < 20_000  # the tail, whole lines
     assert "queued" in b.get(f"/jobs/{job}/events").text
+
+
+def test_a_job_pages_resources_come_from_the_monitors_samples_and_only_to_its_tenant(api, tmp_path):
+    job = _submit(api, api.admin, tmp_path)
+    with api.ctx.sessions.begin() as s:
+        s.add_all([JobSample(job_id=job, at=100.0, cpu_seconds=3.0, memory_mb=700.0),
+                   JobSample(job_id=job, at=105.0, cpu_seconds=8.0, memory_mb=710.0)])
+    b = Browser(api, api.admin)
+    assert "DeepPod.usageCharts(1)" in b.get(f"/jobs/{job}").text
+    u = b.get(f"/jobs/{job}/usage.json").json()
+    assert u["cpu"] == [[105.0, 1.0]] and u["memory_mb"] == [[100.0, 700.0], [105.0, 710.0]] and not u["final"]
+    assert api.http.get(f"/v1/jobs/{job}/usage", headers=api.as_(api.admin)).json()["cpu"] == [[105.0, 1.0]]
+    other = api.user("carl", "audio")  # another tenant's
+    assert Browser(api, other).get(f"/jobs/{job}/usage.json").status_code == 404
+    assert api.http.get(f"/v1/jobs/{job}/usage", headers=api.as_(other)).status_code == 404
 
 
 def test_stop_resume_and_cancel_from_the_page(api, tmp_path):

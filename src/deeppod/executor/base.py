@@ -87,6 +87,10 @@ class Executor(Protocol):
         """Keep ``count`` warm spares of a running job (runtime/spare.py): an in-place grow
         hands them the new workers' places. Only where ``in_place`` is true."""
 
+    def usage(self, handle: dict):
+        """What a running job's processes use now (``executor/usage.Usage``: CPU seconds so far,
+        resident memory); None where the executor cannot see them (Ray nodes) or they ended."""
+
     def nodes(self) -> list:
         """The cluster's nodes now (``cluster/inventory.NodeInfo``). Only where ``cluster`` is true."""
 

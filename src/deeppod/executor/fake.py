@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
+from deeppod.executor.usage import Usage
 
 
 class FakeExecutor:
@@ -17,6 +18,7 @@ class FakeExecutor:
         self.status: dict[int, ExecStatus] = {}
         self.terminated: list[int] = []
         self.spares: dict[int, int] = {}  # job -> warm spares asked for
+        self.used: dict[int, Usage] = {}  # job -> what usage() answers (a test sets it)
 
     def launch(self, spec: LaunchSpec) -> dict:
         self.launched[spec.job_id] = spec
@@ -43,6 +45,9 @@ class FakeExecutor:
 
     def keep_spares(self, handle: dict, count: int) -> None:
         self.spares[handle["job_id"]] = count
+
+    def usage(self, handle: dict) -> Usage | None:
+        return self.used.get(handle["job_id"])
 
     # test helpers
     def finish(self, job_id: int, exit_codes: dict[int, int], reason: str = "") -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from deeppod.contract import free_port
 from deeppod.errors import ExecutorError
+from deeppod.executor import usage
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
+from deeppod.executor.usage import Usage
 from deeppod.job_folder import JobFolder
 
 log = logging.getLogger(__name__)
@@ -91,18 +93,11 @@ class LocalExecutor:
         return {"kind": "local", "job_dir": str(job_dir)}  # the supervisor wrote supervisor.json there
 
     def _alive(self, handle: dict) -> bool:
-        if "pid" not in handle:
-            found = JobFolder(Path(handle["job_dir"])).read_supervisor()
-            if not isinstance(found, dict) or "pid" not in found:
-                return False
-            handle = {**handle, **found}
-        pid = handle["pid"]
-        child = self._children.get(pid)
-        if child is not None and child.poll() is not None:
-            del self._children[pid]
+        child = self._children.get(handle.get("pid", 0))
+        if child is not None and child.poll() is not None:  # ours, and ended: reaped
+            del self._children[child.pid]
             return False
-        start = process_start_time(pid)
-        return start is not None and start == handle.get("start_time")
+        return self._pid(handle) is not None
 
     def poll(self, handle: dict) -> ExecStatus:
         folder = JobFolder(Path(handle["job_dir"]))
@@ -122,6 +117,20 @@ class LocalExecutor:
         self._kill_strays(folder)
         return ExecStatus(finished=True, exit_codes=folder.exit_codes(), lost=True,
                           reason="the job's supervisor process died unexpectedly")
+
+    def usage(self, handle: dict) -> Usage | None:
+        pid = self._pid(handle)
+        return usage.of_tree(pid) if pid is not None else None
+
+    def _pid(self, handle: dict) -> int | None:
+        """The supervisor's pid while it is the process this handle started; None after."""
+        if "pid" not in handle:
+            found = JobFolder(Path(handle["job_dir"])).read_supervisor()
+            if not isinstance(found, dict) or "pid" not in found:
+                return None
+            handle = {**handle, **found}
+        start = process_start_time(handle["pid"])
+        return handle["pid"] if start is not None and start == handle.get("start_time") else None
 
     def _kill_strays(self, folder: JobFolder) -> None:
         pids = folder.read_pids()

@@ -394,6 +394,11 @@ class RayExecutor:
     def terminate(self, handle: dict) -> None:
         JobFolder(Path(handle["job_dir"])).ask_stop("stop")
 
+    def usage(self, handle: dict) -> None:
+        """Not measured: the workers run on Ray's nodes, whose processes this machine cannot read
+        (their GPUs are, by the nodes' samplers)."""
+        return None
+
 
 class RayAutoscaler:
     """Ray's own autoscaler (its cluster config's node types provide the burst nodes):

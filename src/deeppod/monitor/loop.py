@@ -11,6 +11,7 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.cluster.readings import NodeSource
+from deeppod.executor.usage import Usage
 from deeppod.loops import run_rounds
 from deeppod.monitor import service
 
@@ -21,8 +22,9 @@ COMPACT_EVERY_S = 60.0
 class Monitor:
     def __init__(self, sessions: sessionmaker[Session], source: NodeSource,
                  policy: service.Policy = service.Policy(), clock: Callable[[], float] = time.time,
-                 fence: Callable[[Session], None] = lambda s: None):
-        self.sessions, self.source = sessions, source
+                 fence: Callable[[Session], None] = lambda s: None,
+                 usage: Callable[[dict], Usage | None] | None = None):
+        self.sessions, self.source, self.usage = sessions, source, usage
         self.policy, self.clock, self.fence = policy, clock, fence
         self.samples = 0
         self._compacted = 0.0
@@ -36,6 +38,8 @@ class Monitor:
             held = service.holders(s)
             for node, r in readings.items():
                 notes += service.record(s, node, r.gpus, r.host, now, self.policy, held)
+            if self.usage is not None:  # each job's processes: its page's CPU and memory charts
+                service.record_jobs(s, self.usage, now)
         self.samples += 1
         if now - self._compacted >= COMPACT_EVERY_S:
             with self.sessions.begin() as s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,8 +18,9 @@ from deeppod.auth.service import Principal
 from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.cluster.service import set_gpu_health
 from deeppod.contract import HOLDING_STATES
+from deeppod.executor.usage import Usage
 from deeppod.jobs.service import add_event, get_job
-from deeppod.store.models import GpuSample, HostSample, Job, Node, utcnow
+from deeppod.store.models import GpuSample, HostSample, Job, JobSample, Node, utcnow
 
 log = logging.getLogger(__name__)
 GPU_FIELDS = ("util", "memory_used_mb", "memory_total_mb", "power_w", "temperature_c")
@@ -134,6 +136,18 @@ def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, 
     return notes
 
 
+def record_jobs(session: Session, usage: Callable[[dict], Usage | None], at: float) -> int:
+    """What each job holding resources uses now (``usage``: the executor's, by the job's
+    handle); a job whose processes it cannot see (Ray nodes, ended) is left out. Returns how many."""
+    n = 0
+    for job in session.scalars(select(Job).where(Job.state.in_(HOLDING_STATES), Job.handle.is_not(None))):
+        u = usage(job.handle)
+        if u is not None:
+            session.add(JobSample(job_id=job.id, at=at, cpu_seconds=u.cpu_seconds, memory_mb=u.memory_mb))
+            n += 1
+    return n
+
+
 def compact(session: Session, now: float, policy: Policy = Policy()) -> tuple[int, int]:
     """Raw samples older than ``raw_keep_s`` become ``rollup_s`` averages (per GPU and job);
     buckets older than ``retention_s`` go. Returns (raw samples rolled up, rows dropped)."""
@@ -160,6 +174,7 @@ def compact(session: Session, now: float, policy: Policy = Policy()) -> tuple[in
     old = now - policy.retention_s
     dropped = session.execute(delete(GpuSample).where(GpuSample.at < old)).rowcount
     dropped += session.execute(delete(HostSample).where(HostSample.at < old)).rowcount
+    dropped += session.execute(delete(JobSample).where(JobSample.at < old)).rowcount
     return rolled, dropped
 
 
@@ -194,8 +209,15 @@ def hosts(session: Session, within_s: float, now: float) -> list[dict]:
 def job_usage(session: Session, principal: Principal, job_id: int, since: float | None = None,
               max_points: int = 500) -> dict:
     """A job's GPU utilization and memory over time (raw and rolled-up samples, newest
-    ``max_points`` per GPU) and its mean utilization over its last 5 minutes of samples."""
-    get_job(session, principal, job_id)
+    ``max_points`` per GPU), its mean utilization over its last 5 minutes of samples, and what
+    its processes used on this machine: CPU in cores (the rate between two samples, at the
+    later one) and resident memory, newest ``max_points`` each."""
+    return usage_of(session, get_job(session, principal, job_id), since, max_points)
+
+
+def usage_of(session: Session, job: Job, since: float | None = None, max_points: int = 500) -> dict:
+    """``job_usage`` of a job the caller has already read (and so may see)."""
+    job_id = job.id
     q = select(GpuSample).where(GpuSample.job_id == job_id)
     if since is not None:
         q = q.where(GpuSample.at >= since)
@@ -204,10 +226,27 @@ def job_usage(session: Session, principal: Principal, job_id: int, since: float 
         series[f"{s.node}/{s.gpu}"].append([s.at, s.util, s.memory_used_mb])
     last = max((pts[-1][0] for pts in series.values()), default=None)
     recent = [p[1] for pts in series.values() for p in pts if last is not None and p[0] >= last - 300]
+    cpu, memory = _process_series(session, job_id, since, max_points)
     return {"job_id": job_id, "gpus": {k: v[-max_points:] for k, v in series.items()},
-            "mean_util_5m": sum(recent) / len(recent) if recent else None}
+            "mean_util_5m": sum(recent) / len(recent) if recent else None, "cpu": cpu, "memory_mb": memory}
+
+
+def _process_series(session: Session, job_id: int, since: float | None, max_points: int) -> tuple[list, list]:
+    q = select(JobSample.at, JobSample.cpu_seconds, JobSample.memory_mb).where(JobSample.job_id == job_id)
+    if since is not None:
+        q = q.where(JobSample.at >= since)
+    rows = session.execute(q.order_by(JobSample.at.desc()).limit(max_points + 1)).all()[::-1]
+    cpu, memory = [], []
+    for i, (at, seconds, mb) in enumerate(rows):
+        if i:
+            before, used = rows[i - 1][0], seconds - rows[i - 1][1]
+            if used >= 0 and at > before:  # less than before: the job started again (a new run's processes)
+                cpu.append([at, round(used / (at - before), 3)])
+        if i or len(rows) <= max_points:
+            memory.append([at, round(mb, 1)])
+    return cpu, memory
 
 
 def count_rows(session: Session) -> dict[str, int]:
-    return {"gpu_samples": session.scalar(select(func.count()).select_from(GpuSample)) or 0,
-            "host_samples": session.scalar(select(func.count()).select_from(HostSample)) or 0}
+    return {table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
+            for table in (GpuSample, HostSample, JobSample)}

@@ -530,6 +530,19 @@ class GpuSample(Base):
     tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+class JobSample(Base):
+    """What a running job's processes used at one time (executor/usage.py): CPU seconds so far
+    (a chart takes rates between samples) and resident memory."""
+
+    __tablename__ = "job_samples"
+    __table_args__ = (Index("ix_job_samples_series", "job_id", "at"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    at: Mapped[float] = mapped_column(Float)  # epoch seconds
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_mb: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class HostSample(Base):
     __tablename__ = "host_samples"
     __table_args__ = (Index("ix_host_samples_series", "period", "node", "at"),)

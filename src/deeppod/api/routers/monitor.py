@@ -40,4 +40,15 @@ def job_gpus(job_id: Id, session: SessionDep, principal: PrincipalDep,
              since: float | None = Query(None, description="epoch seconds"),
              max_points: int = Query(500, ge=2, le=100_000)) -> dict:
     """The job's GPUs over time ([time, utilization %, memory MiB] per GPU) and its recent mean."""
+    usage = service.job_usage(session, principal, job_id, since, max_points)
+    return {k: usage[k] for k in ("job_id", "gpus", "mean_util_5m")}
+
+
+@router.get("/v1/jobs/{job_id}/usage")
+def job_usage(job_id: Id, session: SessionDep, principal: PrincipalDep,
+              since: float | None = Query(None, description="epoch seconds"),
+              max_points: int = Query(500, ge=2, le=100_000)) -> dict:
+    """What the job used over time: its GPUs (as /gpus), CPU in cores ([time, cores]) and
+    resident memory ([time, MiB]) of its processes; CPU and memory where the server's machine
+    runs them (the local executor; not on Ray nodes)."""
     return service.job_usage(session, principal, job_id, since, max_points)

@@ -20,6 +20,7 @@ from deeppod.experiments import service as experiments
 from deeppod.job_folder import JobFolder
 from deeppod.jobs import fit, metrics, service, spec
 from deeppod.jobs.logs import logged_ranks, tail
+from deeppod.monitor import service as monitoring
 from deeppod.runtime.trainers import command as trainer
 from deeppod.ui import forms
 from deeppod.ui.auth import ViewerDep
@@ -282,8 +283,17 @@ def job_action(request: Request, job_id: Id, verb: str, session: SessionDep, vie
 @router.get("/jobs/{job_id}/metrics.json")
 def job_metrics(job_id: Id, session: SessionDep, viewer: ViewerDep, max_points: int = 1000) -> Response:
     max_points = min(max(max_points, 2), 5000)  # the server downsamples: a chart never gets more
-    data = metrics.series(session, viewer.principal, job_id, None, max_points)
     job = service.get_job(session, viewer.principal, job_id)
+    data = metrics.job_series(session, job, None, max_points)
+    data["final"] = job.state in FINAL_STATES
+    return JSONResponse(data)
+
+
+@router.get("/jobs/{job_id}/usage.json")
+def job_usage(job_id: Id, session: SessionDep, viewer: ViewerDep) -> Response:
+    """CPU (cores), memory (MiB) and each GPU's utilization over time: the job page's Resources."""
+    job = service.get_job(session, viewer.principal, job_id)
+    data = monitoring.usage_of(session, job, max_points=720)  # an hour at the 5 s period
     data["final"] = job.state in FINAL_STATES
     return JSONResponse(data)
 

@@ -162,6 +162,51 @@
     });
   }
 
+  // a job's CPU (cores), memory (MiB) and GPUs (utilization %) over time, as the monitor samples them
+  function usageCharts(jobId) {
+    const box = document.getElementById("usage");
+    const charts = {}, ORDER = ["cpu", "memory", "gpus"];
+    // a job's first samples span seconds: drawn across a minute, not across uPlot's guess of years
+    const atLeastAMinute = (u, lo, hi) => (lo === null || hi === null ? [Date.now() / 1000 - 60, Date.now() / 1000]
+      : hi - lo < 60 ? [hi - 60, hi] : [lo, hi]);
+    let endedRead = false;
+    function draw(key, title, yLabel, names, data) {
+      if (!data[0].length) return;
+      const empty = document.getElementById("usage-empty"); if (empty) empty.remove();
+      if (!charts[key] || charts[key].names !== names.join()) {
+        let holder = charts[key] ? charts[key].root.parentElement : null;
+        if (holder) { charts[key].destroy(); holder.replaceChildren(); } else {
+          holder = document.createElement("div"); holder.className = "chart"; holder.dataset.usage = key;
+          const after = [...box.querySelectorAll(".chart")].find(c => ORDER.indexOf(c.dataset.usage) > ORDER.indexOf(key));
+          box.insertBefore(holder, after || null);  // CPU, memory, GPUs, whichever has points first
+        }
+        charts[key] = lineChart(holder, title, "time", names, true, null, yLabel, atLeastAMinute);
+        charts[key].names = names.join();
+      }
+      const points = data[0].length;  // one point: a blank time a minute before it, as uPlot draws one x as years
+      charts[key].setData(points > 1 ? data : data.map((col, i) => [i ? null : col[0] - 60].concat(col)));
+      charts[key].root.parentElement.dataset.points = String(points);
+    }
+    every(5000, async function () {
+      const status = document.getElementById("job-status");
+      if (endedRead && status && status.dataset.final) return true;
+      const r = await fetch("/jobs/" + jobId + "/usage.json", {credentials: "same-origin"});
+      if (!r.ok) return true;
+      const u = await r.json();
+      draw("cpu", "CPU", "cores", ["cores"], [u.cpu.map(p => p[0]), u.cpu.map(p => p[1])]);
+      draw("memory", "memory", "MiB", ["resident"], [u.memory_mb.map(p => p[0]), u.memory_mb.map(p => p[1])]);
+      const gpus = Object.keys(u.gpus).sort();
+      if (gpus.length) {
+        const times = [...new Set(gpus.flatMap(g => u.gpus[g].map(p => p[0])))].sort((a, b) => a - b);
+        draw("gpus", "GPU utilization", "%", gpus, [times].concat(gpus.map(g => {
+          const at = new Map(u.gpus[g].map(p => [p[0], p[1]])); return times.map(t => at.has(t) ? at.get(t) : null);
+        })));
+      }
+      endedRead = !!u.final;
+      return true;
+    });
+  }
+
   // a search's page: the best value so far over time, every trial's curve of the metric on one
   // chart (x = step; a log scale on demand), and parallel coordinates of parameters to value
   function searchCharts(name, tenant) {
@@ -673,7 +718,7 @@
     },
   };
 
-  window.DeepPod = {labels: labels, jobCharts: jobCharts, searchCharts: searchCharts, pickJobs: pickJobs,
+  window.DeepPod = {labels: labels, jobCharts: jobCharts, usageCharts: usageCharts, searchCharts: searchCharts, pickJobs: pickJobs,
                     compareRuns: compareRuns, showRank: showRank, gpuChart: gpuChart, ingest: ingest, traffic: traffic,
                     predict: predict, waitChart: waitChart};
 })();
