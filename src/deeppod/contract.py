@@ -27,7 +27,8 @@ class JobState(StrEnum):
                   running -> pruned                 (a search trial its pruner stopped early)
 
     ``preempted`` and ``resizing`` hold their resources until the workers have stopped.
-    A ``stopped`` job was stopped gracefully on request and can be resumed.
+    A ``stopped`` job was stopped gracefully on request and can be resumed. Every legal move
+    is in ``MOVES``; ``jobs.service.move`` makes them.
     """
 
     QUEUED = "queued"
@@ -52,6 +53,22 @@ class JobState(StrEnum):
 HOLDING_STATES = frozenset({JobState.RUNNING, JobState.PREEMPTED, JobState.RESIZING})
 ACTIVE_STATES = HOLDING_STATES | {JobState.QUEUED}
 FINAL_STATES = frozenset(JobState) - ACTIVE_STATES
+
+# Every legal move of a job's state: the one table (jobs/service.move makes them and refuses
+# the rest). A job that holds resources may be stopped for another reason while it stops
+# (a preempted job resized, or ended by its own exit), and goes back to the queue or ends.
+_ENDS = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED, JobState.PRUNED})
+MOVES: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.STOPPED, JobState.FAILED}),
+    JobState.RUNNING: _ENDS | {JobState.PREEMPTED, JobState.RESIZING, JobState.QUEUED},
+    JobState.PREEMPTED: _ENDS | {JobState.RESIZING, JobState.QUEUED},
+    JobState.RESIZING: _ENDS | {JobState.PREEMPTED, JobState.QUEUED},
+    JobState.STOPPED: frozenset({JobState.QUEUED}),  # resumed
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+    JobState.PRUNED: frozenset(),
+}
 
 
 # --- the environment of a worker ---------------------------------------------------------

@@ -182,7 +182,7 @@ def test_usage_counts_every_process_of_the_job_and_ends_with_it(tmp_path):
     assert u.memory_mb > 2 * 40, u  # the two workers' blocks at least (their children share theirs)
     (tmp_path / "stop").write_text("")
     finished(ex, h)
-    assert ex.usage(h) is None
+    wait_until(lambda: ex.usage(h) is None, 30, what="the supervisor to exit after its result")
     assert ex.usage({"kind": "local", "job_dir": str(tmp_path / "job"), "pid": h["pid"], "start_time": 1}) is None
 
 

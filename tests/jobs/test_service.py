@@ -5,6 +5,7 @@ import sys
 import pytest
 from sqlalchemy import func, select
 
+from deeppod.contract import FINAL_STATES, MOVES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
 from deeppod.jobs import service
 from deeppod.store.models import Job, JobEvent
@@ -195,3 +196,54 @@ def test_a_command_not_found_says_the_jobs_path_not_the_servers(sessions, tmp_pa
     with pytest.raises(InvalidRequest, match="was not found on the job's PATH") as refused:
         submit_job(sessions, world.alice, tmp_path, command=["no-such-program-here"])
     assert "/usr/bin:/bin" in str(refused.value) and "/home/srv" not in str(refused.value)
+
+
+def test_a_jobs_state_moves_only_along_the_table_and_an_illegal_move_is_refused_and_recorded(sessions, tmp_path):
+    w = populate(sessions)
+    with sessions.begin() as s:
+        job = service.submit(s, w.alice, req(tmp_path), default_grace=30)
+        assert service.move(s, job, JobState.RUNNING, "")
+        assert service.move(s, job, JobState.PREEMPTED, "its GPUs went to another job")
+        assert job.reason == "its GPUs went to another job"
+        service.finish(s, job, JobState.SUCCEEDED, "all workers exited 0")
+        assert not service.move(s, job, JobState.RUNNING, "started")  # an ended job never runs again
+        service.finish(s, job, JobState.FAILED, "late news")  # nor ends twice
+        assert (job.state, job.reason) == (JobState.SUCCEEDED, "all workers exited 0")
+        events = [(e.kind, e.message) for e in s.scalars(select(JobEvent).where(JobEvent.job_id == job.id))]
+    assert ("illegal-move", "a move from succeeded to running was refused (started)") in events
+    assert ("illegal-move", "a move from succeeded to failed was refused (late news)") in events
+    assert [k for k, _ in events].count("failed") == 0
+
+
+def test_the_table_holds_the_lifecycle_the_contract_describes():
+    assert set(MOVES) == set(JobState)
+    for line in JobState.__doc__.split("::")[1].split("\n\n")[0].strip().splitlines():
+        states = [part.split("(")[0].strip().split(" | ") for part in line.split("->")]
+        for before, after in zip(states, states[1:]):
+            for a in before:
+                for b in after:
+                    assert JobState(b) in MOVES[JobState(a)], (a, b)
+    assert all(not MOVES[s] for s in FINAL_STATES - {JobState.STOPPED})  # an end is the end; a stop resumes
+    assert MOVES[JobState.STOPPED] == {JobState.QUEUED}
+
+
+def test_only_the_move_function_writes_a_jobs_state():
+    """Every writer goes through jobs.service.move (the simulator's jobs are its own)."""
+    import ast
+    from pathlib import Path
+
+    src = Path(service.__file__).parents[1]
+    writers = []
+    for path in src.rglob("*.py"):
+        if path.name == "simulator.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                    if isinstance(el, ast.Attribute) and el.attr == "state" and isinstance(el.value, ast.Name) \
+                            and el.value.id in ("job", "j"):
+                        writers.append(f"{path.relative_to(src)}:{el.lineno}")
+    move_line = service.move.__code__.co_firstlineno
+    assert all(w.startswith("jobs/service.py:") and int(w.split(":")[1]) - move_line < 15 for w in writers), writers
+    assert len(writers) == 1, writers

@@ -2,8 +2,7 @@
 (``deeppod.scheduler``), carry out its decisions. The scheduler decides (pure), the executor
 acts; this module alone joins them with the store. Every tick is safe to repeat, so a restarted
 server re-adopts jobs that kept running while it was down. Beside it: snapshot.py, runs.py (what
-a run's end means), launch.py and resize.py (in place, with warm spares).
-"""
+a run's end means), launch.py and resize.py (in place, with warm spares)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from deeppod.jobs.metrics import take_spool
 from deeppod.jobs.progress import stop_outcome
 from deeppod.jobs.resize import Resizes
 from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark
-from deeppod.jobs.service import add_event, finish
+from deeppod.jobs.service import add_event, finish, move
 from deeppod.jobs.snapshot import snapshot
 from deeppod.loops import IDLE, run_rounds
 from deeppod.scheduler import Config, Snapshot, Start
@@ -179,7 +178,8 @@ class JobController:
         self.last_round_ms, stop_now = (time.perf_counter() - began) * 1000, []
         for p in d.preempts:
             job = s.get(Job, p.job_id)
-            job.state, job.reason, job.stop_requested_at = JobState.PREEMPTED, p.reason, utcnow()
+            if not move(s, job, JobState.PREEMPTED, p.reason, stop_requested_at=utcnow()):
+                continue
             add_event(s, job, JobState.PREEMPTED, f"{p.reason}; SIGTERM now, SIGKILL after {job.grace_seconds:g} s")
             if job.handle:
                 stop_now.append(job.handle)
@@ -187,16 +187,17 @@ class JobController:
             job = s.get(Job, r.job_id)
             if r.in_place and self.resizes.start(s, job, r):
                 continue
-            job.state, job.reason, job.resize_to, job.stop_requested_at = (JobState.RESIZING, r.reason, r.workers,
-                                                                            utcnow())
+            if not move(s, job, JobState.RESIZING, r.reason, resize_to=r.workers, stop_requested_at=utcnow()):
+                continue
             add_event(s, job, JobState.RESIZING, f"{r.reason}; it restarts from its checkpoint with {r.workers} workers"
                       + self.resizes.restart_note(job.id))
             if job.handle:
                 stop_now.append(job.handle)
         for start in d.starts:
             job = s.get(Job, start.job_id)
-            job.state, job.started_at, job.handle, job.resize_to, job.stop_requested_at, job.reason = (
-                JobState.RUNNING, utcnow(), None, None, None, "")
+            if not move(s, job, JobState.RUNNING, "", started_at=utcnow(), handle=None, resize_to=None,
+                        stop_requested_at=None):
+                continue
             Allocation(workers=list(start.placement)).save(job)
             gpus = sum(len(w.gpus) for w in start.placement)
             nodes = sorted({w.node for w in start.placement})

@@ -29,7 +29,7 @@ from deeppod.executor.base import ExecStatus, WorkerSpec
 from deeppod.jobs.allocation import Allocation, PendingResize
 from deeppod.jobs.launch import Launcher
 from deeppod.jobs.runs import close_run
-from deeppod.jobs.service import add_event
+from deeppod.jobs.service import add_event, move
 from deeppod.scheduler import Resize
 from deeppod.store.models import Job, Node, utcnow
 
@@ -194,9 +194,9 @@ class Resizes:
         self.stop_watching(job.id)
         if pending is None or job.stopping:
             return
-        job.state, job.resize_to = JobState.RESIZING, pending.to
-        job.reason = f"{why}; it restarts from its checkpoint with {pending.to} workers"
-        job.stop_requested_at = utcnow()
+        if not move(s, job, JobState.RESIZING, f"{why}; it restarts from its checkpoint with {pending.to} workers",
+                    resize_to=pending.to, stop_requested_at=utcnow()):
+            return
         add_event(s, job, JobState.RESIZING, job.reason)
 
     # warm spares (runtime/spare.py) ---------------------------------------------------

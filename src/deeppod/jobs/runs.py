@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import revoke_job_tokens
 from deeppod.contract import EXIT_RESUME, JobState, describe_exit
 from deeppod.executor.base import ExecStatus
-from deeppod.jobs.service import add_event
+from deeppod.jobs.service import add_event, move
 from deeppod.store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ def close_run(job: Job) -> None:
 def requeue(s: Session, job: Job, reason: str, status: ExecStatus | None = None, *, ran: bool = True) -> None:
     """Back to the queue, same id. ``ran``: it ran (a restart, counted), else it never started.
     Its tokens are revoked: the next run is given a new one."""
+    if not move(s, job, JobState.QUEUED):
+        return
     revoke_job_tokens(s, job.id)
-    job.state = JobState.QUEUED
     job.queued_at = utcnow()
     if ran:
         close_run(job)

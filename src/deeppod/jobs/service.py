@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,7 @@ from deeppod.auth import scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, revoke_job_tokens
 from deeppod.cluster.service import capacity
-from deeppod.contract import ENV_NAME_RE, FINAL_STATES, JobState, job_path, reserved
+from deeppod.contract import ENV_NAME_RE, FINAL_STATES, MOVES, JobState, job_path, reserved
 from deeppod.datasets.service import resolve_for_job
 from deeppod.envs import images
 from deeppod.envs import names as env_names
@@ -32,6 +33,8 @@ from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
 JOB_KINDS = ("batch", "serve", "evaluate", "trial")  # submitted work, replicas, model comparisons, search trials
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -428,17 +431,34 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
     storage.check_submit(session, session.get(Tenant, job.tenant_id).name)
     if job.started_at is not None and job.ended_at is not None:  # the run that stopped counts in its duration
         job.ran_seconds += max(0.0, (job.ended_at - job.started_at).total_seconds())
-    job.state, job.stop_reason, job.ended_at, job.stop_requested_at = JobState.QUEUED, None, None, None
-    job.reason = f"resumed by {principal.user}"
+    move(session, job, JobState.QUEUED, f"resumed by {principal.user}", stop_reason=None, ended_at=None,
+         stop_requested_at=None)
     add_event(session, job, "resumed", f"{principal.user} resumed it; it continues from its last checkpoint")
     return job
 
 
+def move(session: Session, job: Job, to: JobState, reason: str | None = None, **fields) -> bool:
+    """The one place a job's state changes, along ``contract.MOVES``, with the columns that go
+    with it (``fields``); an illegal move is refused (False), logged and recorded among the job's
+    events, and the job is left as it was."""
+    was = JobState(job.state)
+    if to not in MOVES[was]:
+        log.error("job %s: a move from %s to %s was refused (not in contract.MOVES)", job.id, was, to)
+        add_event(session, job, "illegal-move", f"a move from {was} to {to} was refused ({reason or 'no reason'})")
+        return False
+    job.state = to
+    if reason is not None:
+        job.reason = reason
+    for name, value in fields.items():
+        setattr(job, name, value)
+    return True
+
+
 def finish(session: Session, job: Job, state: JobState, reason: str, exit_codes: dict[int, int] | None = None) -> None:
     """The job ends for good; the tokens its processes were given go with it."""
+    if not move(session, job, state, reason):
+        return
     revoke_job_tokens(session, job.id)
-    job.state = state
-    job.reason = reason
     job.ended_at = utcnow()
     if exit_codes is not None:
         job.exit_codes = {str(k): v for k, v in sorted(exit_codes.items())}
