@@ -11,6 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from deeppod.runtime import _broadcast
+from deeppod.runtime.stop import exit_process
 
 
 def adam_state():
@@ -110,6 +111,7 @@ def _sync_worker(rank, folder, shm, result):
         with open(result, "w") as f:
             f.write("same" if same else "different")
     dist.destroy_process_group()
+    exit_process(0)  # no interpreter teardown under a gloo thread (runtime/stop.py says why)
 
 
 @pytest.mark.slow  # it starts processes
