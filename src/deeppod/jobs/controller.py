@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import HOLDING_STATES, JobState, base_environment, same_reason
-from deeppod.errors import DeepPodError, NodeLost, NotLeader
 from deeppod.executor.base import ExecStatus, Executor
 from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.launch import Isolation, Launcher
@@ -29,6 +28,7 @@ from deeppod.jobs.resize import Resizes
 from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, run_mark
 from deeppod.jobs.service import add_event, finish, move
 from deeppod.jobs.snapshot import snapshot
+from deeppod.jobs.starting import start_run
 from deeppod.loops import IDLE, run_rounds
 from deeppod.scheduler import Config, Snapshot, Start
 from deeppod.store.models import Job, Node, utcnow
@@ -213,37 +213,8 @@ class JobController:
         return d.starts, stop_now
 
     def start(self, start: Start) -> None:
-        """Stage the job's datasets, then launch its workers (a failure fails the job, a lost
-        node sends it back to wait for others)."""
-        with self.sessions.begin() as s:  # its token is committed first: a server killed before the launch's
-            self.fence(s)  # commit finds the job by its folder at its restart, and the job's calls must get in
-            job = s.get(Job, start.job_id)
-            wanted, token = list(job.datasets or []), self.launcher.token(s, job)
-        try:
-            staged = self.launcher.stage_datasets(wanted)  # may copy from a cold tier: no session held
-        except (DeepPodError, OSError) as exc:
-            with self.sessions.begin() as s:
-                self.fence(s)
-                finish(s, s.get(Job, start.job_id), JobState.FAILED, f"could not stage its datasets: {exc}")
-            log.warning("job %s could not stage its datasets: %s", start.job_id, exc)
-            return
-        with self.sessions.begin() as s:
-            self.fence(s)
-            job = s.get(Job, start.job_id)
-            alloc = Allocation.of(job)
-            alloc.staged = staged  # joiners of an in-place grow get it too
-            alloc.save(job)
-            try:
-                spec = self.launcher.launch_spec(s, job, alloc.workers, staged, token)
-                job.handle = self.executor.launch(spec)
-            except NotLeader:  # nothing started; the job's row is rolled back with the transaction
-                raise
-            except NodeLost as exc:  # not the job's fault, and it never ran: it waits for other nodes
-                mark_down(s, exc.nodes)
-                requeue(s, job, f"requeued: {exc}", ran=False)
-            except (DeepPodError, OSError) as exc:
-                finish(s, job, JobState.FAILED, f"could not start: {exc}")
-                log.warning("job %s could not start: %s", job.id, exc)
+        """Stage the job's datasets, then launch its workers (jobs/starting.py)."""
+        start_run(self.sessions, self.fence, self.launcher, self.executor, start.job_id)
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
