@@ -117,6 +117,8 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     memory = page.evaluate("() => document.querySelector('#usage .chart[data-usage=\"memory\"]').uplot.data[1]")
     cores, memory = [v for v in cores if v is not None], [v for v in memory if v is not None]
     assert max(cores) > 0.05 and min(memory) > 50, (cores, memory)  # it trains; torch alone holds more
+    used = Client(server.url, server.admin_token).jobs.usage(job_id)  # the same series from the SDK
+    assert used["cpu"] and used["memory_mb"], used
     shot(page, "job-running")
 
     page.click("#stop")

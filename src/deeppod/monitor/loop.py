@@ -31,6 +31,7 @@ class Monitor:
 
     def tick(self) -> list[str]:
         readings = self.source.read()
+        used = self._job_usage()
         now = self.clock()
         notes = []
         with self.sessions.begin() as s:
@@ -38,8 +39,7 @@ class Monitor:
             held = service.holders(s)
             for node, r in readings.items():
                 notes += service.record(s, node, r.gpus, r.host, now, self.policy, held)
-            if self.usage is not None:  # each job's processes: its page's CPU and memory charts
-                service.record_jobs(s, self.usage, now)
+            service.record_jobs(s, used, now)
         self.samples += 1
         if now - self._compacted >= COMPACT_EVERY_S:
             with self.sessions.begin() as s:
@@ -48,6 +48,15 @@ class Monitor:
         for n in notes:
             log.info("%s", n)
         return notes
+
+    def _job_usage(self) -> dict[int, Usage]:
+        """Each launched job's processes (its page's CPU and memory charts), read with no
+        transaction held: walking /proc for every job must not keep the database's writers waiting."""
+        if self.usage is None:
+            return {}
+        with self.sessions() as s:
+            handles = service.holding_handles(s)
+        return {job_id: u for job_id, handle in handles.items() if (u := self.usage(handle)) is not None}
 
     def run(self, stop: threading.Event, period: float = 5.0) -> None:
         run_rounds(self.tick, stop, period, "monitor")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -136,16 +135,16 @@ def _idle(session: Session, node_name: str, gpus: list[GpuReading], held: dict, 
     return notes
 
 
-def record_jobs(session: Session, usage: Callable[[dict], Usage | None], at: float) -> int:
-    """What each job holding resources uses now (``usage``: the executor's, by the job's
-    handle); a job whose processes it cannot see (Ray nodes, ended) is left out. Returns how many."""
-    n = 0
-    for job in session.scalars(select(Job).where(Job.state.in_(HOLDING_STATES), Job.handle.is_not(None))):
-        u = usage(job.handle)
-        if u is not None:
-            session.add(JobSample(job_id=job.id, at=at, cpu_seconds=u.cpu_seconds, memory_mb=u.memory_mb))
-            n += 1
-    return n
+def holding_handles(session: Session) -> dict[int, dict]:
+    """job id -> executor handle of every job holding resources that has been launched."""
+    q = select(Job.id, Job.handle).where(Job.state.in_(HOLDING_STATES), Job.handle.is_not(None))
+    return {job_id: handle for job_id, handle in session.execute(q)}
+
+
+def record_jobs(session: Session, used: dict[int, Usage], at: float) -> None:
+    """What each job's processes use now (read by the executor, before the transaction)."""
+    session.add_all(JobSample(job_id=job_id, at=at, cpu_seconds=u.cpu_seconds, memory_mb=u.memory_mb)
+                    for job_id, u in used.items())
 
 
 def compact(session: Session, now: float, policy: Policy = Policy()) -> tuple[int, int]:
@@ -207,15 +206,16 @@ def hosts(session: Session, within_s: float, now: float) -> list[dict]:
 
 
 def job_usage(session: Session, principal: Principal, job_id: int, since: float | None = None,
-              max_points: int = 500) -> dict:
+              max_points: int = 500, processes: bool = True) -> dict:
     """A job's GPU utilization and memory over time (raw and rolled-up samples, newest
     ``max_points`` per GPU), its mean utilization over its last 5 minutes of samples, and what
     its processes used on this machine: CPU in cores (the rate between two samples, at the
-    later one) and resident memory, newest ``max_points`` each."""
-    return usage_of(session, get_job(session, principal, job_id), since, max_points)
+    later one) and resident memory, newest ``max_points`` each (``processes``: False, GPUs only)."""
+    return usage_of(session, get_job(session, principal, job_id), since, max_points, processes)
 
 
-def usage_of(session: Session, job: Job, since: float | None = None, max_points: int = 500) -> dict:
+def usage_of(session: Session, job: Job, since: float | None = None, max_points: int = 500,
+             processes: bool = True) -> dict:
     """``job_usage`` of a job the caller has already read (and so may see)."""
     job_id = job.id
     q = select(GpuSample).where(GpuSample.job_id == job_id)
@@ -226,9 +226,11 @@ def usage_of(session: Session, job: Job, since: float | None = None, max_points:
         series[f"{s.node}/{s.gpu}"].append([s.at, s.util, s.memory_used_mb])
     last = max((pts[-1][0] for pts in series.values()), default=None)
     recent = [p[1] for pts in series.values() for p in pts if last is not None and p[0] >= last - 300]
-    cpu, memory = _process_series(session, job_id, since, max_points)
-    return {"job_id": job_id, "gpus": {k: v[-max_points:] for k, v in series.items()},
-            "mean_util_5m": sum(recent) / len(recent) if recent else None, "cpu": cpu, "memory_mb": memory}
+    out = {"job_id": job_id, "gpus": {k: v[-max_points:] for k, v in series.items()},
+           "mean_util_5m": sum(recent) / len(recent) if recent else None}
+    if processes:
+        out["cpu"], out["memory_mb"] = _process_series(session, job_id, since, max_points)
+    return out
 
 
 def _process_series(session: Session, job_id: int, since: float | None, max_points: int) -> tuple[list, list]:

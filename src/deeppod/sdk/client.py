@@ -200,6 +200,10 @@ class Client:
         """The job's GPU utilization and memory over time, and its recent mean."""
         return self._request("GET", f"/v1/jobs/{job_id}/gpus", params={"since": since} if since else None)
 
+    def job_usage(self, job_id: int, since: float | None = None) -> dict:
+        """What the job used over time: its GPUs, CPU in cores and its processes' resident memory."""
+        return self._request("GET", f"/v1/jobs/{job_id}/usage", params={"since": since} if since else None)
+
     def gpus(self) -> list[dict]:
         """Each GPU's newest sample (another tenant's job shows as busy only)."""
         return self._request("GET", "/v1/monitor/gpus")

@@ -41,7 +41,8 @@ def resources(client_class) -> dict[str, type[Resource]]:
     return {
         "jobs": noun("Jobs", c._list_jobs, get=c.job, submit=c.submit, cancel=c.cancel, stop=c.stop, resume=c.resume,
                      wait=c.wait, logs=c.logs, events=c.events, metrics=c.metrics, histograms=c.histograms,
-                     gpus=c.job_gpus, spec=c.job_spec, remove_files=c.remove_job_files, purge=c.purge_jobs),
+                     gpus=c.job_gpus, usage=c.job_usage, spec=c.job_spec, remove_files=c.remove_job_files,
+                     purge=c.purge_jobs),
         "datasets": noun("Datasets", c._list_datasets, get=c.dataset, ingest=c.ingest, update=c.update_dataset,
                          set_policy=c.set_data_policy, remove_version=c.remove_dataset_version, stage=c.stage,
                          manifest=c.manifest),

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from deeppod.contract import JobState
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender, Unauthenticated
 from deeppod.units import size_text
 
@@ -56,7 +57,7 @@ def _when(value: datetime | None) -> str:
 
 
 # the colours a state badge has (console.css); a search's or deployment's state borrows a job's
-_BADGES = {"running", "queued", "succeeded", "failed", "cancelled", "preempted", "pruned", "resizing", "stopped"}
+_BADGES = {state.value for state in JobState}
 _BADGE_OF = {"completed": "succeeded", "ready": "succeeded"}
 
 

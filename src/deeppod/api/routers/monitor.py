@@ -40,8 +40,7 @@ def job_gpus(job_id: Id, session: SessionDep, principal: PrincipalDep,
              since: float | None = Query(None, description="epoch seconds"),
              max_points: int = Query(500, ge=2, le=100_000)) -> dict:
     """The job's GPUs over time ([time, utilization %, memory MiB] per GPU) and its recent mean."""
-    usage = service.job_usage(session, principal, job_id, since, max_points)
-    return {k: usage[k] for k in ("job_id", "gpus", "mean_util_5m")}
+    return service.job_usage(session, principal, job_id, since, max_points, processes=False)
 
 
 @router.get("/v1/jobs/{job_id}/usage")
