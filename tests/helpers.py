@@ -41,10 +41,10 @@ class PortTaken(Exception):
 def uvicorn_in_thread(app):
     """The port of a uvicorn server running ``app`` in a thread of this process, its protocol and
     event loop chosen as for the DeepPod server (uvicorn's defaults), behind the server's
-    outermost wrapper (api/zerocopy.py); stopped after."""
+    outermost wrapper (transport/zerocopy.py); stopped after."""
     import uvicorn
 
-    from deeppod.api.zerocopy import ZeroCopySend
+    from deeppod.transport.zerocopy import ZeroCopySend
 
     server = uvicorn.Server(uvicorn.Config(ZeroCopySend(app), host="127.0.0.1", port=0, log_level="warning",
                                            access_log=False, lifespan="off", log_config=None))

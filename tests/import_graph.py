@@ -72,13 +72,12 @@ def exports(module: str) -> dict[str, str]:
     return {}
 
 
-@cache
-def direct(module: str) -> frozenset[str]:
-    """What importing ``module`` itself imports at import time (modules, not names)."""
+def _resolved(module: str, nodes) -> frozenset[str]:
+    """The modules the import statements ``nodes`` of ``module`` name (modules, not names)."""
     is_pkg = _path(module).name == "__init__.py"
     package = module if is_pkg else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in _at_import(_parsed(module).body):
+    for node in nodes:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -91,6 +90,21 @@ def direct(module: str) -> frozenset[str]:
             found.update(_named(base, a.name) for a in node.names)
     found.discard(None)
     return frozenset(found)
+
+
+@cache
+def direct(module: str) -> frozenset[str]:
+    """What importing ``module`` itself imports at import time (modules, not names)."""
+    return _resolved(module, _at_import(_parsed(module).body))
+
+
+@cache
+def anywhere(module: str) -> frozenset[str]:
+    """Every module ``module`` imports, at import time or later inside a function (an import
+    that waits for a call is an arrow all the same); not what only type checkers read."""
+    skipped = {id(n) for node in ast.walk(_parsed(module)) if isinstance(node, ast.If) and _type_checking(node.test)
+               for stmt in node.body for n in ast.walk(stmt)}
+    return _resolved(module, (n for n in ast.walk(_parsed(module)) if id(n) not in skipped))
 
 
 def _named(base: str, name: str) -> str | None:

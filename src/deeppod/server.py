@@ -556,10 +556,10 @@ def _check_port_free(host: str, port: int) -> None:
 
 def http_app(ctx: ServerContext):
     """What the server serves: the API, at / the web console (it calls the same services), and
-at /s3 the S3 endpoint over its storage; large bodies go from file to socket (api/zerocopy.py)."""
+at /s3 the S3 endpoint over its storage; large bodies go from file to socket (transport/zerocopy.py)."""
     from deeppod import s3, ui
     from deeppod.api.app import create_app
-    from deeppod.api.zerocopy import ZeroCopySend
+    from deeppod.transport.zerocopy import ZeroCopySend
 
     # outside Starlette's own error middleware, which wraps uvicorn's send: S3 sends files by sendfile
     return ZeroCopySend(create_app(ctx, parts=(ui, s3)))
@@ -570,9 +570,9 @@ def _s3_port_server(ctx: ServerContext, settings: Settings, cert_key: dict, echo
     files, in a thread of its own (uvicorn leaves signals to the main thread's server)."""
     import uvicorn
 
-    from deeppod.api.zerocopy import ZeroCopySend
     from deeppod.audit.log import AuditMiddleware
     from deeppod.s3.app import own_port_app
+    from deeppod.transport.zerocopy import ZeroCopySend
 
     if settings.s3_port is None:
         return None

@@ -7,12 +7,13 @@ import time
 import pytest
 from sqlalchemy import select
 
-from deeppod.cluster.burst import FakeAutoscaler, burst_status, charges
+from deeppod.cluster.burst import FakeAutoscaler, charges
 from deeppod.cluster.gpus import LogicalProbe
 from deeppod.cluster.inventory import NodeInfo
 from deeppod.cluster.service import capacity, register_node, sync_nodes
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs.controller import JobController
+from deeppod.plans.burst_status import burst_status
 from deeppod.plans.service import apply_plan, plan_status
 from deeppod.store.models import Node
 from tests.fixtures import Clock, load_job, populate, submit_job

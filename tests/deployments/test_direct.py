@@ -11,6 +11,7 @@ from deeppod.auth import service as auth
 from deeppod.deployments import direct, service
 from deeppod.deployments.balancer import Balancer
 from deeppod.deployments.controller import DeploymentController
+from deeppod.deployments.direct_key import deployment_key
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from deeppod.models import service as model_service
 from deeppod.serve.direct import open_token
@@ -57,7 +58,7 @@ def test_a_replica_gets_its_deployments_key_and_a_token_opens_with_it_alone(worl
     claims = open_token(bytes.fromhex(env["DEEPPOD_DIRECT_KEY"]), issued.token)
     assert claims["d"] == int(env["DEEPPOD_DEPLOYMENT_ID"]) == issued.deployment.id
     assert claims["j"] == issued.jti and claims["u"] == "alice" and claims["t"] == "a"
-    assert open_token(direct.deployment_key(issued.deployment.id + 1), issued.token) is None
+    assert open_token(deployment_key(issued.deployment.id + 1), issued.token) is None
 
 
 def test_asking_again_gets_the_same_token_until_half_its_life_is_gone(world):

@@ -288,7 +288,7 @@ def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(s
     assert "ChecksumSHA256" not in b.get_object(Bucket="inbox", Key="docs/sum.txt", Range="bytes=1-3",
                                                 ChecksumMode="ENABLED")
     # a large object: its ETag the MD5 of its blocks, hashed as they came; its body sent from its
-    # file to the socket (api/zerocopy.py), whole or a range
+    # file to the socket (transport/zerocopy.py), whole or a range
     large = os.urandom(9 * 2**20 + 7)
     put = b.put_object(Bucket="inbox", Key="docs/large.bin", Body=large)
     assert put["ETag"] == f'"{hashlib.md5(large).hexdigest()}"'

@@ -10,7 +10,7 @@ from deeppod.errors import NotFound
 from deeppod.executor.fake import FakeExecutor
 from deeppod.executor.usage import Usage
 from deeppod.jobs.controller import JobController
-from deeppod.jobs.service import list_events
+from deeppod.jobs.service import get_job, list_events
 from deeppod.monitor import service
 from deeppod.monitor.loop import Monitor
 from deeppod.store.models import GpuSample, HostSample, Job, Node
@@ -61,14 +61,14 @@ def test_samples_are_tied_to_the_job_and_tenant_holding_each_gpu(sessions, world
         assert {g: r.job_id for g, r in rows.items()} == {g: held.get(g) for g in range(4)}
         assert {r.tenant_id for r in rows.values() if r.job_id == b} == {w.bob.tenant_id}
         assert s.scalar(select(HostSample)).cpu_percent == 10.0
-        usage = service.job_usage(s, w.alice, a)
+        usage = service.usage_of(s, get_job(s, w.alice, a))
         assert len(usage["gpus"]) == 2 and usage["mean_util_5m"] is not None
         # alice sees bob's GPU as busy, not whose
         seen = service.latest(s, w.alice, 60, clock())
         assert {r["job_id"] for r in seen if r["busy"]} == {a, None}
         assert {r["job_id"] for r in service.latest(s, w.admin, 60, clock()) if r["busy"]} == {a, b}
         with pytest.raises(NotFound, match=f"no job with id {b}"):  # another tenant's: as if missing
-            service.job_usage(s, w.alice, b)
+            service.usage_of(s, get_job(s, w.alice, b))
 
 
 def test_a_job_idle_on_its_gpus_for_30_minutes_gets_one_event(sessions, world):
@@ -160,14 +160,15 @@ def test_a_running_jobs_cpu_and_memory_are_sampled_and_read_back_as_cores_and_mi
     executor.used.pop(a)  # ended: nothing to read, nothing recorded
     mon.tick()
     with sessions() as s:
-        u = service.job_usage(s, w.alice, a)
+        u = service.usage_of(s, get_job(s, w.alice, a))
     t0 = 1_000_000.0
     assert u["cpu"] == [[t0 + 5, 2.0], [t0 + 10, 0.5]]  # 10 CPU-seconds in 5 s: 2 cores; no point across runs
     assert u["memory_mb"] == [[t0, 500.0], [t0 + 5, 520.0], [t0 + 10, 510.0], [t0 + 15, 300.0]]
     with sessions() as s:
-        assert service.job_usage(s, w.alice, a, max_points=2)["memory_mb"] == [[t0 + 10, 510.0], [t0 + 15, 300.0]]
+        assert service.usage_of(s, get_job(s, w.alice, a), max_points=2)["memory_mb"] == [[t0 + 10, 510.0],
+                                                                                   [t0 + 15, 300.0]]
         with pytest.raises(NotFound):
-            service.job_usage(s, w.bob, a)
+            service.usage_of(s, get_job(s, w.bob, a))
     with sessions.begin() as s:  # samples go with the monitor's retention
         service.compact(s, clock() + mon.policy.retention_s + 60, mon.policy)
     with sessions() as s:

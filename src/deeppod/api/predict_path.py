@@ -10,8 +10,10 @@ import logging
 
 from starlette.requests import Request
 
+from deeppod.api.deps import get_ctx
 from deeppod.api.errors import error_response
-from deeppod.api.routers.deployments import PREDICT_PATH, authorize, forward_predict
+from deeppod.api.routers.deployments import PREDICT_PATH, authorize
+from deeppod.deployments.forward import forward_predict
 from deeppod.errors import DeepPodError
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,9 @@ class PredictPath:
         request = Request(scope, receive)
         try:
             name = scope["path"].split("/")[3]
-            response = await forward_predict(request, await authorize(request, name))
+            dep_id = await authorize(request, name)
+            ctx = get_ctx(request)
+            response = await forward_predict(request, ctx.balancer, dep_id, ctx.settings.predict_max_bytes)
         except DeepPodError as exc:
             if exc.status >= 500:
                 log.error("%s: %s", exc.code, exc.message)

@@ -8,12 +8,10 @@ does not (a forgotten copy of the rule would be a leak across tenants).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from deeppod.auth.principal import Principal
 from deeppod.store.models import Tenant
-
-if TYPE_CHECKING:
-    from deeppod.auth.service import Principal
 
 Q = TypeVar("Q")
 

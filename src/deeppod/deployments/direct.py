@@ -20,26 +20,16 @@ from sqlalchemy.orm import Session
 from deeppod.auth import roles, scope
 from deeppod.auth.service import Principal, authenticate, live_principals
 from deeppod.auth.tokens import hash_secret
-from deeppod.contract import ENV_DEPLOYMENT_ID, ENV_DIRECT_KEY
 from deeppod.deployments import service
+from deeppod.deployments.direct_key import deployment_key
 from deeppod.errors import Conflict, DeepPodError, Forbidden, InvalidRequest, Unauthenticated
 from deeppod.jobs import service as jobs
 from deeppod.serve.direct import sign
-from deeppod.store import sealed
 from deeppod.store.models import Deployment, DeploymentKey, DirectToken, Tenant, utcnow
 
 TTL_SECONDS = 600
 MAX_TTL_SECONDS = 24 * 3600
 KEEP_EXPIRED = timedelta(days=1)  # then the row goes (the audit log keeps who asked)
-
-
-def deployment_key(deployment_id: int) -> bytes:
-    return sealed.derive(f"direct:{deployment_id}")
-
-
-def replica_env(deployment_id: int) -> dict[str, str]:
-    """What a replica needs to check its deployment's direct tokens (sealed with its job's env)."""
-    return {ENV_DIRECT_KEY: deployment_key(deployment_id).hex(), ENV_DEPLOYMENT_ID: str(deployment_id)}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from deeppod.auth.service import Principal, check_name, principal_of
 from deeppod.auth.tokens import hash_secret, new_secret
 from deeppod.cluster.service import capacity
 from deeppod.contract import ACTIVE_STATES, ENV_REPLICA_SECRET, JobState
+from deeppod.deployments.direct_key import replica_env
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.jobs import service as jobs
 from deeppod.models import service as models
@@ -166,8 +167,6 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
     job.kind, job.deployment_id, job.model_version_id = "serve", dep.id, version.id
     # its own secret, sealed with the job's env: the replica answers only callers that send it
     # and its deployment's key for direct tokens (deployments/direct.py)
-    from deeppod.deployments.direct import replica_env
-
     job.env = {**(job.env or {}), ENV_REPLICA_SECRET: secrets.token_urlsafe(32), **replica_env(dep.id)}
     return job
 

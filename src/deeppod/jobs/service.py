@@ -30,6 +30,7 @@ from deeppod.jobs import code as code_store
 from deeppod.jobs import storage
 from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
+from deeppod.store.events import add_event  # noqa: F401 - jobs.service.add_event, as its callers write it
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
 JOB_KINDS = ("batch", "serve", "evaluate", "trial")  # submitted work, replicas, model comparisons, search trials
@@ -61,10 +62,6 @@ class JobRequest:
     stop_rules: list[dict] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)  # NAME[@VERSION]: staged hot, path in DEEPPOD_DATA_<NAME>
     code: str | None = None  # digest of code sent with PUT /v1/code: unpacked into the job's own folder
-
-
-def add_event(session: Session, job: Job, kind: str, message: str = "") -> None:
-    session.add(JobEvent(job_id=job.id, kind=kind, message=message))
 
 
 def _resolve_executable(cmd0: str, workdir: str, env: dict[str, str]) -> str:

@@ -18,7 +18,7 @@ from deeppod.cluster.readings import GpuReading, HostReading
 from deeppod.cluster.service import set_gpu_health
 from deeppod.contract import HOLDING_STATES
 from deeppod.executor.usage import Usage
-from deeppod.jobs.service import add_event, get_job
+from deeppod.store.events import add_event
 from deeppod.store.models import GpuSample, HostSample, Job, JobSample, Node, utcnow
 
 log = logging.getLogger(__name__)
@@ -205,18 +205,13 @@ def hosts(session: Session, within_s: float, now: float) -> list[dict]:
     return [{"node": s.node, "at": s.at, **{f: getattr(s, f) for f in HOST_FIELDS}} for s in rows]
 
 
-def job_usage(session: Session, principal: Principal, job_id: int, since: float | None = None,
-              max_points: int = 500, processes: bool = True) -> dict:
+def usage_of(session: Session, job: Job, since: float | None = None, max_points: int = 500,
+             processes: bool = True) -> dict:
     """A job's GPU utilization and memory over time (raw and rolled-up samples, newest
     ``max_points`` per GPU), its mean utilization over its last 5 minutes of samples, and what
     its processes used on this machine: CPU in cores (the rate between two samples, at the
-    later one) and resident memory, newest ``max_points`` each (``processes``: False, GPUs only)."""
-    return usage_of(session, get_job(session, principal, job_id), since, max_points, processes)
-
-
-def usage_of(session: Session, job: Job, since: float | None = None, max_points: int = 500,
-             processes: bool = True) -> dict:
-    """``job_usage`` of a job the caller has already read (and so may see)."""
+    later one) and resident memory, newest ``max_points`` each (``processes``: False, GPUs only).
+    ``job``: read by the caller through ``jobs.service.get_job``, which checks it may see it."""
     job_id = job.id
     q = select(GpuSample).where(GpuSample.job_id == job_id)
     if since is not None:

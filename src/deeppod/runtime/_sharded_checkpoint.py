@@ -12,6 +12,7 @@ from pathlib import Path
 from deeppod.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
+SHARDED_META = "deeppod.pt"  # in a sharded checkpoint's folder: step, epoch, sampler, RNG, extra
 
 
 def _state(model, optimizer) -> dict:
@@ -36,7 +37,7 @@ def save(ckpt, step: int, *, model, optimizer, rest: dict, epoch: int, extra: di
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from deeppod.runtime.checkpoint import rng_state
+    from deeppod.runtime.rng import rng_state
 
     ckpt.wait()
     final = ckpt.dir / f"ckpt-{step:012d}.dcp"
@@ -87,8 +88,6 @@ def _finish(ckpt, tmp: Path, final: Path, meta: dict | None) -> None:
     folder renamed into place, the oldest pruned."""
     import torch
 
-    from deeppod.runtime.checkpoint import SHARDED_META
-
     if ckpt.rank != 0:
         return
     torch.save(meta, tmp / SHARDED_META)
@@ -103,8 +102,6 @@ def _finish(ckpt, tmp: Path, final: Path, meta: dict | None) -> None:
 def meta(path: Path) -> dict:
     """What rank 0 saved beside the shards: step, epoch, sampler, RNG, extra."""
     import torch
-
-    from deeppod.runtime.checkpoint import SHARDED_META
 
     return torch.load(path / SHARDED_META, map_location="cpu", weights_only=False)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
 import shutil
 import threading
@@ -25,10 +24,10 @@ from typing import Any
 
 from deeppod.atomic import atomic_file, fsync_dir
 from deeppod.contract import ENV_CHECKPOINT_DIR
+from deeppod.runtime.rng import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{12})\.(?:pt|dcp)$")
-SHARDED_META = "deeppod.pt"  # in a sharded checkpoint's folder: step, epoch, sampler, RNG, extra
 
 
 def step_of(name: str) -> int | None:
@@ -51,34 +50,6 @@ def _to_cpu(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_cpu(v) for v in obj)
     return obj
-
-
-def rng_state() -> dict:
-    import torch
-
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import torch
-
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        np.random.set_state(state["numpy"])
 
 
 class Checkpointer:

@@ -18,7 +18,6 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import anyio
 
-from deeppod.api import direct_body, zerocopy
 from deeppod.errors import DeepPodError, S3Error
 from deeppod.s3 import access_keys, inbox, listing, metadata, multipart_checksums, sigv4, upload, xml
 from deeppod.s3.body import Digests
@@ -35,6 +34,7 @@ from deeppod.s3.namespace import (
     open_object,
     request_key,
 )
+from deeppod.transport import direct_body, zerocopy
 
 log = logging.getLogger(__name__)
 PREFIX = "/s3"
@@ -325,7 +325,7 @@ class S3App:
 
     async def _answer_get(self, send, req, q, key, e, meta, opened, rid, files=False):
         """``opened``: the file and its first block, read with the entry (a whole-object GET);
-        ``files``: the rest may go from the file to the socket (api/zerocopy.py)."""
+        ``files``: the rest may go from the file to the socket (transport/zerocopy.py)."""
         etag = f'"{self._etag_of(e)}"'
         h = req.headers
         modified = datetime.fromtimestamp(int(e.mtime), UTC)
@@ -479,7 +479,7 @@ class S3App:
 
 async def _stream(send, f, block: bytes, length: int, files: bool = False) -> None:
     """``length`` bytes of ``f`` to the client, ``block`` (already read) first. With ``files``,
-    the rest goes from the file to the socket (api/zerocopy.py), not through Python."""
+    the rest goes from the file to the socket (transport/zerocopy.py), not through Python."""
     left = length - len(block)
     if block:
         await send({"type": "http.response.body", "body": block, "more_body": left > 0})

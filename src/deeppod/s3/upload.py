@@ -72,7 +72,7 @@ async def receive(receive, headers: dict[str, str], signed: sigv4.Signed, signin
                   tmp: Path, direct=None) -> Body | None:
     """The body of a PUT into ``tmp``, a block at a time; what the last block leaves is pending
     (see :meth:`Body.keep`). None if the client went away (nothing is kept). ``direct``: the
-    server's offer to read a body off the loop (api/direct_body.py), taken for one over
+    server's offer to read a body off the loop (transport/direct_body.py), taken for one over
     ``DIRECT_MIN``, where the loop's share of the work would be most of it."""
     h = headers
     declared = h.get("content-length")

@@ -7,11 +7,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
-from deeppod.api import body_file
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, dataset_out
 from deeppod.datasets import service
-from deeppod.errors import InvalidRequest, TooLarge
+from deeppod.datasets.upload import ingest_request
+from deeppod.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 UPLOAD_PATH = re.compile(r"^/v1/datasets/[^/]+/versions$")
@@ -45,7 +45,8 @@ async def ingest(name: str, request: Request, principal: PrincipalDep, policy: s
     """Body: a tar, tar.gz or zip archive, streamed. Creates NAME@next, all or nothing."""
     ctx = get_ctx(request)
     policy_d, tags_d = _json_param("policy", policy), _json_param("tags", tags)
-    await ingest_body(request, principal, name, policy=policy_d, tags=tags_d, description=description, source=source)
+    await ingest_request(request, ctx.sessions, ctx.data, principal, name, policy=policy_d, tags=tags_d,
+                         description=description, source=source)
     return await run_in_threadpool(_show_now, ctx, principal, name)
 
 
@@ -65,24 +66,6 @@ async def commit(name: str, request: Request, principal: PrincipalDep) -> Datase
 def _show_now(ctx, principal, name: str) -> DatasetOut:
     with ctx.read_sessions() as s:
         return _show(s, principal, name)
-
-
-async def ingest_body(request: Request, principal, name: str, **kw) -> int:
-    """Spool a streamed archive body to disk (under the per-ingest limit), then build NAME's
-    next version from it (the API's ingest and the console's upload); the version's id."""
-    ctx = get_ctx(request)
-    plane = ctx.data
-    spool = plane.spool()
-    limit = plane.limits.max_ingest_bytes
-    try:
-        size = await body_file.to_file(request.scope, request.stream(), spool, limit, lambda: TooLarge(
-            f"the upload is over the per-ingest limit of {limit} bytes (DEEPPOD_DATA_MAX_INGEST_BYTES): split the "
-            "dataset"))
-        if size == 0:
-            raise InvalidRequest("the upload is empty: send a tar, tar.gz or zip archive as the request body")
-        return await run_in_threadpool(service.ingest_upload, ctx.sessions, plane, principal, name, spool, **kw)
-    finally:
-        spool.unlink(missing_ok=True)
 
 
 @router.get("", response_model=list[DatasetOut])

@@ -26,8 +26,8 @@ from deeppod.audit.log import Entry
 from deeppod.auth.roles import check_predict
 from deeppod.auth.tokens import hash_secret
 from deeppod.deployments import direct, page, service
+from deeppod.deployments.forward import forward_predict
 from deeppod.errors import NotFound, Unauthenticated
-from deeppod.serve import inputs
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 replicas_router = APIRouter(prefix="/v1/replicas", tags=["deployments"])
@@ -175,20 +175,9 @@ async def predict(name: str, request: Request) -> Response:
     """Body: multipart field 'image' (one or more), raw image bytes (Content-Type image/*), or JSON
     {"images": [base64...]} / {"tensors": [...]}; query or field top_k. Answers the top-k labels with
     confidences, and the model version that answered."""
-    return await forward_predict(request, await authorize(request, name))
-
-
-async def forward_predict(request: Request, dep_id: int) -> Response:
-    """The request's body to the deployment's least-loaded replica (the API's predict and the
-    console's test form); the replica's answer, with the replica and version that gave it."""
+    dep_id = await authorize(request, name)
     ctx = get_ctx(request)
-    body = await inputs.read_body(request, ctx.settings.predict_max_bytes, " (DEEPPOD_PREDICT_MAX_BYTES)")
-    query = request.url.query
-    answer = await ctx.balancer.forward(dep_id, "/predict" + (f"?{query}" if query else ""), body,
-                                      request.headers.get("content-type", ""))
-    return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
-                    headers={"x-deeppod-replica": str(answer.replica.job_id), "x-deeppod-version":
-                             str(answer.replica.version)} if answer.replica else None)
+    return await forward_predict(request, ctx.balancer, dep_id, ctx.settings.predict_max_bytes)
 
 
 @replicas_router.put("/{job_id}")

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.errors import Forbidden
+from deeppod.jobs.service import get_job
 from deeppod.monitor import prometheus, service
 
 router = APIRouter(tags=["monitor"])
@@ -40,7 +41,7 @@ def job_gpus(job_id: Id, session: SessionDep, principal: PrincipalDep,
              since: float | None = Query(None, description="epoch seconds"),
              max_points: int = Query(500, ge=2, le=100_000)) -> dict:
     """The job's GPUs over time ([time, utilization %, memory MiB] per GPU) and its recent mean."""
-    return service.job_usage(session, principal, job_id, since, max_points, processes=False)
+    return service.usage_of(session, get_job(session, principal, job_id), since, max_points, processes=False)
 
 
 @router.get("/v1/jobs/{job_id}/usage")
@@ -50,4 +51,4 @@ def job_usage(job_id: Id, session: SessionDep, principal: PrincipalDep,
     """What the job used over time: its GPUs (as /gpus), CPU in cores ([time, cores]) and
     resident memory ([time, MiB]) of its processes; CPU and memory where the server's machine
     runs them (the local executor; not on Ray nodes)."""
-    return service.job_usage(session, principal, job_id, since, max_points)
+    return service.usage_of(session, get_job(session, principal, job_id), since, max_points)

@@ -9,9 +9,9 @@ from fastapi.responses import JSONResponse, Response
 
 from deeppod.api.deps import SessionDep, get_ctx
 from deeppod.cluster.allocation import gpu_slots, gpus_over_time
-from deeppod.cluster.burst import burst_status
 from deeppod.contract import JobState
 from deeppod.jobs import service as jobs
+from deeppod.plans.burst_status import burst_status
 from deeppod.plans.service import plan_status
 from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, page

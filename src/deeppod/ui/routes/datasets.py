@@ -13,9 +13,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from deeppod.api.deps import SessionDep, get_ctx
-from deeppod.api.routers.datasets import ingest_body
 from deeppod.datasets import service
 from deeppod.datasets.images import VersionImages, thumbnail
+from deeppod.datasets.upload import ingest_request
 from deeppod.errors import InvalidRequest
 from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, page, page_number
@@ -56,9 +56,10 @@ async def upload(request: Request, name: str, viewer: ViewerDep, val: str = "", 
         except ValueError:
             raise InvalidRequest(f"validation share {val!r} is not a number: write e.g. 0.2") from None
         policy = {"val": fraction}
-    await ingest_body(request, viewer.principal, name, policy=policy, description=description or None,
-                      source="console upload")
-    return await run_in_threadpool(_uploaded, get_ctx(request), viewer, f"{viewer.principal.tenant}/{name}")
+    ctx = get_ctx(request)
+    await ingest_request(request, ctx.sessions, ctx.data, viewer.principal, name, policy=policy,
+                         description=description or None, source="console upload")
+    return await run_in_threadpool(_uploaded, ctx, viewer, f"{viewer.principal.tenant}/{name}")
 
 
 def _uploaded(ctx, viewer, ref: str) -> Response:

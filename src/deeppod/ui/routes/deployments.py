@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from deeppod.api.deps import SessionDep, get_ctx
-from deeppod.api.routers.deployments import forward_predict
 from deeppod.auth.roles import check_predict
 from deeppod.deployments import service as deployments
+from deeppod.deployments.forward import forward_predict
 from deeppod.errors import InvalidRequest, NotFound
 from deeppod.models import service as models
 from deeppod.ui import forms
@@ -94,7 +94,8 @@ def delete_deployment(request: Request, name: str, session: SessionDep, viewer: 
 async def predict(request: Request, name: str, viewer: ViewerDep) -> Response:
     """The test form: the signed-in user's predict, as through the API."""
     check_predict(viewer.principal)
-    route = get_ctx(request).balancer.find(viewer.principal.tenant_id, name)
+    ctx = get_ctx(request)
+    route = ctx.balancer.find(viewer.principal.tenant_id, name)
     if route is None:
         raise NotFound(f"no deployment {name!r} is serving in tenant {viewer.principal.tenant} yet")
-    return await forward_predict(request, route.deployment_id)
+    return await forward_predict(request, ctx.balancer, route.deployment_id, ctx.settings.predict_max_bytes)

@@ -1,5 +1,5 @@
 """A request's body into a file, none of it written on the event loop: a large body with a
-Content-Length is read from the socket and written by worker threads (api/direct_body.py,
+Content-Length is read from the socket and written by worker threads (transport/direct_body.py,
 where the server offers it); any other is gathered on the loop a block at a time and each
 block written by a worker thread. The API's dataset upload used to write every 64 KiB piece
 on the loop, so a slow disk stalled every other request the server was answering."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 from starlette.requests import ClientDisconnect
 
-from deeppod.api import direct_body
 from deeppod.errors import ClientGone
+from deeppod.transport import direct_body
 
 BLOCK = 1 << 20  # what the loop gathers before a worker thread writes it
 DIRECT_MIN = 4 << 20  # a larger body is read off the loop where offered (its connection closes after)

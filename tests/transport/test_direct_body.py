@@ -1,4 +1,4 @@
-"""Request bodies read off the event loop (api/direct_body.py) through a real uvicorn server, its
+"""Request bodies read off the event loop (transport/direct_body.py) through a real uvicorn server, its
 protocol and event loop chosen as for the DeepPod server: offered with the uvicorn installed for
 an upload with a Content-Length (not a chunked one), bodies intact, after ``Expect:
 100-continue`` too; the connection closes after a body read that way and stays open after one
@@ -14,8 +14,8 @@ import struct
 import anyio
 import pytest
 
-from deeppod.api.direct_body import EXTENSION
 from deeppod.errors import ClientGone
+from deeppod.transport.direct_body import EXTENSION
 from tests.helpers import uvicorn_in_thread, wait_until
 
 SIZE = 24 * 2**20 + 7

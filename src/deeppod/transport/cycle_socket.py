@@ -1,5 +1,5 @@
-"""The socket under uvicorn's request cycle, as the zero-copy send (api/zerocopy.py) and the
-direct body read (api/direct_body.py) use it from worker threads: a descriptor of their own,
+"""The socket under uvicorn's request cycle, as the zero-copy send (transport/zerocopy.py) and the
+direct body read (transport/direct_body.py) use it from worker threads: a descriptor of their own,
 how long a thread holds on before it hands back to the event loop, the wait on the loop, and
 hanging up on a client that went or got a short body."""
 

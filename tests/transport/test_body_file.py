@@ -1,4 +1,4 @@
-"""A request's body into a file (api/body_file.py) through a real uvicorn server with the
+"""A request's body into a file (transport/body_file.py) through a real uvicorn server with the
 server's protocol and wrapper: a large body read off the loop and a small one gathered on it
 arrive whole; a body over the limit is refused at once by its Content-Length, and a chunked
 one as soon as it passes the limit; a client that leaves raises ClientGone."""
@@ -10,9 +10,9 @@ import socket
 import pytest
 from starlette.requests import ClientDisconnect
 
-from deeppod.api.body_file import DIRECT_MIN, to_file
-from deeppod.api.direct_body import EXTENSION
 from deeppod.errors import ClientGone, TooLarge
+from deeppod.transport.body_file import DIRECT_MIN, to_file
+from deeppod.transport.direct_body import EXTENSION
 from tests.helpers import uvicorn_in_thread, wait_until
 
 LIMIT = 3 * DIRECT_MIN

@@ -23,7 +23,7 @@ import select
 
 import anyio
 
-from deeppod.api import cycle_socket, direct_body
+from deeppod.transport import cycle_socket, direct_body
 
 EXTENSION = "http.response.zerocopysend"
 BLOCK = 4 << 20  # what is read at a time where the file's filesystem cannot sendfile
@@ -35,7 +35,7 @@ _CYCLE_STATE = ("scope", "transport", "flow", "expected_content_length", "chunke
 
 class ZeroCopySend:
     """ASGI middleware: offers ``http.response.zerocopysend`` where the connection allows it, and
-    for an upload with a Content-Length, reading its body off the loop (api/direct_body.py).
+    for an upload with a Content-Length, reading its body off the loop (transport/direct_body.py).
     An app that reads a body that way skips what middleware between does to ``receive``: it
     must enforce its own limits (the S3 endpoint does)."""
 

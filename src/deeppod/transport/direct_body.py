@@ -4,7 +4,7 @@ loop: uvicorn parses every body byte on the loop and hands it over in pieces of 
 thread reads a block at a time into one buffer and gives it to the app's ``sink`` (which
 hashes and writes it in the same thread).
 
-Offered by :class:`deeppod.api.zerocopy.ZeroCopySend` where the connection is uvicorn's
+Offered by :class:`deeppod.transport.zerocopy.ZeroCopySend` where the connection is uvicorn's
 httptools protocol over plain TCP and the request has a Content-Length, as the scope extension
 ``deeppod.http.request.direct``: ``await scope["extensions"][EXTENSION]["read"](sink)``, called
 before any ``receive()``. Reading the rest of the body past uvicorn's parser leaves the parser
@@ -23,8 +23,8 @@ import select
 
 import anyio
 
-from deeppod.api import cycle_socket
 from deeppod.errors import ClientGone
+from deeppod.transport import cycle_socket
 
 EXTENSION = "deeppod.http.request.direct"
 BLOCK = 1 << 20  # what the sink is given at a time (the last piece may be shorter)

@@ -1,4 +1,4 @@
-"""Zero-copy sends (api/zerocopy.py) through a real uvicorn server, its protocol and event loop
+"""Zero-copy sends (transport/zerocopy.py) through a real uvicorn server, its protocol and event loop
 chosen as for the DeepPod server: offered with the uvicorn installed, bodies intact whole and
 in part, after bytes still buffered, from a pipe (read through Python), none for a HEAD,
 connections kept alive after them; a reader that stops holds no worker thread; a reader that
@@ -14,8 +14,8 @@ from urllib.parse import parse_qs
 import anyio
 import pytest
 
-from deeppod.api import zerocopy
-from deeppod.api.zerocopy import EXTENSION
+from deeppod.transport import zerocopy
+from deeppod.transport.zerocopy import EXTENSION
 from tests.helpers import uvicorn_in_thread, wait_until
 
 
