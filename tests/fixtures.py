@@ -9,6 +9,7 @@ from deeppod.auth import service as auth
 from deeppod.cluster.gpus import LogicalProbe
 from deeppod.cluster.inventory import local_node
 from deeppod.cluster.service import register_node
+from deeppod.job_spec import JobSpec
 
 
 @dataclass
@@ -41,7 +42,7 @@ def submit_job(sessions, who, workdir, **kw) -> int:
     args = dict(command=[sys.executable, "-c", "pass"], workdir=str(workdir))
     args.update(kw)
     with sessions.begin() as s:
-        return service.submit(s, who, service.JobRequest(**args), default_grace=30).id
+        return service.submit(s, who, JobSpec(**args), default_grace=30).id
 
 
 def load_job(sessions, job_id):

@@ -8,8 +8,8 @@ from deeppod import errors
 
 def test_all_is_exactly_the_public_api():
     assert sorted(deeppod.__all__) == sorted(
-        ["__version__", "Client", "DeepPodError", "InvalidRequest", "Unauthenticated", "Forbidden", "NotFound",
-         "Conflict"])
+        ["__version__", "Client", "JobSpec", "DeepPodError", "InvalidRequest", "Unauthenticated", "Forbidden",
+         "NotFound", "Conflict"])
     assert set(dir(deeppod)) == set(deeppod.__all__)
 
 
@@ -17,6 +17,9 @@ def test_every_public_name_is_the_object_its_module_defines():
     from deeppod.sdk.client import Client
 
     assert deeppod.Client is Client
+    from deeppod.job_spec import JobSpec
+
+    assert deeppod.JobSpec is JobSpec
     for name in ("DeepPodError", "InvalidRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict"):
         assert getattr(deeppod, name) is getattr(errors, name)
     assert isinstance(deeppod.__version__, str) and deeppod.__version__.count(".") == 2

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Client": "deeppod.sdk.client",
+    "JobSpec": "deeppod.job_spec",
     "DeepPodError": "deeppod.errors",
     "InvalidRequest": "deeppod.errors",
     "Unauthenticated": "deeppod.errors",

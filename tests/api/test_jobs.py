@@ -187,12 +187,13 @@ def test_zero_gpus_stays_possible_and_a_cpu_worker_asks_for_one_cpu(small_gpu_bo
 
 
 def test_a_cluster_without_gpus_defaults_to_cpu_workers(tmp_path):
-    from deeppod.jobs.service import JobRequest, with_defaults
+    from deeppod.job_spec import JobSpec
+    from deeppod.jobs.service import with_defaults
 
     cap = {"gpus": 0, "cpus_per_gpu": None}
-    req = with_defaults(JobRequest(command=["x"], workdir="/"), cap)
+    req = with_defaults(JobSpec(command=["x"], workdir="/"), cap)
     assert (req.gpus_per_worker, req.cpus_per_worker) == (0, 1.0)
-    req = with_defaults(JobRequest(command=["x"], workdir="/", gpus_per_worker=2), {"gpus": 8, "cpus_per_gpu": 8.0})
+    req = with_defaults(JobSpec(command=["x"], workdir="/", gpus_per_worker=2), {"gpus": 8, "cpus_per_gpu": 8.0})
     assert (req.gpus_per_worker, req.cpus_per_worker) == (2, 16.0)
 
 

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from deeppod.cli import experiments, jobs
 from deeppod.cli.main import app
+from deeppod.job_spec import FIELDS
 from deeppod.jobs.spec import spec_text
 
 
@@ -103,7 +104,8 @@ def _job(**kw):
                 image=None, network="isolated", workdir="/srv/work/red/resnet", priority=3, grace_seconds=45.0,
                 preemptible=False, max_restarts=2, env={"PATH": "/usr/bin", "WANDB_KEY": "secret"},
                 stop_rules=[{"kind": "nan", "metric": "loss"},
-                            {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}])
+                            {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}],
+                datasets=["mnist@2", "red/cifar"])
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -123,6 +125,10 @@ def test_a_jobs_spec_submits_the_same_job_again(fake, tmp_path):
     assert (sent["grace_seconds"], sent["preemptible"], sent["max_restarts"]) == (45.0, False, 2)
     assert sent["stop_rules"] == [{"kind": "nan", "metric": "loss"},
                                   {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}]
+    assert sent["datasets"] == ["mnist@2", "red/cifar"]
+    # every field of a job is written and read back, but its code (a new submit sends its own)
+    # and the image left at none here
+    assert set(FIELDS) - set(sent) - {"code"} == set() and sent["image"] is None
 
 
 def test_a_job_that_ran_in_its_own_folder_leaves_workdir_out(tmp_path):

@@ -12,9 +12,10 @@ from deeppod.errors import Conflict, InvalidRequest
 from deeppod.executor.fake import FakeExecutor
 from deeppod.experiments import service
 from deeppod.experiments.controller import ExperimentController
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import metrics
 from deeppod.jobs.controller import JobController
-from deeppod.jobs.service import JobRequest, submit
+from deeppod.jobs.service import submit
 from deeppod.plans.service import apply_plan
 from deeppod.states import ACTIVE_EXPERIMENTS
 from deeppod.store.models import Experiment, Job, ModelVersion, Trial
@@ -181,7 +182,7 @@ def test_a_preempted_trial_resumes_and_counts_once(h):
         h.round(rising, steps=8)
     assert sum(j.state == "running" for _, j in h.trials(exp_id)) == 4
     with h.sessions.begin() as s:  # tenant b wants its guaranteed GPUs back
-        bob_job = submit(s, h.world.bob, JobRequest(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
+        bob_job = submit(s, h.world.bob, JobSpec(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
                                                     workers=2, gpus_per_worker=1), default_grace=30).id
     for _ in range(3):
         h.round(rising, steps=8)
@@ -199,14 +200,14 @@ def test_a_preempted_trial_resumes_and_counts_once(h):
 def test_trials_are_the_first_to_give_gpus_back(h):
     with h.sessions.begin() as s:
         apply_plan(s, h.world.admin, {"tenants": [{"name": "a", "guaranteed": 0}, {"name": "b", "guaranteed": 4}]})
-        plain = submit(s, h.world.alice, JobRequest(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
+        plain = submit(s, h.world.alice, JobSpec(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
                                                     gpus_per_worker=2), default_grace=30).id
     h.jobs.tick()
     exp_id = h.create(trials=2, parallel=2)
     for _ in range(4):
         h.round(rising, steps=50)
     with h.sessions.begin() as s:
-        submit(s, h.world.bob, JobRequest(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
+        submit(s, h.world.bob, JobSpec(command=[sys.executable, "-c", "pass"], workdir=str(h.tmp),
                                           workers=2, gpus_per_worker=1), default_grace=30)
     h.jobs.tick()
     with h.sessions() as s:

@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 
 from deeppod.contract import FINAL_STATES, MOVES, JobState
 from deeppod.errors import Conflict, InvalidRequest, NotFound
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import service
 from deeppod.store.models import Job, JobEvent
 from tests.fixtures import populate
@@ -15,7 +16,7 @@ from tests.fixtures import populate
 def req(tmp_path, **kw):
     args = dict(command=[sys.executable, "-c", "print(1)"], workdir=str(tmp_path))
     args.update(kw)
-    return service.JobRequest(**args)
+    return JobSpec(**args)
 
 
 BAD = [

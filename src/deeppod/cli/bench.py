@@ -19,7 +19,8 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("storage")
 def bench_storage_cmd(
-    dataset: Annotated[str | None, typer.Option(help="NAME[@VERSION]: staged on this host and read there")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="NAME or NAME@VERSION: staged on this host and read there")] = None,
     data: Annotated[Path | None, typer.Option(help="a dataset version folder instead")] = None,
     mode: Annotated[str, typer.Option(help="raw (bytes, as MLPerf Storage), loader (decode + crop) or both")] = "both",
     batch: Annotated[int, typer.Option(help="samples per accelerator step (resnet50 on H100: 400)")] = 400,

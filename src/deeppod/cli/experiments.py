@@ -78,7 +78,7 @@ def create(
     gpu_memory: Annotated[str | None, typer.Option(
         help="the memory each GPU of a trial must have, e.g. 40G (as submit's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every trial (repeatable)")] = [],  # noqa: B006
-    dataset: Annotated[list[str], typer.Option("--dataset", help="NAME[@VERSION] staged for every trial")] = [],  # noqa: B006
+    dataset: Annotated[list[str], typer.Option("--dataset", help="NAME or NAME@VERSION, staged for every trial")] = [],  # noqa: B006
     workdir: Annotated[Path | None, typer.Option(help="a folder on the server to run in (default: as submit)")] = None,
     code: Annotated[Path | None, typer.Option(help="send this folder; every trial runs in its own copy")] = None,
     requirements: Annotated[Path | None, typer.Option(
@@ -115,7 +115,7 @@ def create(
 def image_classifier(
     ctx: typer.Context,
     name: str,
-    dataset: Annotated[str | None, typer.Option(help="a DeepPod dataset, NAME[@VERSION]")] = None,
+    dataset: Annotated[str | None, typer.Option(help="a DeepPod dataset, NAME or NAME@VERSION")] = None,
     data: Annotated[Path | None, typer.Option(help="or a class-per-folder image directory on the server")] = None,
     space: Annotated[Path | None, typer.Option(
         help="a YAML search space over the trainer's options (default: lr, momentum, weight decay, batch size, "

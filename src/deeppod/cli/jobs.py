@@ -97,6 +97,9 @@ def submit(
         help="host: the host's network; isolated: a network of its own where only the DeepPod API is reachable; "
              "none: nothing reachable (sandboxed servers; default: the server's)", show_default=False)] = None,
     env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE for every worker (repeatable)")] = [],  # noqa: B006
+    dataset: Annotated[list[str], typer.Option(
+        "--dataset", help="a dataset to stage before the job starts, NAME or NAME@VERSION (repeatable): each worker "
+                          "finds its folder in DEEPPOD_DATA_<NAME>")] = [],  # noqa: B006
     workdir: Annotated[Path | None, typer.Option(
         help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
              "else a copy of here is sent with the job)")] = None,
@@ -127,7 +130,7 @@ def submit(
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
                    requirements=read_requirements(requirements) if requirements else inline_requirements(ctx),
                    image=image, workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
-                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory))
+                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory), datasets=dataset)
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     warn_never_fits(job)
     if follow:

@@ -24,7 +24,7 @@ def train_image_classifier(
     ctx: typer.Context,
     data: Annotated[Path | None, typer.Option(help="class-per-folder image directory")] = None,
     dataset: Annotated[str | None,
-                       typer.Option(help="a DeepPod dataset, NAME[@VERSION] (see 'deeppod data ls')")] = None,
+                       typer.Option(help="a DeepPod dataset, NAME or NAME@VERSION (see 'deeppod data ls')")] = None,
     model: Annotated[str, typer.Option(help="torchvision model (resnet18, resnet50, ...), small-cnn, or auto: "
                                             "resnet18 on a GPU, small-cnn on CPU")] = "auto",
     epochs: int = 10,

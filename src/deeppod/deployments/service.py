@@ -18,6 +18,7 @@ from deeppod.cluster.service import capacity
 from deeppod.contract import ACTIVE_STATES, ENV_REPLICA_SECRET, JobState
 from deeppod.deployments.direct_key import replica_env
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import service as jobs
 from deeppod.models import service as models
 from deeppod.states import DeploymentState
@@ -159,7 +160,7 @@ def start_replica(session: Session, dep: Deployment, *, models_root: Path, defau
     command = [sys.executable, "-m", "deeppod.serve.replica", "--model-dir", str(models_root / version.key),
                "--name", dep.name, "--version", str(version.version), "--max-batch", str(dep.max_batch),
                "--max-wait-ms", f"{dep.max_wait_ms:g}", "--max-body-bytes", str(max_body_bytes)]
-    job = jobs.submit(session, owner(session, dep), jobs.JobRequest(
+    job = jobs.submit(session, owner(session, dep), JobSpec(
         command=command, workdir="/", name=f"serve-{dep.name}-{model.name}-v{version.version}",
         gpus_per_worker=dep.gpus_per_replica, cpus_per_worker=dep.cpus_per_replica, preemptible=False,
         max_restarts=MAX_RESTARTS, priority=100), default_grace=default_grace,

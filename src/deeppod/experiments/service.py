@@ -18,6 +18,7 @@ from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, FINAL_
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.experiments.space import check_command, parse_space, render
 from deeppod.experiments.study import PROMOTING, Study, check_choice, judged_steps
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
@@ -97,7 +98,7 @@ class Launcher:
     def submit_trial(self, session: Session, principal: Principal, exp: Experiment, number: int,
                      params: dict) -> Job:
         t = exp.job
-        req = jobs.JobRequest(**{k: t[k] for k in TEMPLATE if k in t and t[k] is not None and k != "command"},
+        req = JobSpec(**{k: t[k] for k in TEMPLATE if k in t and t[k] is not None and k != "command"},
                               command=render(t["command"], params), name=f"{exp.name}-t{number}")
         job = jobs.submit(session, principal, req, default_grace=self.default_grace, roots=self.roots,
                           code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,

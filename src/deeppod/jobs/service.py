@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from deeppod.envs import names as env_names
 from deeppod.envs import spec as env_spec
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import code as code_store
 from deeppod.jobs import storage
 from deeppod.jobs.code import CodeStore
@@ -36,32 +37,6 @@ from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 JOB_KINDS = ("batch", "serve", "evaluate", "trial")  # submitted work, replicas, model comparisons, search trials
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class JobRequest:
-    command: list[str]
-    workdir: str | None = None  # a folder on the server; None: a folder of the job's own (JOB_DIR/code)
-    name: str | None = None
-    workers: int = 1  # the minimum: all of these start together
-    max_workers: int | None = None  # elastic up to this many
-    gpus_per_worker: int | None = None  # None: 1 when the cluster has GPUs, else 0
-    cpus_per_worker: float | None = None  # None: default_cpus()
-    memory_mb_per_worker: int | None = None
-    gpu_memory_mb: int | None = None  # the memory each of its GPUs must have; None: any GPU
-    pids_per_worker: int | None = None  # processes and threads; None: the plan's, or the server's default
-    network: str | None = None  # "host", "isolated" or "none" (sandboxed jobs); None: the server's default
-    requirements: str | None = None  # a requirements.txt's text: its own Python environment (envs/)
-    python: str | None = None  # "3.12": its environment's interpreter (one the nodes have)
-    image: str | None = None  # a container image the server offers (envs/images.py), by name
-    env: dict[str, str] = field(default_factory=dict)
-    priority: int = 0
-    grace_seconds: float | None = None
-    preemptible: bool = True
-    max_restarts: int = 0
-    stop_rules: list[dict] = field(default_factory=list)
-    datasets: list[str] = field(default_factory=list)  # NAME[@VERSION]: staged hot, path in DEEPPOD_DATA_<NAME>
-    code: str | None = None  # digest of code sent with PUT /v1/code: unpacked into the job's own folder
 
 
 def _resolve_executable(cmd0: str, workdir: str, env: dict[str, str]) -> str:
@@ -89,7 +64,7 @@ def default_cpus(gpus_per_worker: int, cap: dict) -> float:
     return max(0.01, int(gpus_per_worker * cap["cpus_per_gpu"] * 100) / 100)
 
 
-def with_defaults(req: JobRequest, cap: dict) -> JobRequest:
+def with_defaults(req: JobSpec, cap: dict) -> JobSpec:
     """Fill what the user left out from what the cluster has."""
     gpus = req.gpus_per_worker if req.gpus_per_worker is not None else (1 if cap["gpus"] > 0 else 0)
     cpus = req.cpus_per_worker if req.cpus_per_worker is not None else default_cpus(gpus, cap)
@@ -112,7 +87,7 @@ def check_gpu_memory(need_mb: int | None, gpus_per_worker: int, cap: dict) -> No
                              "cluster); shard the model over more workers, offload it, or lower the batch")
 
 
-def validate(req: JobRequest, cap: dict) -> None:
+def validate(req: JobSpec, cap: dict) -> None:
     """Everything that can be checked before anything is written."""
     if not req.command or not req.command[0]:
         raise InvalidRequest("the job has no command: put it after '--', e.g. deeppod submit -- python train.py")
@@ -172,7 +147,7 @@ def default_name(command: list[str]) -> str:
     return Path(script or command[0]).name[:64]
 
 
-def submit(session: Session, principal: Principal, req: JobRequest, *, default_grace: float,
+def submit(session: Session, principal: Principal, req: JobSpec, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
            code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host",
            image_dir: str | None = None, default_pids: int = 4096, package_index: dict | None = None) -> Job:
@@ -203,7 +178,7 @@ def submit(session: Session, principal: Principal, req: JobRequest, *, default_g
 NETWORKS = ("host", "isolated", "none")
 
 
-def _check_image(req: JobRequest, image_dir: str | None, sandboxed: bool) -> None:
+def _check_image(req: JobSpec, image_dir: str | None, sandboxed: bool) -> None:
     if req.image is None:
         return
     images.check_name(req.image, image_dir)
@@ -225,7 +200,7 @@ def _network(asked: str, sandboxed: bool) -> str:
     return asked
 
 
-def _submit_in_own_folder(session: Session, principal: Principal, req: JobRequest, default_grace: float,
+def _submit_in_own_folder(session: Session, principal: Principal, req: JobSpec, default_grace: float,
                           read_paths: list[str] | None, code: CodeStore, jobs_dir: Path,
                           package_index: dict | None) -> Job:
     """Unpacked (or empty) in a staging folder first, so that the job is checked against its
@@ -249,7 +224,7 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobReques
     return job
 
 
-def _submit(session: Session, principal: Principal, req: JobRequest, default_grace: float,
+def _submit(session: Session, principal: Principal, req: JobSpec, default_grace: float,
             read_paths: list[str] | None, package_index: dict | None = None) -> Job:
     cap = capacity(session)
     req = with_defaults(req, cap)

@@ -24,6 +24,7 @@ def fields_of(job, own_code_dir: str) -> dict:
            "pids-per-worker": job.pids_per_worker,
            "requirements": [x for x in (job.requirements or "").splitlines() if x.strip()] or None,
            "python": job.python, "image": job.image, "network": job.network,
+           "dataset": list(job.datasets or []) or None,
            # its own folder holds code sent with it (or nothing): a new submit sends its own
            "workdir": None if job.workdir == own_code_dir else job.workdir,
            "priority": job.priority or None, "grace": _number(job.grace_seconds),

@@ -20,6 +20,7 @@ from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import service as jobs
 from deeppod.jobs import storage
 from deeppod.models import artifacts
@@ -266,7 +267,7 @@ def compare(session: Session, principal: Principal, name: str, a: str, b: str, d
     command = [sys.executable, "-m", "deeppod.runtime.evaluate", "--dataset", dataset]
     for v in (va, vb):
         command += ["--model", f"{v.id}:{v.version}={root / v.key}"]
-    job = jobs.submit(session, principal, jobs.JobRequest(
+    job = jobs.submit(session, principal, JobSpec(
         command=command, workdir="/", name=f"compare-{name}-v{va.version}-v{vb.version}",
         gpus_per_worker=0, datasets=[dataset]), default_grace=default_grace,  # held-out scoring is light
         read_paths=[str(root / v.key) for v in (va, vb)])  # what its sandbox may read: these two versions

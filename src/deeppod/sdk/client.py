@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from deeppod import job_spec
 from deeppod.contract import FINAL_STATES, server_urls, tls_context
 from deeppod.errors import DeepPodError, InvalidRequest, from_response
 from deeppod.sdk.resources import Resource, resources
@@ -362,65 +363,43 @@ class Client:
         return self._request("GET", "/v1/whoami")
 
     # jobs
-    def submit(self, command: list[str], *, name: str | None = None, workers: int = 1,
-               gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
-               memory_mb_per_worker: int | None = None, pids_per_worker: int | None = None,
-               env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
-               grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
-               max_restarts: int = 0, stop_rules: list[dict] | None = None,
-               datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-               own_folder: bool = False, network: str | None = None,
-               requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
-               image: str | None = None, gpu_memory_mb: int | None = None) -> dict:
-        """Submit a job. ``workers`` start together; ``max_workers`` makes it elastic. Each of
-        ``datasets`` (NAME[@VERSION]) is staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
-        Left out, ``gpus_per_worker`` is 1 when the cluster has GPUs (else 0) and ``cpus_per_worker``
-        a GPU node's CPUs per GPU for each GPU (1 for a CPU worker). ``gpu_memory_mb``: the memory
-        each of its GPUs must have (it runs only on such GPUs, and is refused where there are none).
+    def submit(self, command: list[str], *, code: str | os.PathLike | None = None, own_folder: bool = False,
+               requirements: str | os.PathLike | list[str] | None = None, **options) -> dict:
+        """Submit a job. ``options`` are the fields of :class:`deeppod.JobSpec` (``workers``,
+        ``gpus_per_worker``, ``datasets``...: each with its default and bounds there). ``workers``
+        start together; ``max_workers`` makes it elastic. Each of ``datasets`` (NAME[@VERSION]) is
+        staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
 
         Where it runs: ``workdir``, a folder on the server; or ``code``, a folder here that is
         sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the
         job's own (for a command that needs no files). None of them: the current folder, in
         place when the server may run your jobs there, else sent as ``code``.
 
-        Its software: the platform's Python environment; or ``requirements`` (and ``python``),
-        a Python environment built for it; or ``image``, a container image the server offers
-        (:meth:`images`)."""
+        Its software: the platform's Python environment; or ``requirements`` (a file, its text
+        or its lines; and ``python``), a Python environment built for it; or ``image``, a
+        container image the server offers (:meth:`images`)."""
         return self._request("POST", "/v1/jobs", json=self.job_body(
-            command, name=name, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
-            memory_mb_per_worker=memory_mb_per_worker, pids_per_worker=pids_per_worker, env=env, workdir=workdir,
-            priority=priority, grace_seconds=grace_seconds, max_workers=max_workers, preemptible=preemptible,
-            max_restarts=max_restarts, stop_rules=stop_rules, datasets=datasets, code=code, own_folder=own_folder,
-            network=network, requirements=requirements, python=python, image=image, gpu_memory_mb=gpu_memory_mb))
+            command, code=code, own_folder=own_folder, requirements=requirements, **options))
 
-    def job_body(self, command: list[str], *, name: str | None = None, workers: int = 1,
-                 gpus_per_worker: int | None = None, cpus_per_worker: float | None = None,
-                 memory_mb_per_worker: int | None = None, pids_per_worker: int | None = None,
-                 env: dict[str, str] | None = None, workdir: str | None = None, priority: int = 0,
-                 grace_seconds: float | None = None, max_workers: int | None = None, preemptible: bool = True,
-                 max_restarts: int = 0, stop_rules: list[dict] | None = None,
-                 datasets: list[str] | None = None, code: str | os.PathLike | None = None,
-                 own_folder: bool = False, network: str | None = None,
-                 requirements: str | os.PathLike | list[str] | None = None, python: str | None = None,
-                 image: str | None = None, gpu_memory_mb: int | None = None) -> dict:
+    def job_body(self, command: list[str], *, code: str | os.PathLike | None = None, own_folder: bool = False,
+                 requirements: str | os.PathLike | list[str] | None = None, **options) -> dict:
         """The body of POST /v1/jobs (and of a search's trial template): sends the code first when
         there is code to send. Arguments as :meth:`submit`."""
+        workdir = options.pop("workdir", None)
         if (workdir is not None) + (code is not None) + own_folder > 1:
             raise InvalidRequest("give one of workdir (a folder on the server), code (a folder sent with the "
                                  "job) or own_folder")
         if workdir is None and code is None and not own_folder:
             here = os.getcwd()
             workdir, code = (here, None) if self.runs_in_place(here) else (None, here)
-        return {"max_workers": max_workers, "preemptible": preemptible, "max_restarts": max_restarts,
-                "datasets": list(datasets or []), "stop_rules": list(stop_rules or []), "command": list(command),
-                "name": name, "workers": workers, "gpus_per_worker": gpus_per_worker,
-                "cpus_per_worker": cpus_per_worker, "memory_mb_per_worker": memory_mb_per_worker,
-                "pids_per_worker": pids_per_worker, "network": network, "python": python, "image": image,
-                "requirements": requirements_text(requirements),
-                "env": dict(env or {}), "workdir": os.path.abspath(workdir) if workdir is not None else None,
-                "code": self.send_code(code) if code is not None else None,
-                "priority": priority, "grace_seconds": grace_seconds,
-                **({"gpu_memory_mb": gpu_memory_mb} if gpu_memory_mb is not None else {})}
+        for name in ("env", "stop_rules", "datasets"):  # None, as a caller may pass it: the empty default
+            if options.get(name, 0) is None:
+                del options[name]
+        spec = job_spec.build(command=list(command), requirements=requirements_text(requirements),
+                              workdir=os.path.abspath(workdir) if workdir is not None else None, **options)
+        if code is not None:  # checked first: no code is sent for a job with a wrong option
+            spec.code = self.send_code(code)
+        return spec.body()
 
     def runs_in_place(self, folder: str) -> bool:
         """Whether a job submitted from ``folder`` may run there on the server: yes unless the

@@ -9,6 +9,7 @@ from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, JobSpecOut, PurgeIn, PurgeOut, job_out
 from deeppod.errors import Conflict, InvalidRequest
 from deeppod.job_folder import JobFolder
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import fit, retention, service, spec
 from deeppod.jobs.logs import logged_ranks, stream_logs
 
@@ -17,7 +18,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=JobOut)
 def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> JobOut:
-    req = service.JobRequest(**body.model_dump())
+    req = JobSpec(**body.model_dump())
     ctx = get_ctx(request)
     job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots,
                          code=ctx.code, jobs_dir=ctx.settings.jobs_dir,

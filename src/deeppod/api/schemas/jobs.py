@@ -1,62 +1,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
 
 from pydantic import Field
 
-from deeppod.api.schemas.base import Out, Strict
+from deeppod.api.schemas.base import Out, Strict, from_dataclass
 from deeppod.contract import JobState
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import service
 
-
-class JobCreate(Strict):
-    command: list[str] = Field(min_length=1, description="argv of every worker, e.g. ['python', 'train.py']")
-    workdir: str | None = Field(default=None, max_length=4096,
-                                description="absolute working directory on the server host; left out, the job "
-                                            "works in a folder of its own holding its 'code' (or nothing)")
-    code: str | None = Field(default=None, pattern="^[0-9a-f]{64}$",
-                             description="digest of the job's code sent with PUT /v1/code/DIGEST")
-    name: str | None = Field(default=None, max_length=128)
-    workers: int = Field(default=1, ge=1, le=4096, description="workers that start together (the minimum)")
-    max_workers: int | None = Field(default=None, ge=1, le=4096, description="elastic: grow up to this many")
-    gpus_per_worker: int | None = Field(default=None, ge=0, le=64,
-                                        description="default: 1 when the cluster has GPUs, else 0")
-    cpus_per_worker: float | None = Field(default=None, gt=0, le=1024,
-                                          description="default: a GPU worker gets its node's CPUs per GPU for each "
-                                                      "GPU (so every GPU can be used); a CPU worker 1")
-    memory_mb_per_worker: int | None = Field(default=None, ge=1)
-    gpu_memory_mb: int | None = Field(default=None, ge=1, le=1 << 24,
-                                      description="the memory each of a worker's GPUs must have (MiB): it is placed "
-                                                  "only on such GPUs, and refused at submit where the cluster has "
-                                                  "none")
-    pids_per_worker: int | None = Field(default=None, ge=16, le=1 << 22,
-                                        description="processes and threads each worker may have (sandbox isolation); "
-                                                    "default: the plan's pids_per_worker for the tenant, else the "
-                                                    "server's DEEPPOD_PIDS_PER_WORKER")
-    network: Literal["host", "isolated", "none"] | None = Field(
-        default=None, description="host: the host's network; isolated: its own (a network namespace) where only the "
-                                  "API is reachable; none: its own, nothing reachable (sandbox isolation; one node). "
-                                  "Default: the server's DEEPPOD_JOB_NETWORK (host)")
-    requirements: str | None = Field(default=None, max_length=65536,
-                                     description="a requirements.txt's text: the job runs in a Python environment "
-                                                 "built from it (once per tenant and node, then cached)")
-    python: str | None = Field(default=None, max_length=16, description="its environment's Python, e.g. 3.12 (one "
-                                                                        "the nodes have)")
-    image: str | None = Field(default=None, max_length=128,
-                              description="a container image this server offers, by name (GET /v1/images): the job "
-                                          "runs in it, sandboxed as any job")
-    env: dict[str, str] = Field(default_factory=dict)
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    grace_seconds: float | None = Field(default=None, ge=0, le=3600)
-    preemptible: bool = True
-    max_restarts: int = Field(default=0, ge=0, le=100)
-    stop_rules: list[dict] = Field(default_factory=list, max_length=20,
-                                   description="[{'kind': 'nan', 'metric': 'loss'}, {'kind': 'plateau', "
-                                               "'metric': 'val_loss', 'patience': 5, 'mode': 'min'}]")
-    datasets: list[str] = Field(default_factory=list, max_length=16,
-                                description="datasets to stage before start, NAME[@VERSION]; each job worker "
-                                            "finds its folder in DEEPPOD_DATA_<NAME>")
+JobCreate = from_dataclass(JobSpec, "JobCreate")  # the fields, defaults and bounds: deeppod/job_spec.py
 
 
 class JobOut(Out):

@@ -18,6 +18,7 @@ from deeppod.envs import images
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender
 from deeppod.experiments import service as experiments
 from deeppod.job_folder import JobFolder
+from deeppod.job_spec import JobSpec
 from deeppod.jobs import fit, metrics, service, spec
 from deeppod.jobs.logs import logged_ranks, tail
 from deeppod.monitor import service as monitoring
@@ -40,6 +41,14 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
                  "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
+# The job fields the submit form has no input for, and why (tests/test_job_spec.py holds the
+# form and these to job_spec.JobSpec).
+FORM_LEAVES_OUT = {
+    "code": "a form's job runs in a folder on the server or in its own; code is sent by the CLI and the SDK",
+    "preemptible": "a job from the form may be preempted; 'deeppod submit --no-preemptible' makes one that may not",
+    "pids_per_worker": "the tenant's plan (or the server's default) bounds a form's job's processes",
+    "stop_rules": "stop rules are written with 'deeppod submit --stop-on-nan/--stop-patience' or in a spec file",
+}
 SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image",
                   "requirements": "requirements", "install from": "requirements", "is not a version": "python",
                   "network": "network",
@@ -104,13 +113,13 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
             "network": forms.blank_none(form.get("network")), "image": forms.blank_none(form.get("image"))}
     try:
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
-        job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()))
+        job = _submit(request, session, viewer, JobSpec(**checked.model_dump()))
     except forms.FormErrors as exc:  # the request's transaction is rolled back
         raise Rerender(_submit_page(request, status=exc.status, values=form, errors=exc.errors)) from None
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
-def _submit(request: Request, session, viewer, req: service.JobRequest, fields: dict[str, str] = SERVICE_FIELDS):
+def _submit(request: Request, session, viewer, req: JobSpec, fields: dict[str, str] = SERVICE_FIELDS):
     ctx = get_ctx(request)
     try:
         return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
@@ -190,7 +199,7 @@ def train(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.
                 "datasets": [dataset] if dataset else [], "stop_rules": [{"kind": "nan", "metric": "loss"}]}
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors,
                                   {**SUBMIT_FIELDS, "datasets": "dataset"})
-        job = _submit(request, session, viewer, service.JobRequest(**checked.model_dump()),
+        job = _submit(request, session, viewer, JobSpec(**checked.model_dump()),
                       {**SERVICE_FIELDS, "dataset": "dataset"})
     except forms.FormErrors as exc:
         raise Rerender(page(request, "trainer.html", status=exc.status, errors=exc.errors, **values)) from None
