@@ -138,6 +138,10 @@ class Config:
     # guarantee before its one eviction of the round; False: one job a round (as before
     # 2026-11-24 night; the Philly benchmark's `before` run)
     earmark_free: bool = True
+    # the round's phases, in order, by name (scheduler/phases/); one left out does not run.
+    # grow, priority_preemption and las_preemption above turn theirs off too
+    phases: tuple[str, ...] = ("health", "candidates", "reclaim", "fair_share", "priority", "least_attained",
+                               "starts", "grow")
 
     def resize_window(self, in_place: bool) -> float:
         """How long a job runs at a size before it may be resized again."""
