@@ -11,8 +11,9 @@ class _Queued:
 
     def __init__(self, reasons):
         self.answers = [{"state": "queued", "reason": r} for r in reasons] + [{"state": "running", "reason": ""}]
+        self.jobs = self  # client.jobs.get
 
-    def job(self, job_id):
+    def get(self, job_id):
         return self.answers.pop(0)
 
 

@@ -15,8 +15,12 @@ from deeppod.jobs.spec import spec_text
 
 
 class FakeClient:
+    """Records what the CLI sends through client.jobs.submit and client.experiments.create."""
+
     def __init__(self):
         self.sent = []
+        self.jobs = SimpleNamespace(submit=self.submit)
+        self.experiments = SimpleNamespace(create=self.create_experiment)
 
     def submit(self, command, **kw):
         self.sent.append({"command": command, **kw})

@@ -1,5 +1,5 @@
-"""``client.NOUN``: calling it lists, its verbs act on that noun and send what the flat names
-send (sdk/resources.py); the flat names stay."""
+"""``client.NOUN``: calling it lists, its verbs act on that noun (sdk/resources.py); the flat
+names of before are aliases that send the same."""
 
 import json
 
@@ -45,9 +45,17 @@ def test_the_flat_names_send_the_same(sent):
     assert calls[:2] == calls[2:]
 
 
-def test_each_verb_keeps_the_flat_methods_signature_and_doc():
+def test_each_resource_is_a_class_with_its_methods_written_out():
+    """Type checkers and help() see each verb with its own signature; a flat name is an alias."""
+    import inspect
+
+    from deeppod.sdk.resources import FLAT, RESOURCES, Jobs
+
     c = Client("http://deeppod.invalid:1", "tok")
-    assert c.jobs.wait.__doc__ == Client.wait.__doc__ and c.jobs.wait.__wrapped__ is Client.wait
-    assert {"get", "submit", "stop", "resume", "cancel", "logs", "wait"} <= set(dir(c.jobs))
-    assert {"create", "stop", "resume", "get"} <= set(dir(c.experiments))
+    assert type(c.jobs) is Jobs and "wait" in Jobs.__dict__ and "job_id" in inspect.signature(Jobs.wait).parameters
+    assert Client.__annotations__["jobs"] in (Jobs, "Jobs")
+    assert {"get", "submit", "stop", "resume", "cancel", "logs", "wait"} <= set(Jobs.__dict__)
+    assert {"create", "stop", "resume", "get"} <= set(vars(type(c.experiments)))
+    for flat, (noun, verb) in FLAT.items():  # every alias names a method that is there
+        assert verb in vars(RESOURCES[noun]) and f"client.{noun}.{verb}" in getattr(Client, flat).__doc__
     c.close()

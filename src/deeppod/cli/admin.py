@@ -99,14 +99,14 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False, url: UrlOpt = None, toke
         print_json(rows)
         return
     console.print(nodes_table(rows))
-    for table in burst_tables(c.burst()):  # when the plan has burst types, or tenants were charged for them
+    for table in burst_tables(c.nodes.burst()):  # when the plan has burst types, or tenants were charged for them
         console.print(table)
 
 
 @nodes_app.command("burst")
 def nodes_burst(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Burst node types (nodes up, asked for, and why) and each tenant's burst cost and budget."""
-    shown = client(url, token).burst()
+    shown = client(url, token).nodes.burst()
     if as_json:
         print_json(shown)
         return
@@ -121,7 +121,7 @@ def nodes_burst(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = 
 def nodes_cordon(name: str, gpu: Annotated[int | None, typer.Option(help="only this GPU")] = None,
                  url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Mark a node or GPU unhealthy: its jobs requeue elsewhere, nothing new lands there."""
-    client(url, token).set_node_health(name, False, gpu)
+    client(url, token).nodes.set_health(name, False, gpu)
     console.print(f"cordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
 
 
@@ -129,13 +129,13 @@ def nodes_cordon(name: str, gpu: Annotated[int | None, typer.Option(help="only t
 def nodes_uncordon(name: str, gpu: Annotated[int | None, typer.Option(help="only this GPU")] = None,
                    url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Put a node or GPU back in service."""
-    client(url, token).set_node_health(name, True, gpu)
+    client(url, token).nodes.set_health(name, True, gpu)
     console.print(f"uncordoned {name}" + (f" GPU {gpu}" if gpu is not None else ""))
 
 
 @tenants_app.command("create")
 def tenants_create(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    t = client(url, token).create_tenant(name)
+    t = client(url, token).tenants.create(name)
     console.print(f"tenant {t['name']} created")
 
 
@@ -152,7 +152,7 @@ def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's
                  url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A user and its first token. tenant-admin: manages its tenant's users and tokens and the plan
     below its tenant; member: submits and manages its own jobs; viewer: reads only."""
-    u = client(url, token).create_user(name, tenant, admin, role)
+    u = client(url, token).users.create(name, tenant, admin, role)
     console.print(f"user {u['name']} created in tenant {u['tenant']} (role {u['role']})")
     console.print(f"token (shown once): {u['token']}")
 
@@ -161,7 +161,7 @@ def users_create(name: str, tenant: Annotated[str, typer.Option(help="the user's
 def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin, tenant-admin, member or viewer")],
                    url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Change a user's role (it holds from the user's next call)."""
-    u = client(url, token).set_role(name, role)
+    u = client(url, token).users.set_role(name, role)
     console.print(f"user {u['name']} (tenant {u['tenant']}) is now {u['role']}")
 
 
@@ -189,7 +189,7 @@ def tokens_create(name: Annotated[str, typer.Option(help="a label to recognise i
                                                                       "90m, 12h, 30d (default: until revoked)")] = None,
                   url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A new token: scoped and expiring if you say so (revoke it any time: 'deeppod tokens revoke ID')."""
-    t = client(url, token).create_token(name, user, scope, parse_age(expires, "--expires") if expires else None)
+    t = client(url, token).tokens.create(name, user, scope, parse_age(expires, "--expires") if expires else None)
     until = f", expires {t['expires_at']}" if t.get("expires_at") else ""
     console.print(f"token {t['id']} for {t['user']} (scope {t['scope']}{until}; shown once): {t['token']}")
 
@@ -203,7 +203,7 @@ def tokens_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = No
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    client(url, token).revoke_token(token_id)
+    client(url, token).tokens.revoke(token_id)
     console.print(f"token {token_id} revoked")
 
 

@@ -40,7 +40,7 @@ def bench_storage_cmd(
         raise InvalidRequest("give --dataset NAME[@VERSION] or --data FOLDER")
     if mode not in ("raw", "loader", "both"):
         raise InvalidRequest(f"--mode {mode!r}: use raw, loader or both")
-    folder = Path(client(url, token).stage(dataset)["path"]) if dataset else data
+    folder = Path(client(url, token).datasets.stage(dataset)["path"]) if dataset else data
     if not (folder / "index.npy").is_file():
         raise InvalidRequest(f"{folder} is not a dataset version folder (no index.npy)")
     report = {"folder": str(folder), "batch": batch, "compute_s": compute, "steps": steps}
@@ -82,7 +82,7 @@ def bench_infer_cmd(
     if not levels or min(levels) < 1 or duration <= 0:
         raise InvalidRequest("--concurrency needs numbers of at least 1 and --duration more than 0")
     c = client(url, token)
-    d = c.deployment(deployment)
+    d = c.deployments.get(deployment)
     if image is not None:
         body = image.read_bytes()
     else:
@@ -91,7 +91,7 @@ def bench_infer_cmd(
         buf = io.BytesIO()
         Image.effect_noise((224, 224), 64).convert("RGB").save(buf, "JPEG", quality=90)
         body = buf.getvalue()
-    model_dir = c.model_version(f"{d['model']}@{d['version']}")["path"] if baseline else None
+    model_dir = c.models.version(f"{d['model']}@{d['version']}")["path"] if baseline else None
     console.print(f"{deployment}: {d['model']}@{d['version']}, {d['replicas']} replicas, batch {d['max_batch']} / "
                   f"{d['max_wait_ms']:g} ms; {len(body)}-byte image; {duration:g} s per level")
     rows = compare(d["predict_url"], {"Authorization": f"Bearer {c.token}"}, body, "image/jpeg", model_dir=model_dir,

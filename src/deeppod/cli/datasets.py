@@ -104,7 +104,7 @@ def ingest(
         pol["val"] = value
     bar, progress = upload_bar(source)
     with bar:
-        result = client(url, token).ingest(name, source, policy=pol or None, tags=_pairs(tag, "--tag") or None,
+        result = client(url, token).datasets.ingest(name, source, policy=pol or None, tags=_pairs(tag, "--tag") or None,
                                            description=description, progress=progress, s3_endpoint=s3_endpoint,
                                            s3_key_id=s3_key_id, s3_secret=s3_secret)
     v = result["versions"][-1]
@@ -165,7 +165,7 @@ def search(query: Annotated[str, typer.Argument(help="e.g. 'tag:xray classes>10 
 def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_json: JsonOpt = False,
          url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A dataset's versions, or one version's statistics, lineage and quarantine report."""
-    d = client(url, token).dataset(ref)
+    d = client(url, token).datasets.get(ref)
     want = ref.split("@")[1] if "@" in ref else None
     versions = [v for v in d["versions"] if want is None or str(v["version"]) == want]
     if want and not versions:
@@ -202,7 +202,7 @@ def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_js
 def rm(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Delete one version and the stored images no other version names. Refused while a job or
     a registered model version uses it."""
-    r = client(url, token).remove_dataset_version(ref)
+    r = client(url, token).datasets.remove_version(ref)
     console.print(f"removed {r['ref']} ({r['objects_removed']} stored images freed)")
 
 
@@ -214,7 +214,7 @@ def diff(a: Annotated[str, typer.Argument(help="NAME@VERSION")], b: Annotated[st
     from deeppod.cli.datadiff import diff_manifests
 
     c = client(url, token)
-    d = diff_manifests(c.manifest(a), c.manifest(b))
+    d = diff_manifests(c.datasets.manifest(a), c.datasets.manifest(b))
     if as_json:
         print_json(d)
         return
@@ -236,7 +236,7 @@ def tag(name: str, tags: Annotated[list[str], typer.Argument(help="KEY=VALUE or 
         url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Add, change or remove tags."""
     add = _pairs([t for t in tags if not t.startswith("-")], "tag")
-    d = client(url, token).update_dataset(name, tags=add, untag=[t[1:] for t in tags if t.startswith("-")])
+    d = client(url, token).datasets.update(name, tags=add, untag=[t[1:] for t in tags if t.startswith("-")])
     console.print(f"{d['name']} tags: {d['tags']}")
 
 
@@ -244,7 +244,7 @@ def tag(name: str, tags: Annotated[list[str], typer.Argument(help="KEY=VALUE or 
 def share(name: str, off: Annotated[bool, typer.Option("--off", help="make it private again")] = False,
           url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Let every tenant read (not change) a dataset."""
-    d = client(url, token).update_dataset(name, shared=not off)
+    d = client(url, token).datasets.update(name, shared=not off)
     console.print(f"{d['name']} is {'shared with every tenant' if d['shared'] else 'private to ' + d['owner']}")
 
 
@@ -253,7 +253,7 @@ def stage(ref: Annotated[str, typer.Argument(help="NAME@VERSION")],
           tier: Annotated[str, typer.Option(help="hot (default) or cold")] = "hot",
           url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Bring a version to the hot tier (or send it to cold): copy, verify, switch, delete."""
-    r = client(url, token).stage(ref, tier)
+    r = client(url, token).datasets.stage(ref, tier)
     console.print(f"{r['ref']} is on the {r['tier']} tier: {r['path']}")
 
 
@@ -265,11 +265,11 @@ def policy_set(name: str, items: Annotated[list[str], typer.Argument(help="KEY=V
                replace: Annotated[bool, typer.Option(help="replace the whole policy")] = False,
                url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Set the ingest policy applied to every new version of NAME."""
-    d = client(url, token).set_data_policy(name, parse_assignments(items), replace=replace)
+    d = client(url, token).datasets.set_policy(name, parse_assignments(items), replace=replace)
     console.print(f"{d['name']} policy: {d['policy']}")
 
 
 @policy_app.command("show")
 def policy_show(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    d = client(url, token).dataset(name)
+    d = client(url, token).datasets.get(name)
     console.print(f"{d['name']} policy: {d['policy'] or 'none (images are stored as uploaded)'}")

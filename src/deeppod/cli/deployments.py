@@ -44,7 +44,7 @@ def curl_line(predict_url: str) -> str:
 
 def _wait(c, name: str, version: int | None, timeout: float) -> None:
     with console.status(f"waiting for {name} to be ready"):
-        d = c.wait_deployment(name, version=version, timeout=timeout)
+        d = c.deployments.wait(name, version=version, timeout=timeout)
     console.print(_summary(d))
     console.print(f"predict: {curl_line(d['predict_url'])}", highlight=False, soft_wrap=True)
     console.print(f"try it in the console: {d['page_url']}")
@@ -60,7 +60,7 @@ def create(model: Annotated[str, typer.Argument(help="NAME, NAME@VERSION or NAME
            url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Run MODEL as a service: replicas are non-preemptible jobs, restarted if they die."""
     c = client(url, token)
-    d = c.deploy(model, name=name, replicas=replicas, gpus_per_replica=gpus_per_replica,
+    d = c.deployments.create(model, name=name, replicas=replicas, gpus_per_replica=gpus_per_replica,
                  cpus_per_replica=cpus_per_replica, max_batch=max_batch, max_wait_ms=max_wait_ms)
     console.print(f"deployment {d['name']} created: {d['model']}@{d['version']} x{d['replicas']}")
     if wait:
@@ -76,7 +76,7 @@ def update(name: str, version: Annotated[str | None, typer.Option(help="version 
     if version is None and replicas is None and max_batch is None and max_wait_ms is None:
         raise InvalidRequest("say what to change: --version, --replicas, --max-batch or --max-wait-ms")
     c = client(url, token)
-    d = c.update_deployment(name, version=version, replicas=replicas, max_batch=max_batch, max_wait_ms=max_wait_ms)
+    d = c.deployments.update(name, version=version, replicas=replicas, max_batch=max_batch, max_wait_ms=max_wait_ms)
     console.print(f"{name}: rolling out {d['model']}@{d['version']}")
     if wait:
         _wait(c, name, d["version"], timeout)
@@ -87,7 +87,7 @@ def rollback(name: str, wait: Annotated[bool, typer.Option("--wait/--no-wait")] 
              url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Return to the version served before the last update (rolling, like an update)."""
     c = client(url, token)
-    d = c.rollback(name)
+    d = c.deployments.rollback(name)
     console.print(f"{name}: rolling back to {d['model']}@{d['version']}")
     if wait:
         _wait(c, name, d["version"], timeout)
@@ -107,7 +107,7 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
 
 @app.command("show")
 def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    d = client(url, token).deployment(name)
+    d = client(url, token).deployments.get(name)
     if as_json:
         print_json(d)
         return
@@ -121,7 +121,7 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
 
 @app.command("rm")
 def rm(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    client(url, token).delete_deployment(name)
+    client(url, token).deployments.delete(name)
     console.print(f"deployment {name} removed; its replicas are stopping")
 
 
@@ -136,10 +136,10 @@ def predict(name: str, images: Annotated[list[Path], typer.Argument(help="image 
             raise InvalidRequest(f"{p} is not a file")
     c, data = client(url, token), [p.read_bytes() for p in images]
     if direct:
-        with c.direct(name) as d:
+        with c.deployments.direct(name) as d:
             r = d.predict(data, top_k=top_k)
     else:
-        r = c.predict(name, data, top_k=top_k)
+        r = c.deployments.predict(name, data, top_k=top_k)
     if as_json:
         print(json.dumps(r, indent=1))
         return
@@ -157,10 +157,10 @@ def direct_token(name: str, ttl: Annotated[float, typer.Option(help="seconds the
     Client.direct(NAME) renews it and spreads calls by itself)."""
     c = client(url, token)
     if revoke:
-        console.print(f"{c.revoke_direct(name)['revoked']} direct tokens of {name} revoked; replicas refuse them "
-                      "within a second")
+        revoked = c.deployments.revoke_direct(name)["revoked"]
+        console.print(f"{revoked} direct tokens of {name} revoked; replicas refuse them within a second")
         return
-    g = c.direct_token(name, ttl=ttl)
+    g = c.deployments.direct_token(name, ttl=ttl)
     if as_json:
         print_json(g)
         return
@@ -175,14 +175,14 @@ def direct_token(name: str, ttl: Annotated[float, typer.Option(help="seconds the
 @key_app.command("create")
 def key_create(name: str, label: Annotated[str, typer.Option("--label")] = "",
                url: UrlOpt = None, token: TokenOpt = None) -> None:
-    k = client(url, token).create_deployment_key(name, label)
+    k = client(url, token).deployments.create_key(name, label)
     console.print(f"key {k['id']} for {name} (shown once):\n  {k['key']}\n"
                   f"call predict with the header 'X-DeepPod-Key: {k['key']}'")
 
 
 @key_app.command("ls")
 def key_ls(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    keys = client(url, token).deployment_keys(name)
+    keys = client(url, token).deployments.keys(name)
     if as_json:
         print_json(keys)
         return
@@ -194,5 +194,5 @@ def key_ls(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: Token
 @key_app.command("revoke")
 def key_revoke(name: str, key_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Revoke a key: predict refuses it within one controller round (about a second)."""
-    client(url, token).revoke_deployment_key(name, key_id)
+    client(url, token).deployments.revoke_key(name, key_id)
     console.print(f"key {key_id} of {name} revoked")

@@ -98,7 +98,7 @@ def create(
                              "lr: {type: float, low: 0.0001, high: 0.1, log: true}")
     low, high = parse_workers(workers)
     c = client(url, token)
-    exp = c.create_experiment(
+    exp = c.experiments.create(
         name, command, space=read_space(space) if space else check_space(inline(ctx, "space"), "--spec's space"),
         metric=metric, mode=mode, trials=trials, parallel=parallel,
         sampler=sampler, pruner=pruner, prune_after=prune_after, seed=seed, register=register,
@@ -150,7 +150,7 @@ def image_classifier(
     trainer.check_args([*[_example(a, chosen) for a in args], *ctx.args], model)
     command = trainer.image_classifier([*args, *ctx.args])
     c = client(url, token)
-    exp = c.create_experiment(name, command, space=chosen, metric=metric, mode="max", trials=trials,
+    exp = c.experiments.create(name, command, space=chosen, metric=metric, mode="max", trials=trials,
                               parallel=parallel, sampler=sampler, pruner=pruner, prune_after=prune_after, seed=seed,
                               register=register,
                               register_at_chance=register_at_chance,
@@ -231,14 +231,14 @@ def show(name: str, follow: Annotated[bool, typer.Option("--follow", "-f", help=
          as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """The trials table (params, state, final value, peak, last step) and the best trial (by final value)."""
     c = client(url, token)
-    e = c.experiment(name, tenant)
+    e = c.experiments.get(name, tenant)
     if as_json:
         print_json(e)
         return
     render_show(e)
     while follow and e["state"] in ("running", "stopping"):
         time.sleep(5)
-        e = c.experiment(name, tenant)
+        e = c.experiments.get(name, tenant)
         console.rule()
         render_show(e)
 
@@ -246,12 +246,12 @@ def show(name: str, follow: Annotated[bool, typer.Option("--follow", "-f", help=
 @app.command("stop")
 def stop(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """No new trials; running trials checkpoint and stop (resume continues them)."""
-    e = client(url, token).stop_experiment(name)
+    e = client(url, token).experiments.stop(name)
     console.print(f"experiment {e['name']}: {e['state']}")
 
 
 @app.command("resume")
 def resume(name: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Continue a stopped experiment: its stopped trials from their checkpoints, then new ones."""
-    e = client(url, token).resume_experiment(name)
+    e = client(url, token).experiments.resume(name)
     console.print(f"experiment {e['name']}: {e['state']}")

@@ -33,7 +33,7 @@ app.add_typer(jobs_app, name="jobs")
 def stream_logs(c, job_id: int, rank: int | None = None, follow: bool = False) -> None:
     """Write a job's output to stdout as it comes (``follow``: until the job ends)."""
     out = sys.stdout.buffer
-    for chunk in c.logs(job_id, rank=rank, follow=follow):
+    for chunk in c.jobs.logs(job_id, rank=rank, follow=follow):
         out.write(chunk)
         out.flush()
 
@@ -43,7 +43,7 @@ def say_while_queued(c, job_id: int, poll: float = 1.0) -> None:
     its counts: a job that cannot start is not silent."""
     said = None
     while True:
-        job = c.job(job_id)
+        job = c.jobs.get(job_id)
         if job["state"] != JobState.QUEUED:
             return
         reason = job.get("reason") or "waiting for its turn"
@@ -58,7 +58,7 @@ def follow_job(c, job_id: int) -> None:
     only if it succeeded."""
     say_while_queued(c, job_id)
     stream_logs(c, job_id, follow=True)
-    final = c.wait(job_id)
+    final = c.jobs.wait(job_id)
     console.print(f"job {final['id']} {state(final['state'])}: {final['reason']}")
     raise typer.Exit(0 if final["state"] == JobState.SUCCEEDED else 1)
 
@@ -124,7 +124,7 @@ def submit(
     low, high = parse_workers(workers)
     rules = parse_stop_rules(stop_on_nan, stop_patience)
     c = client(url, token)
-    job = c.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
+    job = c.jobs.submit(command, name=name, workers=low, max_workers=high, preemptible=preemptible, stop_rules=rules,
                    max_restarts=max_restarts, gpus_per_worker=gpus_per_worker,
                    cpus_per_worker=cpus_per_worker, memory_mb_per_worker=parse_memory(memory),
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
@@ -173,7 +173,7 @@ def jobs_rm(job_ids: Annotated[list[int], typer.Argument(help="finished jobs")],
             url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove finished jobs' folders (logs, checkpoints, outputs); their records and events stay."""
     c = client(url, token)
-    freed = sum(c.remove_job_files(i, force=force)["bytes_freed"] for i in job_ids)
+    freed = sum(c.jobs.remove_files(i, force=force)["bytes_freed"] for i in job_ids)
     console.print(f"removed the files of {len(job_ids)} job(s): {freed / 1e6:.1f} MB freed")
 
 
@@ -182,7 +182,7 @@ def jobs_purge(older_than: Annotated[str, typer.Option(help="jobs that ended lon
                url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Remove the folders of every finished job (your tenant's; admins: all) that ended before
     --older-than. Stopped jobs keep theirs, so they can still be resumed."""
-    r = client(url, token).purge_jobs(parse_age(older_than))
+    r = client(url, token).jobs.purge(parse_age(older_than))
     console.print(f"removed the files of {len(r['jobs'])} job(s): {r['bytes_freed'] / 1e6:.1f} MB freed")
 
 
@@ -190,7 +190,7 @@ def jobs_purge(older_than: Annotated[str, typer.Option(help="jobs that ended lon
 def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Everything about one job."""
     c = client(url, token)
-    j = c.job(job_id)
+    j = c.jobs.get(job_id)
     if as_json:
         print_json(j)
         return
@@ -219,7 +219,7 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
             console.print(f"  warm spares: {spares} on node {j['allocation']['workers'][0]['node']} "
                           "(parked with torch loaded; they become workers when it grows)")
     if j["gpus_per_worker"]:
-        usage = c.job_gpus(job_id)
+        usage = c.jobs.gpus(job_id)
         if usage["mean_util_5m"] is not None:
             console.print(f"GPU utilization: {usage['mean_util_5m']:.0f}% (mean of its last 5 minutes of samples, "
                           f"{len(usage['gpus'])} GPUs)")
@@ -232,13 +232,13 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
 @job_app.command("spec")
 def job_spec(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A job as a spec file: deeppod job spec 12 > job.yaml, then deeppod submit --spec job.yaml."""
-    print(client(url, token).job_spec(job_id)["yaml"], end="")
+    print(client(url, token).jobs.spec(job_id)["yaml"], end="")
 
 
 @job_app.command("events")
 def job_events(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """What happened to a job and why."""
-    rows = client(url, token).events(job_id)
+    rows = client(url, token).jobs.events(job_id)
     if as_json:
         print_json(rows)
         return
@@ -261,7 +261,7 @@ def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f",
 @app.command()
 def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Stop a job gracefully: SIGTERM, it saves a checkpoint and ends as 'stopped'."""
-    j = client(url, token).stop(job_id)
+    j = client(url, token).jobs.stop(job_id)
     msg = "stopped" if j["state"] == JobState.STOPPED else f"stopping (grace {j['grace_seconds']:g} s to checkpoint)"
     console.print(f"job {j['id']}: {msg}")
 
@@ -269,7 +269,7 @@ def stop(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
 @app.command()
 def resume(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Queue a stopped job again: same id, it continues from its last checkpoint."""
-    j = client(url, token).resume(job_id)
+    j = client(url, token).jobs.resume(job_id)
     console.print(f"job {j['id']}: {state(j['state'])} again; it resumes from its checkpoint")
 
 
@@ -314,25 +314,25 @@ def metrics(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f",
 
     c = client(url, token)
     if as_json:
-        print_json(c.metrics(job_id))
+        print_json(c.jobs.metrics(job_id))
         return
     if not follow:
-        console.print(metrics_table(c.metrics(job_id, max_points=80)))
+        console.print(metrics_table(c.jobs.metrics(job_id, max_points=80)))
         return
     from rich.live import Live
 
-    with Live(metrics_table(c.metrics(job_id, max_points=80)), console=console, refresh_per_second=2) as live:
+    with Live(metrics_table(c.jobs.metrics(job_id, max_points=80)), console=console, refresh_per_second=2) as live:
         while True:
             time.sleep(2)
-            live.update(metrics_table(c.metrics(job_id, max_points=80)))
-            if c.job(job_id)["state"] in FINAL_STATES:
-                live.update(metrics_table(c.metrics(job_id, max_points=80)))
+            live.update(metrics_table(c.jobs.metrics(job_id, max_points=80)))
+            if c.jobs.get(job_id)["state"] in FINAL_STATES:
+                live.update(metrics_table(c.jobs.metrics(job_id, max_points=80)))
                 break
 
 
 @app.command()
 def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Stop a job: SIGTERM to every worker, the grace period, then SIGKILL."""
-    j = client(url, token).cancel(job_id)
+    j = client(url, token).jobs.cancel(job_id)
     msg = "cancelled" if j["state"] == JobState.CANCELLED else f"stopping (grace {j['grace_seconds']:g} s)"
     console.print(f"job {j['id']}: {msg}")

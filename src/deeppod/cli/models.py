@@ -31,7 +31,7 @@ def register(name: str,
     """Register a model version: its artifact, signature, metrics and lineage."""
     if from_job is None and path is None:
         raise InvalidRequest("say where the model is: --from-job JOB_ID or --path FOLDER")
-    v = client(url, token).register_model(name, job_id=from_job, path=path, description=description, aliases=alias)
+    v = client(url, token).models.register(name, job_id=from_job, path=path, description=description, aliases=alias)
     if as_json:
         print_json(v)
         return
@@ -59,7 +59,7 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
 @app.command("show")
 def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Versions with their lineage and metrics, aliases, and comparison figures."""
-    m = client(url, token).model(name)
+    m = client(url, token).models.get(name)
     if as_json:
         print_json(m)
         return
@@ -89,7 +89,7 @@ def alias(name: str, alias_: Annotated[str, typer.Argument(metavar="ALIAS")],
     """Point ALIAS (champion, challenger, staging, ...) at a version, or remove it with --rm."""
     if (version is None) != rm:
         raise InvalidRequest("give a VERSION to point the alias at, or --rm to remove it")
-    m = client(url, token).set_alias(name, alias_, None if rm else version)
+    m = client(url, token).models.set_alias(name, alias_, None if rm else version)
     console.print(f"{name}: " + (" ".join(f"{a}=@{n}" for a, n in sorted(m["aliases"].items())) or "no aliases"))
 
 
@@ -115,13 +115,13 @@ def compare(name: str, a: str, b: str,
             timeout: float = 1800.0, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Evaluate versions A and B on the same data, as a job: accuracy and per-class figures side by side."""
     c = client(url, token)
-    started = c.compare(name, a, b, data)
+    started = c.models.compare(name, a, b, data)
     if not wait:
         console.print(f"comparison job {started['job_id']} submitted; see it with "
                       f"'deeppod models show {name}' when it ends")
         return
-    job = c.wait(started["job_id"], timeout=timeout)
-    result = c.comparison(name, started["job_id"])
+    job = c.jobs.wait(started["job_id"], timeout=timeout)
+    result = c.models.comparison(name, started["job_id"])
     if as_json:
         print_json(result)
         return
@@ -137,7 +137,7 @@ def promote(name: str, version: str,
             force: Annotated[bool, typer.Option("--force", help="promote even if it did not win")] = False,
             url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Make VERSION the champion, if it beat the champion in their latest comparison."""
-    r = client(url, token).promote(name, version, force=force)
+    r = client(url, token).models.promote(name, version, force=force)
     console.print(f"{name}: champion is now v{r['champion']} ({r['reason']})")
 
 
@@ -146,5 +146,5 @@ def rm(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME@ALIAS) for
        url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Delete a model version (or the whole model) with its artifact and figures. Refused while a
     deployment serves it."""
-    removed = client(url, token).remove_model(ref)
+    removed = client(url, token).models.remove(ref)
     console.print(f"removed {ref.split('@')[0]} version(s) {', '.join(map(str, removed))}")

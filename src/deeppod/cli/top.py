@@ -22,7 +22,7 @@ def _bar(pct: float, width: int = 10) -> str:
 
 
 def frame(c) -> Group:
-    nodes, gpus, hosts = c.nodes(), c.gpus(), c.hosts()
+    nodes, gpus, hosts = c.nodes(), c.nodes.gpus(), c.nodes.hosts()
     jobs = [j for j in c.jobs(None, 50) if j["state"] in ("running", "preempted", "resizing", "queued")]
     plan = c.plan()
     host = Table(box=None, header_style="bold", title="hosts", title_justify="left")

@@ -88,13 +88,13 @@ def train_image_classifier(
     c = client(url, token)  # an unknown dataset or version is refused by the server with the choices
     args, gpu_memory_mb = _sized(c, args, low, gpus_per_worker, memory_mb, gpu_memory_mb)
     command = image_classifier(args)
-    job = c.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"), workers=low,
-                   max_workers=high,
-                   gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
-                   max_restarts=max_restarts, grace_seconds=grace,
-                   own_folder=True,
-                   env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
-                   datasets=[dataset] if dataset else None)
+    job = c.jobs.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"),
+                        workers=low, max_workers=high,
+                        gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
+                        max_restarts=max_restarts, grace_seconds=grace,
+                        own_folder=True,
+                        env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
+                        datasets=[dataset] if dataset else None)
     console.print(f"job {job['id']} ({job['name']}) submitted: follow it with 'deeppod logs {job['id']} -f' "
                   f"and 'deeppod metrics {job['id']} -f'")
     warn_never_fits(job)

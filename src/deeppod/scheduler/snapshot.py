@@ -126,7 +126,7 @@ class Config:
     resize_window_factor: float = 30.0
     # a round makes room for up to this many of a tenant's waiting jobs of the first one's
     # class at once, not only the first: a burst of short jobs then waits one stop delay,
-    # not one round per job (1: the first job only, as before 2026-11-25)
+    # not one round per job (1: the first job only)
     las_jobs_per_round: int = 64
     min_run_before_las_preempt: float = 900.0  # a run this young is not preempted for a lower class
     # a gang a tenant below its guarantee waits for, when no node can be cleared by evicting
@@ -135,8 +135,8 @@ class Config:
     # nodes it gets are held for it, not only counted (docs/scheduler.md)
     defragment: bool = True
     # reclaim earmarks free GPUs for all of a tenant's 1-GPU-per-worker jobs that fit in its
-    # guarantee before its one eviction of the round; False: one job a round (as before
-    # 2026-11-24 night; the Philly benchmark's `before` run)
+    # guarantee before its one eviction of the round; False: one job a round (the Philly
+    # benchmark's `before` run)
     earmark_free: bool = True
     # the round's phases, in order, by name (scheduler/phases/); one left out does not run.
     # grow, priority_preemption and las_preemption above turn theirs off too
