@@ -48,13 +48,13 @@ from deeppod.executor.base import Executor
 from deeppod.executor.fenced import FencedExecutor
 from deeppod.executor.local import LocalExecutor
 from deeppod.experiments.controller import ExperimentController
-from deeppod.experiments.service import Launcher
+from deeppod.experiments.service import TrialLauncher
 from deeppod.jobs import retention
 from deeppod.jobs import service as jobs_service
 from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.launch import Isolation
-from deeppod.jobs.storage import StorageMeter
+from deeppod.jobs.quotas import StorageMeter
 from deeppod.loops import run_rounds
 from deeppod.models import artifacts
 from deeppod.models import service as models
@@ -224,7 +224,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
                         PrincipalCache(read_sessions), AuditLog(sessions), roots, served,
                         CodeStore(settings.code_dir, settings.code_max_bytes, settings.code_tenant_bytes),
                         leader, node)
-    launcher = Launcher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
+    launcher = TrialLauncher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code, settings.job_network, settings.image_dir)
     ctx.read_sessions = read_sessions
     ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)

@@ -30,7 +30,7 @@ def test_a_search_prunes_survives_a_server_restart_and_finds_the_best(fresh_serv
     # pruner (four startup trials) judges it whatever the restart's timing; with three, the
     # low trials could all end before the fourth did, and nothing was pruned (1 CI run in ~10).
     # (A restarted study does not ask for old values again: the launcher reseeds it by the
-    # trials asked, experiments/service.Launcher.study.) It failed with nothing pruned in about
+    # trials asked, experiments/service.TrialLauncher.study.) It failed with nothing pruned in about
     # one full-suite run in three: trial 3 ran through the restart, ended while the server was
     # still starting on a loaded machine, and its process left after 10 s with every report
     # unsent ("succeeded but never reported score"), so the pruner had three finished trials of

@@ -36,7 +36,7 @@ def test_bad_python_and_size():
 
 
 def test_a_requirements_file_may_name_package_indexes():
-    """Each must be one the tenant's plan allows (jobs/storage.check_indexes); they take the
+    """Each must be one the tenant's plan allows (jobs/quotas.check_indexes); they take the
     place of the server's no-index, and change the key."""
     spec = parse("numpy==2.1.0\n--index-url https://mirror.example.com/simple/\n"
                  "--extra-index-url=http://10.0.0.5:8080/simple\n", None)

@@ -37,7 +37,7 @@ class Harness:
         (the fake executor's jobs keep running, as real ones do)."""
         self.jobs = JobController(self.sessions, self.fake, jobs_dir=self.tmp / "jobs", api_url="http://127.0.0.1:1",
                                   server_env={"PATH": "/usr/bin"})
-        self.launcher = service.Launcher(experiments_dir=self.tmp / "experiments", jobs_dir=self.tmp / "jobs",
+        self.launcher = service.TrialLauncher(experiments_dir=self.tmp / "experiments", jobs_dir=self.tmp / "jobs",
                                          models_dir=self.tmp / "models")
         self.tune = ExperimentController(self.sessions, self.launcher)
 

@@ -157,7 +157,7 @@ def _tenant_ids(root: Path) -> list[int]:
 
 def tenant_bytes(root: Path) -> dict[int, int]:
     """Tenant id -> what its environments take (as measured when each was built): counted
-    against its plan's storage quota (jobs/storage.py). Unpacked images are nobody's."""
+    against its plan's storage quota (jobs/quotas.py). Unpacked images are nobody's."""
     out: dict[int, int] = {}
     for tid in _tenant_ids(root):
         out[tid] = sum(e.bytes for e in _found(root, [tid], {}, {}, images=False))

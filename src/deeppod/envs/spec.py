@@ -3,7 +3,7 @@
 A key names one environment: the tenant, the normalized requirements, the interpreter asked
 for, the platform, the DeepPod version and the package index settings. A requirements file
 may name package indexes (``--index-url``, ``--extra-index-url``) that the tenant's plan
-allows (``package_indexes``; jobs/storage.py checks). Standard library only: the CLI checks
+allows (``package_indexes``; jobs/quotas.py checks). Standard library only: the CLI checks
 a requirements file before it sends it.
 """
 

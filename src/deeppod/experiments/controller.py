@@ -36,7 +36,7 @@ JUDGE_WAIT_S = 0.5
 
 
 class ExperimentController:
-    def __init__(self, sessions: sessionmaker[Session], launcher: service.Launcher,
+    def __init__(self, sessions: sessionmaker[Session], launcher: service.TrialLauncher,
                  fence: Callable[[Session], None] = lambda s: None):
         self.sessions = sessions
         self.launcher = launcher

@@ -53,7 +53,7 @@ class ExperimentRequest:
 
 
 @dataclass
-class Launcher:
+class TrialLauncher:
     """Where experiments keep their studies and how trials become jobs: the server's settings."""
 
     experiments_dir: Path
@@ -141,7 +141,7 @@ def check_request(req: ExperimentRequest) -> dict:
     return space
 
 
-def create(session: Session, principal: Principal, req: ExperimentRequest, launcher: Launcher) -> Experiment:
+def create(session: Session, principal: Principal, req: ExperimentRequest, launcher: TrialLauncher) -> Experiment:
     """The experiment and its first trial's job, in one transaction: a template the job service
     refuses (no such executable, too many GPUs, an unknown dataset) refuses the whole search."""
     space = check_request(req)
@@ -171,7 +171,7 @@ def create(session: Session, principal: Principal, req: ExperimentRequest, launc
     return exp
 
 
-def add_trial(session: Session, principal: Principal, exp: Experiment, study: Study, launcher: Launcher) -> Trial:
+def add_trial(session: Session, principal: Principal, exp: Experiment, study: Study, launcher: TrialLauncher) -> Trial:
     number, trial_id, params = study.ask()
     try:
         job = launcher.submit_trial(session, principal, exp, number, params)

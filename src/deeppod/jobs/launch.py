@@ -27,8 +27,8 @@ from deeppod.executor.base import Executor, LaunchSpec, WorkerSpec
 from deeppod.executor.cgroups import DEFAULT_PIDS
 from deeppod.executor.job_shm import unmount_shm
 from deeppod.job_folder import WRITABLE, JobFolder
+from deeppod.jobs.quotas import memory_for, pids_for
 from deeppod.jobs.runs import run_mark
-from deeppod.jobs.storage import memory_for, pids_for
 from deeppod.nofollow import chown_tree
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node, Tenant

@@ -28,7 +28,7 @@ from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
 from deeppod.job_spec import JobSpec
 from deeppod.jobs import code as code_store
-from deeppod.jobs import storage
+from deeppod.jobs import quotas
 from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
 from deeppod.store.events import add_event  # noqa: F401 - jobs.service.add_event, as its callers write it
@@ -160,8 +160,8 @@ def submit(session: Session, principal: Principal, req: JobSpec, *, default_grac
     (``req.code``, kept in ``code``), or empty."""
     req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
     _check_image(req, image_dir, sandboxed=roots is not None)
-    storage.check_pids(session, principal.tenant, req.pids_per_worker, default_pids)
-    storage.check_asks(session, principal.tenant, memory_mb=req.memory_mb_per_worker, cpus=req.cpus_per_worker,
+    quotas.check_pids(session, principal.tenant, req.pids_per_worker, default_pids)
+    quotas.check_asks(session, principal.tenant, memory_mb=req.memory_mb_per_worker, cpus=req.cpus_per_worker,
                        gpu_memory_mb=req.gpu_memory_mb)
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
@@ -230,10 +230,10 @@ def _submit(session: Session, principal: Principal, req: JobSpec, default_grace:
     req = with_defaults(req, cap)
     validate(req, cap)
     wanted = env_spec.parse(req.requirements, req.python)
-    storage.check_indexes(session, principal.tenant, wanted.indexes if wanted else [])
+    quotas.check_indexes(session, principal.tenant, wanted.indexes if wanted else [])
     if wanted is not None and package_index is not None and req.image is None:
         env_names.check(wanted, wanted.index(package_index))
-    storage.check_submit(session, principal.tenant)
+    quotas.check_submit(session, principal.tenant)
     datasets = resolve_for_job(session, principal, req.datasets)
     name = req.name or default_name(req.command)
     job = Job(
@@ -400,7 +400,7 @@ def resume(session: Session, principal: Principal, job_id: int) -> Job:
                        "(a cancelled or failed one starts over: submit it again)")
     if job.purged_at is not None:
         raise Conflict(f"job {job_id}'s files (and its checkpoint) were removed: submit it again")
-    storage.check_submit(session, session.get(Tenant, job.tenant_id).name)
+    quotas.check_submit(session, session.get(Tenant, job.tenant_id).name)
     if job.started_at is not None and job.ended_at is not None:  # the run that stopped counts in its duration
         job.ran_seconds += max(0.0, (job.ended_at - job.started_at).total_seconds())
     move(session, job, JobState.QUEUED, f"resumed by {principal.user}", stop_reason=None, ended_at=None,

@@ -21,8 +21,8 @@ from deeppod.contract import ACTIVE_STATES, JobState
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
 from deeppod.job_spec import JobSpec
+from deeppod.jobs import quotas
 from deeppod.jobs import service as jobs
-from deeppod.jobs import storage
 from deeppod.models import artifacts
 from deeppod.models.compare import Figures, verdict
 from deeppod.refs import Ref
@@ -158,7 +158,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     dest = root / key
     if dest.exists():  # left by a crash between the copy and the commit: never registered
         shutil.rmtree(dest)
-    art = artifacts.take_in(source, dest, storage.quota_left(session, principal.tenant))  # as checked and hashed
+    art = artifacts.take_in(source, dest, quotas.quota_left(session, principal.tenant))  # as checked and hashed
     sig = art.signature
     metrics = {k: v for k, v in (sig.get("metrics") or {}).items() if isinstance(v, (int, float))}
     lineage = {"source": str(source), "registered_by": principal.user, "dataset": sig.get("dataset"),

@@ -71,7 +71,7 @@ class Tenant(Base):
     os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
     os_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     os_gid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # the disk its jobs' folders take, as last measured (jobs/storage.py); None: not yet
+    # the disk its jobs' folders take, as last measured (jobs/quotas.py); None: not yet
     storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 

@@ -1,5 +1,5 @@
 """Tenants' job folders against the plan's storage quotas, and the plan's per-worker process
-limits (jobs/storage.py), through the store on SQLite and PostgreSQL."""
+limits (jobs/quotas.py), through the store on SQLite and PostgreSQL."""
 
 import os
 
@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
-from deeppod.jobs import storage
+from deeppod.jobs import quotas
 from deeppod.plans.service import apply_plan
 from deeppod.store.models import Job, JobEvent, Node, Tenant, utcnow
 from tests.fixtures import populate, submit_job
@@ -35,7 +35,7 @@ def test_a_tenant_over_its_quota_cannot_submit_and_its_writing_jobs_fail_with_th
     with sessions.begin() as s:
         for job_id in (writer, quiet, other):
             s.get(Job, job_id).state = "running"
-    meter = storage.StorageMeter(sessions, jobs_dir)
+    meter = quotas.StorageMeter(sessions, jobs_dir)
     write(jobs_dir / str(writer) / "checkpoints", "a", 40 * KB)
     write(jobs_dir / str(quiet) / "outputs", "b", 40 * KB)
     write(jobs_dir / str(other) / "outputs", "c", 400 * KB)  # tenant b has no quota
@@ -69,7 +69,7 @@ def test_a_parents_quota_counts_its_sub_tenants_and_links_count_nothing(sessions
     big.write_bytes(os.urandom(500 * KB))
     write(jobs_dir / str(ja) / "outputs", "x", 60 * KB)
     os.symlink(big, jobs_dir / str(ja) / "outputs" / "link")  # not its disk
-    meter = storage.StorageMeter(sessions, jobs_dir)
+    meter = quotas.StorageMeter(sessions, jobs_dir)
     meter.round()
     submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)
     write(jobs_dir / str(jb) / "outputs", "y", 60 * KB)
@@ -85,7 +85,7 @@ def test_finished_jobs_are_measured_once_and_purged_ones_drop_out(sessions, tmp_
     with sessions.begin() as s:
         s.get(Job, job_id).state = "succeeded"
     write(jobs_dir / str(job_id), "log", 50 * KB)
-    meter = storage.StorageMeter(sessions, jobs_dir)
+    meter = quotas.StorageMeter(sessions, jobs_dir)
     first = meter.round()["a"]
     write(jobs_dir / str(job_id), "more", 50 * KB)  # nothing writes a finished job's folder: kept as measured
     assert meter.round()["a"] == first
@@ -101,8 +101,8 @@ def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(se
     with pytest.raises(InvalidRequest, match="at least 16"):
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=4)
     with sessions() as s:
-        assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100
-        assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 4096
+        assert quotas.pids_for(s, s.get(Job, own), "a", 4096) == 100
+        assert quotas.pids_for(s, s.get(Job, plain), "a", 4096) == 4096
     # where the plan says nothing, the server's default bounds what a member may ask (issue 70)
     with pytest.raises(Forbidden, match=r"this server \(DEEPPOD_PIDS_PER_WORKER\) lets tenant 'a'.* at most 4096"):
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=4194304)
@@ -111,9 +111,9 @@ def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(se
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0, pids_per_worker=1000)
     assert refused.value.status == 403 and refused.value.code == "over_limit"
     with sessions() as s:
-        assert storage.pids_for(s, s.get(Job, plain), "a", 4096) == 512
-        assert storage.pids_for(s, s.get(Job, own), "a", 4096) == 100
-        assert storage.pids_for(s, s.get(Job, plain), "b", 4096) == 4096  # b has no cap
+        assert quotas.pids_for(s, s.get(Job, plain), "a", 4096) == 512
+        assert quotas.pids_for(s, s.get(Job, own), "a", 4096) == 100
+        assert quotas.pids_for(s, s.get(Job, plain), "b", 4096) == 4096  # b has no cap
 
 
 def test_what_a_member_asks_for_each_worker_is_bounded_by_its_plan(sessions, tmp_path):
@@ -144,13 +144,13 @@ def test_a_workers_memory_is_its_ask_else_its_plans_cap_else_what_its_node_offer
     plain = submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
     with sessions() as s:
         nodes = {n.name: n.memory_mb for n in s.scalars(select(Node))}
-        assert storage.memory_for(s, s.get(Job, own), "a", set(nodes)) == 3000
-        assert storage.memory_for(s, s.get(Job, plain), "a", set(nodes)) == min(nodes.values()) == 16384
-        assert storage.memory_for(s, s.get(Job, plain), "a", {"gone"}) is None  # no such node: nothing to ask
+        assert quotas.memory_for(s, s.get(Job, own), "a", set(nodes)) == 3000
+        assert quotas.memory_for(s, s.get(Job, plain), "a", set(nodes)) == min(nodes.values()) == 16384
+        assert quotas.memory_for(s, s.get(Job, plain), "a", {"gone"}) is None  # no such node: nothing to ask
     plan(sessions, world, memory_gb_per_worker=2)  # lowered below a queued job's ask since
     with sessions() as s:
-        assert storage.memory_for(s, s.get(Job, own), "a", set(nodes)) == 2048
-        assert storage.memory_for(s, s.get(Job, plain), "a", set(nodes)) == 2048
+        assert quotas.memory_for(s, s.get(Job, own), "a", set(nodes)) == 2048
+        assert quotas.memory_for(s, s.get(Job, plain), "a", set(nodes)) == 2048
 
 
 def test_plan_limits_are_checked(sessions):
@@ -174,7 +174,7 @@ def test_a_tenants_python_environments_count_against_its_quota(sessions, tmp_pat
     (envs_root / "images" / "i1").mkdir(parents=True)
     (envs_root / "images" / "i1.json").write_text('{"bytes": 9000000}')  # shared: nobody's
     assert tenant_bytes(envs_root) == {world.alice.tenant_id: 120 * KB, world.bob.tenant_id: 500 * KB}
-    used = storage.StorageMeter(sessions, tmp_path / "jobs", envs_root).round()
+    used = quotas.StorageMeter(sessions, tmp_path / "jobs", envs_root).round()
     assert used["a"] == 120 * KB and used["b"] == 500 * KB
     with pytest.raises(Forbidden, match="environments of tenant 'a'.*deeppod envs rm"):
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)
