@@ -10,7 +10,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
@@ -37,9 +37,11 @@ class EnvInfo:
     bytes: int
     built_at: float
     last_used: float
-    active_jobs: list[int]
-    path: str
-    image: str | None = None  # an unpacked container image's name (shared by every tenant)
+    active_jobs: list[int] = field(metadata={"description": "active jobs that use it: it is not removed while there "
+                                                           "are any"})
+    path: str  # on the node: never shown back (EnvOut leaves it out)
+    image: str | None = field(default=None, metadata={"description": "an unpacked container image's name (shared by "
+                                                                      "every tenant)"})
 
 
 SHARED = "(shared)"  # what an image's tenant is shown as

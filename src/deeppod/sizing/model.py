@@ -82,8 +82,8 @@ class Recommendation:
     cpus_per_gpu: int
     read_gb_s: float
     capacity_tb: float
-    waits: list[dict] = field(default_factory=list)  # per candidate size: gpus, p95 and mean wait (minutes)
-    why: list[str] = field(default_factory=list)
+    waits: list[dict] = field(metadata={"description": "per size simulated: gpus, p95_wait_min, mean_wait_min"})
+    why: list[str]
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("gpus", "nodes", "training_gpus", "inference_gpus", "job_gpus",

@@ -14,12 +14,16 @@ class Out(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-def from_dataclass(spec: type, name: str, base: type[BaseModel] = Strict) -> type[BaseModel]:
-    """A request body built from a dataclass declared for client and server (``job_spec.JobSpec``):
-    each field's type, default, and the bounds and description in its metadata."""
+def from_dataclass(spec: type, name: str, base: type[BaseModel] = Strict, exclude: tuple[str, ...] = ()
+                   ) -> type[BaseModel]:
+    """A request or response body built from the dataclass the service declares it with
+    (``job_spec.JobSpec``, ``envs.service.EnvInfo``...): each field's type, default, and the
+    bounds and description in its metadata; ``exclude``: fields the API never shows."""
     hints = typing.get_type_hints(spec)
     defs = {}
     for f in dataclasses.fields(spec):
+        if f.name in exclude:
+            continue
         if f.default_factory is not dataclasses.MISSING:
             info = Field(default_factory=f.default_factory, **f.metadata)
         elif f.default is not dataclasses.MISSING:

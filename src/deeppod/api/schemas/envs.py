@@ -2,19 +2,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from deeppod.api.schemas.base import Out, Strict
+from deeppod.api.schemas.base import Out, Strict, from_dataclass
+from deeppod.envs.service import EnvInfo
 
-
-class EnvOut(Out):
-    key: str
-    tenant: str
-    requirements: list[str]
-    python: str | None
-    bytes: int
-    built_at: float
-    last_used: float
-    active_jobs: list[int] = Field(description="active jobs that use it: it is not removed while there are any")
-    image: str | None = Field(default=None, description="an unpacked container image's name (shared by every tenant)")
+EnvOut = from_dataclass(EnvInfo, "EnvOut", Out, exclude=("path",))  # fields: envs/service.EnvInfo
 
 
 class PruneEnvsIn(Strict):

@@ -2,7 +2,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from deeppod.api.schemas.base import Strict
+from deeppod.api.schemas.base import Strict, from_dataclass
+from deeppod.plans.service import TenantStatus
 
 
 class PlanIn(Strict):
@@ -17,18 +18,7 @@ class PlanIn(Strict):
                                                        "wait_minutes, start_minutes, cpus, memory_gb, gpu_memory_gb")
 
 
-class TenantStatusOut(BaseModel):
-    name: str
-    parent: str | None
-    depth: int
-    guaranteed: int
-    max: int | None
-    lend_limit: int | None
-    weight: float
-    in_use: int
-    borrowed: int
-    lent: int
-    waiting: int
+TenantStatusOut = from_dataclass(TenantStatus, "TenantStatusOut", BaseModel)  # fields: plans/service.TenantStatus
 
 
 class PlanOut(BaseModel):

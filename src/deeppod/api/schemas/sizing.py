@@ -1,6 +1,7 @@
 from pydantic import Field
 
-from deeppod.api.schemas.base import Out, Strict
+from deeppod.api.schemas.base import Out, Strict, from_dataclass
+from deeppod.sizing.model import Recommendation
 
 
 class SizingIn(Strict):
@@ -25,15 +26,4 @@ class SizingIn(Strict):
     simulate: bool = Field(default=True, description="replay the runs in the scheduler's simulator for the wait")
 
 
-class SizingOut(Out):
-    gpus: int
-    nodes: int
-    training_gpus: int
-    inference_gpus: int
-    job_gpus: int
-    run_hours: float
-    cpus_per_gpu: int
-    read_gb_s: float
-    capacity_tb: float
-    waits: list[dict] = Field(description="per size simulated: gpus, p95_wait_min, mean_wait_min")
-    why: list[str]
+SizingOut = from_dataclass(Recommendation, "SizingOut", Out)  # fields: sizing/model.Recommendation
