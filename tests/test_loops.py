@@ -1,15 +1,15 @@
-"""The control plane's loops (loops.py): a round that fails or is refused is survived, an
+"""The control plane's loops (loops.py): a tick that fails or is refused is survived, an
 idle loop sleeps until woken, a busy one runs at once when hurried, and stop ends it."""
 
 import threading
 import time
 
 from deeppod.errors import NotLeader
-from deeppod.loops import IDLE, run_rounds
+from deeppod.loops import IDLE, run_ticks
 from tests.helpers import wait_until
 
 
-def test_a_failing_or_refused_round_does_not_end_the_loop():
+def test_a_failing_or_refused_tick_does_not_end_the_loop():
     rounds, stop = [], threading.Event()
 
     def tick():
@@ -19,7 +19,7 @@ def test_a_failing_or_refused_round_does_not_end_the_loop():
         if len(rounds) == 2:
             raise NotLeader("another server leads")
 
-    t = threading.Thread(target=run_rounds, args=(tick, stop, 0.01, "test"), daemon=True)
+    t = threading.Thread(target=run_ticks, args=(tick, stop, 0.01, "test"), daemon=True)
     t.start()
     wait_until(lambda: len(rounds) >= 3, 5, interval=0.01, what="a third round")
     stop.set()
@@ -34,7 +34,7 @@ def test_an_idle_loop_sleeps_until_woken():
         rounds.append(time.monotonic())
         return IDLE
 
-    t = threading.Thread(target=run_rounds, args=(tick, stop, 0.01, "test"),
+    t = threading.Thread(target=run_ticks, args=(tick, stop, 0.01, "test"),
                          kwargs={"wake": wake, "idle_interval": 30.0}, daemon=True)
     t.start()
     wait_until(lambda: len(rounds) == 1, 5, interval=0.01)
@@ -49,7 +49,7 @@ def test_an_idle_loop_sleeps_until_woken():
 
 def test_a_busy_loop_runs_its_next_round_as_soon_as_it_is_hurried():
     rounds, stop, hurry = [], threading.Event(), threading.Event()
-    t = threading.Thread(target=run_rounds, args=(lambda: rounds.append(time.monotonic()), stop, 30.0, "test"),
+    t = threading.Thread(target=run_ticks, args=(lambda: rounds.append(time.monotonic()), stop, 30.0, "test"),
                          kwargs={"hurry": hurry}, daemon=True)
     t.start()
     wait_until(lambda: len(rounds) == 1, 5, interval=0.01)

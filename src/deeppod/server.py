@@ -55,7 +55,7 @@ from deeppod.jobs.code import CODE_KEEP_S, CodeStore
 from deeppod.jobs.controller import JobController
 from deeppod.jobs.launch import Isolation
 from deeppod.jobs.quotas import StorageMeter
-from deeppod.loops import run_rounds
+from deeppod.loops import run_ticks
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.monitor import service as monitoring
@@ -329,7 +329,7 @@ def inventory_loop(ctx: ServerContext, stop: threading.Event, interval: float = 
     """A cluster executor's nodes into the store: one that joins appears, one that leaves is
     down. A round that fails is retried; a cluster that does not answer keeps its last view."""
     if not stop.wait(interval):
-        run_rounds(lambda: inventory_round(ctx), stop, interval, "node inventory")
+        run_ticks(lambda: inventory_round(ctx), stop, interval, "node inventory")
 
 
 def inventory_round(ctx: ServerContext) -> None:
@@ -387,7 +387,7 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
                                 name="housekeeping", daemon=True)]
     if settings.storage_interval > 0:
         meter = StorageMeter(ctx.sessions, settings.jobs_dir, settings.envs_root)
-        threads.append(threading.Thread(target=run_rounds, args=(meter.round, end, settings.storage_interval,
+        threads.append(threading.Thread(target=run_ticks, args=(meter.tick, end, settings.storage_interval,
                                                                  "storage quotas"), name="storage", daemon=True))
     if ctx.monitor is not None and settings.monitor_period > 0:
         threads.append(threading.Thread(target=ctx.monitor.run, args=(end, settings.monitor_period), name="monitor",
@@ -417,7 +417,7 @@ def housekeeping_loop(ctx: ServerContext, stop: threading.Event, interval: float
     """Every ``interval`` seconds (DEEPPOD_HOUSEKEEPING_INTERVAL): move idle dataset versions
     to the cold tier, remove the folders of jobs past the retention, drop old audit events."""
     if not stop.wait(interval):
-        run_rounds(lambda: housekeeping_round(ctx), stop, interval, "housekeeping")
+        run_ticks(lambda: housekeeping_round(ctx), stop, interval, "housekeeping")
 
 
 def housekeeping_round(ctx: ServerContext) -> None:
@@ -427,13 +427,13 @@ def housekeeping_round(ctx: ServerContext) -> None:
         if moved:
             log.info("moved to cold: %s", ", ".join(moved))
     except Exception:  # the next round retries
-        log.exception("tiering round failed")
+        log.exception("tiering tick failed")
     try:
         purged = retention.apply_retention(ctx.sessions, ctx.settings.jobs_dir, ctx.settings.job_retention_days)
         if purged:
             log.info("removed the folders of %d finished jobs (retention)", len(purged))
     except Exception:  # the next round retries
-        log.exception("retention round failed")
+        log.exception("retention tick failed")
     try:  # a server of a failover control plane that died mid-ingest: undo its ingests
         datasets.recover(ctx.sessions, ctx.data, ctx.leader.live_ids())
         ctx.leader.forget_dead()
@@ -443,14 +443,14 @@ def housekeeping_round(ctx: ServerContext) -> None:
         with ctx.sessions() as s:
             envs.prune(s, ctx.settings.envs_root, int(ctx.settings.env_cache_gb * 1e9))
     except Exception:  # the next round retries
-        log.exception("environment cache round failed")
+        log.exception("environment cache tick failed")
     if ctx.code is not None and (dropped := ctx.code.prune(CODE_KEEP_S)):
         log.info("dropped %d code archives unused for a week", dropped)
     try:
         with ctx.sessions.begin() as s:
             audit.apply_retention(s, ctx.settings.audit_retention_days)
     except Exception:  # the next round retries
-        log.exception("audit retention round failed")
+        log.exception("audit retention tick failed")
 
 
 def bootstrap_admin(ctx: ServerContext) -> str | None:

@@ -69,7 +69,7 @@ def no_failed_rounds(server):
     """A round that raises is logged and retried, so a test can pass over a broken executor
     (a method shadowed by an attribute failed every poll until a job's results were in)."""
     yield
-    failed = [line for line in server.output.read_text().splitlines() if "round failed" in line]
+    failed = [line for line in server.output.read_text().splitlines() if "tick failed" in line]
     assert not failed, failed
 
 

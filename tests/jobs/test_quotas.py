@@ -39,11 +39,11 @@ def test_a_tenant_over_its_quota_cannot_submit_and_its_writing_jobs_fail_with_th
     write(jobs_dir / str(writer) / "checkpoints", "a", 40 * KB)
     write(jobs_dir / str(quiet) / "outputs", "b", 40 * KB)
     write(jobs_dir / str(other) / "outputs", "c", 400 * KB)  # tenant b has no quota
-    used = meter.round()
+    used = meter.tick()
     assert 80 * KB <= used["a"] < 100 * KB and used["b"] >= 400 * KB
     submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)  # under: fine
     write(jobs_dir / str(writer) / "checkpoints", "d", 60 * KB)  # the writer goes over
-    meter.round()
+    meter.tick()
     with sessions() as s:
         assert s.scalar(select(Tenant.storage_bytes).where(Tenant.name == "a")) > 100 * KB
         job, calm, theirs = s.get(Job, writer), s.get(Job, quiet), s.get(Job, other)
@@ -70,10 +70,10 @@ def test_a_parents_quota_counts_its_sub_tenants_and_links_count_nothing(sessions
     write(jobs_dir / str(ja) / "outputs", "x", 60 * KB)
     os.symlink(big, jobs_dir / str(ja) / "outputs" / "link")  # not its disk
     meter = quotas.StorageMeter(sessions, jobs_dir)
-    meter.round()
+    meter.tick()
     submit_job(sessions, world.bob, tmp_path, gpus_per_worker=0)
     write(jobs_dir / str(jb) / "outputs", "y", 60 * KB)
-    meter.round()
+    meter.tick()
     for who in (world.alice, world.bob):
         with pytest.raises(Forbidden, match="'lab' and its tenants"):
             submit_job(sessions, who, tmp_path, gpus_per_worker=0)
@@ -86,12 +86,12 @@ def test_finished_jobs_are_measured_once_and_purged_ones_drop_out(sessions, tmp_
         s.get(Job, job_id).state = "succeeded"
     write(jobs_dir / str(job_id), "log", 50 * KB)
     meter = quotas.StorageMeter(sessions, jobs_dir)
-    first = meter.round()["a"]
+    first = meter.tick()["a"]
     write(jobs_dir / str(job_id), "more", 50 * KB)  # nothing writes a finished job's folder: kept as measured
-    assert meter.round()["a"] == first
+    assert meter.tick()["a"] == first
     with sessions.begin() as s:
         s.get(Job, job_id).purged_at = utcnow()
-    assert meter.round().get("a", 0) == 0 and job_id not in meter.final
+    assert meter.tick().get("a", 0) == 0 and job_id not in meter.final
 
 
 def test_processes_per_worker_come_from_the_job_then_the_plan_then_the_server(sessions, tmp_path):
@@ -174,7 +174,7 @@ def test_a_tenants_python_environments_count_against_its_quota(sessions, tmp_pat
     (envs_root / "images" / "i1").mkdir(parents=True)
     (envs_root / "images" / "i1.json").write_text('{"bytes": 9000000}')  # shared: nobody's
     assert tenant_bytes(envs_root) == {world.alice.tenant_id: 120 * KB, world.bob.tenant_id: 500 * KB}
-    used = quotas.StorageMeter(sessions, tmp_path / "jobs", envs_root).round()
+    used = quotas.StorageMeter(sessions, tmp_path / "jobs", envs_root).tick()
     assert used["a"] == 120 * KB and used["b"] == 500 * KB
     with pytest.raises(Forbidden, match="environments of tenant 'a'.*deeppod envs rm"):
         submit_job(sessions, world.alice, tmp_path, gpus_per_worker=0)

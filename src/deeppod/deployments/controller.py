@@ -18,7 +18,7 @@ from deeppod.deployments import rollout, service
 from deeppod.deployments.balancer import Balancer, Route, Target
 from deeppod.errors import DeepPodError
 from deeppod.jobs import service as jobs
-from deeppod.loops import IDLE, run_rounds
+from deeppod.loops import IDLE, run_ticks
 from deeppod.store.models import Deployment, Job, Model, ModelVersion
 
 log = logging.getLogger(__name__)
@@ -159,4 +159,4 @@ class DeploymentController:
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         # a refused round: the next one only routes
-        run_rounds(self.tick, stop, interval, "deployment", wake=self.wake, idle_interval=STEADY_ROUND_S)
+        run_ticks(self.tick, stop, interval, "deployment", wake=self.wake, idle_interval=STEADY_ROUND_S)

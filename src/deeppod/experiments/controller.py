@@ -23,7 +23,7 @@ from deeppod.experiments import paused, service
 from deeppod.experiments.study import Study, rungs
 from deeppod.job_folder import JobFolder
 from deeppod.jobs.service import add_event
-from deeppod.loops import IDLE, run_rounds
+from deeppod.loops import IDLE, run_ticks
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
@@ -66,13 +66,13 @@ class ExperimentController:
         with self._rounds:
             self._rounds_begun += 1
         try:
-            return self._round()
+            return self._tick()
         finally:
             with self._rounds:
                 self._rounds_done += 1
                 self._rounds.notify_all()
 
-    def _round(self) -> str | None:
+    def _tick(self) -> str | None:
         with self.sessions() as s:
             ids = list(s.scalars(select(Experiment.id).where(Experiment.state.in_(ACTIVE_EXPERIMENTS))))
         if not ids and not self._studies:
@@ -85,7 +85,7 @@ class ExperimentController:
             except NotLeader:
                 raise
             except Exception:  # one broken experiment must not stop the others
-                log.exception("experiment %s: round failed", exp_id)
+                log.exception("experiment %s: tick failed", exp_id)
         for gone in set(self._studies) - set(ids):
             del self._studies[gone]
 
@@ -243,7 +243,7 @@ class ExperimentController:
         return f"{model.name}@{version.version}"
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        run_rounds(self.tick, stop, interval, "experiments", wake=self.wake, hurry=self.hurry)
+        run_ticks(self.tick, stop, interval, "experiments", wake=self.wake, hurry=self.hurry)
 
 
 def _of_trial(exp: Experiment, trial: Trial) -> tuple:

@@ -29,7 +29,7 @@ from deeppod.jobs.runs import NOT_LAUNCHED, never_launched, outcome, requeue, ru
 from deeppod.jobs.service import add_event, finish, move
 from deeppod.jobs.snapshot import snapshot
 from deeppod.jobs.starting import start_run
-from deeppod.loops import IDLE, run_rounds
+from deeppod.loops import IDLE, run_ticks
 from deeppod.scheduler import Config, Snapshot, Start
 from deeppod.store.models import Job, Node, utcnow
 
@@ -218,4 +218,4 @@ class JobController:
 
     # the loop ------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        run_rounds(self.tick, stop, interval, "reconcile", wake=self.wake, hurry=self.hurry)
+        run_ticks(self.tick, stop, interval, "reconcile", wake=self.wake, hurry=self.hurry)

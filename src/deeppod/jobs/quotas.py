@@ -149,7 +149,7 @@ class StorageMeter:
     final: dict[int, int] = field(default_factory=dict)  # finished job -> bytes (its folder does not change)
     last: dict[int, int] = field(default_factory=dict)  # running job -> bytes at the last round
 
-    def round(self) -> dict[str, int]:
+    def tick(self) -> dict[str, int]:
         """Measure, record each tenant's total, stop the writers of tenants over a quota;
         returns tenant -> bytes."""
         with self.sessions() as s:

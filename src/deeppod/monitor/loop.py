@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.cluster.readings import NodeSource
 from deeppod.executor.usage import Usage
-from deeppod.loops import run_rounds
+from deeppod.loops import run_ticks
 from deeppod.monitor import service
 
 log = logging.getLogger(__name__)
@@ -59,4 +59,4 @@ class Monitor:
         return {job_id: u for job_id, handle in handles.items() if (u := self.usage(handle)) is not None}
 
     def run(self, stop: threading.Event, period: float = 5.0) -> None:
-        run_rounds(self.tick, stop, period, "monitor")
+        run_ticks(self.tick, stop, period, "monitor")
