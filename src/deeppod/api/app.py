@@ -49,10 +49,8 @@ SLOTS_PER_CPU = 3  # requests inside a core's share of the one GIL (docs/benchma
 def admission_slots(ctx, cpus: int | None = None) -> int:
     """Requests inside the app at once: DEEPPOD_API_CONCURRENCY, else what the database pool
     serves beside the control loops, and no more than ``SLOTS_PER_CPU`` per CPU the server may
-    use (``cpus``; default: its affinity). Past a few threads a core, more requests inside
-    do not go faster: they take turns at the GIL, and the event loop (/healthz, accepting
-    connections) waits behind them all. On 2 cores, 6 slots instead of 22 gave more
-    throughput and /healthz p95 20 -> 9 ms under 100 back-to-back readers."""
+    use (``cpus``; default: its affinity): past a few threads a core, more requests inside
+    only take turns at the GIL while the event loop waits behind them (docs/benchmarks.md)."""
     if ctx.settings.api_concurrency:
         return ctx.settings.api_concurrency
     if cpus is None:
