@@ -310,6 +310,6 @@ def test_a_model_over_the_tenants_storage_quota_is_refused_and_counts_once_regis
     assert e.value.code == "over_quota" and not any(root.rglob("model.pt2"))
     with sessions.begin() as s:
         service.register(s, ana, "pets", root=root, jobs_dir=jobs_dir, path=str(small))
-    quotas.StorageMeter(sessions, jobs_dir).round()  # the registry's copy counts against the quota
+    quotas.StorageMeter(sessions, jobs_dir).tick()  # the registry's copy counts against the quota
     with sessions() as s:
         assert s.scalar(select(Tenant.storage_bytes).where(Tenant.name == "vision")) >= 100_000
