@@ -155,15 +155,12 @@ _INHERITED = re.compile(r"^(PATH|HOME|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|PYT
 
 
 def tls_context(url: str, cafile: str | None = None):
-    """How a client (a job, the SDK) verifies the server at ``url``: None for http; for https an
-    SSL context trusting ``cafile`` (the server's self-signed certificate or private CA, as
-    DEEPPOD_CA_CERT names it) or else the system's trust store. Made once per file."""
+    """None for http; for https a context trusting ``cafile`` (DEEPPOD_CA_CERT) or the system's."""
     return _ssl_context(cafile or None) if url.startswith("https:") else None
 
 
 def server_urls(value: str | None) -> list[str]:
-    """DEEPPOD_API_URL (and ``--url``) may name several servers of a failover control plane,
-    comma-separated: a client uses the first that answers."""
+    """DEEPPOD_API_URL or ``--url``: a failover plane's servers, comma-separated; the first to answer."""
     return [u.strip().rstrip("/") for u in (value or "").split(",") if u.strip()]
 
 
@@ -357,6 +354,5 @@ SHARD_RECORD_HEADER = struct.Struct("<Ii")
 
 
 def same_reason(a: str, b: str) -> bool:
-    """Waiting reasons differ only in counts from round to round ("1 CPUs free", "0 CPUs free"):
-    a job's events, and the CLI following it, record a real change only."""
+    """Reasons that differ only in counts ("1 CPUs free") are one reason: events keep real changes."""
     return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)

@@ -588,10 +588,7 @@ def _s3_port_server(ctx: ServerContext, settings: Settings, cert_key: dict, echo
 
 
 def prefer_own_python() -> None:
-    """Jobs' PATH (inherited from the server's) starts with the folder of the server's own
-    interpreter, so `deeppod submit -- python train.py` runs the Python DeepPod and torch are
-    installed in (bound read-only into every sandbox), not whatever `python` comes first on
-    the shell's PATH (a pyenv shim, or none on Debian). The submit check looks there too."""
+    """Jobs' PATH starts with the server's interpreter's folder: their ``python`` has DeepPod."""
     os.environ["PATH"] = own_python_first(os.environ.get("PATH", os.defpath))
 
 

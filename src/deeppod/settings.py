@@ -222,11 +222,9 @@ class Settings:
 
     @property
     def instance(self) -> str:
-        """What this installation's names on a shared host begin with (OS users of tenants, shared
-        memory folders, the Ray namespace): from the home's path and the installation's own id
-        (``HOME/installation``, made once), so servers of one control plane (one home) agree, two
-        installations on one machine never collide, and a home made again at the same path is a
-        new installation whose tenants never get the old one's OS users."""
+        """What this installation's names on a shared host begin with (tenants' OS users, shm, Ray's
+        namespace): from the home's path and installation id, so one plane's servers agree and two
+        installations, or a home made again, never collide."""
         import hashlib
 
         seed = str(Path(self.home).resolve()) + installation_id(Path(self.home))

@@ -27,8 +27,7 @@ def visible(query: Q, owner: Any, principal: Principal, *, shared: Any = None) -
 
 
 def own(query: Q, owner: Any, principal: Principal) -> Q:
-    """``query`` kept to the rows of ``owner`` that the principal's own tenant holds, for
-    administrators too: names are per tenant, so 'my model NAME' is always the caller's tenant's."""
+    """The principal's own tenant's rows of ``owner``, for administrators too (names are per tenant)."""
     return of_tenant(query, owner, principal.tenant_id)
 
 
@@ -43,8 +42,7 @@ def tenants(query: Q, principal: Principal) -> Q:
 
 
 def may_see(principal: Principal, row: Any, *, shared: bool = False) -> bool:
-    """Whether the principal may read ``row`` (a loaded tenant-owned row): an administrator
-    any, anyone else its own tenant's, or one shared with everyone."""
+    """An administrator sees any row; anyone else its own tenant's, or one shared with everyone."""
     return principal.can_see_tenant(row.tenant_id) or shared
 
 

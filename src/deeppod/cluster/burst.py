@@ -165,9 +165,8 @@ class Bursting:
 
     @staticmethod
     def _first_seen(s: Session, node: str) -> float | None:
-        """Where a node this server has not charged yet is charged from: where an earlier
-        server stopped (this one restarted or took over), else when it joined. Asked once per
-        node: after that ``accrued_at`` says."""
+        """Charged from where an earlier server stopped (a restart, a takeover), else from when the
+        node joined; asked once per node, then ``accrued_at`` says."""
         last = s.scalar(select(func.max(BurstCharge.last_at)).where(BurstCharge.node == node))
         return _ts(last) or _ts(s.scalar(select(Node.joined_at).where(Node.name == node)))
 

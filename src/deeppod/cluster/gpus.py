@@ -77,8 +77,7 @@ def default_probe(logical_gpus: int | None, logical_memory_mb: int | None = None
 
 
 def gpu_memory_of(gpus: list[dict]) -> int:
-    """What a job may count on from every healthy GPU of a node (its inventory's rows, as
-    ``GpuInfo.to_dict`` writes them): the least memory among them, in MiB; 0 when one of
-    them does not say (logical slots): any request fits there."""
+    """The least memory (MiB) among a node's healthy GPUs; 0 (any request fits) where one does not
+    say (logical slots)."""
     sizes = [int(g.get("memory_mb") or 0) for g in gpus if g.get("healthy", True)]
     return 0 if not sizes or 0 in sizes else min(sizes)

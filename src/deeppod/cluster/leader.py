@@ -48,8 +48,7 @@ SOLO_EXPIRES = 1e15  # a solo server's lease: never renewed, given up as it stop
 
 
 def session_name(server_id: str) -> str:
-    """PostgreSQL's application_name for a server's sessions: how a new leader finds a frozen
-    old leader's sessions to end them (``Leadership._lockable``)."""
+    """PostgreSQL's application_name: how a new leader finds a frozen old leader's sessions."""
     return f"deeppod-{server_id}"
 
 
@@ -219,10 +218,9 @@ class Leadership:
             return False
 
     def fence(self, session: Session) -> None:
-        """Inside a deciding transaction: raise NotLeader unless the lease row names this server
-        at its epoch and has not expired. The row stays locked until the transaction ends (a
-        key-share lock on PostgreSQL, the write lock on SQLite), so no takeover can slip in before
-        its decisions are committed."""
+        """Raise NotLeader unless the lease row names this server at its epoch, unexpired; the row
+        stays locked until the transaction ends, so no takeover slips in before its decisions
+        commit."""
         if not self._holds(session, lock=True):
             raise NotLeader(f"this server does not lead (epoch {self.epoch}); the leader is "
                             f"{leader_url(session) or 'being chosen'}")
@@ -285,8 +283,7 @@ def leader_url(session: Session) -> str | None:
 
 
 def api_urls(session: Session, first: str) -> str:
-    """DEEPPOD_API_URL for a job: every live server, ``first`` (the leader's) first, so a job
-    still reaches the control plane after a failover."""
+    """DEEPPOD_API_URL for a job: every live server, the leader's first, so it outlives a failover."""
     return urls_first(first, [s.url for s in live_servers(session)])
 
 

@@ -276,9 +276,7 @@ def _shas(manifest: Path | None) -> set[str]:
 
 
 def _new_since(manifest: Path, parent: Path | None) -> int:
-    """Distinct contents of a version that its parent version did not have: what a tenant learns
-    of what is stored once comes from its own dataset, never from whether another tenant's
-    objects hold the same bytes (the store keeps them once all the same)."""
+    """Contents new in this version, from the tenant's own datasets (never another tenant's bytes)."""
     return len(_shas(manifest) - _shas(parent))
 
 

@@ -104,8 +104,7 @@ _OWNER = re.compile(r"deeppod-(?:check-)?(\d+)-")  # the sandbox process that ma
 
 
 def worker_name(rank: str) -> str:
-    """A group name no other worker on this host has, now or later: a sandbox killed before it
-    could remove its group leaves the folder behind, and its PID comes round again."""
+    """Unique on this host for good: a killed sandbox may leave its folder, and PIDs come round."""
     return f"deeppod-{os.getpid()}-{rank}-{secrets.token_hex(3)}"
 
 

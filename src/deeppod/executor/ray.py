@@ -395,8 +395,7 @@ class RayExecutor:
         JobFolder(Path(handle["job_dir"])).ask_stop("stop")
 
     def usage(self, handle: dict) -> None:
-        """Not measured: the workers run on Ray's nodes, whose processes this machine cannot read
-        (their GPUs are, by the nodes' samplers)."""
+        """Not measured: the workers' processes are on Ray's nodes, out of this machine's sight."""
         return None
 
 

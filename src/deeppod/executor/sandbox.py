@@ -121,8 +121,7 @@ def gpu_devices(listing: list[str], visible: str) -> list[str]:
 
 
 def spare_may_become(env: dict[str, str], listing: list[str]) -> bool:
-    """Whether a warm spare (which holds no GPU device) may become the worker of ``env``: not one
-    given GPUs whose device nodes this host has (``listing``: its /dev); logical GPU slots have none."""
+    """A warm spare (no GPU) may become this worker unless it was given GPU device nodes here."""
     return not gpu_devices(listing, env.get("CUDA_VISIBLE_DEVICES", ""))
 
 
@@ -144,8 +143,7 @@ def _device_numbers(names: list[str]) -> tuple[tuple[str, int, int], ...]:
 
 
 def _visible(env: dict[str, str]) -> str:
-    """A warm spare holds no GPU at all: it runs the job's code before it is given a rank, and
-    one that would become a worker with GPU devices is started as one instead (supervisor.py)."""
+    """A warm spare holds no GPU: it runs the job's code before it has a rank (supervisor.py)."""
     return "" if env.get(ENV_SPARE) else env.get("CUDA_VISIBLE_DEVICES", "")
 
 

@@ -246,8 +246,7 @@ def live_trials(session: Session, exp: Experiment) -> list[tuple[Trial, Job | No
 
 
 def waiting_to_start(live: list[tuple[Trial, Job | None]]) -> bool:
-    """A trial still waits for its first start: the search asks for no more until it runs, so
-    it never queues more than the cluster can take (--parallel is an upper bound)."""
+    """A trial awaits its first start: ask for no more until it runs (--parallel is a bound)."""
     return any(j is not None and j.state == JobState.QUEUED and j.started_at is None for _, j in live)
 
 

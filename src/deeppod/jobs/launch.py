@@ -228,8 +228,7 @@ class Launcher:
         return env
 
     def shm(self, job_id: int) -> Path:
-        """The job's shared memory on this host (sandboxed jobs only): a folder of root's under the
-        host's /dev/shm, where its supervisor mounts the job's own tmpfs (executor/job_shm.py)."""
+        """The job's /dev/shm folder on this host (sandboxed jobs; executor/job_shm.py mounts it)."""
         return Path(self.isolation.shm_root) / shm_name(self.isolation.instance, job_id)
 
     def remove_shm(self, job_id: int) -> None:

@@ -142,10 +142,7 @@ def _supersede(session: Session, job_id: int, rows: list[JobMetric]) -> None:
 
 def series(session: Session, principal: Principal, job_id: int, names: list[str] | None = None,
            max_points: int = 500, with_time: bool = False) -> dict:
-    """Each metric's (step, value) points; a longer series is averaged into at most
-    ``max_points`` buckets of steps by the database (the last point is always kept exactly),
-    so a chart of 100,000 points costs a few hundred rows. ``with_time``: (step, value,
-    seconds since the job's first report), a bucket's time its last point's."""
+    """Each metric's points, averaged by the database into at most ``max_points`` step buckets."""
     return job_series(session, get_job(session, principal, job_id), names, max_points, with_time)
 
 

@@ -69,10 +69,7 @@ def never_launched(s: Session, job: Job) -> None:
 
 
 def run_mark(job: Job) -> str:
-    """Which run of the job this is, as its launch spec records it (the time it was decided on,
-    in UTC): a restarted server finds whether the run it finds unrecorded was launched. An
-    in-place resize moves ``started_at`` on, but only once the run's handle is recorded, and
-    only an unrecorded run is looked for by its mark."""
+    """The run's mark (when it was decided on, UTC): how a restarted server finds its launch."""
     return job.started_at.astimezone(UTC).isoformat() if job.started_at is not None else ""
 
 

@@ -70,11 +70,7 @@ def wait_for_store(addr: str, port: int, timeout_seconds: float) -> None:
 
 
 def before_groups() -> None:
-    """Import, before any process group exists, what captures the group of the moment:
-    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as the default argument of ten
-    functions when imported (torch's DDP imports it through torch._dynamo), which keeps that
-    group and its connections alive past ``destroy_process_group``. A peer of a step given up
-    for a new world waits in that group's collective until its connections close."""
+    """Import torch.distributed.nn now: it captures group.WORLD when imported, past its destroy."""
     import torch.distributed.nn  # noqa: F401
 
 

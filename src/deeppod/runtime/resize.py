@@ -110,8 +110,7 @@ def read_world(path: str | os.PathLike | None) -> dict | None:
 
 
 def _let_go(exc: BaseException) -> None:
-    """Clear the locals of the given-up step's frames (DDP's forward holds its wrapper, which
-    holds the old group): the exception travels on, the group can close as the switch begins."""
+    """Free the given-up step's frames (DDP's forward holds the old group) so that group can close."""
     traceback.clear_frames(exc.__traceback__)
 
 
@@ -203,20 +202,11 @@ class Resizer:
 
     @contextlib.contextmanager
     def interruptible(self, together: bool = True):
-        """Around a step's forward and backward pass: give the step up as soon as a new world
-        is there (the model's layers and its parameters' gradients look, a stat every 20 ms) by
-        raising :class:`StepAbandoned`. The caller drops the step (no update; the sampler not
-        advanced, so its samples are dealt again at the new size), lets go of its DDP wrapper
-        (the old group closes only when nothing holds it) and calls :meth:`check`, which
-        answers "resize" without a collective.
-
-        In a job of several workers only with gloo, and only on a step every worker takes
-        (``together``; not an epoch's uneven tail under DDP's ``join()``, whose shadow
-        collectives run outside the step): a collective of the step that fails because a peer
-        gave up and closed the group is given up too, once the new world is seen here. NCCL's
-        workers finish their step (a peer's kernels would wait on the GPU). Never the first
-        step at a size (it is acknowledged first). Batch norm's running statistics keep what
-        the given-up forward pass added (one more batch in their average)."""
+        """Around a step's forward and backward pass: raise :class:`StepAbandoned` as soon as a new
+        world is there. The caller drops the step (no update; its samples are dealt again at the
+        new size), lets go of its DDP wrapper and calls :meth:`check`, which answers "resize".
+        Gloo only, on a step every worker takes (``together``; not an uneven tail under
+        ``join()``), never a size's first step; NCCL's workers finish their step."""
         if self.model is None or not self.world_file or not (self.ctx.world_size == 1 or together and self._gloo()) \
                 or not self._hook():
             yield

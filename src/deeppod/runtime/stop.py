@@ -294,13 +294,7 @@ class StopGuard:
 
 
 def loader_worker_init(worker_id: int = 0) -> None:
-    """``worker_init_fn`` for data-loader worker processes: ignore SIGTERM.
-
-    A stop is the training process's to handle: it finishes the step, checkpoints and exits,
-    and its loader workers go with it. A launcher that signals the whole process group
-    (torchrun does) would otherwise kill the workers first and the training process would
-    die with "DataLoader worker is killed by signal: Terminated" before it could save.
-    """
+    """A loader worker ignores SIGTERM: a stop is the training process's, which saves first."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 

@@ -55,8 +55,7 @@ class Digests:
         return ours
 
     def checksums(self) -> dict[str, str]:
-        """The checksums the client declared that were computed here, and so checked: S3 keeps
-        them with the object and gives them back (x-amz-checksum-mode: ENABLED)."""
+        """The declared checksums computed here (so checked): S3 keeps them and returns them."""
         return {k: v for k, v in self.values().items() if k.removeprefix("x-amz-checksum-") in self.declared}
 
     def update(self, data: bytes | memoryview) -> None:

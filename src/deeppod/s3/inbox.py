@@ -67,9 +67,7 @@ def temp_path(ns: Namespace, tenant_id: int) -> Path:
 
 def place(ns: Namespace, tenant_id: int, key: str, tmp: Path, etag: str, meta: dict | None = None,
           condition: Condition | None = None) -> None:
-    """A complete, checked upload into its place (replacing what was there), with its metadata;
-    ``condition``: the request's If-Match / If-None-Match, checked and kept true until it is in
-    place (other writers of this server wait)."""
+    """A complete, checked upload into its place, with its metadata, under its If-(None-)Match."""
     _place(ns, tenant_id, key, tmp, etag, meta or {}, condition)
 
 

@@ -248,9 +248,7 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
 
 
 def _as_sent(value: str) -> str:
-    """A header value as the client signed it: ASGI gives the bytes decoded as latin-1; a
-    UTF-8 value (x-amz-meta-* in any language) is signed as its UTF-8 bytes, which the
-    canonical request's UTF-8 encoding gives back (surrogateescape keeps any other bytes)."""
+    """The value as signed: ASGI's latin-1 text back to UTF-8 (surrogateescape keeps the rest)."""
     return value if value.isascii() else value.encode("latin-1").decode("utf-8", "surrogateescape")
 
 

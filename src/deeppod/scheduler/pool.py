@@ -106,8 +106,7 @@ class FreePool:
 
     # -- placement -----------------------------------------------------------------
     def gpus_fit(self, i: int, gmem: int) -> bool:
-        """Whether node ``i``'s GPUs have the ``gmem`` MiB a job asks of each (a node whose GPU
-        memory is not known, logical slots, takes any job)."""
+        """Node ``i``'s GPUs have ``gmem`` MiB each (an unknown size, logical slots, fits any)."""
         return not gmem or not self.gmem[i] or self.gmem[i] >= gmem
 
     def free_with(self, gmem: int) -> int:
@@ -259,7 +258,5 @@ class FreePool:
 
 
 def fresh_bucket(nodes) -> set[int]:
-    """A bucket as ``_fill`` builds it: its nodes added in index order. A set's order depends
-    on how it was filled, and ``place`` takes a bucket's first node in that order: a bucket
-    kept from round to round must be rebuilt this way when it changes, not edited."""
+    """A bucket built in index order as ``_fill`` does: ``place`` takes a set's first node."""
     return set(sorted(nodes))

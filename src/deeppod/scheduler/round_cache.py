@@ -234,9 +234,8 @@ class RoundCache:
         return queues, asks, self._cpu_only > 0
 
     def queue_memo(self, t: str, q: list[PendingJob]) -> dict | None:
-        """What the round worked out from tenant ``t``'s queue ``q`` (its order and its jobs'
-        classes, nothing else), kept with the sorted queue while it holds; None if ``q`` is not
-        the list :meth:`queues` gave for ``t`` this round."""
+        """What the round worked out from tenant ``t``'s queue ``q`` (order, classes); None if ``q``
+        is not the list :meth:`queues` gave for ``t`` this round."""
         kept = self._queues.get(t)
         return kept[3] if kept is not None and kept[0] is q else None
 

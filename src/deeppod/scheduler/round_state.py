@@ -211,13 +211,11 @@ class RoundState:
 
     # what the round cache kept, where there is one: each answers as a walk would without it
     def queue_memo(self, t: str) -> dict | None:
-        """What this round may keep about tenant ``t``'s queue (its order and its jobs'
-        classes) for later rounds; None without the round cache."""
+        """What the round keeps of tenant ``t``'s queue; None without the round cache."""
         return self.cache.queue_memo(t, self.queues[t]) if self.cache is not None else None
 
     def least_needs(self, t: str) -> list[int] | None:
-        """At each position of tenant ``t``'s queue, the fewest GPUs a job from there on asks
-        to start with (RoundCache.least_needs); None without the round cache."""
+        """Per queue position, the fewest GPUs a job from there on starts with; None without a cache."""
         return self.cache.least_needs(t, self.queues[t]) if self.cache is not None else None
 
     def has_lower_victim(self, t: str, priority: int) -> bool:

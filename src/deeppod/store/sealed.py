@@ -37,9 +37,8 @@ def configure(key: bytes) -> None:
 
 
 def derive(label: str) -> bytes:
-    """A key of its own for ``label`` (e.g. one deployment's direct tokens), from the server's
-    key: the same on every server that shares the key (a failover pair), and telling nothing of
-    the server's key or of another label's."""
+    """A key of ``label``'s own from the server's: the same on servers sharing the key, telling
+    nothing of it or of another label's."""
     _current()
     return hmac.new(_raw, b"deeppod-derive:" + label.encode(), hashlib.sha256).digest()
 

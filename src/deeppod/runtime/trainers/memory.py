@@ -187,11 +187,9 @@ def plan(args: list[str], memory_mb: int | None, workers: int, device: str = "ho
 
 def gpu_request(args: list[str], workers: int, *, largest_mb: int | None, asked_mb: int | None
                 ) -> tuple[list[str], Estimate | None, int | None]:
-    """For a job whose workers get GPUs: ``args`` with the way that fits ``asked_mb`` (what the
-    user asked of each GPU) or else the cluster's ``largest_mb`` GPUs, its estimate, and what
-    the job asks the scheduler for (``asked_mb``, else the estimate). Nothing is estimated
-    where neither is known (logical slots that do not say their memory). InvalidRequest, with
-    every estimate, when nothing fits (``deeppod train`` and the console's trainer form)."""
+    """``args`` with the way that fits ``asked_mb`` (per GPU) or the cluster's ``largest_mb``, its
+    estimate, and the job's memory ask; nothing estimated where neither is known.
+    InvalidRequest, with every estimate, when nothing fits."""
     if not (asked_mb or largest_mb):
         return args, None, asked_mb
     args, e = plan(args, asked_mb or largest_mb, workers, device="gpu")
