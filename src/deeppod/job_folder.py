@@ -21,6 +21,8 @@ supervisor and the sandbox exchange about one job, and how each is read and writ
     code/                the code sent with the job (its workdir)
     checkpoints/ model/ outputs/ tensorboard/   the job's own to write
     .sandbox-NAME/       the empty folder a sandbox's root is mounted on
+    slurm-spec.json      on Slurm: what the job's tasks start (the job's own copy; it holds its token)
+    slurm-batch.sh/.log  on Slurm: the batch script DeepPod submits, and its output
 
 What the job itself writes into its checkpoint folder (marks, acknowledgements) is named in
 ``deeppod.contract``. Standard library only: the supervisor and the sandbox use it.
@@ -115,6 +117,19 @@ class JobFolder:
 
     def spare_log(self, n: int) -> Path:
         return self.logs / f"spare-{n}.log"
+
+    def exit_file(self, rank: int) -> Path:
+        return self.exits / f"rank-{rank}"
+
+    def result_file(self) -> Path:
+        return self.root / _part("result", None)
+
+    def slurm_spec(self) -> Path:
+        return self.root / "slurm-spec.json"
+
+    def slurm_batch(self, suffix: str) -> Path:
+        """The batch script (``sh``) or its output (``log``)."""
+        return self.root / f"slurm-batch.{suffix}"
 
     def supervisor_log(self, part: int | None = None) -> Path:
         return self.root / ("supervisor.log" if part is None else f"supervisor-{part}.log")

@@ -38,6 +38,9 @@ class LaunchSpec:
     # which run of the job this is (jobs/runs.run_mark): a restarted server tells a run that was
     # launched before it died from one that was only decided on (find())
     run: str = ""
+    # what each worker asked for: an executor that allocates (Slurm) asks for exactly this
+    gpus_per_worker: int = 0
+    cpus_per_worker: float = 1.0
 
 
 @dataclass(frozen=True)

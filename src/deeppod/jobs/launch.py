@@ -186,7 +186,7 @@ class Launcher:
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
-                          run=run_mark(job))
+                          run=run_mark(job), gpus_per_worker=job.gpus_per_worker, cpus_per_worker=job.cpus_per_worker)
 
     def _env_order(self, job: Job) -> dict | None:
         """What the supervisor builds (or finds built) before the job's workers start: its own

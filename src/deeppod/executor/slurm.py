@@ -1,0 +1,258 @@
+"""Slurm executor: a DeepPod job is one Slurm job (``deeppod server --executor slurm``).
+
+``launch`` submits it with ``sbatch`` as the job's identity (its tenant's OS user), asking for
+what the job asked: one task per worker, its CPUs, its memory, its GPUs as GRES
+(``--gpus-per-task``, so Slurm binds each worker its own); Slurm queues it, places it and
+enforces it with its cgroups. The batch step (executor/slurm_job.py) starts the workers with
+one ``srun`` (executor/slurm_task.py), which gives each the job contract; results, exit codes
+and logs come back through the job folder on the shared file system, as on Ray.
+
+Slurm's word is read with ``scontrol`` and ``sinfo``: a job it holds back waits with Slurm's
+reason; one it ended itself (its time, a preemption, a node that went down) finishes with it.
+What needs DeepPod to move a running job's workers (in-place resize, warm spares) is refused.
+
+The files a job's tasks write (its logs, exit codes, result) are made here first, in folders
+that stay the server's, and handed to the job's identity: it can write what they hold, never
+put a link where the server reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from deeppod.cluster.gpus import GpuInfo
+from deeppod.cluster.inventory import NodeInfo
+from deeppod.contract import free_port
+from deeppod.errors import ExecutorError
+from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
+from deeppod.executor.local import write_spec
+from deeppod.job_folder import JobFolder
+
+log = logging.getLogger(__name__)
+
+RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"}
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+UP = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"}
+# Slurm's waiting reasons (squeue(1)) in DeepPod's words
+REASONS = {
+    "Priority": "other jobs of a higher priority are ahead of it",
+    "Resources": "the nodes it needs are busy",
+    "Dependency": "it waits for the jobs it depends on",
+    "BeginTime": "its start time has not come",
+    "JobHeldUser": "it is held by its user",
+    "JobHeldAdmin": "it is held by an administrator",
+    "PartitionDown": "its partition is down",
+    "ReqNodeNotAvail": "the nodes it needs are not available",
+    "QOSMaxGRESPerUser": "its user holds the most GPUs its QOS allows",
+    "AssocGrpGRES": "its account holds the most GPUs its limits allow",
+    "AssocMaxJobsLimit": "its account runs the most jobs its limits allow",
+    "None": "Slurm has not looked at it yet",
+}
+
+
+class SlurmCommands(Protocol):
+    def run(self, args: list[str], *, check: bool = True) -> str:
+        """A Slurm command's output; ExecutorError (with what it said) when ``check`` and it fails."""
+
+
+@dataclass
+class SlurmCli:
+    """Slurm's own commands, against ``conf`` (SLURM_CONF; None: the host's)."""
+
+    conf: str | None = None
+    timeout_s: float = 30.0
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **({"SLURM_CONF": self.conf} if self.conf else {})}
+
+    def run(self, args: list[str], *, check: bool = True) -> str:
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, env=self.env(), timeout=self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ExecutorError(f"{args[0]} did not answer: {exc}") from exc
+        if check and done.returncode != 0:
+            raise ExecutorError(f"{' '.join(args[:2])} failed: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+
+def job_name(job_id: int, instance: str) -> str:
+    """A Slurm job name no other installation's jobs have (two servers may share a cluster)."""
+    return f"deeppod-{instance}-{job_id}"
+
+
+def fields(line: str) -> dict[str, str]:
+    """``scontrol show ... -o``'s KEY=VALUE line as a mapping (values may hold spaces: Reason's)."""
+    return dict(re.findall(r"(\w+)=(.*?)(?=\s\w+=|$)", line.strip()))
+
+
+def waiting_reason(reason: str) -> str:
+    return f"waiting in Slurm's queue: {REASONS.get(reason, reason)} ({reason})"
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in a node's GRES ("gpu:4", "gpu:a100:8(S:0-1)", "gpu:2,shard:4")."""
+    total = 0
+    for item in gres.split(","):
+        m = re.match(r"gpu(?::[^:(]+)?:(\d+)", item.strip())
+        if m:
+            total += int(m.group(1))
+    return total
+
+
+class SlurmExecutor:
+    in_place = False
+    cluster = True
+
+    def __init__(self, cli: SlurmCommands | None = None, *, instance: str = "local", partition: str | None = None,
+                 python: str | None = None, pythonpath: str | None = None):
+        """``python`` and ``pythonpath``: the interpreter the batch step and the tasks run and where they
+        import deeppod from, both where the jobs' identities may read them (a site installs DeepPod on
+        its shared file system); by default the server's own."""
+        self.cli = cli or SlurmCli()
+        self.python = python or sys.executable
+        self.instance = instance
+        self.partition = partition
+        # the batch step imports deeppod as the server does (the install is on the shared file system)
+        self.pythonpath = pythonpath if pythonpath is not None else os.pathsep.join(p for p in sys.path if p)
+
+    # -- a job -------------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec) -> dict:
+        if spec.env:
+            raise ExecutorError("per-job Python environments and images are not built on Slurm yet: submit the job "
+                                "without --requirements or --image")
+        who = spec.sandbox or {}
+        uid, gid = who.get("uid"), who.get("gid")
+        write_spec(spec)
+        folder = JobFolder(spec.job_dir)
+        folder.exits.mkdir(exist_ok=True)
+        own = [folder.result_file(), folder.slurm_batch("log"), folder.slurm_spec()]
+        for w in spec.workers:
+            own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank)]
+        for path in own:  # the job's to write, in folders that stay the server's
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                if uid is not None:
+                    os.fchown(fd, uid, gid)
+            finally:
+                os.close(fd)
+        with open(folder.slurm_spec(), "w") as f:  # opened as made above: no link followed
+            json.dump({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
+                       "gpus_per_worker": spec.gpus_per_worker,
+                       "workers": [w.to_json() for w in spec.workers]}, f)
+        script = folder.slurm_batch("sh")
+        script.write_text(f"#!/bin/sh\nexec {self.python} -m deeppod.executor.slurm_job {folder.root}\n")
+        args = ["sbatch", "--parsable", f"--job-name={job_name(spec.job_id, self.instance)}",
+                f"--comment={spec.run or '-'}", f"--chdir={spec.workdir}", f"--output={folder.slurm_batch('log')}",
+                *self.resources(spec), "--requeue", "--export=" + ",".join(self._exported()), str(script)]
+        if uid is not None:
+            args[1:1] = [f"--uid={uid}", f"--gid={gid}"]
+        if self.partition:
+            args.insert(1, f"--partition={self.partition}")
+        slurm_id = self.cli.run(args).strip().split(";")[0]
+        log.info("job %s: Slurm job %s submitted", spec.job_id, slurm_id)
+        return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": slurm_id}
+
+    def resources(self, spec: LaunchSpec) -> list[str]:
+        """One task per worker, with the worker's CPUs, memory and GPUs."""
+        cpus = max(1, math.ceil(spec.cpus_per_worker))
+        args = [f"--ntasks={len(spec.workers)}", f"--cpus-per-task={cpus}"]
+        if spec.memory_mb_per_worker:
+            args.append(f"--mem-per-cpu={math.ceil(spec.memory_mb_per_worker / cpus)}M")
+        if spec.gpus_per_worker:
+            args.append(f"--gpus-per-task={spec.gpus_per_worker}")
+        return args
+
+    def _exported(self) -> list[str]:
+        """What the batch step inherits from the server: where deeppod and Slurm are, nothing else."""
+        env = {"PYTHONPATH": self.pythonpath, "PATH": os.environ.get("PATH", os.defpath)}
+        conf = getattr(self.cli, "conf", None)
+        if conf:
+            env["SLURM_CONF"] = conf
+        if any("," in v for v in env.values()):
+            raise ExecutorError("a path with a comma cannot be passed to Slurm's --export: install DeepPod where "
+                                "its path has none")
+        return [f"{k}={v}" for k, v in env.items()]
+
+    def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
+        out = self.cli.run(["squeue", "-h", "--states=all", f"--name={job_name(job_id, self.instance)}",
+                            "-o", "%i|%k"], check=False)
+        for line in out.splitlines():
+            slurm_id, _, comment = line.partition("|")
+            if comment.strip() == (run or "-"):
+                return {"kind": "slurm", "job_dir": str(job_dir), "slurm_id": slurm_id.strip()}
+        return None
+
+    def poll(self, handle: dict) -> ExecStatus:
+        folder = JobFolder(Path(handle["job_dir"]))
+        if (result := folder.read_result()) is not None:
+            return ExecStatus(finished=True, exit_codes={int(k): int(v) for k, v in result["exit_codes"].items()},
+                              reason=result.get("reason", ""), stopped=bool(result.get("stopped")))
+        job = self._show(handle["slurm_id"])
+        state = (job.get("JobState") or "GONE").split()[0]
+        if state in WAITING:
+            again = " (requeued by Slurm)" if int(job.get("Restarts", "0") or 0) else ""
+            return ExecStatus(finished=False, phase=waiting_reason(job.get("Reason", "None")) + again)
+        if state in RUNNING:
+            return ExecStatus(finished=False, exit_codes=folder.exit_codes())
+        if (result := folder.read_result()) is not None:  # it finished between the two looks
+            return self.poll(handle)
+        stopped = folder.read_stop() == "stop"
+        lost = (job.get("NodeList", "").split(",") if state == "NODE_FAIL" else [])
+        return ExecStatus(finished=True, exit_codes=folder.exit_codes(), stopped=stopped,
+                          reason="" if stopped else f"Slurm ended the job: {state} ({job.get('Reason', 'None')})",
+                          lost=state == "GONE", lost_nodes=tuple(n for n in lost if n))
+
+    def _show(self, slurm_id: str) -> dict[str, str]:
+        out = self.cli.run(["scontrol", "show", "job", slurm_id, "-o"], check=False)
+        return fields(out.splitlines()[0]) if out.strip() else {}
+
+    def terminate(self, handle: dict) -> None:
+        folder = JobFolder(Path(handle["job_dir"]))
+        if folder.read_stop() is None:
+            folder.ask_stop("stop")
+        state = (self._show(handle["slurm_id"]).get("JobState") or "").split(" ")[0]
+        if state in WAITING:
+            self.cli.run(["scancel", handle["slurm_id"]], check=False)
+        elif state in RUNNING:
+            # the workers' tasks; each gives its worker the job's grace, then kills what is left
+            self.cli.run(["scancel", "--signal=TERM", handle["slurm_id"]], check=False)
+
+    def port_on(self, node: str, address: str) -> int:
+        return free_port()  # unused: the batch step picks the rendezvous where Slurm put rank 0
+
+    def add_workers(self, handle: dict, workers: list[WorkerSpec], generation: int) -> None:
+        raise ExecutorError("a job on Slurm cannot grow in place: Slurm allocates a job's nodes once")
+
+    def keep_spares(self, handle: dict, count: int) -> None:
+        raise ExecutorError("warm spares are not kept on Slurm")
+
+    def usage(self, handle: dict) -> None:
+        return None  # the workers run on Slurm's nodes (sstat knows them, where accounting runs)
+
+    # -- the cluster -------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        """Slurm's nodes (of the configured partition), with their CPUs, memory and GPUs (GRES)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N|%o|%c|%m|%G|%T"] + ([f"--partition={self.partition}"]
+                                                                     if self.partition else [])
+        out, seen = [], set()
+        for line in self.cli.run(args).splitlines():
+            name, addr, cpus, mem, gres, state = (p.strip() for p in line.split("|"))
+            if name in seen:  # a node of several partitions
+                continue
+            seen.add(name)
+            gpus = tuple(GpuInfo(i, f"slurm-{name}-{i}", "GPU", 0, True) for i in range(gpus_of(gres)))
+            out.append(NodeInfo(name=name, address=addr, cpus=int(cpus), memory_mb=int(mem), gpus=gpus,
+                                healthy=state.rstrip("*~#!%$@^-").upper() in UP))
+        return out
+
+    def samplers(self):
+        return None  # no sampler of DeepPod's runs on Slurm's nodes

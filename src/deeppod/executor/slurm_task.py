@@ -1,0 +1,122 @@
+"""One worker of a job on Slurm: ``python -m deeppod.executor.slurm_task JOB_DIR``, one per
+Slurm task (``srun`` starts them; SLURM_PROCID is the rank).
+
+It runs as the job's identity inside Slurm's allocation and cgroups. The worker's environment
+is the job contract of its spec, with what only Slurm knows at the start: the rendezvous (the
+batch step's node and port), the rank's place on its node and the GPUs Slurm bound to the task.
+A stop (SIGTERM, from ``scancel``) goes to the worker's own process only, so it can finish its
+step and checkpoint; after the job's grace period whatever is left of it is killed. Its exit code
+goes to ``exit/rank-R`` and is the task's.
+
+Standard library only: it starts in every task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deeppod.job_folder import JobFolder
+
+POLL_S = 0.1
+MARK_S = 0.5
+
+
+def tasks_per_node(value: str) -> list[int]:
+    """SLURM_STEP_TASKS_PER_NODE ("2(x3),1") as one count per node."""
+    counts = []
+    for part in value.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m:
+            counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts
+
+
+def task_env(worker_env: dict[str, str], environ: dict[str, str], gpus_per_worker: int) -> dict[str, str]:
+    """The worker's environment: its contract, Slurm's own variables, and the places Slurm chose."""
+    env = dict(worker_env)
+    env.update({k: v for k, v in environ.items() if k.startswith("SLURM")})
+    node = int(environ.get("SLURM_NODEID", "0"))
+    per_node = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE", "1"))
+    env.update({
+        "MASTER_ADDR": environ["DEEPPOD_SLURM_MASTER_ADDR"],
+        "MASTER_PORT": environ["DEEPPOD_SLURM_MASTER_PORT"],
+        "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+        "LOCAL_WORLD_SIZE": str(per_node[node] if node < len(per_node) else 1),
+        "GROUP_RANK": str(node),
+        # the GPUs Slurm bound to this task (--gpus-per-task); none if it asked for none
+        "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES", "") if gpus_per_worker else "",
+    })
+    return env
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m deeppod.executor.slurm_task JOB_DIR", file=sys.stderr)
+        return 2
+    folder = JobFolder(Path(argv[1]))
+    spec = json.loads(folder.slurm_spec().read_text())
+    rank = int(os.environ["SLURM_PROCID"])
+    worker = spec["workers"][rank]
+    env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)))
+    grace = float(spec.get("grace_seconds", 30.0))
+    stop_at: list[float] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_at.append(time.monotonic()))
+    signal.signal(signal.SIGINT, lambda *_: stop_at.append(time.monotonic()))
+    with open(folder.log(rank), "ab", buffering=0) as log:  # made for it, the job's to write
+        try:
+            proc = subprocess.Popen(spec["command"], cwd=spec["workdir"], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log.write(f"could not start the worker: {exc}\n".encode())
+            folder.exit_file(rank).write_text("127")
+            return 127
+    told, marked, next_mark = False, 0, 0.0
+    while (code := proc.poll()) is None:
+        now = time.monotonic()
+        if stop_at and not told:
+            told = True
+            os.kill(proc.pid, signal.SIGTERM)  # its own process: its loader workers go with it
+        if stop_at and now - stop_at[0] > grace:
+            _kill_group(proc.pid)
+        if now >= next_mark:
+            next_mark = now + MARK_S
+            marked = _mark(folder, rank, marked)
+        time.sleep(POLL_S)
+    _kill_group(proc.pid)  # what it left behind goes with it
+    _mark(folder, rank, marked)
+    folder.exit_file(rank).write_text(str(code))
+    return _exit_status(code)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _mark(folder: JobFolder, rank: int, marked: int) -> int:
+    """Stamp the log's size with the time when it grew (``deeppod logs`` interleaves ranks by it)."""
+    try:
+        size = folder.log(rank).stat().st_size
+        if size > marked:
+            with open(folder.marks(rank), "a") as f:
+                f.write(f"{size} {time.time():.3f}\n")
+        return max(size, marked)
+    except OSError:
+        return marked
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

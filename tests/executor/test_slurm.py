@@ -1,0 +1,169 @@
+"""The Slurm executor on a real Slurm: Debian's slurmctld, slurmd and munge, started by
+scripts/slurm_local (one node, this host's CPUs and memory, 4 logical GPUs as GRES)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from deeppod.contract import worker_env
+from deeppod.errors import ExecutorError
+from deeppod.executor.base import LaunchSpec, WorkerSpec
+from deeppod.executor.slurm import SlurmCli, SlurmExecutor, fields, gpus_of, waiting_reason
+from deeppod.executor.slurm_task import task_env, tasks_per_node
+from tests.helpers import ROOT, wait_until
+
+pytestmark = pytest.mark.slow
+
+NOBODY = 65534  # the job's identity: never the server's
+# what a site installs on its shared file system for its users; here the server's interpreter is
+# under /root, which the job's identity cannot reach: the system's Python 3.11 with this tree's packages
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PYTHONPATH = os.pathsep.join([str(ROOT / "src"), *(p for p in sys.path if p.endswith("site-packages"))])
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if os.geteuid() != 0:
+        pytest.skip("a local Slurm needs root (slurmd starts jobs as their users)")
+    where = tempfile.mkdtemp(prefix="deeppod-slurm-test-")
+    up = subprocess.run([str(ROOT / "scripts" / "slurm_local"), "up", where], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    try:
+        yield SlurmCli(conf=f"{where}/slurm.conf")
+    finally:
+        subprocess.run([str(ROOT / "scripts" / "slurm_local"), "down", where], capture_output=True)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def place():
+    """A folder the job's identity can reach (pytest's own are 0700, root's)."""
+    path = Path(tempfile.mkdtemp(prefix="deeppod-slurm-job-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def executor(cli):
+    return SlurmExecutor(cli, python=PYTHON, pythonpath=PYTHONPATH)
+
+
+def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1"):
+    work = place / "work"
+    work.mkdir(exist_ok=True)
+    os.chown(work, NOBODY, NOBODY)
+    (work / "w.py").write_text(textwrap.dedent(script))
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": PYTHONPATH}
+    specs = [WorkerSpec(r, "?", worker_env(base, {}, job_id=job_id, rank=r, world_size=workers, local_rank=0,
+                                           local_world_size=1, node_rank=0, master_addr="decided-by-slurm",
+                                           master_port=1, gpus=(), cpus=1,
+                                           checkpoint_dir=str(work), api_url="", token="t"))
+             for r in range(workers)]
+    spec = LaunchSpec(job_id=job_id, job_dir=place / "job", command=[PYTHON, "w.py"], workdir=str(work),
+                      workers=specs, grace_seconds=grace, memory_mb_per_worker=memory, gpus_per_worker=gpus,
+                      sandbox={"uid": NOBODY, "gid": NOBODY}, run=run)
+    return ex.launch(spec)
+
+
+def ended(ex, handle, timeout=60):
+    return wait_until(lambda: (st := ex.poll(handle)).finished and st, timeout, what="the Slurm job to end")
+
+
+def test_two_workers_meet_with_the_contract_slurm_binds_each_its_gpus_and_run_as_the_jobs_identity(slurm, place):
+    ex = executor(slurm)
+    h = launch(ex, place, """
+        import json, os
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        t = torch.tensor([dist.get_rank() + 1.0])
+        dist.all_reduce(t)
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR",
+                "DEEPPOD_JOB_ID")
+        print(json.dumps({**{k: os.environ[k] for k in keys}, "sum": t.item(), "uid": os.getuid()}))
+        dist.destroy_process_group()
+    """, workers=2, gpus=2)
+    st = ended(ex, h)
+    assert st.exit_codes == {0: 0, 1: 0} and not st.stopped, (st, (place / "job/slurm-batch.log").read_text())
+    seen = [json.loads((place / f"job/logs/rank-{r}.log").read_text().splitlines()[-1]) for r in (0, 1)]
+    assert [s["RANK"] for s in seen] == ["0", "1"] and {s["WORLD_SIZE"] for s in seen} == {"2"}
+    assert [s["LOCAL_RANK"] for s in seen] == ["0", "1"] and {s["LOCAL_WORLD_SIZE"] for s in seen} == {"2"}
+    assert sorted(s["CUDA_VISIBLE_DEVICES"] for s in seen) == ["0,1", "2,3"]  # Slurm's GRES, one pair each
+    assert {s["sum"] for s in seen} == {3.0} and {s["MASTER_ADDR"] for s in seen} == {"127.0.0.1"}
+    assert {s["uid"] for s in seen} == {NOBODY} and {s["DEEPPOD_JOB_ID"] for s in seen} == {"1"}
+    assert (place / "job/logs/rank-0.marks").read_text().strip()  # deeppod logs interleaves by these
+
+
+def test_a_worker_over_its_memory_is_killed_by_slurms_cgroup_and_the_reason_says_so(slurm, place):
+    ex = executor(slurm)
+    h = launch(ex, place, "x = bytearray(900 << 20)\nprint('allocated', flush=True)\n", memory=300)
+    st = ended(ex, h)
+    assert st.exit_codes[0] != 0 and "ran out of memory" in st.reason, st
+
+
+def test_a_stop_reaches_the_worker_which_checkpoints_and_asks_to_be_resumed(slurm, place):
+    ex = executor(slurm)
+    h = launch(ex, place, """
+        import signal, sys, time
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        print("training", flush=True)
+        while not stop:
+            time.sleep(0.05)
+        open("checkpoint", "w").write("step 7")
+        sys.exit(75)
+    """)
+    wait_until(lambda: "training" in (place / "job/logs/rank-0.log").read_text(), 60, what="the worker to start")
+    ex.terminate(h)
+    st = ended(ex, h)
+    assert st.exit_codes == {0: 75} and st.stopped, st
+    assert (place / "work/checkpoint").read_text() == "step 7"
+
+
+def test_a_job_slurm_holds_back_waits_with_slurms_reason_and_a_stop_takes_it_out_of_the_queue(slurm, place):
+    ex = executor(slurm)
+    (place / "a").mkdir()
+    (place / "b").mkdir()
+    (place / "a").chmod(0o711)
+    (place / "b").chmod(0o711)
+    cpus = os.cpu_count()
+    busy = launch(ex, place / "a", "import time; print('busy', flush=True); time.sleep(600)", workers=cpus,
+                  job_id=1, grace=1)
+    wait_until(lambda: "busy" in (place / "a/job/logs/rank-0.log").read_text(), 60, what="the first job to run")
+    held = launch(ex, place / "b", "print('ran')", job_id=2)
+    st = wait_until(lambda: (s := ex.poll(held)).phase.endswith("(Resources)") and s, 30, what="Slurm's reason")
+    assert not st.finished and st.phase == waiting_reason("Resources"), st
+    assert ex.find(2, place / "b/job", "r1") == held and ex.find(2, place / "b/job", "r0") is None
+    ex.terminate(held)
+    st = ended(ex, held)
+    assert st.stopped and st.exit_codes == {}, st
+    ex.terminate(busy)
+    assert ended(ex, busy).stopped
+
+
+def test_a_job_slurm_cannot_ever_place_is_refused_at_submit_with_slurms_words(slurm, place):
+    with pytest.raises(ExecutorError, match="sbatch"):
+        launch(executor(slurm), place, "print(1)", gpus=64)
+
+
+def test_slurms_nodes_are_deeppods_with_their_cpus_memory_and_gres_gpus(slurm):
+    (node,) = executor(slurm).nodes()
+    assert node.cpus == os.cpu_count() and node.memory_mb > 1000 and len(node.gpus) == 4 and node.healthy
+
+
+def test_what_slurm_prints_is_read_as_it_means():
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert gpus_of("gpu:a100:8(S:0-1),shard:4") == 8 and gpus_of("(null)") == 0
+    assert fields("JobId=7 JobState=PENDING Reason=Resources Dependency=(null)")["Reason"] == "Resources"
+    env = task_env({"RANK": "3", "CUDA_VISIBLE_DEVICES": "5"}, {
+        "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "DEEPPOD_SLURM_MASTER_ADDR": "10.0.0.1", "DEEPPOD_SLURM_MASTER_PORT": "29500", "CUDA_VISIBLE_DEVICES": "2",
+        "SECRET": "the server's"}, 0)
+    assert env["LOCAL_RANK"] == "1" and env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["MASTER_ADDR"] == "10.0.0.1" and "SECRET" not in env
