@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,18 @@ class JobFolder:
 
     def marks(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.marks"
+
+    def stamp_log(self, rank: int, stamped: int) -> int:
+        """Stamp rank ``rank``'s log size with the time if it grew past ``stamped`` ('deeppod logs'
+        interleaves ranks by these); the size stamped now."""
+        try:
+            size = self.log(rank).stat().st_size
+            if size > stamped:
+                with open(self.marks(rank), "a") as f:
+                    f.write(f"{size} {time.time():.3f}\n")
+            return max(size, stamped)
+        except OSError:
+            return stamped
 
     def rank_logs(self) -> dict[int, Path]:
         """Every worker's log there is, by rank."""

@@ -137,17 +137,17 @@ class SlurmExecutor:
         own = [folder.result_file(), folder.slurm_batch("log"), folder.slurm_spec()]
         for w in spec.workers:
             own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank)]
-        for path in own:  # the job's to write, in folders that stay the server's
+        tasks = json.dumps({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
+                            "gpus_per_worker": spec.gpus_per_worker, "workers": [w.to_json() for w in spec.workers]})
+        for path in own:  # the job's to write, in folders that stay the server's; no link followed
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
+                if path == folder.slurm_spec():
+                    os.write(fd, tasks.encode())
                 if uid is not None:
                     os.fchown(fd, uid, gid)
             finally:
                 os.close(fd)
-        with open(folder.slurm_spec(), "w") as f:  # opened as made above: no link followed
-            json.dump({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
-                       "gpus_per_worker": spec.gpus_per_worker,
-                       "workers": [w.to_json() for w in spec.workers]}, f)
         script = folder.slurm_batch("sh")
         script.write_text(f"#!/bin/sh\nexec {self.python} -m deeppod.executor.slurm_job {folder.root}\n")
         args = ["sbatch", "--parsable", f"--job-name={job_name(spec.job_id, self.instance)}",

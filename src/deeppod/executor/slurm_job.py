@@ -22,9 +22,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from deeppod.contract import EXIT_RESUME, describe_exit
+from deeppod.contract import EXIT_RESUME, describe_exit, free_port
+from deeppod.executor.slurm_task import load
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.2
@@ -42,18 +42,10 @@ def node_address(node: str) -> str:
         return addr
 
 
-def free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m deeppod.executor.slurm_job JOB_DIR", file=sys.stderr)
+    if (loaded := load(argv, "slurm_job")) is None:
         return 2
-    folder = JobFolder(Path(argv[1]))
-    spec = json.loads(folder.slurm_spec().read_text())
+    folder, spec = loaded
     ended_by_slurm: list[int] = []  # a signal to the batch step itself: Slurm ends the whole run
     signal.signal(signal.SIGTERM, lambda sig, _: ended_by_slurm.append(sig))
     for rank in range(len(spec["workers"])):  # a requeued run starts clean

@@ -60,12 +60,19 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def main(argv: list[str]) -> int:
+def load(argv: list[str], module: str) -> tuple[JobFolder, dict] | None:
+    """``JOB_DIR``'s folder and the job's Slurm spec; None (after saying how to call it) otherwise."""
     if len(argv) != 2:
-        print("usage: python -m deeppod.executor.slurm_task JOB_DIR", file=sys.stderr)
-        return 2
+        print(f"usage: python -m deeppod.executor.{module} JOB_DIR", file=sys.stderr)
+        return None
     folder = JobFolder(Path(argv[1]))
-    spec = json.loads(folder.slurm_spec().read_text())
+    return folder, json.loads(folder.slurm_spec().read_text())
+
+
+def main(argv: list[str]) -> int:
+    if (loaded := load(argv, "slurm_task")) is None:
+        return 2
+    folder, spec = loaded
     rank = int(os.environ["SLURM_PROCID"])
     worker = spec["workers"][rank]
     env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)))
@@ -91,10 +98,10 @@ def main(argv: list[str]) -> int:
             _kill_group(proc.pid)
         if now >= next_mark:
             next_mark = now + MARK_S
-            marked = _mark(folder, rank, marked)
+            marked = folder.stamp_log(rank, marked)
         time.sleep(POLL_S)
     _kill_group(proc.pid)  # what it left behind goes with it
-    _mark(folder, rank, marked)
+    folder.stamp_log(rank, marked)
     folder.exit_file(rank).write_text(str(code))
     return _exit_status(code)
 
@@ -104,18 +111,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _mark(folder: JobFolder, rank: int, marked: int) -> int:
-    """Stamp the log's size with the time when it grew (``deeppod logs`` interleaves ranks by it)."""
-    try:
-        size = folder.log(rank).stat().st_size
-        if size > marked:
-            with open(folder.marks(rank), "a") as f:
-                f.write(f"{size} {time.time():.3f}\n")
-        return max(size, marked)
-    except OSError:
-        return marked
 
 
 if __name__ == "__main__":

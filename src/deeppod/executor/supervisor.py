@@ -138,14 +138,7 @@ class Supervisor:
         """Stamp each rank's log size with the time, when it grew: 'deeppod logs' interleaves the
         ranks' lines by when they were written (to within LOG_MARK_S) from these."""
         for rank in self.procs:
-            try:
-                size = self.folder.log(rank).stat().st_size
-                if size > self._log_marked.get(rank, 0):
-                    with open(self.folder.marks(rank), "a") as f:
-                        f.write(f"{size} {time.time():.3f}\n")
-                    self._log_marked[rank] = size
-            except OSError:
-                continue
+            self._log_marked[rank] = self.folder.stamp_log(rank, self._log_marked.get(rank, 0))
 
     def _on_sigterm(self, _sig, _frame) -> None:
         self.stop_requested = True
