@@ -61,6 +61,7 @@ from deeppod.models import service as models
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
 from deeppod.scheduler import Config
+from deeppod.scheduler.phases import HANDED_OFF
 from deeppod.scheduler.plan import MIN_PIDS
 from deeppod.settings import SERVER_FILE, Settings, local_server_record
 from deeppod.store import sealed
@@ -185,6 +186,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
             log.info("sealed the --env values of %d jobs stored before sealing", sealed_now)
     leader = _leadership(settings, sessions, server_id, fenced)
     executor = executor or executor_for(settings)
+    if settings.executor == "slurm":
+        _home_for_slurm(settings)
     check_cluster_auth(settings, isolation, executor)
     if fenced:
         executor = FencedExecutor(executor, leader.check)
@@ -193,9 +196,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     data = datasets.DataPlane(Tiers(settings.hot_root, settings.cold_root),
                               Limits(settings.data_max_file_bytes, settings.data_max_ingest_bytes),
                               settings.data_cold_after_seconds, server_id=leader.id)
-    config = Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
-                    min_run_before_resize=settings.resize_after_seconds,
-                    las_thresholds=settings.las_thresholds, defragment=settings.defragment)
+    config = scheduler_config(settings, executor)
     settings.models_dir.mkdir(parents=True, exist_ok=True)
     served = tls.prepare(settings.home, settings.tls_cert, settings.tls_key, settings.tls_ca,
                          [settings.host, "localhost", "127.0.0.1", "::1", node.address if node else "127.0.0.1",
@@ -287,6 +288,13 @@ def take_over(ctx: ServerContext, *, first: bool) -> None:
         artifacts.sweep(ctx.settings.models_dir)
 
 
+def scheduler_config(settings: Settings, executor: Executor) -> Config:
+    """The round's settings; where the cluster has a scheduler of its own, the round only hands jobs to it."""
+    return Config(aging_seconds=settings.aging_seconds, reserve_after_seconds=settings.reserve_after_seconds,
+                  min_run_before_resize=settings.resize_after_seconds, las_thresholds=settings.las_thresholds,
+                  defragment=settings.defragment, **({"phases": HANDED_OFF} if executor.queues else {}))
+
+
 def executor_for(settings: Settings) -> Executor:
     if settings.executor == "local":
         return LocalExecutor()
@@ -297,7 +305,25 @@ def executor_for(settings: Settings) -> Executor:
         from deeppod.executor.ray import RayExecutor
 
         return RayExecutor(settings.ray_address, gpus_per_node=settings.gpus_per_node, instance=settings.instance)
-    raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local or ray")
+    if settings.executor == "slurm":
+        from deeppod.executor.slurm import SlurmCli, SlurmExecutor
+
+        return SlurmExecutor(SlurmCli(settings.slurm_conf or None), instance=settings.instance,
+                             partition=settings.slurm_partition or None, python=settings.slurm_python or None,
+                             pythonpath=settings.slurm_pythonpath or None)
+    raise InvalidRequest(f"DEEPPOD_EXECUTOR={settings.executor!r}: use local, ray or slurm")
+
+
+def _home_for_slurm(settings: Settings) -> None:
+    """On Slurm a job's tasks run as its identity with no sandbox to bind its folder in: they reach
+    it through HOME (on the shared file system), which they may cross but not list; everything else
+    in it is the server's alone, made so from now on (umask) and already (what an earlier start made)."""
+    os.umask(0o077)
+    for entry in settings.home.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and entry != settings.jobs_dir:
+            os.chmod(entry, 0o700)
+    os.chmod(settings.home, 0o711)
+    os.chmod(settings.jobs_dir, 0o711)
 
 
 def _uv() -> str | None:

@@ -113,11 +113,19 @@ class Settings:
     # api_queue_seconds, then gets 503 busy (api/admission.py)
     api_concurrency: int = 0
     api_queue_seconds: float = 2.0
-    # where jobs run: "local" (this machine) or "ray" (the Ray cluster at ray_address, HOST:PORT;
-    # docs/cluster.md); gpus_per_node: logical GPU slots per Ray node without GPUs
+    # where jobs run: "local" (this machine), "ray" (the Ray cluster at ray_address, HOST:PORT;
+    # docs/cluster.md) or "slurm" (the Slurm cluster this host submits to); gpus_per_node:
+    # logical GPU slots per Ray node without GPUs
     executor: str = "local"
     ray_address: str = ""
     gpus_per_node: int | None = None
+    # on Slurm: the partition jobs go to ("": Slurm's default), the slurm.conf its commands read
+    # ("": the host's), and the Python jobs' tasks run with and where they import deeppod from, on
+    # the shared file system ("": the server's own)
+    slurm_partition: str = ""
+    slurm_conf: str = ""
+    slurm_python: str = ""
+    slurm_pythonpath: str = ""
     max_body_bytes: int = 1 << 20
     log_level: str = "INFO"
     # scheduler

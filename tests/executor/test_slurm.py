@@ -1,11 +1,8 @@
-"""The Slurm executor on a real Slurm: Debian's slurmctld, slurmd and munge, started by
-scripts/slurm_local (one node, this host's CPUs and memory, 4 logical GPUs as GRES)."""
+"""The Slurm executor on a real Slurm (tests/slurm_site.py)."""
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -15,48 +12,23 @@ import pytest
 from deeppod.contract import worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import LaunchSpec, WorkerSpec
-from deeppod.executor.slurm import SlurmCli, SlurmExecutor, fields, gpus_of, waiting_reason
+from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, waiting_reason
 from deeppod.executor.slurm_task import task_env, tasks_per_node
-from tests.helpers import ROOT, wait_until
+from tests.helpers import wait_until
+from tests.slurm_site import PYTHON, slurm_site
 
 pytestmark = pytest.mark.slow
 
 NOBODY = 65534  # the job's identity: never the server's
-# What a site installs on its shared file system for its users. Here the server's interpreter is
-# under /root and a checkout may be in a private folder, neither reachable by the job's identity:
-# the system's Python 3.11 runs this tree's source and packages, bound read-only into a folder it
-# can reach (a bind mount does not ask the source's folders).
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-SITE = next(p for p in sys.path if p.endswith("site-packages"))
 PYTHONPATH = ""  # set by the slurm fixture
 
 
 @pytest.fixture(scope="module")
 def slurm():
-    if os.geteuid() != 0:
-        pytest.skip("a local Slurm needs root (slurmd starts jobs as their users)")
     global PYTHONPATH
-    where = tempfile.mkdtemp(prefix="deeppod-slurm-test-")
-    shared = Path(tempfile.mkdtemp(prefix="deeppod-slurm-install-"))
-    shared.chmod(0o711)
-    mounts = []
-    try:
-        for name, source in (("src", ROOT / "src"), ("site", Path(SITE))):
-            (shared / name).mkdir()
-            subprocess.run(["mount", "--bind", str(source), str(shared / name)], check=True)
-            mounts.append(shared / name)
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(shared / name)], check=True)
-        PYTHONPATH = f"{shared / 'src'}:{shared / 'site'}"
-        up = subprocess.run([str(ROOT / "scripts" / "slurm_local"), "up", where], capture_output=True, text=True)
-        assert up.returncode == 0, up.stderr
-        yield SlurmCli(conf=f"{where}/slurm.conf")
-    finally:
-        subprocess.run([str(ROOT / "scripts" / "slurm_local"), "down", where], capture_output=True)
-        for m in mounts:
-            subprocess.run(["umount", "-l", str(m)], capture_output=True)
-        shutil.rmtree(where, ignore_errors=True)
-        if not any(os.path.ismount(m) for m in mounts):
-            shutil.rmtree(shared, ignore_errors=True)
+    with slurm_site() as site:
+        PYTHONPATH = site.pythonpath
+        yield site.cli
 
 
 @pytest.fixture

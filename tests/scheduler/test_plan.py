@@ -65,3 +65,16 @@ def test_water_filling_by_weight_gives_the_same_figures_as_a_step_per_tenant():
         weight = {k: rng.choice([1.0, 2.0, 0.5, 4.0, 1.5]) for k in want}
         amount = rng.choice([rng.uniform(0, 500), float(rng.randint(0, 500))])
         assert _water_fill(amount, want, weight) == step_per_tenant(amount, want, weight), (amount, want, weight)
+
+
+def test_a_tenants_slurm_account_and_qos_are_its_own_or_the_nearest_above_it():
+    from deeppod.errors import InvalidRequest
+    from deeppod.scheduler.plan import parse_plan
+
+    p = parse_plan({"tenants": [{"name": "lab", "slurm_account": "physics", "slurm_qos": "normal", "children": [
+        {"name": "vision", "slurm_account": "phys-vision"}, {"name": "nlp"}]}, {"name": "ops"}]})
+    assert [p.nearest(t, "slurm_account") for t in ("vision", "nlp", "ops")] == ["phys-vision", "physics", None]
+    assert p.nearest("vision", "slurm_qos") == "normal"
+    assert parse_plan(p.to_dict()) == p
+    with pytest.raises(InvalidRequest, match="slurm_qos must be the name of a QOS of the Slurm cluster"):
+        parse_plan({"tenants": [{"name": "a", "slurm_qos": "high; rm -rf"}]})

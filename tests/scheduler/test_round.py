@@ -3,9 +3,20 @@
 import pytest
 
 from deeppod.scheduler import PlanNode, schedule
-from deeppod.scheduler.phases import candidates, fair_share, grow, health, least_attained, priority, reclaim, starts
+from deeppod.scheduler.phases import (
+    HANDED_OFF,
+    candidates,
+    fair_share,
+    grow,
+    hand_off,
+    health,
+    least_attained,
+    priority,
+    reclaim,
+    starts,
+)
 from deeppod.scheduler.round_state import RoundState
-from tests.scheduler.test_policy import job, las, long_running, node, plan, running, snap
+from tests.scheduler.test_policy import job, las, long_running, node, plan, running, snap, started
 
 
 def test_the_health_phase_alone_preempts_jobs_on_sick_nodes_and_nothing_else():
@@ -78,3 +89,21 @@ def test_the_configuration_orders_and_turns_off_phases_by_name():
     assert schedule(snap(**base, phases=("health", "candidates", "starts"))).resizes == []  # no grow phase
     with pytest.raises(ValueError, match="no scheduling phase 'grwo': the phases are health, candidates"):
         schedule(snap(**base, phases=("health", "grwo")))
+
+
+def test_a_cluster_with_its_own_scheduler_is_handed_every_job_the_plan_allows_in_queue_order():
+    """Slurm decides (phases HANDED_OFF): no free GPU is asked for, each tenant's queue goes in
+    order, a tenant at its plan's max waits there, and its later jobs wait behind."""
+    p = plan(PlanNode("a", max=4), PlanNode("b"))
+    queued = [job(10, "a", workers=2, gpus=2, t=1), job(11, "a", workers=1, gpus=1, t=2),
+              job(12, "b", workers=3, gpus=1, t=3), job(13, "b", workers=2, gpus=0, cpus=4, mem=512, t=4)]
+    d = schedule(snap([], queued, [], plan_=p, phases=HANDED_OFF))
+    assert [s.job_id for s in d.starts] == [10, 12, 13]
+    assert {w.node for s in d.starts for w in s.placement} == {hand_off.ELSEWHERE}
+    first = started(d)[10].placement
+    assert [(w.rank, w.gpus) for w in first] == [(0, (0, 1)), (1, (0, 1))]
+    assert [(w.cpus, w.memory_mb) for w in started(d)[13].placement] == [(4, 512), (4, 512)]
+    assert [(w.job_id, w.reason.split(";")[0]) for w in d.waits] == [(11, "tenant a is at its max (4 GPUs in use)")]
+    again = schedule(snap([], queued[1:2], [running(10, "a", [(0, 1), (2, 3)], node=hand_off.ELSEWHERE, gpw=2)],
+                          plan_=plan(PlanNode("a", max=5)), phases=HANDED_OFF))
+    assert [s.job_id for s in again.starts] == [11] and again.preempts == [] and again.resizes == []

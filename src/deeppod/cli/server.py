@@ -51,12 +51,14 @@ def server(
                                     "used: jobs' memory is then polled, processes and CPU not limited "
                                     "(DEEPPOD_UNENFORCED_LIMITS)")] = False,
     executor: Annotated[str | None, typer.Option(
-        help="where jobs run: local (this machine, the default) or ray (a Ray cluster; docs/cluster.md) "
-             "(DEEPPOD_EXECUTOR)", show_default=False)] = None,
+        help="where jobs run: local (this machine, the default), ray (a Ray cluster) or slurm (the Slurm cluster "
+             "this host submits to: Slurm queues and places them); docs/cluster.md (DEEPPOD_EXECUTOR)")] = None,
     ray_address: Annotated[str | None, typer.Option(
         help="the Ray cluster's HEAD:6379, as 'ray start --head' printed it (DEEPPOD_RAY_ADDRESS)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(
         help="logical GPU slots per Ray node that has no GPUs (DEEPPOD_GPUS_PER_NODE)")] = None,
+    slurm_partition: Annotated[str | None, typer.Option(
+        help="the Slurm partition jobs go to, whose nodes are DeepPod's (DEEPPOD_SLURM_PARTITION)")] = None,
     advertise_url: Annotated[str | None, typer.Option(
         help="the URL jobs, clients and the other servers reach this one at, when the listening address is not "
              "it (DEEPPOD_ADVERTISE_URL)")] = None,
@@ -82,12 +84,12 @@ def server(
 
     settings = Settings.from_env().with_overrides(
         host=host, port=port, s3_port=s3_port, home=_abs_path(home), gpus=gpus, cpus=cpus,
-        gpu_memory_mb=parse_memory(gpu_memory),
-        memory_mb=parse_memory(memory), database_url=database_url, hot_dir=_abs_path(hot_dir),
-        cold_dir=_abs_path(cold_dir), isolation="single-user" if single_user else isolation, work_roots=work_roots,
-        cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,
-        executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, advertise_url=advertise_url,
-        tls_cert="self-signed" if tls_self_signed else _abs(tls_cert), tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
+        gpu_memory_mb=parse_memory(gpu_memory), memory_mb=parse_memory(memory), database_url=database_url,
+        hot_dir=_abs_path(hot_dir), cold_dir=_abs_path(cold_dir), isolation="single-user" if single_user else isolation,
+        work_roots=work_roots, cpu_limit=cpu_limit, unenforced_limits=True if unenforced_limits else None,
+        executor=executor, ray_address=ray_address, gpus_per_node=gpus_per_node, slurm_partition=slurm_partition,
+        advertise_url=advertise_url, tls_cert="self-signed" if tls_self_signed else _abs(tls_cert),
+        tls_key=_abs(tls_key), tls_ca=_abs(tls_ca))
     configure_logging(settings.log_level)
     if uninstall_users:
         return _uninstall_users(settings)

@@ -41,6 +41,10 @@ class LaunchSpec:
     # what each worker asked for: an executor that allocates (Slurm) asks for exactly this
     gpus_per_worker: int = 0
     cpus_per_worker: float = 1.0
+    # where a cluster's own scheduler files it (Slurm's --account and --qos: the plan's slurm_account
+    # and slurm_qos for its tenant); None: that scheduler's default for the job's user
+    account: str | None = None
+    qos: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,12 +62,14 @@ class ExecStatus:
 
 class Executor(Protocol):
     """What the control plane runs jobs with. Capabilities are declared, not probed: ``in_place``
-    (a running job's workers can be added to and leave) and ``cluster`` (its nodes come and
+    (a running job's workers can be added to and leave), ``cluster`` (its nodes come and
     go: ``nodes()`` lists them and ``samplers()`` reads their monitoring; else this machine is
-    the one node)."""
+    the one node) and ``queues`` (its cluster has a scheduler of its own, which queues and places
+    what it is handed: DeepPod's round only hands jobs off, scheduler/phases/hand_off.py)."""
 
     in_place: bool
     cluster: bool
+    queues: bool
 
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""

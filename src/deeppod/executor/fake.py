@@ -11,6 +11,7 @@ from deeppod.executor.usage import Usage
 class FakeExecutor:
     in_place = True
     cluster = False
+    queues = False
 
     def __init__(self) -> None:
         self.added: dict[int, list[tuple[int, list[WorkerSpec]]]] = {}  # job -> [(generation, workers)]

@@ -43,6 +43,10 @@ class FencedExecutor:
     def cluster(self) -> bool:
         return self.inner.cluster
 
+    @property
+    def queues(self) -> bool:
+        return self.inner.queues
+
     def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
         return self.inner.find(job_id, job_dir, run)
 

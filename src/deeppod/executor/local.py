@@ -62,6 +62,7 @@ def launched(job_dir: Path, run: str) -> bool:
 class LocalExecutor:
     in_place = True
     cluster = False  # this machine is the one node
+    queues = False
 
     def __init__(self) -> None:
         # Supervisors we started in this process, so they are reaped (no zombies).

@@ -31,7 +31,7 @@ from typing import Protocol
 
 from deeppod.cluster.gpus import GpuInfo
 from deeppod.cluster.inventory import NodeInfo
-from deeppod.contract import free_port
+from deeppod.contract import ENV_CA_CERT, free_port
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 from deeppod.executor.local import write_spec
@@ -108,9 +108,27 @@ def gpus_of(gres: str) -> int:
     return total
 
 
+def refuse_unsupported(spec: LaunchSpec) -> None:
+    """What a job on Slurm cannot have yet (its tasks run as its identity, with no sandbox of
+    DeepPod's around them), refused before anything is submitted."""
+    if spec.env:
+        raise ExecutorError("per-job Python environments and images are not built on Slurm yet: submit the job "
+                            "without --requirements or --image")
+    sandbox = spec.sandbox or {}
+    if (sandbox.get("network") or {}).get("mode") not in (None, "host"):
+        raise ExecutorError("a network of the job's own (--network isolated or none) is not made on Slurm: submit the "
+                            "job with --network host")
+    ca = spec.workers[0].env.get(ENV_CA_CERT) if spec.workers else None
+    own = (str(spec.job_dir) + "/", *((os.path.dirname(ca),) if ca else ()))
+    if any(not writable and not (src + "/").startswith(own) for src, _dst, writable in sandbox.get("binds", [])):
+        raise ExecutorError("datasets and read-only paths are not staged for jobs on Slurm yet: submit the job "
+                            "without --dataset (read the data from the shared file system in the script)")
+
+
 class SlurmExecutor:
     in_place = False
     cluster = True
+    queues = True  # Slurm decides when and where: DeepPod hands it every job its plan allows
 
     def __init__(self, cli: SlurmCommands | None = None, *, instance: str = "local", partition: str | None = None,
                  python: str | None = None, pythonpath: str | None = None):
@@ -126,21 +144,24 @@ class SlurmExecutor:
 
     # -- a job -------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> dict:
-        if spec.env:
-            raise ExecutorError("per-job Python environments and images are not built on Slurm yet: submit the job "
-                                "without --requirements or --image")
+        refuse_unsupported(spec)
         who = spec.sandbox or {}
         uid, gid = who.get("uid"), who.get("gid")
         write_spec(spec)
         folder = JobFolder(spec.job_dir)
         folder.exits.mkdir(exist_ok=True)
+        for path in (folder.root, folder.logs):  # the job's identity crosses them to its files
+            os.chmod(path, 0o711)
+        os.chmod(folder.exits, 0o755)  # and lists the exit codes of its ranks (names only: each file is 0600)
         own = [folder.result_file(), folder.slurm_batch("log"), folder.slurm_spec()]
         for w in spec.workers:
             own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank)]
         tasks = json.dumps({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
                             "gpus_per_worker": spec.gpus_per_worker, "workers": [w.to_json() for w in spec.workers]})
+        kept = {folder.log(w.rank) for w in spec.workers} | {folder.marks(w.rank) for w in spec.workers}
         for path in own:  # the job's to write, in folders that stay the server's; no link followed
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            # its logs go on from its earlier runs; what a run ends with starts empty
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (0 if path in kept else os.O_TRUNC), 0o600)
             try:
                 if path == folder.slurm_spec():
                     os.write(fd, tasks.encode())
@@ -157,6 +178,7 @@ class SlurmExecutor:
             args[1:1] = [f"--uid={uid}", f"--gid={gid}"]
         if self.partition:
             args.insert(1, f"--partition={self.partition}")
+        args[1:1] = [f"--{key}={value}" for key, value in (("account", spec.account), ("qos", spec.qos)) if value]
         slurm_id = self.cli.run(args).strip().split(";")[0]
         log.info("job %s: Slurm job %s submitted", spec.job_id, slurm_id)
         return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": slurm_id}

@@ -111,6 +111,8 @@ class JobController:
             status = self.executor.poll(handle) if handle else NOT_LAUNCHED
             if (status.phase or None) != job.phase and not status.finished:  # shown: "preparing environment"
                 job.phase = status.phase or None
+                if job.phase:  # what it did before its command ran stays in its history
+                    add_event(s, job, "phase", job.phase)
             alloc = Allocation.of(job)
             resizing = alloc.resize is not None
             spares = None if status.finished or resizing else 0

@@ -30,6 +30,7 @@ from deeppod.job_folder import WRITABLE, JobFolder
 from deeppod.jobs.quotas import memory_for, pids_for
 from deeppod.jobs.runs import run_mark
 from deeppod.nofollow import chown_tree
+from deeppod.plans.service import plan_now
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job, Node, Tenant
 
@@ -183,10 +184,12 @@ class Launcher:
         workers = self.workers(s, job, placed, placed, staged=staged, token=token or self.token(s, job),
                                meet=self.rendezvous(s, job, placed[0].node), generation=0)
         sandbox = self._sandbox(s, job, folder, staged, {w.node for w in placed}) if self.isolation else None
+        plan, tenant = plan_now(s), s.get(Tenant, job.tenant_id).name
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
-                          run=run_mark(job), gpus_per_worker=job.gpus_per_worker, cpus_per_worker=job.cpus_per_worker)
+                          run=run_mark(job), gpus_per_worker=job.gpus_per_worker, cpus_per_worker=job.cpus_per_worker,
+                          account=plan.nearest(tenant, "slurm_account"), qos=plan.nearest(tenant, "slurm_qos"))
 
     def _env_order(self, job: Job) -> dict | None:
         """What the supervisor builds (or finds built) before the job's workers start: its own

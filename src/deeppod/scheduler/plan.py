@@ -33,8 +33,11 @@ from deeppod.scheduler.plan_fields import number
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # the most a member's job may ask for each worker (each GPU for gpu_memory_gb): a cap, not a share
 LIMIT_FIELDS = ("memory_gb_per_worker", "cpus_per_worker", "gpu_memory_gb")
+# where its jobs go on a Slurm cluster (deeppod server --executor slurm): sbatch's --account and --qos
+SLURM_FIELDS = ("slurm_account", "slurm_qos")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
-           "package_indexes", "burst_budget", *LIMIT_FIELDS}
+           "package_indexes", "burst_budget", *LIMIT_FIELDS, *SLURM_FIELDS}
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _INDEX = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 MIN_PIDS = 16  # a worker's Python, its threads and a shell
 SURPLUS_ORDERS = ("service", "share")
@@ -64,6 +67,9 @@ class PlanNode:
     memory_gb_per_worker: float | None = None
     cpus_per_worker: float | None = None
     gpu_memory_gb: float | None = None
+    # its jobs' Slurm account and QOS (SLURM_FIELDS; its sub-tenants' too, unless they name their own)
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
@@ -76,7 +82,7 @@ class PlanNode:
             d["package_indexes"] = list(self.package_indexes)
         if self.burst_budget is not None:
             d["burst_budget"] = self.burst_budget
-        for key in LIMIT_FIELDS:
+        for key in (*LIMIT_FIELDS, *SLURM_FIELDS):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         if self.children:
@@ -134,6 +140,10 @@ class Plan:
         """The tightest of ``key`` (pids_per_worker or one of LIMIT_FIELDS) on ``tenant``'s path; None: no cap."""
         caps = [getattr(n, key) for n in self.path_to(tenant) if getattr(n, key) is not None]
         return min(caps) if caps else None
+
+    def nearest(self, tenant: str, key: str):
+        """``key`` of ``tenant``'s node, else of the nearest node above it that has one; None: none has."""
+        return next((getattr(n, key) for n in reversed(self.path_to(tenant)) if getattr(n, key) is not None), None)
 
     def package_indexes(self, tenant: str) -> set[str]:
         """The package indexes a tenant's requirements may name: what its node or one above allows."""
@@ -198,6 +208,13 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
                              f"['https://pypi.example.com/simple'] (got {indexes!r})")
     budget = number(where, "burst_budget", raw.get("burst_budget"), allow_none=True, kind=float)
     limits = {key: number(where, key, raw.get(key), allow_none=True, kind=float, positive=True) for key in LIMIT_FIELDS}
+    for key in SLURM_FIELDS:
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not _SLURM_NAME.match(value)):
+            what = "an account" if key == "slurm_account" else "a QOS"
+            raise InvalidRequest(f"{where}: {key} must be the name of {what} of the Slurm cluster (letters, digits, "
+                                 f"'.', '_' or '-'; got {value!r})")
+        limits[key] = value
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -218,7 +235,7 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
     if not isinstance(raw, dict) or set(raw) - {"tenants", "reclaim_idle_first", "surplus", "burst"}:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
                              "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, burst_budget, "
-                             "memory_gb_per_worker, cpus_per_worker, gpu_memory_gb, "
+                             "memory_gb_per_worker, cpus_per_worker, gpu_memory_gb, slurm_account, slurm_qos, "
                              "children), and optionally 'reclaim_idle_first': true, 'surplus': service or share, and "
                              "'burst': a list of burst node types")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]

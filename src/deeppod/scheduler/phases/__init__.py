@@ -11,6 +11,9 @@ that runs are ``Config.phases``, by name; the default is the order below:
 6. least_attained: a job of a lower service class takes GPUs from jobs of higher classes;
 7. starts: waiting jobs start, tenants neediest first, with reservations and backfill;
 8. grow: idle GPUs grow elastic jobs toward their maximum.
+
+Where the cluster has its own scheduler (Slurm), the round is one phase, hand_off: every job the
+plan allows goes to that scheduler, which decides (``HANDED_OFF``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from deeppod.scheduler.phases import (
     candidates,
     fair_share,
     grow,
+    hand_off,
     health,
     least_attained,
     priority,
@@ -32,8 +36,9 @@ from deeppod.scheduler.round_state import RoundState
 
 PHASES: dict[str, ModuleType] = {"health": health, "candidates": candidates, "reclaim": reclaim,
                                  "fair_share": fair_share, "priority": priority, "least_attained": least_attained,
-                                 "starts": starts, "grow": grow}
-DEFAULT = tuple(PHASES)
+                                 "starts": starts, "grow": grow, "hand_off": hand_off}
+DEFAULT = tuple(n for n in PHASES if n != "hand_off")
+HANDED_OFF = ("hand_off",)
 
 
 def pipeline(names: tuple[str, ...]) -> list[tuple[str, Callable[[RoundState], None], Callable | None]]:

@@ -1,0 +1,189 @@
+"""`deeppod server --executor slurm` on a real Slurm (tests/slurm_site.py), as an administrator
+starts it (sandboxing as root, the default) and a user submits to it with the CLI: Slurm queues,
+places and runs each job as its tenant's identity under the tenant's account."""
+
+import json
+import os
+import shutil
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from deeppod import Client
+from tests.helpers import LiveServer, wait_until
+from tests.slurm_site import PYTHON, slurm_site
+
+pytestmark = pytest.mark.slow
+
+DDP = """
+import json, os
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "DEEPPOD_JOB_ID",
+        "SLURM_JOB_ACCOUNT")
+print(json.dumps({**{k: os.environ.get(k) for k in keys}, "sum": t.item(), "uid": os.getuid()}), flush=True)
+dist.destroy_process_group()
+"""
+
+# counts to 40, a step each 0.1 s, saving its step; a stop (SIGTERM) saves and asks to be resumed
+STEPS = """
+import os, signal, sys, time
+ckpt = os.path.join(os.environ["DEEPPOD_CHECKPOINT_DIR"], "step")
+step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+print(f"from step {step}", flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while step < 40:
+    if stop:
+        print(f"saved at step {step}", flush=True)
+        sys.exit(75)
+    time.sleep(0.1)
+    step += 1
+    open(ckpt + ".tmp", "w").write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    print(f"step {step}", flush=True)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def site():
+    with slurm_site() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    # the server's home is on the "shared file system": a folder the jobs' identities can cross
+    where = Path(tempfile.mkdtemp(prefix="deeppod-slurm-server-"))
+    where.chmod(0o711)
+    server = LiveServer(where / "home", isolation=None, extra_env={
+        "DEEPPOD_EXECUTOR": "slurm", "DEEPPOD_SLURM_CONF": site.conf, "DEEPPOD_SLURM_PYTHON": PYTHON,
+        "DEEPPOD_SLURM_PYTHONPATH": site.pythonpath}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        server.cleanup_jobs()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "ddp.py").write_text(textwrap.dedent(DDP))
+    (tmp_path / "steps.py").write_text(textwrap.dedent(STEPS))
+    (tmp_path / "eat.py").write_text("x = bytearray(900 << 20)\nprint('allocated', flush=True)\n")
+    return tmp_path
+
+
+def submit(server, site, cwd, *args) -> int:
+    out = server.cli(cwd, "submit", "--env", f"PYTHONPATH={site.pythonpath}", *args).stdout
+    return int(out.split("job ", 1)[1].split()[0].rstrip(":"))
+
+
+def ended(client, job_id, timeout=120):
+    return wait_until(lambda: (j := client.job(job_id))["state"] not in ("queued", "running") and j, timeout,
+                      what=f"job {job_id} to end")
+
+
+def log(client, job_id, rank=0) -> str:
+    return b"".join(client.logs(job_id, rank=rank)).decode()
+
+
+def slurm_job(site, server, job_id) -> str:
+    from deeppod.settings import Settings
+
+    name = f"deeppod-{Settings(home=server.home).instance}-{job_id}"
+    out = site.cli.run(["squeue", "-h", "--states=all", f"--name={name}", "-o", "%i"])
+    return out.split()[0]
+
+
+def test_a_two_worker_ddp_job_is_one_slurm_job_of_the_tenants_account_as_its_identity(server, site, project):
+    plan = project / "plan.yaml"
+    plan.write_text("tenants:\n- name: default\n  slurm_account: vision\n")
+    server.cli(project, "plan", "apply", str(plan))
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--workers", "2", "--gpus-per-worker", "2", "--", PYTHON, "ddp.py")
+    job = ended(c, job_id)
+    assert job["state"] == "succeeded", (job["reason"], log(c, job_id), log(c, job_id, 1))
+    seen = [json.loads(log(c, job_id, r).strip().splitlines()[-1]) for r in (0, 1)]
+    assert [s["RANK"] for s in seen] == ["0", "1"] and {s["WORLD_SIZE"] for s in seen} == {"2"}
+    assert {s["sum"] for s in seen} == {3.0} and {s["DEEPPOD_JOB_ID"] for s in seen} == {str(job_id)}
+    assert sorted(s["CUDA_VISIBLE_DEVICES"] for s in seen) == ["0,1", "2,3"]  # Slurm's GRES, a pair each
+    assert {s["SLURM_JOB_ACCOUNT"] for s in seen} == {"vision"}  # the plan's account for the tenant
+    uids = {s["uid"] for s in seen}
+    assert len(uids) == 1 and uids.isdisjoint({0, os.getuid()})  # the tenant's identity, never the server's
+    shown = site.cli.run(["scontrol", "show", "job", slurm_job(site, server, job_id), "-o"])
+    uid = uids.pop()
+    assert "Account=vision" in shown and f"({uid})" in shown.split("UserId=", 1)[1].split()[0]
+    # and Slurm's accounting has it under the account, as the tenant's user (slurmdbd on MariaDB)
+    sacct = ["sacct", "-X", "-n", "-P", "-j", slurm_job(site, server, job_id), "-o", "Account,UID,State"]
+    assert wait_until(lambda: site.cli.run(sacct).strip() == f"vision|{uid}|COMPLETED", 30, what="sacct's record")
+    events = server.cli(project, "job", "events", str(job_id)).stdout
+    assert "handed to the cluster's scheduler" in events
+
+
+def test_slurms_nodes_are_listed_and_a_job_it_holds_back_says_slurms_reason_until_cancelled(server, site, project):
+    c = Client(server.url, server.admin_token)
+    nodes = server.cli(project, "nodes").stdout
+    (node,) = site.cli.run(["sinfo", "-h", "-N", "-o", "%N"]).split()
+    assert node in nodes
+    cpus = os.cpu_count()
+    busy = submit(server, site, project, "--workers", str(cpus), "--gpus-per-worker", "0", "--grace", "1",
+                  "--", PYTHON, "-c", "import time; print('busy', flush=True); time.sleep(600)")
+    wait_until(lambda: "busy" in log(c, busy), 60, what="the first job to run")
+    held = submit(server, site, project, "--gpus-per-worker", "0", "--", PYTHON, "-c", "print('ran')")
+    wait_until(lambda: "(Resources)" in (c.job(held).get("phase") or ""), 60, what="Slurm's reason")
+    table = server.cli(project, "jobs").stdout
+    assert "waiting in Slurm's queue: the nodes it needs are busy (Resources)" in table, table
+    server.cli(project, "cancel", str(held))
+    server.cli(project, "cancel", str(busy))
+    assert ended(c, held)["state"] == "cancelled" and ended(c, busy)["state"] == "cancelled"
+    assert "ran" not in log(c, held)
+    wait_until(lambda: not site.cli.run(["squeue", "-h", "-o", "%i"]).strip(), 60, what="Slurm's queue to empty")
+
+
+def test_a_stop_checkpoints_and_a_resume_goes_on_from_there(server, site, project):
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--gpus-per-worker", "0", "--", PYTHON, "steps.py")
+    wait_until(lambda: "step 5\n" in log(c, job_id), 60, what="the job to take steps")
+    server.cli(project, "stop", str(job_id))
+    assert ended(c, job_id)["state"] == "stopped"
+    server.cli(project, "resume", str(job_id))
+    job = ended(c, job_id)
+    text = log(c, job_id)
+    assert job["state"] == "succeeded" and "done" in text, (job, text)
+    saved = int(text.split("saved at step ")[1].split()[0])
+    assert saved >= 5 and f"from step {saved}" in text
+
+
+def test_slurms_requeue_resumes_the_same_job_from_its_checkpoint(server, site, project):
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--gpus-per-worker", "0", "--", PYTHON, "steps.py")
+    wait_until(lambda: "step 5\n" in log(c, job_id), 60, what="the job to take steps")
+    slurm_id = slurm_job(site, server, job_id)
+    site.cli.run(["scontrol", "requeue", slurm_id])
+    # Slurm holds a requeued job back two minutes (its BeginTime); an administrator's word lets it go now
+    wait_until(lambda: "(requeued by Slurm)" in (c.job(job_id).get("phase") or ""), 60, what="the requeue to show")
+    wait_until(lambda: site.cli.run(["squeue", "-h", "-j", slurm_id, "-o", "%t"]).strip() == "PD", 60,
+               what="Slurm to queue it again")
+    site.cli.run(["scontrol", "update", f"JobId={slurm_id}", "StartTime=now"])
+    job = ended(c, job_id)
+    text = log(c, job_id)
+    assert job["state"] == "succeeded" and "done" in text, (job, text)
+    assert text.count("from step ") == 2 and "from step 0" in text
+    again = int(text.rsplit("from step ", 1)[1].split()[0])
+    assert again >= 5  # went on from its checkpoint, not from the start
+    events = server.cli(project, "job", "events", str(job_id)).stdout
+    assert "requeued by Slurm" in events
+
+
+def test_a_worker_over_its_memory_is_killed_by_slurm_and_the_job_says_so(server, site, project):
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--gpus-per-worker", "0", "--memory", "300M", "--", PYTHON, "eat.py")
+    job = ended(c, job_id)
+    assert job["state"] == "failed" and "ran out of memory" in job["reason"], job
