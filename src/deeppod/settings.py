@@ -126,6 +126,9 @@ class Settings:
     slurm_conf: str = ""
     slurm_python: str = ""
     slurm_pythonpath: str = ""
+    # the seconds of simulation one sizing request (console or API) may take before it answers
+    # with the sizes tried so far ('deeppod size' on one's own machine has no limit)
+    sizing_budget_seconds: float = 20.0
     max_body_bytes: int = 1 << 20
     log_level: str = "INFO"
     # scheduler

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("console")
-    s = LiveServer(home / "home").start()
+    # a sizing answer is the sizes simulated within the server's budget (20 s): on a loaded machine
+    # that can be one size; the test sees every size it would have simulated (7.5 s quiet here)
+    s = LiveServer(home / "home", extra_env={"DEEPPOD_SIZING_BUDGET_SECONDS": "600"}).start()
     yield s
     s.stop()
     s.cleanup_jobs()
@@ -116,7 +118,8 @@ def test_train_from_the_console_watch_it_live_stop_and_resume(server, browser):
     cores = page.evaluate("() => document.querySelector('#usage .chart[data-usage=\"cpu\"]').uplot.data[1]")
     memory = page.evaluate("() => document.querySelector('#usage .chart[data-usage=\"memory\"]').uplot.data[1]")
     cores, memory = [v for v in cores if v is not None], [v for v in memory if v is not None]
-    assert max(cores) > 0.05 and min(memory) > 50, (cores, memory)  # it trains; torch alone holds more
+    # it trains; torch alone holds more (a first sample may come before its imports)
+    assert max(cores) > 0.05 and max(memory) > 50 and min(memory) > 0, (cores, memory)
     used = Client(server.url, server.admin_token).jobs.usage(job_id)  # the same series from the SDK
     assert used["cpu"] and used["memory_mb"], used
     shot(page, "job-running")
@@ -373,7 +376,7 @@ def test_an_admin_sizes_a_cluster_and_sees_the_wait_fall_with_its_size(server, b
     page.fill("#f-users", "20")
     page.fill("#f-runs_per_user_day", "4")
     page.fill("#f-wait_minutes", "10")
-    # the answer simulates for up to 20 s of the server's time (more on a loaded machine): not the click's wait
+    # the answer simulates until it has its sizes (7.5 s quiet here): not the click's wait
     page.click("#size-form button[type=submit]", no_wait_after=True)
     page.wait_for_selector("#size-chart .uplot", timeout=120_000)
     assert "users=20" in page.url  # an answer's address can be kept and shared

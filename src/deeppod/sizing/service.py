@@ -17,7 +17,7 @@ from deeppod.sizing.model import DAYS, Recommendation, Workload, size
 MAX_ARRIVALS = 20_000
 MAX_SIMULATED_GPUS = 4096
 MAX_TENANTS = 1_000  # each simulated user is a tenant of the simulator's plan: its round grows with them
-BUDGET_S = 20.0  # of simulations a request may run (the server's shutdown grace is longer)
+BUDGET_S = 20.0  # of simulations a request may run, by default (settings.sizing_budget_seconds)
 
 
 def check_may(principal) -> None:
@@ -26,8 +26,10 @@ def check_may(principal) -> None:
                         "answer on your own machine")
 
 
-def recommend(principal, workload: Workload, gone=None, clock=time.monotonic) -> Recommendation:
-    """``gone()``: whether the client hung up (its work is then given up at the next size)."""
+def recommend(principal, workload: Workload, gone=None, clock=time.monotonic,
+              budget_s: float = BUDGET_S) -> Recommendation:
+    """``gone()``: whether the client hung up (its work is then given up at the next size);
+    ``budget_s``: the server's DEEPPOD_SIZING_BUDGET_SECONDS."""
     check_may(principal)
     rough = size(replace(workload, simulate=False))  # arithmetic only: at once
     if not workload.simulate:
@@ -40,5 +42,5 @@ def recommend(principal, workload: Workload, gone=None, clock=time.monotonic) ->
                          f"{MAX_TENANTS:,} users on {MAX_SIMULATED_GPUS:,}): 'deeppod size' simulates any size on "
                          "your own machine")
         return rough
-    deadline = clock() + BUDGET_S
+    deadline = clock() + budget_s
     return size(workload, stop=lambda: clock() > deadline or (gone is not None and gone()))

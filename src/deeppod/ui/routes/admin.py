@@ -5,6 +5,8 @@ do and calls the service the API calls."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import yaml
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -188,8 +190,8 @@ async def size(request: Request, viewer: ViewerDep) -> Response:
     try:
         body = forms.validated(SizingIn, {k: v for k, v in form.items() if v.strip()}, {},
                                {k: k for k in SIZING_FIELDS})
-        result = await in_thread_until_gone(request, sizing.recommend, viewer.principal,
-                                            Workload(**body.model_dump()))
+        within = partial(sizing.recommend, budget_s=get_ctx(request).settings.sizing_budget_seconds)
+        result = await in_thread_until_gone(request, within, viewer.principal, Workload(**body.model_dump()))
     except forms.FormErrors as exc:
         return page(request, "size.html", status=exc.status, form=form, errors=exc.errors, result=None)
     except DeepPodError as exc:
