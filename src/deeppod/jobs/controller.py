@@ -110,8 +110,8 @@ class JobController:
             handle = job.handle or self.executor.find(job.id, self.job_dir(job.id), run_mark(job))
             status = self.executor.poll(handle) if handle else NOT_LAUNCHED
             if (status.phase or None) != job.phase and not status.finished:  # shown: "preparing environment"
-                job.phase = status.phase or None
-                if job.phase:  # what it did before its command ran stays in its history
+                before, job.phase = job.phase, status.phase or None
+                if job.phase and not same_reason(before or "", job.phase):  # kept in its history, as a wait's reason
                     add_event(s, job, "phase", job.phase)
             alloc = Allocation.of(job)
             resizing = alloc.resize is not None

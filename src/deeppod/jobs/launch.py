@@ -184,12 +184,17 @@ class Launcher:
         workers = self.workers(s, job, placed, placed, staged=staged, token=token or self.token(s, job),
                                meet=self.rendezvous(s, job, placed[0].node), generation=0)
         sandbox = self._sandbox(s, job, folder, staged, {w.node for w in placed}) if self.isolation else None
-        plan, tenant = plan_now(s), s.get(Tenant, job.tenant_id).name
+        queue = self._queue_as(s, job) if self.executor.queues else {}
         return LaunchSpec(job_id=job.id, job_dir=folder.root, command=list(job.command), workdir=job.workdir,
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
                           run=run_mark(job), gpus_per_worker=job.gpus_per_worker, cpus_per_worker=job.cpus_per_worker,
-                          account=plan.nearest(tenant, "slurm_account"), qos=plan.nearest(tenant, "slurm_qos"))
+                          **queue)
+
+    def _queue_as(self, s: Session, job: Job) -> dict:
+        """Where the cluster's own scheduler files the job: its tenant's account and QOS in the plan."""
+        plan, tenant = plan_now(s), s.get(Tenant, job.tenant_id).name
+        return {"account": plan.nearest(tenant, "slurm_account"), "qos": plan.nearest(tenant, "slurm_qos")}
 
     def _env_order(self, job: Job) -> dict | None:
         """What the supervisor builds (or finds built) before the job's workers start: its own

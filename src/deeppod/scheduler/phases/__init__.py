@@ -37,7 +37,6 @@ from deeppod.scheduler.round_state import RoundState
 PHASES: dict[str, ModuleType] = {"health": health, "candidates": candidates, "reclaim": reclaim,
                                  "fair_share": fair_share, "priority": priority, "least_attained": least_attained,
                                  "starts": starts, "grow": grow, "hand_off": hand_off}
-DEFAULT = tuple(n for n in PHASES if n != "hand_off")
 HANDED_OFF = ("hand_off",)
 
 
