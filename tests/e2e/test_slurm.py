@@ -29,15 +29,18 @@ print(json.dumps({**{k: os.environ.get(k) for k in keys}, "sum": t.item(), "uid"
 dist.destroy_process_group()
 """
 
-# counts to 40, a step each 0.1 s, saving its step; a stop (SIGTERM) saves and asks to be resumed
+# a step each 0.1 s, saving its step; a stop (SIGTERM) saves and asks to be resumed. Its first run
+# never ends by itself (a stop or a requeue must reach it however slow the machine); a resumed run
+# goes on to step 40 and is done
 STEPS = """
 import os, signal, sys, time
 ckpt = os.path.join(os.environ["DEEPPOD_CHECKPOINT_DIR"], "step")
-step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+resumed = os.path.exists(ckpt)
+step = int(open(ckpt).read()) if resumed else 0
 print(f"from step {step}", flush=True)
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-while step < 40:
+while step < 40 or not resumed:
     if stop:
         print(f"saved at step {step}", flush=True)
         sys.exit(75)
