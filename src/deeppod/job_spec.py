@@ -54,6 +54,10 @@ class JobSpec:
     env: dict[str, str] = _opt(factory=dict)
     priority: int = _opt(0, ge=-1000, le=1000)
     grace_seconds: float | None = _opt(ge=0, le=3600)
+    time_limit_seconds: float | None = _opt(gt=0, le=365 * 86400, description="the longest one run may last: then "
+                                            "it is stopped as a stop would (SIGTERM, its grace to checkpoint) and "
+                                            "'deeppod resume' goes on; on Slurm, its --time. Default: none (on "
+                                            "Slurm, its partition's)")
     preemptible: bool = _opt(True)
     max_restarts: int = _opt(0, ge=0, le=100)
     stop_rules: list[dict] = _opt(factory=list, max_length=20, description="[{'kind': 'nan', 'metric': 'loss'}, "
@@ -69,7 +73,8 @@ class JobSpec:
 FIELDS = tuple(f.name for f in fields(JobSpec))
 # A field's options on `deeppod submit` (and keys of a --spec file), where not the field's own name.
 CLI_OPTIONS = {"max_workers": ("workers",), "memory_mb_per_worker": ("memory",), "gpu_memory_mb": ("gpu-memory",),
-               "grace_seconds": ("grace",), "stop_rules": ("stop-on-nan", "stop-patience"), "datasets": ("dataset",)}
+               "grace_seconds": ("grace",), "time_limit_seconds": ("time",),
+               "stop_rules": ("stop-on-nan", "stop-patience"), "datasets": ("dataset",)}
 
 
 def cli_options(name: str) -> tuple[str, ...]:

@@ -18,3 +18,11 @@ def size_text(n: float | None) -> str:
         if abs(n) < 1000 or unit == _UNITS[-1]:
             return f"{n:.3g} {unit}" if abs(n) < 100 else f"{n:.0f} {unit}"
     return f"{n:.0f} PB"  # not reached
+
+
+def duration_text(seconds: float) -> str:
+    """A limit as --time reads it: '2d', '12h', '90m', '45s' (whole days, hours or minutes where it is one)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

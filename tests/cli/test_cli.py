@@ -120,10 +120,14 @@ def test_plan_apply_show_and_bad_plans(cli, live_server, tmp_path):
 
 def test_elastic_submit_and_cordon(cli, live_server, tmp_path):
     admin = {"url": live_server.url, "token": live_server.admin_token}
-    p = cli("submit", "--workers", "1:3", "--gpus-per-worker", "1", "--", sys.executable, "-c", "print(1)", **admin)
+    p = cli("submit", "--workers", "1:3", "--gpus-per-worker", "1", "--time", "1-12:00:00", "--", sys.executable,
+            "-c", "print(1)", **admin)
     job_id = p.stdout.split()[1]
     job = json.loads(cli("job", "show", job_id, "--json", **admin).stdout)
-    assert (job["workers"], job["max_workers"]) == (1, 3)
+    assert (job["workers"], job["max_workers"], job["time_limit_seconds"]) == (1, 3, 129600)
+    assert "time:      at most 36h a run" in cli("job", "show", job_id, **admin).stdout
+    p = cli("submit", "--time", "90", "--", sys.executable, check=False, **admin)
+    assert p.returncode == 2 and "--time '90' is not a time limit: use e.g. 90m" in p.stderr
     p = cli("submit", "--workers", "3:1", "--", sys.executable, check=False, **admin)
     assert p.returncode == 2 and "max_workers" in p.stderr
     p = cli("submit", "--workers", "x", "--", sys.executable, check=False, **admin)

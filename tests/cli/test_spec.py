@@ -106,7 +106,8 @@ def _job(**kw):
                 workers=2, max_workers=4, gpus_per_worker=1, cpus_per_worker=4.0, memory_mb_per_worker=8192,
                 gpu_memory_mb=40960, pids_per_worker=512, requirements="numpy==2.1\n\ntqdm\n", python="3.11",
                 image=None, network="isolated", workdir="/srv/work/red/resnet", priority=3, grace_seconds=45.0,
-                preemptible=False, max_restarts=2, env={"PATH": "/usr/bin", "WANDB_KEY": "secret"},
+                time_limit_seconds=129600.0, preemptible=False, max_restarts=2,
+                env={"PATH": "/usr/bin", "WANDB_KEY": "secret"},
                 stop_rules=[{"kind": "nan", "metric": "loss"},
                             {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}],
                 datasets=["mnist@2", "red/cifar"])
@@ -127,6 +128,7 @@ def test_a_jobs_spec_submits_the_same_job_again(fake, tmp_path):
     assert sent["requirements"] == "numpy==2.1\ntqdm\n" and sent["python"] == "3.11"
     assert (sent["network"], sent["workdir"], sent["priority"]) == ("isolated", job.workdir, 3)
     assert (sent["grace_seconds"], sent["preemptible"], sent["max_restarts"]) == (45.0, False, 2)
+    assert sent["time_limit_seconds"] == 129600.0 and "time: 36h" in text
     assert sent["stop_rules"] == [{"kind": "nan", "metric": "loss"},
                                   {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}]
     assert sent["datasets"] == ["mnist@2", "red/cifar"]

@@ -44,7 +44,7 @@ def executor(cli):
     return SlurmExecutor(cli, python=PYTHON, pythonpath=PYTHONPATH)
 
 
-def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1"):
+def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1", time_limit=None):
     work = place / "work"
     work.mkdir(exist_ok=True)
     os.chown(work, NOBODY, NOBODY)
@@ -57,7 +57,7 @@ def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job
              for r in range(workers)]
     spec = LaunchSpec(job_id=job_id, job_dir=place / "job", command=[PYTHON, "w.py"], workdir=str(work),
                       workers=specs, grace_seconds=grace, memory_mb_per_worker=memory, gpus_per_worker=gpus,
-                      sandbox={"uid": NOBODY, "gid": NOBODY}, run=run)
+                      sandbox={"uid": NOBODY, "gid": NOBODY}, run=run, time_limit_seconds=time_limit)
     return ex.launch(spec)
 
 
@@ -112,6 +112,26 @@ def test_a_stop_reaches_the_worker_which_checkpoints_and_asks_to_be_resumed(slur
     ex.terminate(h)
     st = ended(ex, h)
     assert st.exit_codes == {0: 75} and st.stopped, st
+    assert (place / "work/checkpoint").read_text() == "step 7"
+
+
+def test_a_job_at_its_time_limit_is_told_in_time_to_checkpoint_and_says_so(slurm, place):
+    # a minute, Slurm's least: its word comes up to a minute early, and its end at most half a minute late
+    ex = executor(slurm)
+    h = launch(ex, place, """
+        import signal, sys, time
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        print("training", flush=True)
+        while not stop:
+            time.sleep(0.05)
+        open("checkpoint", "w").write("step 7")
+        sys.exit(75)
+    """, grace=1, time_limit=50)
+    slurm_id = h["slurm_id"]
+    assert " TimeLimit=00:01:00 " in slurm.run(["scontrol", "show", "job", slurm_id, "-o"])  # rounded up
+    st = ended(ex, h, timeout=180)
+    assert st.exit_codes == {0: 75} and st.timed_out and not st.stopped and not st.reason, st
     assert (place / "work/checkpoint").read_text() == "step 7"
 
 

@@ -315,3 +315,44 @@ def test_points_its_processes_could_not_send_are_taken_when_the_run_ends(session
     with sessions() as s:
         assert s.scalars(select(JobMetric).where(JobMetric.job_id == other)).all() == []
     assert outside.read_text() == lines[0] + "\n" and link.is_symlink()
+
+
+def test_a_run_that_lasts_its_time_limit_is_stopped_to_checkpoint_and_may_be_resumed(sessions, world, tmp_path):
+    from datetime import UTC, datetime
+
+    from tests.fixtures import Clock
+
+    clock = Clock()
+    rec = JobController(sessions, FakeExecutor(), jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        clock=clock)
+    jid = submit(sessions, world.alice, tmp_path, time_limit_seconds=5400)
+    rec.tick()
+    with sessions.begin() as s:  # it started at the controller's now
+        s.get(Job, jid).started_at = datetime.fromtimestamp(clock.t, UTC)
+    clock.t += 5399
+    rec.tick()
+    assert job(sessions, jid).state == "running" and rec.executor.terminated == []
+    clock.t += 1
+    rec.tick()  # its limit: SIGTERM, as a stop (the fake ends the run at once)
+    assert rec.executor.terminated == [jid]
+    (tmp_path / "jobs" / str(jid) / "checkpoints" / "ckpt-000000000012.pt").write_bytes(b"x")
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "stopped", j.reason
+    assert j.reason == ("stopped at its time limit of 90m ('deeppod resume' starts its next run); "
+                        "checkpoint saved at step 12")
+    with sessions() as s:
+        events = [e.message for e in s.scalars(select(JobEvent).where(JobEvent.job_id == jid))]
+    assert any("its time limit of 90m is reached" in m for m in events), events
+    with sessions.begin() as s:
+        service.resume(s, world.alice, jid)
+    assert job(sessions, jid).state == "queued" and job(sessions, jid).time_limit_seconds == 5400
+
+
+def test_a_run_its_clusters_scheduler_ended_at_the_time_limit_is_stopped_not_failed(sessions, world, rec, tmp_path):
+    jid = submit(sessions, world.alice, tmp_path, time_limit_seconds=60)
+    rec.tick()
+    rec.executor.status[jid] = ExecStatus(finished=True, exit_codes={0: 75}, timed_out=True)
+    rec.tick()
+    j = job(sessions, jid)
+    assert j.state == "stopped" and j.reason.startswith("stopped at its time limit of 1m ('deeppod resume' starts")

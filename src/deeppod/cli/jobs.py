@@ -18,10 +18,12 @@ from deeppod.cli.values import (
     parse_env,
     parse_memory,
     parse_stop_rules,
+    parse_time_limit,
     parse_workers,
     read_requirements,
 )
 from deeppod.contract import FINAL_STATES, JobState, same_reason
+from deeppod.units import duration_text
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="One job: show, events, spec.")
@@ -108,6 +110,10 @@ def submit(
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
     grace: Annotated[float | None,
                      typer.Option(help="seconds between SIGTERM and SIGKILL on a stop, cancel or preemption")] = None,
+    time: Annotated[str | None, typer.Option(
+        "--time", help="the longest one run may last, e.g. 90m, 12h or 1-12:00:00: then it is stopped as 'deeppod "
+                       "stop' would (it checkpoints) and 'deeppod resume' goes on (on Slurm: its --time)",
+        show_default=False)] = None,
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
                                               help="may be preempted to give GPUs back to their owners")] = True,
     max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,
@@ -130,7 +136,8 @@ def submit(
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
                    requirements=read_requirements(requirements) if requirements else inline_requirements(ctx),
                    image=image, workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
-                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory), datasets=dataset)
+                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory), datasets=dataset,
+                   time_limit_seconds=parse_time_limit(time))
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     warn_never_fits(job)
     if follow:
@@ -202,6 +209,8 @@ def job_show(job_id: int, as_json: JsonOpt = False, url: UrlOpt = None, token: T
     console.print(f"workers:   {j['workers']} x ({gpus}, {j['cpus_per_worker']:g} CPU{memory})  priority "
                   f"{j['priority']}")
     console.print(f"submitted: {j['submitted_at']}  started: {j['started_at'] or '-'}  ended: {j['ended_at'] or '-'}")
+    if j.get("time_limit_seconds"):
+        console.print(f"time:      at most {duration_text(j['time_limit_seconds'])} a run, then stopped to checkpoint")
     if j.get("requirements") or j.get("python"):
         console.print(f"python:    its own environment {j.get('env_key') or '(built at start)'}"
                       f"{' on Python ' + j['python'] if j.get('python') else ''}: "

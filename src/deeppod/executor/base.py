@@ -45,6 +45,9 @@ class LaunchSpec:
     # and slurm_qos for its tenant); None: that scheduler's default for the job's user
     account: str | None = None
     qos: str | None = None
+    # the longest this run may last (the job's --time): an executor that queues (Slurm) enforces it
+    # itself; for the others the controller stops the job at its end (jobs/time_limit.py)
+    time_limit_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class ExecStatus:
     lost: bool = False  # the supervisor vanished without a result
     lost_nodes: tuple[str, ...] = ()  # nodes that left the cluster under it: not the job's fault, requeued
     phase: str = ""  # what it does before its workers start ("preparing environment"); "": nothing
+    timed_out: bool = False  # its cluster's scheduler ended it at its time limit (Slurm's TIMEOUT)
 
 
 class Executor(Protocol):

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"}
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+# how long before a time limit (the job's grace added) Slurm tells the batch step: it passes the
+# word on to the workers with scancel (Slurm itself may send it up to a minute earlier)
+TIME_LIMIT_LEAD_S = 10
 UP = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"}
 # Slurm's waiting reasons (squeue(1)) in DeepPod's words
 REASONS = {
@@ -184,9 +187,14 @@ class SlurmExecutor:
         return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": slurm_id}
 
     def resources(self, spec: LaunchSpec) -> list[str]:
-        """One task per worker, with the worker's CPUs, memory and GPUs."""
+        """One task per worker, with the worker's CPUs, memory and GPUs; the job's time limit (Slurm's
+        are whole minutes) and, ahead of whichever limit ends it, a word to the batch step, which
+        stops the workers as a stop would: they have their grace to checkpoint before Slurm's end."""
         cpus = max(1, math.ceil(spec.cpus_per_worker))
-        args = [f"--ntasks={len(spec.workers)}", f"--cpus-per-task={cpus}"]
+        args = [f"--ntasks={len(spec.workers)}", f"--cpus-per-task={cpus}",
+                f"--signal=B:USR1@{math.ceil(spec.grace_seconds) + TIME_LIMIT_LEAD_S}"]
+        if spec.time_limit_seconds:
+            args.append(f"--time={max(1, math.ceil(spec.time_limit_seconds / 60))}")
         if spec.memory_mb_per_worker:
             args.append(f"--mem-per-cpu={math.ceil(spec.memory_mb_per_worker / cpus)}M")
         if spec.gpus_per_worker:
@@ -217,7 +225,8 @@ class SlurmExecutor:
         folder = JobFolder(Path(handle["job_dir"]))
         if (result := folder.read_result()) is not None:
             return ExecStatus(finished=True, exit_codes={int(k): int(v) for k, v in result["exit_codes"].items()},
-                              reason=result.get("reason", ""), stopped=bool(result.get("stopped")))
+                              reason=result.get("reason", ""), stopped=bool(result.get("stopped")),
+                              timed_out=bool(result.get("timed_out")))
         job = self._show(handle["slurm_id"])
         state = (job.get("JobState") or "GONE").split()[0]
         if state in WAITING:
@@ -229,8 +238,10 @@ class SlurmExecutor:
             return self.poll(handle)
         stopped = folder.read_stop() == "stop"
         lost = (job.get("NodeList", "").split(",") if state == "NODE_FAIL" else [])
-        return ExecStatus(finished=True, exit_codes=folder.exit_codes(), stopped=stopped,
-                          reason="" if stopped else f"Slurm ended the job: {state} ({job.get('Reason', 'None')})",
+        timed_out = state == "TIMEOUT"  # its workers did not end in their grace after the batch step's word
+        return ExecStatus(finished=True, exit_codes=folder.exit_codes(), stopped=stopped, timed_out=timed_out,
+                          reason="" if stopped or timed_out else f"Slurm ended the job: {state} "
+                                                                 f"({job.get('Reason', 'None')})",
                           lost=state == "GONE", lost_nodes=tuple(n for n in lost if n))
 
     def _show(self, slurm_id: str) -> dict[str, str]:

@@ -5,8 +5,9 @@ It picks the rendezvous there (rank 0 runs on this node: Slurm places task 0 on 
 host), starts every worker with one ``srun`` (executor/slurm_task.py), and when one worker
 fails stops the others (SIGTERM to the step; each task gives its worker the job's grace). At the
 end it writes ``result.json``: the exit codes, why the run ended, whether DeepPod asked for the
-stop. A run that Slurm itself ended (its time, a preemption, a requeue, a node lost) writes no
-result: the executor reads Slurm's word on it instead.
+stop, whether the time limit's word (USR1, sbatch --signal) stopped it. A run that Slurm itself
+ended (its time, a preemption, a requeue, a node lost) writes no result: the executor reads
+Slurm's word on it instead.
 
 Standard library only.
 """
@@ -48,6 +49,8 @@ def main(argv: list[str]) -> int:
     folder, spec = loaded
     ended_by_slurm: list[int] = []  # a signal to the batch step itself: Slurm ends the whole run
     signal.signal(signal.SIGTERM, lambda sig, _: ended_by_slurm.append(sig))
+    time_up: list[int] = []  # sbatch --signal=B:USR1: the time limit is near, the workers stop as at a stop
+    signal.signal(signal.SIGUSR1, lambda sig, _: time_up.append(sig))
     for rank in range(len(spec["workers"])):  # a requeued run starts clean
         folder.exit_file(rank).write_text("")
     address = node_address(os.environ.get("SLURMD_NODENAME", socket.gethostname()))
@@ -58,29 +61,34 @@ def main(argv: list[str]) -> int:
     oom: set[int] = set()
     reader = threading.Thread(target=_relay, args=(srun.stderr, oom), daemon=True)
     reader.start()
-    reason = ""
+    reason, told = "", False
     while srun.poll() is None:
+        if time_up and not told:
+            told = True
+            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
         if not reason:
-            reason = _failed(folder, len(spec["workers"]), oom)
+            reason = _failed(folder, len(spec["workers"]), oom, bool(time_up))
             if reason:
                 subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
         time.sleep(POLL_S)
     reader.join(timeout=5)
     codes = folder.exit_codes()
-    final = _failed(folder, len(spec["workers"]), oom)
+    final = _failed(folder, len(spec["workers"]), oom, bool(time_up))
     reason = final if oom else reason or final  # srun says 'Out Of Memory' after the task's end
     if ended_by_slurm and folder.read_stop() is None:
         return 0  # Slurm's own end of the run (time, preemption, requeue): the executor asks Slurm
     result = {"exit_codes": {str(r): c for r, c in sorted(codes.items())}, "reason": reason,
-              "stopped": folder.read_stop() == "stop", "ended_at": time.time()}
+              "stopped": folder.read_stop() == "stop", "timed_out": bool(time_up) and folder.read_stop() is None,
+              "ended_at": time.time()}
     with open(folder.result_file(), "w") as f:  # made for it: the job may not make files here
         f.write(json.dumps(result))
     return 0
 
 
-def _failed(folder: JobFolder, workers: int, oom: set[int]) -> str:
-    """Why the run ends early: the first worker that failed (a stop's 'resume me' is no failure)."""
-    stopping = folder.read_stop() is not None
+def _failed(folder: JobFolder, workers: int, oom: set[int], time_up: bool = False) -> str:
+    """Why the run ends early: the first worker that failed (a stop's or a time limit's 'resume me'
+    is no failure)."""
+    stopping = time_up or folder.read_stop() is not None
     for rank, code in sorted(folder.exit_codes().items()):
         if rank in oom:
             return f"rank {rank} ran out of memory (Slurm's limit for the job)"

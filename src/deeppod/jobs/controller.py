@@ -20,6 +20,7 @@ from deeppod.cluster.burst import Autoscaler, Bursting
 from deeppod.cluster.service import NodeUsage, mark_down, usage_of
 from deeppod.contract import HOLDING_STATES, JobState, base_environment, same_reason
 from deeppod.executor.base import ExecStatus, Executor
+from deeppod.jobs import time_limit
 from deeppod.jobs.allocation import Allocation
 from deeppod.jobs.launch import Isolation, Launcher
 from deeppod.jobs.metrics import take_spool
@@ -120,13 +121,17 @@ class JobController:
                 held = usage_of(holding) if held is None else held
                 spares = self.resizes.spares_for(s, job, held)
             respare = spares is not None and spares != alloc.spares
-            if not fenced and (status.finished or resizing or respare):  # what follows writes: prove the lead first
+            # a cluster that queues (Slurm) was handed the limit and enforces it itself
+            timed_out = not status.finished and not self.executor.queues and time_limit.over(job, self.clock())
+            if not fenced and (status.finished or resizing or respare or timed_out):  # it writes: prove the lead
                 self.fence(s)
                 fenced = True
             if handle is None:  # its server stopped after deciding to start it and before launching it
                 never_launched(s, job)
             elif status.finished:
                 self._ended(s, job, status)
+            elif timed_out:
+                time_limit.stop(s, job)
             elif resizing:
                 self.resizes.follow(s, job, status)
             elif respare:

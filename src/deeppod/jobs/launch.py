@@ -189,7 +189,7 @@ class Launcher:
                           workers=workers, grace_seconds=job.grace_seconds,
                           memory_mb_per_worker=job.memory_mb_per_worker, sandbox=sandbox, env=self._env_order(job),
                           run=run_mark(job), gpus_per_worker=job.gpus_per_worker, cpus_per_worker=job.cpus_per_worker,
-                          **queue)
+                          time_limit_seconds=job.time_limit_seconds, **queue)
 
     def _queue_as(self, s: Session, job: Job) -> dict:
         """Where the cluster's own scheduler files the job: its tenant's account and QOS in the plan."""

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.service import revoke_job_tokens
 from deeppod.contract import EXIT_RESUME, JobState, describe_exit
 from deeppod.executor.base import ExecStatus
+from deeppod.jobs import time_limit
 from deeppod.jobs.service import add_event, move
 from deeppod.store.models import Job, utcnow
 
@@ -28,6 +29,8 @@ def outcome(job: Job, status: ExecStatus, kept: str = "") -> tuple[JobState, str
     tail = (f"; {kept}" if kept else "") + _killed_in_grace(job, status)
     if job.stop_reason:
         return JobState(job.stop_as or JobState.STOPPED), job.stop_reason + tail
+    if status.timed_out:  # its cluster's scheduler ended the run at the job's (or its partition's) limit
+        return JobState.STOPPED, time_limit.reached(job.time_limit_seconds) + tail
     if job.state in (JobState.PREEMPTED, JobState.RESIZING):
         return JobState.QUEUED, "requeued: " + (job.reason or str(job.state)) + tail
     codes = status.exit_codes

@@ -247,6 +247,7 @@ def _submit(session: Session, principal: Principal, req: JobSpec, default_grace:
         network=req.network or "host", python=wanted.python if wanted else None,
         requirements="\n".join(wanted.lines()) if wanted else None, image=req.image,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
+        time_limit_seconds=req.time_limit_seconds,
         read_paths=list(read_paths or []),
     )
     session.add(job)

@@ -5,6 +5,7 @@ What the API never shows back stays out: --env values (only their names, in a co
 from __future__ import annotations
 
 from deeppod.errors import InvalidRequest
+from deeppod.units import duration_text
 
 # Set by the CLI itself on every submit (cli/values.exported_env), not by the user.
 _EXPORTED = {"PATH", "VIRTUAL_ENV"}
@@ -28,6 +29,7 @@ def fields_of(job, own_code_dir: str) -> dict:
            # its own folder holds code sent with it (or nothing): a new submit sends its own
            "workdir": None if job.workdir == own_code_dir else job.workdir,
            "priority": job.priority or None, "grace": _number(job.grace_seconds),
+           "time": duration_text(job.time_limit_seconds) if job.time_limit_seconds else None,
            "preemptible": job.preemptible, "max-restarts": job.max_restarts or None}
     for rule in job.stop_rules or []:
         if rule.get("kind") == "nan":

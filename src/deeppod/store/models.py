@@ -187,6 +187,7 @@ class Job(Base):
     network: Mapped[str] = mapped_column(String(16), default="host", server_default="host")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
+    time_limit_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)  # the longest one run may last
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     max_restarts: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)

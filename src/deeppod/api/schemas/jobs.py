@@ -38,6 +38,7 @@ class JobOut(Out):
     phase: str | None = None
     priority: int
     grace_seconds: float
+    time_limit_seconds: float | None = Field(default=None, description="the longest one run may last (seconds)")
     restart_count: int
     max_restarts: int
     preemptible: bool

@@ -48,6 +48,8 @@ FORM_LEAVES_OUT = {
     "preemptible": "a job from the form may be preempted; 'deeppod submit --no-preemptible' makes one that may not",
     "pids_per_worker": "the tenant's plan (or the server's default) bounds a form's job's processes",
     "stop_rules": "stop rules are written with 'deeppod submit --stop-on-nan/--stop-patience' or in a spec file",
+    "time_limit_seconds": "a form's job runs until it ends (on Slurm, its partition's limit); 'deeppod submit "
+                          "--time' or a spec file's 'time' gives one a limit",
 }
 SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image",
                   "requirements": "requirements", "install from": "requirements", "is not a version": "python",
