@@ -53,6 +53,19 @@ print("done", flush=True)
 """
 
 
+# a search's trial: a score that rises with x, reported each step through the runtime
+TRIAL = """
+import argparse, math, time
+from deeppod import runtime
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float)
+x = p.parse_args().x
+for step in range(4):
+    runtime.report(step, score=x * (1 - math.exp(-(step + 1) / 2)))
+    time.sleep(0.1)
+"""
+
+
 @pytest.fixture(scope="module")
 def site():
     with slurm_site() as s:
@@ -79,6 +92,8 @@ def server(site):
 def project(tmp_path):
     (tmp_path / "ddp.py").write_text(textwrap.dedent(DDP))
     (tmp_path / "steps.py").write_text(textwrap.dedent(STEPS))
+    (tmp_path / "trial.py").write_text(textwrap.dedent(TRIAL))
+    (tmp_path / "space.yaml").write_text("x: {type: float, low: 0.0, high: 1.0}\n")
     (tmp_path / "eat.py").write_text("x = bytearray(900 << 20)\nprint('allocated', flush=True)\n")
     return tmp_path
 
@@ -190,3 +205,20 @@ def test_a_worker_over_its_memory_is_killed_by_slurm_and_the_job_says_so(server,
     job_id = submit(server, site, project, "--gpus-per-worker", "0", "--memory", "300M", "--", PYTHON, "eat.py")
     job = ended(c, job_id)
     assert job["state"] == "failed" and "ran out of memory" in job["reason"], job
+
+
+def test_a_search_runs_its_trials_as_slurm_jobs_and_finds_the_best(server, site, project):
+    server.cli(project, "tune", "create", "slurm-search", "--space", "space.yaml", "--metric", "score", "--mode", "max",
+               "--trials", "3", "--parallel", "2", "--sampler", "random", "--pruner", "none", "--seed", "3",
+               "--gpus-per-worker", "0", "--env", f"PYTHONPATH={site.pythonpath}", "--", PYTHON, "trial.py",
+               "--x", "{x}")
+    c = Client(server.url, server.admin_token)
+    done = wait_until(lambda: (e := c.experiment("slurm-search"))["state"] not in ("running", "stopping") and e,
+                      180, interval=1, what="the search to end")
+    rows = done["trial_table"]
+    assert done["state"] == "completed" and [t["state"] for t in rows] == ["completed"] * 3, rows
+    top = max(rows, key=lambda t: t["value"])
+    assert done["best_trial"] == top["number"] and done["best_params"] == top["params"]
+    for t in rows:  # each trial was a Slurm job of its own, and reported from inside it
+        assert "handed to the cluster's scheduler" in server.cli(project, "job", "events", str(t["job_id"])).stdout
+        assert slurm_job(site, server, t["job_id"]).isdigit()
