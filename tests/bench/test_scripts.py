@@ -3,7 +3,7 @@ that no longer runs fails here, not the day someone needs its figures (issue 69:
 column had not been measured for several sessions, its turn dying on a None URL).
 
 Each runs in a copy of benchmarks/ (its results files land there, never over the recorded
-ones), against the repository's own src/ and tests/. A peer that is not installed here (NVIDIA
+ones), against the repository's own src/, tests/ and scripts/. A peer that is not installed here (NVIDIA
 DALI, Ray Serve, Ray Tune) is answered by tests/bench/fake_peer.py through the benchmark's own
 ``--dali-python`` / ``--ray-python``, so the code that starts and reads the peer runs too. The
 figures are not looked at, only that the script ends well and prints its comparison."""
@@ -58,6 +58,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "topology_placement.py": (["--nodes", "4", "--jobs", "200", "--seeds", "1"], "tightest"),
     "train_throughput.py": (["--model", "resnet18", "--batch-size", "2", "--image-size", "32", "--workers", "2",
                              "--steps", "2", "--rounds", "1"], "ratio"),
+    "slurm_overhead.py": (["--rounds", "1", "--steps", "20"], "deeppod / plain"),
     "tune.py": (["--task", "digits", "--trials", "2", "--parallel", "1", "--epochs", "3", "--systems", "optuna,deeppod",
                  "--ray-python", FAKE], "ray vs optuna"),
 }
@@ -76,11 +77,11 @@ def test_every_benchmark_is_run_here_or_by_another():
 
 @pytest.fixture
 def sandbox(tmp_path):
-    """A copy of benchmarks/ beside links to the repository's src/ and tests/."""
+    """A copy of benchmarks/ beside links to the repository's src/, tests/ and scripts/."""
     root = tmp_path / "repo"
     shutil.copytree(ROOT / "benchmarks", root / "benchmarks", ignore=shutil.ignore_patterns("__pycache__", "results"))
     (root / "benchmarks" / "results").mkdir()
-    for name in ("src", "tests", "pyproject.toml"):
+    for name in ("src", "tests", "scripts", "pyproject.toml"):
         (root / name).symlink_to(ROOT / name)
     fake = tmp_path / "peer-python"
     fake.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'bench' / 'fake_peer.py'} \"$@\"\n")
