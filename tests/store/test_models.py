@@ -5,7 +5,10 @@ from datetime import UTC
 from sqlalchemy import select
 
 from deeppod.contract import HOLDING_STATES, JobState
+from deeppod.executor.slurm import waiting_reason
 from deeppod.store.models import Job, JobEvent, Tenant, User
+
+LONG_PHASE = waiting_reason("QOSMaxGRESPerUser") + " (requeued by Slurm)"
 
 
 def owner(s) -> tuple[Tenant, User]:
@@ -22,7 +25,7 @@ def test_job_round_trip_keeps_json_and_utc(sessions):
     with sessions.begin() as s:
         t, u = owner(s)
         job = Job(name="j", tenant_id=t.id, user_id=u.id, command=["python", "-c", "print(1)"], workdir="/tmp",
-                  env={"A": "1"}, allocation={"workers": [{"rank": 0, "gpus": [1, 2]}]})
+                  env={"A": "1"}, allocation={"workers": [{"rank": 0, "gpus": [1, 2]}]}, phase=LONG_PHASE)
         s.add(job)
         s.flush()
         s.add(JobEvent(job_id=job.id, kind="queued", message="m"))
@@ -32,6 +35,7 @@ def test_job_round_trip_keeps_json_and_utc(sessions):
         assert job.command == ["python", "-c", "print(1)"]
         assert job.env == {"A": "1"}
         assert job.allocation["workers"][0]["gpus"] == [1, 2]
+        assert job.phase == LONG_PHASE  # Slurm's reasons in DeepPod's words: past the 64 characters it once had
         assert job.submitted_at.tzinfo is not None
         assert job.submitted_at.utcoffset() == UTC.utcoffset(None)
         assert job.state is JobState.QUEUED  # loaded as the enum, stored as its plain value

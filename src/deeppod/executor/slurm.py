@@ -53,6 +53,8 @@ REASONS = {
     "BeginTime": "its start time has not come",
     "JobHeldUser": "it is held by its user",
     "JobHeldAdmin": "it is held by an administrator",
+    "launch_failed_requeued_held": "Slurm could not start it on its node and holds it until an administrator "
+                                   "releases it (scontrol release)",
     "PartitionDown": "its partition is down",
     "ReqNodeNotAvail": "the nodes it needs are not available",
     "QOSMaxGRESPerUser": "its user holds the most GPUs its QOS allows",

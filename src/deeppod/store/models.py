@@ -182,7 +182,8 @@ class Job(Base):
     python: Mapped[str | None] = mapped_column(String(16), nullable=True)
     image: Mapped[str | None] = mapped_column(String(128), nullable=True)  # a container image's name (envs/images.py)
     env_key: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
-    phase: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Slurm's reasons in DeepPod's words run past 64 characters (its column was String(64) until 0029)
+    phase: Mapped[str | None] = mapped_column(Text, nullable=True)
     # "host" (the host's network), "isolated" (its own, with only the API: executor/netns.py) or "none"
     network: Mapped[str] = mapped_column(String(16), default="host", server_default="host")
     priority: Mapped[int] = mapped_column(Integer, default=0)
