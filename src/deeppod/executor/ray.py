@@ -86,6 +86,12 @@ def _agent_prefix(job_id: int) -> str:
     return f"deeppod-job-{job_id}-"
 
 
+# Ray starts its workers at niceness 15 (its drivers first); a job's supervisor and workers would
+# inherit it and get 1/28 of a core beside any process at the node's own priority (a 3-step DDP
+# job took two minutes to import torch beside one busy loop). Ray's own job supervisor asks for 0 so.
+AT_NODE_PRIORITY = {"env_vars": {"RAY_worker_niceness": "0"}}
+
+
 class _Agent:
     """One node's part of one job (the class Ray runs as a detached actor on that node)."""
 
@@ -302,7 +308,7 @@ class RayExecutor:
                 # on a burst node, a sliver of its burst resource: the autoscaler sees it in use and
                 # does not let it go as idle under the job
                 agent = self._agent.options(name=name, lifetime="detached", scheduling_strategy=self._strategy(node),
-                                            resources=self._burst_hold(node)).remote()
+                                            resources=self._burst_hold(node), runtime_env=AT_NODE_PRIORITY).remote()
                 started.append(agent)
                 try:
                     why = self.ray.get(agent.start.remote(str(job_dir), ranks, part, nonce),
