@@ -3,7 +3,7 @@ script, and a training loop's throughput, against a plain ``sbatch`` of the same
 same Slurm, side by side. Aim (issue 73): at most 1 s added to the start, at least 0.98 of the
 throughput.
 
-    python benchmarks/slurm_overhead.py [--rounds 5] [--steps 300] [--out FILE]
+    python benchmarks/slurm_overhead.py [--rounds 10] [--steps 3000] [--out FILE]
 
 It starts a one-host Slurm of its own (``scripts/slurm_local``: needs root and Debian's Slurm)
 and a ``deeppod server --executor slurm`` on it (single-user: jobs run as the caller, as a
@@ -19,8 +19,10 @@ plain ``sbatch`` of the caller's does). Each round runs, in turn:
   OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK; srun python train.py'``, as Slurm sites tell their users
   to write it (without it torch starts a thread per core of the node on its one CPU: 35x slower here).
 
-Medians over the rounds; the ratio is DeepPod's over plain (throughput) and DeepPod's minus
-plain (start).
+Each job is submitted once the node is idle and a second has passed, so both start from the
+same state of Slurm. Medians over the rounds; the ratio is DeepPod's over plain (throughput) and
+DeepPod's minus plain (start). Slurm's own start of the same sbatch moves by seconds between
+rounds (its scheduling passes): many rounds, medians.
 """
 
 from __future__ import annotations
@@ -69,8 +71,18 @@ def slurm(conf: str, *args: str) -> str:
                           check=True, timeout=60).stdout
 
 
+def settle(conf: str) -> None:
+    """Until the node is idle, and a second more: each job starts from the same state of Slurm (a
+    job submitted while the last one completes waits for a later scheduling pass, seconds)."""
+    deadline = time.monotonic() + 120
+    while slurm(conf, "sinfo", "-h", "-o", "%T").strip() != "idle" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
 def plain(conf: str, work: Path, command: str, name: str) -> tuple[float, str]:
     """sbatch of ``command`` as one task of one CPU: (when sbatch was called, what it printed)."""
+    settle(conf)
     out = work / f"{name}.out"
     out.unlink(missing_ok=True)
     began = time.time()
@@ -85,8 +97,9 @@ def plain(conf: str, work: Path, command: str, name: str) -> tuple[float, str]:
     return began, out.read_text()
 
 
-def deeppod(c: Client, work: Path, command: list[str], pythonpath: str) -> tuple[float, str]:
+def deeppod(c: Client, conf: str, work: Path, command: list[str], pythonpath: str) -> tuple[float, str]:
     """The same through DeepPod: (when the submit was called, what rank 0 printed)."""
+    settle(conf)
     began = time.time()
     job = c.submit(command, gpus_per_worker=0, cpus_per_worker=1, workdir=str(work), env={"PYTHONPATH": pythonpath})
     final = c.wait(job["id"], timeout=300)
@@ -105,8 +118,8 @@ def rate(text: str) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "slurm_overhead.json")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -133,11 +146,11 @@ def main() -> int:
         for r in range(args.rounds):
             b, text = plain(conf, work, f"{python} -c '{FIRST_LINE}'", "first")
             starts["plain"].append(first_line_after(b, text))
-            b, text = deeppod(c, work, [python, "-c", FIRST_LINE], pythonpath)
+            b, text = deeppod(c, conf, work, [python, "-c", FIRST_LINE], pythonpath)
             starts["deeppod"].append(first_line_after(b, text))
             _, text = plain(conf, work, f"{python} train.py {args.steps}", "train")
             rates["plain"].append(rate(text))
-            _, text = deeppod(c, work, [python, "train.py", str(args.steps)], pythonpath)
+            _, text = deeppod(c, conf, work, [python, "train.py", str(args.steps)], pythonpath)
             rates["deeppod"].append(rate(text))
             print(f"round {r + 1}: start plain {starts['plain'][-1]:.2f} s, deeppod {starts['deeppod'][-1]:.2f} s; "
                   f"steps/s plain {rates['plain'][-1]:.1f}, deeppod {rates['deeppod'][-1]:.1f}", flush=True)
