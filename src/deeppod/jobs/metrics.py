@@ -18,6 +18,7 @@ from deeppod.contract import METRICS_SPOOL, JobState
 from deeppod.errors import InvalidRequest
 from deeppod.jobs.service import add_event, get_job
 from deeppod.jobs.stop_rules import triggered
+from deeppod.jobs.stopping import request_stop
 from deeppod.store.models import Job, JobHistogram, JobMetric, Trial
 
 SPOOL_MAX_BYTES = 64 << 20  # of a job's unsent points (a process keeps at most 100,000)
@@ -76,8 +77,7 @@ def _store(session: Session, job, points: list[dict]) -> int:
     if job.stop_reason is None and job.state in (JobState.RUNNING, JobState.QUEUED):
         reason = triggered(session, job, touched)
         if reason:
-            job.stop_reason = reason
-            add_event(session, job, "stop-requested", f"{reason}; workers get SIGTERM and keep their checkpoint")
+            request_stop(session, job, reason)
     return stored
 
 

@@ -24,10 +24,11 @@ from deeppod.contract import ACTIVE_STATES, FINAL_STATES, JobState
 from deeppod.envs.service import tenant_bytes
 from deeppod.errors import Forbidden, InvalidRequest
 from deeppod.job_folder import JobFolder
+from deeppod.jobs.stopping import request_stop
 from deeppod.nofollow import tree_bytes
 from deeppod.plans.service import plan_now
 from deeppod.scheduler.plan import MIN_PIDS, Plan
-from deeppod.store.models import Job, JobEvent, Model, ModelVersion, Node, Tenant, utcnow
+from deeppod.store.models import Job, Model, ModelVersion, Node, Tenant
 
 log = logging.getLogger(__name__)
 GB = 1_000_000_000
@@ -195,7 +196,5 @@ class StorageMeter:
                 job = s.get(Job, job_id)
                 why = over.get(s.get(Tenant, job.tenant_id).name)
                 if why and job.state == JobState.RUNNING and not job.stopping:
-                    job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.FAILED.value, utcnow()
-                    s.add(JobEvent(job_id=job.id, kind="stop-requested",
-                                   message=f"{why}; workers get SIGTERM, then SIGKILL after {job.grace_seconds:g} s"))
+                    request_stop(s, job, why, stop_as=JobState.FAILED)
                     log.warning("job %s stopped: %s", job.id, why)

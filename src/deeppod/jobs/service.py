@@ -31,6 +31,7 @@ from deeppod.jobs import code as code_store
 from deeppod.jobs import quotas
 from deeppod.jobs.code import CodeStore
 from deeppod.jobs.stop_rules import check_rules
+from deeppod.jobs.stopping import request_stop
 from deeppod.store.events import add_event  # noqa: F401 - jobs.service.add_event, as its callers write it
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
@@ -375,10 +376,7 @@ def stop(session: Session, principal: Principal, job_id: int) -> Job:
     """Graceful stop: SIGTERM so the job checkpoints and exits; it ends as ``stopped``."""
     job = _end(session, principal, job_id, "stop", JobState.STOPPED)
     if job is not None and job.stop_reason is None:
-        job.stop_reason = f"stopped by {principal.user}"
-        job.stop_requested_at = job.stop_requested_at or utcnow()
-        add_event(session, job, "stop-requested", f"{principal.user} asked for a graceful stop; workers get "
-                                                 f"SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
+        request_stop(session, job, f"stopped by {principal.user}", told=f"{principal.user} asked for a graceful stop")
     return job or get_job(session, principal, job_id)
 
 
