@@ -96,18 +96,22 @@ def test_a_worker_over_its_memory_is_killed_by_slurms_cgroup_and_the_reason_says
     assert st.exit_codes[0] != 0 and "ran out of memory" in st.reason, st
 
 
+# trains until SIGTERM, then saves its checkpoint and asks to be resumed (exit 75)
+CHECKPOINTS_AT_SIGTERM = """
+import signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("training", flush=True)
+while not stop:
+    time.sleep(0.05)
+open("checkpoint", "w").write("step 7")
+sys.exit(75)
+"""
+
+
 def test_a_stop_reaches_the_worker_which_checkpoints_and_asks_to_be_resumed(slurm, place):
     ex = executor(slurm)
-    h = launch(ex, place, """
-        import signal, sys, time
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-        print("training", flush=True)
-        while not stop:
-            time.sleep(0.05)
-        open("checkpoint", "w").write("step 7")
-        sys.exit(75)
-    """)
+    h = launch(ex, place, CHECKPOINTS_AT_SIGTERM)
     wait_until(lambda: "training" in (place / "job/logs/rank-0.log").read_text(), 60, what="the worker to start")
     ex.terminate(h)
     st = ended(ex, h)
@@ -118,16 +122,7 @@ def test_a_stop_reaches_the_worker_which_checkpoints_and_asks_to_be_resumed(slur
 def test_a_job_at_its_time_limit_is_told_in_time_to_checkpoint_and_says_so(slurm, place):
     # a minute, Slurm's least: its word comes up to a minute early, and its end at most half a minute late
     ex = executor(slurm)
-    h = launch(ex, place, """
-        import signal, sys, time
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-        print("training", flush=True)
-        while not stop:
-            time.sleep(0.05)
-        open("checkpoint", "w").write("step 7")
-        sys.exit(75)
-    """, grace=1, time_limit=50)
+    h = launch(ex, place, CHECKPOINTS_AT_SIGTERM, grace=1, time_limit=50)
     slurm_id = h["slurm_id"]
     assert " TimeLimit=00:01:00 " in slurm.run(["scontrol", "show", "job", slurm_id, "-o"])  # rounded up
     st = ended(ex, h, timeout=180)

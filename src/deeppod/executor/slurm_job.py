@@ -65,11 +65,11 @@ def main(argv: list[str]) -> int:
     while srun.poll() is None:
         if time_up and not told:
             told = True
-            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
+            _terminate_steps()
         if not reason:
             reason = _failed(folder, len(spec["workers"]), oom, bool(time_up))
             if reason:
-                subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
+                _terminate_steps()
         time.sleep(POLL_S)
     reader.join(timeout=5)
     codes = folder.exit_codes()
@@ -83,6 +83,11 @@ def main(argv: list[str]) -> int:
     with open(folder.result_file(), "w") as f:  # made for it: the job may not make files here
         f.write(json.dumps(result))
     return 0
+
+
+def _terminate_steps() -> None:
+    """SIGTERM to the job's tasks (not to this batch step, which waits for them to write their ends)."""
+    subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
 
 
 def _failed(folder: JobFolder, workers: int, oom: set[int], time_up: bool = False) -> str:
