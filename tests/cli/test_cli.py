@@ -253,11 +253,14 @@ def test_trainer_mistakes_are_refused_at_submit_with_the_choices(cli, live_serve
     assert p.returncode == 2 and "linear-warmup-cosine" in p.stderr
     p = cli(*base, "--grace", "-1", check=False, **admin)
     assert p.returncode == 2 and "grace_seconds" in p.stderr, p.stderr
+    p = cli(*base, "--time", "12", check=False, **admin)
+    assert p.returncode == 2 and "--time '12' is not a time limit" in p.stderr, p.stderr
     p = cli("train", "image-classifier", "--dataset", "nosuch", check=False, **admin)
     assert p.returncode == 2 and "no such dataset" in p.stderr and "deeppod data ingest" in p.stderr
     assert len(json.loads(cli("jobs", "--json", "--all", **admin).stdout)) == before  # nothing submitted
     helptext = cli("train", "image-classifier", "--help").stdout
     assert "--register" in helptext and "--image-size" in helptext and "default: 1 when the cluster" in helptext
+    assert "--time" in helptext
     assert cli("tokens", "current", **admin).stdout.strip() == live_server.admin_token
 
 
@@ -334,7 +337,7 @@ def test_size_says_what_a_workload_needs_and_why(cli):
     assert p.returncode == 2 and "--rps-per-gpu" in p.stderr
 
 
-def test_gpu_memory_from_submit_and_tune_reaches_their_jobs(cli, live_server, tmp_path):
+def test_gpu_memory_and_time_from_submit_and_tune_reach_their_jobs(cli, live_server, tmp_path):
     from deeppod import Client
     from tests.helpers import wait_until
 
@@ -344,7 +347,8 @@ def test_gpu_memory_from_submit_and_tune_reaches_their_jobs(cli, live_server, tm
     assert job["gpu_memory_mb"] == 8192  # the live server's logical slots say no memory: any request fits
     (tmp_path / "space.yaml").write_text("lr: {type: float, low: 0.001, high: 0.1, log: true}\n")
     cli("tune", "create", "gm", "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--parallel", "1",
-        "--gpu-memory", "8G", "--prune-after", "3", "--", sys.executable, "-c", "print({lr})", **admin)
+        "--gpu-memory", "8G", "--time", "45m", "--prune-after", "3", "--", sys.executable, "-c", "print({lr})",
+        **admin)
     c = Client(live_server.url, live_server.admin_token)
     assert c.experiment("gm")["prune_after"] == 3  # asha's first rung at step 3
     assert "asha pruner from step 3" in cli("tune", "show", "gm", **admin).stdout
@@ -353,4 +357,4 @@ def test_gpu_memory_from_submit_and_tune_reaches_their_jobs(cli, live_server, tm
         return next((j for j in c.jobs() if j["kind"] == "trial"), None)
 
     wait_until(trial, 60, what="the search's first trial")
-    assert trial()["gpu_memory_mb"] == 8192
+    assert trial()["gpu_memory_mb"] == 8192 and trial()["time_limit_seconds"] == 2700

@@ -206,7 +206,17 @@ def test_a_form_refuses_bad_input_next_to_the_field(server, browser):
     page.fill("#f-gpus_per_worker", "99")
     page.click("#submit-form button[type=submit]")
     assert page.locator(".field-error, #form-error").count() >= 1
+    page.fill("#f-gpus_per_worker", "0")
+    page.fill("#f-time", "90")
+    page.click("#submit-form button[type=submit]")
+    assert "'90' is not a time limit: use e.g. 90m" in page.inner_text("#e-time")
     shot(page, "submit-refused")
+    page.fill("#f-time", "12h")
+    page.fill("#f-command", "python -c pass")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_selector("#job-time-limit")
+    assert page.inner_text("#job-time-limit") == "12h a run"
+    shot(page, "job-time-limit")
     page.context.close()
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 
 from deeppod.contract import HOLDING_STATES
 from deeppod.errors import Conflict, InvalidRequest
+from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.experiments import service
 from deeppod.experiments.controller import ExperimentController
@@ -413,3 +414,20 @@ def test_a_trial_judged_again_between_rungs_says_which_rung_it_fell_behind_at(h)
     assert between == ("pruned by asha at step 5 (score 0.1): no longer among the best third at step 3, "
                        "which it reached among the first")
     assert at_rung == "pruned by asha at step 3 (score 0.2)"
+
+
+def test_a_trial_that_reaches_its_time_limit_counts_the_last_value_it_reported(h):
+    """A trial's time limit is its budget (Ray Tune's time_total_s): it is stopped, not failed."""
+    exp_id = h.create(trials=1, parallel=1, job={"command": [sys.executable, "-c", "pass", "{x}"],
+                                                 "workdir": str(h.tmp), "time_limit_seconds": 1800})
+    for _ in range(4):
+        h.round(rising, steps=100)
+    (t, j), = h.trials(exp_id)
+    assert j.state == "running" and j.time_limit_seconds == 1800 and h.progress[j.id] >= 2
+    h.fake.status[j.id] = ExecStatus(finished=True, exit_codes={0: 75}, timed_out=True)  # its cluster's word
+    exp = h.run(exp_id, rising, steps=100, rounds=5)
+    (t, j), = h.trials(exp_id)
+    assert j.state == "stopped" and j.reason.startswith("stopped at its time limit of 30m"), j.reason
+    assert t.state == "completed" and t.value == pytest.approx(rising(t.params, h.progress[j.id] - 1)), t.reason
+    assert t.reason == "it reached its time limit of 30m: its last score counts"
+    assert exp.state == "completed" and exp.best_trial == 0, exp.reason

@@ -162,6 +162,15 @@ def test_submit_with_the_defaults_a_user_gets(api, tmp_path):
     assert set(job["env"]) == {"A", "B"} and job["workdir"].endswith("/code")
 
 
+def test_a_time_limit_from_the_form_reaches_the_job_and_its_page(api):
+    b = Browser(api, api.admin)
+    r = b.post("/jobs/new", {"command": "python x.py", "time": "1-12:00:00"})
+    assert r.status_code == 303, field_errors(r.text) or r.text[:500]
+    job = api.http.get(r.headers["location"].replace("/jobs/", "/v1/jobs/"), headers=api.as_(api.admin)).json()
+    assert job["time_limit_seconds"] == 129600
+    assert re.search(r'id="job-time-limit"[^>]*>36h a run<', b.get(r.headers["location"]).text)
+
+
 BAD_SUBMITS = [
     ({"command": ""}, "command", "give the command"),
     ({"command": "python 'x.py"}, "command", "quotes"),
@@ -178,6 +187,8 @@ BAD_SUBMITS = [
     ({"command": "python x.py", "name": "x" * 200}, "name", "at most 128"),
     ({"command": "python x.py", "gpu_memory_mb": "0"}, "gpu_memory_mb", "greater than or equal to 1"),
     ({"command": "python x.py", "gpus_per_worker": "0", "gpu_memory_mb": "4096"}, "gpu_memory_mb", "for no GPU"),
+    ({"command": "python x.py", "time": "90"}, "time", "'90' is not a time limit: use e.g. 90m"),
+    ({"command": "python x.py", "time": "400d"}, "time", "less than or equal to 31536000"),
 ]
 
 

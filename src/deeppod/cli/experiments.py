@@ -11,7 +11,14 @@ import typer
 from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, print_json, rows_table
 from deeppod.cli.spec import SpecOpt, inline, inline_requirements, read_yaml
-from deeppod.cli.values import exported_env, parse_env, parse_memory, parse_workers, read_requirements
+from deeppod.cli.values import (
+    exported_env,
+    parse_env,
+    parse_memory,
+    parse_time_limit,
+    parse_workers,
+    read_requirements,
+)
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers import command as trainer
 
@@ -87,6 +94,10 @@ def create(
     python: Annotated[str | None, typer.Option(help="its environment's Python, e.g. 3.12", show_default=False)] = None,
     image: Annotated[str | None, typer.Option(help="a container image the server offers: every trial runs in it",
                                                  show_default=False)] = None,
+    time: Annotated[str | None, typer.Option(
+        "--time", help="each trial's longest run, e.g. 30m or 2h: a trial that reaches it is stopped (it "
+                       "checkpoints) and its last reported value counts (on Slurm: each trial's --time)",
+        show_default=False)] = None,
     max_restarts: int = 0, spec: SpecOpt = None, as_json: JsonOpt = False, url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -107,7 +118,7 @@ def create(
         gpu_memory_mb=parse_memory(gpu_memory), env={**exported_env(), **parse_env(env)}, datasets=dataset or None,
         workdir=str(workdir.resolve()) if workdir else None, code=code, max_restarts=max_restarts,
         requirements=read_requirements(requirements) if requirements else inline_requirements(ctx), python=python,
-        image=image)
+        image=image, time_limit_seconds=parse_time_limit(time))
     _created(exp, as_json)
 
 

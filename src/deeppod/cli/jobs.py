@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli.common import JsonOpt, TokenOpt, UrlOpt, client
+from deeppod.cli.common import JsonOpt, TimeOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.output import console, err_console, jobs_table, print_json, rows_table, state, warm_spares
 from deeppod.cli.spec import SpecOpt, inline_requirements
 from deeppod.cli.values import (
@@ -110,10 +110,7 @@ def submit(
     priority: Annotated[int, typer.Option(help="higher runs first within your tenant")] = 0,
     grace: Annotated[float | None,
                      typer.Option(help="seconds between SIGTERM and SIGKILL on a stop, cancel or preemption")] = None,
-    time: Annotated[str | None, typer.Option(
-        "--time", help="the longest one run may last, e.g. 90m, 12h or 1-12:00:00: then it is stopped as 'deeppod "
-                       "stop' would (it checkpoints) and 'deeppod resume' goes on (on Slurm: its --time)",
-        show_default=False)] = None,
+    time: TimeOpt = None,
     preemptible: Annotated[bool, typer.Option("--preemptible/--no-preemptible",
                                               help="may be preempted to give GPUs back to their owners")] = True,
     max_restarts: Annotated[int, typer.Option(help="requeue after a worker or node failure up to this many times")] = 0,

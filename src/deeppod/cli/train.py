@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from deeppod.cli.common import TokenOpt, UrlOpt, client
+from deeppod.cli.common import TimeOpt, TokenOpt, UrlOpt, client
 from deeppod.cli.jobs import follow_job, warn_never_fits
 from deeppod.cli.output import console
-from deeppod.cli.values import exported_env, parse_memory, parse_workers
+from deeppod.cli.values import exported_env, parse_memory, parse_time_limit, parse_workers
 from deeppod.errors import InvalidRequest
 from deeppod.runtime.trainers.command import check_args, image_classifier
 
@@ -62,6 +62,7 @@ def train_image_classifier(
     grace: Annotated[float | None, typer.Option(
         help="seconds between SIGTERM and SIGKILL on a stop, cancel, preemption or shrink: the time the trainer "
              "has to save its checkpoint (default: the server's, 30 s)", show_default=False)] = None,
+    time: TimeOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     url: UrlOpt = None, token: TokenOpt = None,
 ) -> None:
@@ -80,8 +81,7 @@ def train_image_classifier(
             *(["--register-at-chance"] if register_at_chance else []), *ctx.args]
     if strategy not in ("auto", "ddp", "fsdp"):
         raise InvalidRequest(f"--strategy {strategy!r}: use auto, ddp or fsdp")
-    if strategy != "auto":
-        args += ["--strategy", strategy]
+    args += ["--strategy", strategy] if strategy != "auto" else []
     check_args(args, model)
     low, high = parse_workers(workers)
     memory_mb, gpu_memory_mb = parse_memory(memory), parse_memory(gpu_memory)
@@ -91,7 +91,7 @@ def train_image_classifier(
     job = c.jobs.submit(command, name=name or (f"train-{model}" if model != "auto" else "train-classifier"),
                         workers=low, max_workers=high,
                         gpus_per_worker=gpus_per_worker, memory_mb_per_worker=memory_mb, gpu_memory_mb=gpu_memory_mb,
-                        max_restarts=max_restarts, grace_seconds=grace,
+                        max_restarts=max_restarts, grace_seconds=grace, time_limit_seconds=parse_time_limit(time),
                         own_folder=True,
                         env=exported_env(), stop_rules=[{"kind": "nan", "metric": "loss"}],
                         datasets=[dataset] if dataset else None)

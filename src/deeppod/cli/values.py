@@ -6,6 +6,7 @@ import os
 
 from deeppod.contract import own_python_first
 from deeppod.errors import InvalidRequest
+from deeppod.units import time_limit_seconds
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -74,32 +75,8 @@ def parse_age(value: str, option: str = "--older-than") -> float:
 
 
 def parse_time_limit(value: str | None) -> float | None:
-    """--time: '90m', '12h', '2d', or as Slurm writes it (M:S, H:M:S, D-H, D-H:M, D-H:M:S) -> seconds."""
-    if value is None:
-        return None
-    v = value.strip()
-    try:
-        if v[-1:] in ("s", "m", "h", "d") and v[:-1]:
-            seconds = parse_age(v, "--time")
-        elif ":" in v or "-" in v:
-            days, dash, clock = v.rpartition("-")
-            parts = [float(p) for p in clock.split(":")]
-            if any(p < 0 for p in parts):
-                raise ValueError(v)
-            if dash:  # D-H, D-H:M, D-H:M:S
-                units = (3600, 60, 1)[:len(parts)]
-                seconds = float(days) * 86400 + sum(p * u for p, u in zip(parts, units, strict=True))
-            else:  # M:S, H:M:S
-                units = {2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
-                seconds = sum(p * u for p, u in zip(parts, units, strict=True))
-        else:
-            raise ValueError(v)
-        if seconds > 0:
-            return seconds
-    except (ValueError, KeyError, InvalidRequest):
-        pass
-    raise InvalidRequest(f"--time {value!r} is not a time limit: use e.g. 90m, 12h, 2d or as Slurm writes it, "
-                         "1-12:00:00 (a number alone has no unit)")
+    """--time: '90m', '12h', '2d', or as Slurm writes it (1-12:00:00) -> seconds."""
+    return None if value is None else time_limit_seconds(value, "--time")
 
 
 def read_requirements(path) -> str | None:

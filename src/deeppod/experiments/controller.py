@@ -22,12 +22,15 @@ from deeppod.errors import DeepPodError, NotLeader
 from deeppod.experiments import paused, service
 from deeppod.experiments.study import Study, rungs
 from deeppod.job_folder import JobFolder
+from deeppod.jobs import time_limit
 from deeppod.jobs.service import add_event
+from deeppod.jobs.stopping import request_stop
 from deeppod.loops import IDLE, run_ticks
 from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User, utcnow
+from deeppod.units import duration_text
 
 log = logging.getLogger(__name__)
 # how long the answer to a trial's reports at a rung waits for the pruner's decision (a round
@@ -167,8 +170,7 @@ class ExperimentController:
         if trial.claimed_at is not None:  # its process runs trials one after another: it stops this one only
             add_event(s, job, "pruning", f"trial {trial.number} {why}; the job's process goes on to the next trial")
             return
-        job.stop_reason, job.stop_as, job.stop_requested_at = why, JobState.PRUNED.value, utcnow()
-        add_event(s, job, "pruning", f"{why}; its workers get SIGTERM and its GPUs go back")
+        request_stop(s, job, why, stop_as=JobState.PRUNED, event="pruning")
 
     def _ended(self, s: Session, exp: Experiment, study: Study, trial: Trial, job: Job) -> None:
         trial.ended_at = utcnow()
@@ -181,21 +183,30 @@ class ExperimentController:
             trial.state = TrialState.PRUNED
             study.tell(trial.number, "pruned")
         elif ended_as == JobState.SUCCEEDED:
-            last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric,
-                                                           *_of_trial(exp, trial))
-                             .order_by(JobMetric.step.desc(), JobMetric.id.desc()).limit(1)).scalar()
-            if last is None:
-                trial.state = TrialState.FAILED
-                trial.reason = f"it succeeded but never reported {exp.metric} (runtime.report(step, {exp.metric}=...))"
-                study.tell(trial.number, "fail")
-            else:
-                trial.state, trial.value, trial.reason = TrialState.COMPLETED, last, ""
-                study.tell(trial.number, "complete", last)
+            self._scored(s, exp, study, trial, job, "it succeeded")
+        elif time_limit.ended_by(job):  # a trial's time is its budget: what it reached by then counts (Ray Tune's)
+            self._scored(s, exp, study, trial, job, f"it reached its time limit of "
+                                                    f"{duration_text(job.time_limit_seconds)}")
         elif job.state == JobState.STOPPED and exp.state == ExperimentState.STOPPING:
             trial.state, trial.reason = TrialState.STOPPED, "the experiment was stopped; resume continues it"
         else:
             trial.state, trial.reason = TrialState.FAILED, f"its job {job.state}: {job.reason}"
             study.tell(trial.number, "fail")
+
+    @staticmethod
+    def _scored(s: Session, exp: Experiment, study: Study, trial: Trial, job: Job, how: str) -> None:
+        """The trial ended whole: its value is the last it reported."""
+        last = s.execute(select(JobMetric.value).where(JobMetric.job_id == job.id, JobMetric.name == exp.metric,
+                                                       *_of_trial(exp, trial))
+                         .order_by(JobMetric.step.desc(), JobMetric.id.desc()).limit(1)).scalar()
+        if last is None:
+            trial.state = TrialState.FAILED
+            trial.reason = f"{how} but never reported {exp.metric} (runtime.report(step, {exp.metric}=...))"
+            study.tell(trial.number, "fail")
+        else:
+            trial.state, trial.value = TrialState.COMPLETED, last
+            trial.reason = "" if how == "it succeeded" else f"{how}: its last {exp.metric} counts"
+            study.tell(trial.number, "complete", last)
 
     def _complete(self, s: Session, exp: Experiment) -> None:
         top = service.best(s, exp)

@@ -29,7 +29,8 @@ MODES = ("min", "max")
 HANDED_MAX = 64  # studies kept for a controller to take over (a server that is not the leader takes none)
 # the job fields a trial takes from the experiment's template
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
-            "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "max_restarts", "stop_rules",
+            "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "time_limit_seconds",
+            "max_restarts", "stop_rules",
             "datasets",
             "requirements", "python", "image")
 

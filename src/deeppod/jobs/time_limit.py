@@ -8,15 +8,22 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from deeppod.contract import JobState
-from deeppod.jobs.service import add_event
-from deeppod.store.models import Job, utcnow
+from deeppod.jobs.stopping import request_stop
+from deeppod.store.models import Job
 from deeppod.units import duration_text
+
+_REACHED = "stopped at its "  # how every reason reached() writes begins
 
 
 def reached(limit_seconds: float | None) -> str:
     """The job's reason when its time limit ended a run (``None``: its cluster's own limit)."""
-    limit = f"its time limit of {duration_text(limit_seconds)}" if limit_seconds else "its partition's time limit"
-    return f"stopped at {limit} ('deeppod resume' starts its next run)"
+    limit = f"time limit of {duration_text(limit_seconds)}" if limit_seconds else "partition's time limit"
+    return f"{_REACHED}{limit} ('deeppod resume' starts its next run)"
+
+
+def ended_by(job: Job) -> bool:
+    """Whether the job's last run was ended by a time limit (its own or its cluster's)."""
+    return job.state == JobState.STOPPED and (job.reason or "").startswith(_REACHED)
 
 
 def over(job: Job, now: float) -> bool:
@@ -27,6 +34,5 @@ def over(job: Job, now: float) -> bool:
 
 def stop(s: Session, job: Job) -> None:
     """Ask its workers to stop gracefully: the controller sends SIGTERM in this round."""
-    job.stop_reason, job.stop_as, job.stop_requested_at = reached(job.time_limit_seconds), None, utcnow()
-    add_event(s, job, "stop-requested", f"its time limit of {duration_text(job.time_limit_seconds)} is reached; "
-                                        f"workers get SIGTERM, {job.grace_seconds:g} s to checkpoint, then SIGKILL")
+    request_stop(s, job, reached(job.time_limit_seconds),
+                 told=f"its time limit of {duration_text(job.time_limit_seconds)} is reached")

@@ -9,7 +9,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from pydantic import BaseModel, ValidationError
 
-from deeppod.errors import DeepPodError, FormErrors
+from deeppod.errors import DeepPodError, FormErrors, InvalidRequest
+from deeppod.units import time_limit_seconds
 
 FORM_ERROR = "_form"  # an error about the whole form, shown above it
 
@@ -28,6 +29,18 @@ def number(errors: dict, field: str, value: str | None, kind=int):
         return kind(value)
     except ValueError:
         errors[field] = f"{value!r} is not a {'whole ' if kind is int else ''}number"
+        return None
+
+
+def time_limit(errors: dict, field: str, value: str | None) -> float | None:
+    """A time limit as 'deeppod submit --time' reads it, or None when blank."""
+    value = blank_none(value)
+    if value is None:
+        return None
+    try:
+        return time_limit_seconds(value, "")
+    except InvalidRequest as exc:
+        errors[field] = exc.message.lstrip()
         return None
 
 

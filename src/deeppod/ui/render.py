@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from deeppod.contract import JobState
 from deeppod.errors import DeepPodError, InvalidRequest, Rerender, Unauthenticated
-from deeppod.units import size_text
+from deeppod.units import duration_text, size_text
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ env.filters["badge"] = _badge
 env.filters["when"] = _when
 env.filters["span"] = _span
 env.filters["size"] = size_text
+env.filters["limit"] = duration_text
 
 
 def page(request: Request, template: str, status: int = 200, **values) -> HTMLResponse:

@@ -38,7 +38,8 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "memory_mb_per_worker": "memory_mb", "gpu_memory_mb": "gpu_memory_mb", "env": "env",
                  "priority": "priority",
                  "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
-                 "grace_seconds": "grace_seconds", "requirements": "requirements", "python": "python",
+                 "grace_seconds": "grace_seconds", "time_limit_seconds": "time", "requirements": "requirements",
+                 "python": "python",
                  "network": "network", "image": "image"}
 # words in a service's refusal -> the field it is about
 # The job fields the submit form has no input for, and why (tests/test_job_spec.py holds the
@@ -48,8 +49,6 @@ FORM_LEAVES_OUT = {
     "preemptible": "a job from the form may be preempted; 'deeppod submit --no-preemptible' makes one that may not",
     "pids_per_worker": "the tenant's plan (or the server's default) bounds a form's job's processes",
     "stop_rules": "stop rules are written with 'deeppod submit --stop-on-nan/--stop-patience' or in a spec file",
-    "time_limit_seconds": "a form's job runs until it ends (on Slurm, its partition's limit); 'deeppod submit "
-                          "--time' or a spec file's 'time' gives one a limit",
 }
 SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image",
                   "requirements": "requirements", "install from": "requirements", "is not a version": "python",
@@ -112,7 +111,8 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
             "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
             "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir")),
             "requirements": forms.blank_none(form.get("requirements")), "python": forms.blank_none(form.get("python")),
-            "network": forms.blank_none(form.get("network")), "image": forms.blank_none(form.get("image"))}
+            "network": forms.blank_none(form.get("network")), "image": forms.blank_none(form.get("image")),
+            "time_limit_seconds": forms.time_limit(errors, "time", form.get("time"))}
     try:
         checked = forms.validated(JobCreate, {k: v for k, v in body.items() if v is not None}, errors, SUBMIT_FIELDS)
         job = _submit(request, session, viewer, JobSpec(**checked.model_dump()))
