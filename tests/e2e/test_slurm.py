@@ -200,6 +200,23 @@ def test_slurms_requeue_resumes_the_same_job_from_its_checkpoint(server, site, p
     assert "requeued by Slurm" in events
 
 
+def test_a_job_reads_its_dataset_where_deeppod_keeps_it(server, site, project):
+    """No sandbox binds it in on Slurm: the job's identity is given the version's folder to read."""
+    from deeppod.runtime.trainers.digits import write_digits
+
+    server.cli(project, "data", "ingest", "digits", str(write_digits(project / "digits")), "--split", "val=0.2")
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--gpus-per-worker", "0", "--dataset", "digits", "--", PYTHON, "-c",
+                    "import os; d = os.environ['DEEPPOD_DATA_DIGITS']; "
+                    "print(d, sum(len(open(os.path.join(r, f), 'rb').read()) for r, _, fs in os.walk(d) for f in fs), "
+                    "os.getuid(), flush=True)")
+    job = ended(c, job_id)
+    assert job["state"] == "succeeded", (job["reason"], log(c, job_id))
+    where, read, uid = log(c, job_id).strip().splitlines()[-1].split()
+    assert int(read) == sum(p.stat().st_size for p in Path(where).rglob("*") if p.is_file()) > 100_000
+    assert int(uid) not in (0, os.getuid()) and Path(where).stat().st_uid == os.getuid()  # the server's own files
+
+
 def test_a_worker_over_its_memory_is_killed_by_slurm_and_the_job_says_so(server, site, project):
     c = Client(server.url, server.admin_token)
     job_id = submit(server, site, project, "--gpus-per-worker", "0", "--memory", "300M", "--", PYTHON, "eat.py")

@@ -44,7 +44,8 @@ def executor(cli):
     return SlurmExecutor(cli, python=PYTHON, pythonpath=PYTHONPATH)
 
 
-def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1", time_limit=None):
+def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1", time_limit=None,
+           binds=()):
     work = place / "work"
     work.mkdir(exist_ok=True)
     os.chown(work, NOBODY, NOBODY)
@@ -57,7 +58,8 @@ def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job
              for r in range(workers)]
     spec = LaunchSpec(job_id=job_id, job_dir=place / "job", command=[PYTHON, "w.py"], workdir=str(work),
                       workers=specs, grace_seconds=grace, memory_mb_per_worker=memory, gpus_per_worker=gpus,
-                      sandbox={"uid": NOBODY, "gid": NOBODY}, run=run, time_limit_seconds=time_limit)
+                      sandbox={"uid": NOBODY, "gid": NOBODY, "binds": [[b, b, False] for b in binds]}, run=run,
+                      time_limit_seconds=time_limit)
     return ex.launch(spec)
 
 
@@ -94,6 +96,30 @@ def test_a_worker_over_its_memory_is_killed_by_slurms_cgroup_and_the_reason_says
     h = launch(ex, place, "x = bytearray(900 << 20)\nprint('allocated', flush=True)\n", memory=300)
     st = ended(ex, h)
     assert st.exit_codes[0] != 0 and "ran out of memory" in st.reason, st
+
+
+def test_a_job_reads_its_datasets_where_they_are_and_nothing_beside_them(slurm, place):
+    """No sandbox binds them in on Slurm: its identity is given them (an ACL entry), nobody else."""
+    data = place / "datasets" / "hot" / "digits-v1"
+    (data / "3").mkdir(parents=True)
+    (data / "3" / "a.png").write_bytes(b"png")
+    (place / "datasets" / "hot" / "other-tenants").mkdir()
+    (place / "datasets" / "hot" / "other-tenants" / "x").write_text("theirs")
+    for d in (place / "datasets", place / "datasets" / "hot", data, data / "3",
+              place / "datasets" / "hot" / "other-tenants"):
+        d.chmod(0o700)
+    ex = executor(slurm)
+    h = launch(ex, place, f"""
+        import os
+        print(os.listdir({str(data)!r}), open({str(data / "3" / "a.png")!r}, "rb").read())
+        try:
+            open({str(place / "datasets" / "hot" / "other-tenants" / "x")!r}).read()
+        except PermissionError:
+            print("not theirs")
+    """, binds=[str(data)])
+    st = ended(ex, h)
+    assert st.exit_codes == {0: 0}, (st, (place / "job/logs/rank-0.log").read_text())
+    assert (place / "job/logs/rank-0.log").read_text().split("\n")[-3:-1] == ["['3'] b'png'", "not theirs"]
 
 
 # trains until SIGTERM, then saves its checkpoint and asks to be resumed (exit 75)

@@ -36,6 +36,7 @@ from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
 from deeppod.executor.local import write_spec
 from deeppod.job_folder import JobFolder
+from deeppod.posix_acl import AclUnsupported, grant_read
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +124,29 @@ def refuse_unsupported(spec: LaunchSpec) -> None:
     if (sandbox.get("network") or {}).get("mode") not in (None, "host"):
         raise ExecutorError("a network of the job's own (--network isolated or none) is not made on Slurm: submit the "
                             "job with --network host")
+
+
+def readable(spec: LaunchSpec) -> list[str]:
+    """What the job may read besides its own folder (its datasets, what the platform hands a job it
+    made): a sandbox binds these read-only; on Slurm its identity is let read them where they are."""
     ca = spec.workers[0].env.get(ENV_CA_CERT) if spec.workers else None
-    own = (str(spec.job_dir) + "/", *((os.path.dirname(ca),) if ca else ()))
-    if any(not writable and not (src + "/").startswith(own) for src, _dst, writable in sandbox.get("binds", [])):
-        raise ExecutorError("datasets and read-only paths are not staged for jobs on Slurm yet: submit the job "
-                            "without --dataset (read the data from the shared file system in the script)")
+    own = (str(spec.job_dir) + "/", *((os.path.dirname(ca) + "/",) if ca else ()))
+    return [src for src, _dst, writable in (spec.sandbox or {}).get("binds", [])
+            if not writable and not (src + "/").startswith(own)]
+
+
+def let_read(spec: LaunchSpec) -> None:
+    """The job's identity may read its datasets (and list and cross their folders) through an ACL
+    entry of its own: other identities may not, and the server's files around them stay its own."""
+    uid = (spec.sandbox or {}).get("uid")
+    for path in readable(spec) if uid is not None else []:
+        try:
+            grant_read(path, uid)
+        except AclUnsupported:
+            raise ExecutorError(f"a job's datasets on Slurm are shared with its identity by POSIX ACLs, which the "
+                                f"file system of {path} does not keep: mount it with ACLs (acl), or submit the job "
+                                "without --dataset and read the data from the shared file system in the script") \
+                from None
 
 
 class SlurmExecutor:
@@ -150,6 +169,7 @@ class SlurmExecutor:
     # -- a job -------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> dict:
         refuse_unsupported(spec)
+        let_read(spec)
         who = spec.sandbox or {}
         uid, gid = who.get("uid"), who.get("gid")
         write_spec(spec)
