@@ -104,7 +104,7 @@ def test_every_module_of_ours_can_be_read_and_its_imports_found():
 # (at import time or inside a function). The services are ordered among themselves, each above
 # those it calls; a controller (the loops that apply decisions) sits above every service.
 LAYERS = (
-    "contract errors units states settings atomic nofollow refs job_folder job_spec loops transport",
+    "contract errors units states settings atomic nofollow posix_acl refs job_folder job_spec loops transport",
     "store scheduler runtime serve",
     "auth",
     "audit cluster datasets envs sizing",
