@@ -11,6 +11,7 @@ supervisor and the sandbox exchange about one job, and how each is read and writ
     result[-N].json      how the run ended: exit codes, reason, whether a stop was asked
     exit/rank-R          worker R's exit code, as it happens
     exit/oom-R           the memory limit (MiB) worker R went over, when the kernel killed it
+    exit/node-R          on Slurm: the node and GPUs Slurm gave worker R (its task's word, checked against Slurm's)
     logs/rank-R.log      worker R's output; logs/rank-R.marks: its size stamped with the time
     logs/spare-N.log     warm spare N's output until it becomes a worker
     grow-G.json          in-place grow G: the workers the supervisor starts
@@ -23,6 +24,8 @@ supervisor and the sandbox exchange about one job, and how each is read and writ
     .sandbox-NAME/       the empty folder a sandbox's root is mounted on
     slurm-spec.json      on Slurm: what the job's tasks start (the job's own copy; it holds its token)
     slurm-batch.sh/.log  on Slurm: the batch script DeepPod submits, and its output
+    slurm-submit.json    on Slurm, for a job with its own environment: the sbatch line submitted once it is built
+    slurm-id             on Slurm: the job id sbatch gave it, when submitted after its environment was built
 
 What the job itself writes into its checkpoint folder (marks, acknowledgements) is named in
 ``deeppod.contract``. Standard library only: the supervisor and the sandbox use it.
@@ -134,6 +137,9 @@ class JobFolder:
     def exit_file(self, rank: int) -> Path:
         return self.exits / f"rank-{rank}"
 
+    def node_file(self, rank: int) -> Path:
+        return self.exits / f"node-{rank}"
+
     def result_file(self) -> Path:
         return self.root / _part("result", None)
 
@@ -143,6 +149,18 @@ class JobFolder:
     def slurm_batch(self, suffix: str) -> Path:
         """The batch script (``sh``) or its output (``log``)."""
         return self.root / f"slurm-batch.{suffix}"
+
+    def slurm_submit(self) -> Path:
+        return self.root / "slurm-submit.json"
+
+    def write_slurm_id(self, slurm_id: str) -> None:
+        atomic_write(self.root / "slurm-id", slurm_id, mode=0o600)
+
+    def read_slurm_id(self) -> str | None:
+        try:
+            return (self.root / "slurm-id").read_text().strip() or None
+        except OSError:
+            return None
 
     def supervisor_log(self, part: int | None = None) -> Path:
         return self.root / ("supervisor.log" if part is None else f"supervisor-{part}.log")
@@ -156,13 +174,13 @@ class JobFolder:
         grows, stop word and node parts gone."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        for name in ("result.json", "workers.json", "supervisor.json", "stop", "phase"):
+        for name in ("result.json", "workers.json", "supervisor.json", "stop", "phase", "slurm-id"):
             (self.root / name).unlink(missing_ok=True)
         for pattern in ("result-*.json", "grow-*.json"):
             for f in self.root.glob(pattern):
                 f.unlink()
         if self.exits.is_dir():
-            for pattern in ("rank-*", "oom-*"):
+            for pattern in ("rank-*", "oom-*", "node-*"):
                 for f in self.exits.glob(pattern):
                     f.unlink()
 

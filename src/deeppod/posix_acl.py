@@ -59,18 +59,24 @@ def _grant(fd: int, uid: int, perm: int) -> None:
         raise
 
 
-def grant_read(path: Path | str, uid: int) -> None:
-    """Let ``uid`` read ``path`` (absolute): a file, or a folder and all it holds (folders: list
-    and cross; files: read); and cross every folder above it that others may not cross.
-    AclUnsupported where the file system keeps no ACLs."""
-    path = Path(path)
-    for parent in reversed(path.parents):
+def grant_cross(path: Path | str, uid: int) -> None:
+    """Let ``uid`` cross every folder above ``path`` (absolute) that others may not cross: to
+    reach what is its own (a tenant's environment) or what it is given, and list none of them."""
+    for parent in reversed(Path(path).parents):
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             if not os.fstat(fd).st_mode & stat.S_IXOTH:
                 _grant(fd, uid, 1)
         finally:
             os.close(fd)
+
+
+def grant_read(path: Path | str, uid: int) -> None:
+    """Let ``uid`` read ``path`` (absolute): a file, or a folder and all it holds (folders: list
+    and cross; files: read); and cross every folder above it that others may not cross.
+    AclUnsupported where the file system keeps no ACLs."""
+    path = Path(path)
+    grant_cross(path, uid)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deeppod import Client
-from tests.helpers import LiveServer, wait_until
+from tests.helpers import LiveServer, wait_until, wheel
 from tests.slurm_site import PYTHON, slurm_site
 
 pytestmark = pytest.mark.slow
@@ -66,6 +66,15 @@ for step in range(4):
 """
 
 
+# a job in its own environment: its package, and the platform's runtime still importable
+PROBE = """
+import importlib.metadata, os, sys
+import deeppod_probe
+import deeppod.runtime
+print("probe", importlib.metadata.version("deeppod-probe"), deeppod_probe.VALUE, sys.prefix, os.getuid(), flush=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def site():
     with slurm_site() as s:
@@ -77,9 +86,12 @@ def server(site):
     # the server's home is on the "shared file system": a folder the jobs' identities can cross
     where = Path(tempfile.mkdtemp(prefix="deeppod-slurm-server-"))
     where.chmod(0o711)
+    (where / "wheels").mkdir()  # the package index jobs' environments are built from (nothing downloaded)
+    wheel(where / "wheels", "deeppod-probe", "1.2.3", "pinned")
     server = LiveServer(where / "home", isolation=None, extra_env={
         "DEEPPOD_EXECUTOR": "slurm", "DEEPPOD_SLURM_CONF": site.conf, "DEEPPOD_SLURM_PYTHON": PYTHON,
-        "DEEPPOD_SLURM_PYTHONPATH": site.pythonpath}).start()
+        "DEEPPOD_SLURM_PYTHONPATH": site.pythonpath, "DEEPPOD_ENV_FIND_LINKS": str(where / "wheels"),
+        "DEEPPOD_ENV_NO_INDEX": "1"}).start()
     try:
         yield server
     finally:
@@ -169,6 +181,10 @@ def test_a_stop_checkpoints_and_a_resume_goes_on_from_there(server, site, projec
     c = Client(server.url, server.admin_token)
     job_id = submit(server, site, project, "--gpus-per-worker", "0", "--", PYTHON, "steps.py")
     wait_until(lambda: "step 5\n" in log(c, job_id), 60, what="the job to take steps")
+    (node,) = site.cli.run(["sinfo", "-h", "-N", "-o", "%N"]).split()  # where Slurm put it, on its page too
+    wait_until(lambda: [w["node"] for w in c.job(job_id)["allocation"]["workers"]] == [node], 30,
+               what="Slurm's node on the job")
+    assert f"rank 0 on {node}" in server.cli(project, "job", "events", str(job_id)).stdout
     server.cli(project, "stop", str(job_id))
     assert ended(c, job_id)["state"] == "stopped"
     server.cli(project, "resume", str(job_id))
@@ -215,6 +231,31 @@ def test_a_job_reads_its_dataset_where_deeppod_keeps_it(server, site, project):
     where, read, uid = log(c, job_id).strip().splitlines()[-1].split()
     assert int(read) == sum(p.stat().st_size for p in Path(where).rglob("*") if p.is_file()) > 100_000
     assert int(uid) not in (0, os.getuid()) and Path(where).stat().st_uid == os.getuid()  # the server's own files
+
+
+def test_a_job_runs_in_its_own_python_environment_built_once_before_it_goes_to_slurm(server, site, project):
+    (project / "probe.py").write_text(PROBE)
+    (project / "requirements.txt").write_text("deeppod-probe==1.2.3\n")
+    c = Client(server.url, server.admin_token)
+    jobs = [int(server.cli(project, "submit", "--gpus-per-worker", "0", "--requirements", "requirements.txt", "--",
+                           "python", "probe.py").stdout.split()[1]) for _ in range(2)]
+    done = [ended(c, j, timeout=300) for j in jobs]
+    logs = [log(c, j) for j in jobs]
+    assert [d["state"] for d in done] == ["succeeded"] * 2, (done, logs)
+    key = done[0]["env_key"]
+    assert key and done[1]["env_key"] == key and sum("building environment" in text for text in logs) == 1, logs
+    for text in logs:  # its own interpreter, as the tenant's identity; the platform's runtime importable beside it
+        _, version, value, prefix, uid = text.strip().splitlines()[-1].split()
+        assert (version, value) == ("1.2.3", "pinned") and prefix.endswith(f"/{key}"), text
+        assert int(uid) not in (0, os.getuid())
+    events = server.cli(project, "job", "events", str(jobs[0])).stdout
+    assert "preparing environment" in events and "handed to the cluster's scheduler" in events, events
+    # a requirement the index does not have: the installer's words, and nothing went to Slurm
+    bad = c.submit(["python", "probe.py"], code=str(project), gpus_per_worker=0, requirements=["deeppod-probe==9.9.9"])
+    job = ended(c, bad["id"], timeout=300)
+    assert job["state"] == "failed" and "could not build its Python environment" in job["reason"], job
+    assert "9.9.9" in job["reason"] and not site.cli.run(["squeue", "-h", "--states=all", "-o", "%j"]).count(
+        f"-{bad['id']}\n"), job
 
 
 def test_a_worker_over_its_memory_is_killed_by_slurm_and_the_job_says_so(server, site, project):

@@ -12,8 +12,9 @@ import pytest
 from deeppod.contract import worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import LaunchSpec, WorkerSpec
-from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, waiting_reason
+from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, hostnames, placed, waiting_reason
 from deeppod.executor.slurm_task import task_env, tasks_per_node
+from deeppod.job_folder import JobFolder
 from tests.helpers import wait_until
 from tests.slurm_site import PYTHON, slurm_site
 
@@ -45,7 +46,7 @@ def executor(cli):
 
 
 def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job_id=1, run="r1", time_limit=None,
-           binds=()):
+           binds=(), env=None):
     work = place / "work"
     work.mkdir(exist_ok=True)
     os.chown(work, NOBODY, NOBODY)
@@ -56,10 +57,11 @@ def launch(ex, place, script, *, workers=1, gpus=0, memory=None, grace=10.0, job
                                            master_port=1, gpus=(), cpus=1,
                                            checkpoint_dir=str(work), api_url="", token="t"))
              for r in range(workers)]
-    spec = LaunchSpec(job_id=job_id, job_dir=place / "job", command=[PYTHON, "w.py"], workdir=str(work),
+    spec = LaunchSpec(job_id=job_id, job_dir=place / "job", command=["python" if env else PYTHON, "w.py"],
+                      workdir=str(work),
                       workers=specs, grace_seconds=grace, memory_mb_per_worker=memory, gpus_per_worker=gpus,
                       sandbox={"uid": NOBODY, "gid": NOBODY, "binds": [[b, b, False] for b in binds]}, run=run,
-                      time_limit_seconds=time_limit)
+                      time_limit_seconds=time_limit, env=env)
     return ex.launch(spec)
 
 
@@ -120,6 +122,56 @@ def test_a_job_reads_its_datasets_where_they_are_and_nothing_beside_them(slurm, 
     st = ended(ex, h)
     assert st.exit_codes == {0: 0}, (st, (place / "job/logs/rank-0.log").read_text())
     assert (place / "job/logs/rank-0.log").read_text().split("\n")[-3:-1] == ["['3'] b'png'", "not theirs"]
+
+
+def built_env(place, key="k1"):
+    """An environment as the builder leaves it (a venv of the tasks' Python) in a folder of the
+    server's: its order, the folder, and the lock a build holds."""
+    root = place / "envs" / "1"
+    (root / key / "bin").mkdir(parents=True)
+    (root / key / "bin" / "python").symlink_to(PYTHON)
+    (place / "envs").chmod(0o700)
+    root.chmod(0o700)
+    order = {"key": key, "root": str(root), "requirements": [], "python": None, "base_python": PYTHON, "uv": None,
+             "index": {}}
+    return order, root / key, root / f"{key}.lock"
+
+
+def test_a_job_waits_for_its_environment_then_runs_in_it_as_its_identity(slurm, place):
+    import fcntl
+
+    order, env, lock = built_env(place)
+    ex = executor(slurm)
+    with open(lock, "a") as held:  # another job's build of it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        h = launch(ex, place, "import os, sys; print(sys.executable, os.environ['VIRTUAL_ENV'], os.getuid())",
+                   env=order, job_id=11, run="r11")
+        assert h["slurm_id"] is None  # not handed to Slurm before its environment is there
+        st = wait_until(lambda: (s := ex.poll(h)).phase and s, 30, what="the preparation's phase")
+        assert not st.finished and st.phase == "preparing environment"
+        assert not slurm.run(["squeue", "-h", "--states=all", "--name=deeppod-local-11", "-o", "%i"]).strip()
+        (env.parent / f"{env.name}.json").write_text("{}")  # the other build is done
+    st = ended(ex, h)
+    assert st.exit_codes == {0: 0}, (st, (place / "job/logs/rank-0.log").read_text())
+    assert (place / "job/logs/rank-0.log").read_text().split()[-3:] == [f"{env}/bin/python", str(env), str(NOBODY)]
+    assert ex.find(11, place / "job", "r11")["slurm_id"].isdigit()
+
+
+def test_a_stop_while_its_environment_is_prepared_submits_nothing(slurm, place):
+    import fcntl
+
+    order, env, lock = built_env(place, key="k2")
+    ex = executor(slurm)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        h = launch(ex, place, "print('ran')", env=order, job_id=12, run="r12")
+        wait_until(lambda: ex.poll(h).phase, 30, what="the preparation to start")
+        ex.terminate(h)
+        (env.parent / f"{env.name}.json").write_text("{}")
+    st = ended(ex, h)
+    assert st.stopped and st.exit_codes == {} and not st.reason, st
+    assert not slurm.run(["squeue", "-h", "--states=all", "--name=deeppod-local-12", "-o", "%i"]).strip()  # none
+    assert "ran" not in (place / "job/logs/rank-0.log").read_text()
 
 
 # trains until SIGTERM, then saves its checkpoint and asks to be resumed (exit 75)
@@ -197,3 +249,18 @@ def test_what_slurm_prints_is_read_as_it_means():
         "SECRET": "the server's"}, 0)
     assert env["LOCAL_RANK"] == "1" and env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["MASTER_ADDR"] == "10.0.0.1" and "SECRET" not in env
+    assert hostnames("n[1-3,07],gpu-a,x[09-10]") == ["n1", "n2", "n3", "n07", "gpu-a", "x09", "x10"]
+    assert hostnames("(null)") == [] and hostnames("") == []
+
+
+def test_where_a_task_says_it_runs_is_kept_only_where_slurm_says_the_job_runs(tmp_path):
+    folder = JobFolder(tmp_path)
+    folder.exits.mkdir()
+    folder.node_file(0).write_text('{"node": "n1", "gpus": "2,3"}')
+    folder.node_file(1).write_text('{"node": "the-servers-host", "gpus": "0"}')  # not one of its nodes
+    folder.node_file(2).write_text("")  # not started yet
+    folder.node_file(3).symlink_to(tmp_path / "elsewhere")  # a link: not followed
+    (tmp_path / "elsewhere").write_text('{"node": "n1", "gpus": "0"}')
+    folder.node_file(4).write_text('{"node": "n2", "gpus": "-1"}')
+    folder.node_file(5).write_text('{"node": "n2", "gpus": ""}')
+    assert placed(folder, {"n1", "n2"}) == ((0, "n1", (2, 3)), (5, "n2", ()))

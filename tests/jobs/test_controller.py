@@ -10,6 +10,8 @@ from deeppod.executor.base import ExecStatus
 from deeppod.executor.fake import FakeExecutor
 from deeppod.jobs import service
 from deeppod.jobs.controller import JobController
+from deeppod.scheduler import Config
+from deeppod.scheduler.phases import HANDED_OFF
 from deeppod.store.models import Job, JobEvent
 from tests.fixtures import load_job, populate, submit_job
 
@@ -356,3 +358,23 @@ def test_a_run_its_clusters_scheduler_ended_at_the_time_limit_is_stopped_not_fai
     rec.tick()
     j = job(sessions, jid)
     assert j.state == "stopped" and j.reason.startswith("stopped at its time limit of 1m ('deeppod resume' starts")
+
+
+def test_where_a_cluster_that_places_workers_put_them_is_kept_once_and_said(sessions, world, tmp_path):
+    slurm = FakeExecutor()
+    slurm.queues = True  # as Slurm: it queues and places what it is handed
+    rec = JobController(sessions, slurm, jobs_dir=tmp_path / "jobs", api_url="http://127.0.0.1:1",
+                        config=Config(phases=HANDED_OFF))
+    jid = submit(sessions, world.alice, tmp_path, workers=2, gpus_per_worker=1)
+    rec.tick()
+    assert {w["node"] for w in job(sessions, jid).allocation["workers"]} == {"(slurm)"}
+    placed = ((0, "gpu07", (2,)), (1, "gpu08", (0,)))
+    rec.executor.status[jid] = ExecStatus(finished=False, placed=placed)
+    rec.tick()
+    rec.tick()  # the same word again: nothing new
+    assert job(sessions, jid).state == "running"
+    workers = job(sessions, jid).allocation["workers"]
+    assert [(w["rank"], w["node"], w["gpus"]) for w in workers] == [(0, "gpu07", [2]), (1, "gpu08", [0])]
+    with sessions() as s:
+        said = [e.message for e in s.scalars(select(JobEvent).where(JobEvent.job_id == jid, JobEvent.kind == "placed"))]
+    assert said == ["its cluster's scheduler placed it: rank 0 on gpu07 (GPU 2), rank 1 on gpu08 (GPU 0)"]

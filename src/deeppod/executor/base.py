@@ -62,6 +62,8 @@ class ExecStatus:
     lost_nodes: tuple[str, ...] = ()  # nodes that left the cluster under it: not the job's fault, requeued
     phase: str = ""  # what it does before its workers start ("preparing environment"); "": nothing
     timed_out: bool = False  # its cluster's scheduler ended it at its time limit (Slurm's TIMEOUT)
+    # where its cluster's scheduler put each worker, (rank, node, GPUs), for one that places them itself (Slurm)
+    placed: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
 
 
 class Executor(Protocol):

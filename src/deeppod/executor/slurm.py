@@ -25,17 +25,19 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from deeppod.atomic import atomic_json
 from deeppod.cluster.gpus import GpuInfo
 from deeppod.cluster.inventory import NodeInfo
 from deeppod.contract import ENV_CA_CERT, free_port
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
-from deeppod.executor.local import write_spec
+from deeppod.executor.local import launched, process_start_time, write_spec
 from deeppod.job_folder import JobFolder
+from deeppod.nofollow import read_small
 from deeppod.posix_acl import AclUnsupported, grant_read
 
 log = logging.getLogger(__name__)
@@ -114,12 +116,48 @@ def gpus_of(gres: str) -> int:
     return total
 
 
+def hostnames(expression: str) -> list[str]:
+    """A Slurm host list as its names: "n[1-3,07],gpu-a" -> n1 n2 n3 n07 gpu-a (zero padding kept)."""
+    names = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]*)\[([^\]]*)\]|([^,\[\]]+)", expression):
+        if plain:
+            names.append(plain.strip())
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            width = len(low) if low.startswith("0") else 0
+            names += [f"{prefix}{n:0{width}d}" for n in range(int(low), int(high or low) + 1)]
+    return [n for n in names if n and n != "(null)"]
+
+
+def placed(folder: JobFolder, nodes: set[str]) -> tuple[tuple[int, str, tuple[int, ...]], ...]:
+    """Where each task says Slurm put it, kept only where Slurm says the job runs (a task is the
+    job's: its word is checked, read with no link followed, and bounded)."""
+    out = []
+    try:  # the folder is the server's: the job writes the files in it, never adds one
+        ranks = sorted(int(n[5:]) for n in os.listdir(folder.exits) if n.startswith("node-") and n[5:].isdigit())
+    except OSError:
+        return ()
+    for rank in ranks:
+        raw = read_small(folder.node_file(rank), 4096)
+        if raw is None:
+            continue
+        try:
+            d = json.loads(raw or b"null")
+            node, gpus = str(d["node"]), tuple(int(g) for g in str(d["gpus"]).split(",") if g.strip())
+        except (ValueError, TypeError, KeyError):
+            continue
+        if node in nodes and all(0 <= g < 4096 for g in gpus):
+            out.append((rank, node, gpus))
+    return tuple(out)
+
+
 def refuse_unsupported(spec: LaunchSpec) -> None:
     """What a job on Slurm cannot have yet (its tasks run as its identity, with no sandbox of
     DeepPod's around them), refused before anything is submitted."""
-    if spec.env:
-        raise ExecutorError("per-job Python environments and images are not built on Slurm yet: submit the job "
-                            "without --requirements or --image")
+    if spec.env and spec.env.get("image"):
+        raise ExecutorError("container images are not unpacked on Slurm yet: submit the job without --image (a "
+                            "Python environment of its own, --requirements, is built)")
     sandbox = spec.sandbox or {}
     if (sandbox.get("network") or {}).get("mode") not in (None, "host"):
         raise ExecutorError("a network of the job's own (--network isolated or none) is not made on Slurm: submit the "
@@ -160,6 +198,7 @@ class SlurmExecutor:
         import deeppod from, both where the jobs' identities may read them (a site installs DeepPod on
         its shared file system); by default the server's own."""
         self.cli = cli or SlurmCli()
+        self._children: dict[int, subprocess.Popen] = {}  # preparations started here, reaped when they end
         self.python = python or sys.executable
         self.instance = instance
         self.partition = partition
@@ -170,6 +209,9 @@ class SlurmExecutor:
     def launch(self, spec: LaunchSpec) -> dict:
         refuse_unsupported(spec)
         let_read(spec)
+        if spec.env:  # built by the server's host, on the shared file system, for the Python the tasks run
+            spec = replace(spec, env={**spec.env, "base_python": self.python,
+                                      "layer": [p for p in self.pythonpath.split(os.pathsep) if p]})
         who = spec.sandbox or {}
         uid, gid = who.get("uid"), who.get("gid")
         write_spec(spec)
@@ -180,9 +222,10 @@ class SlurmExecutor:
         os.chmod(folder.exits, 0o755)  # and lists the exit codes of its ranks (names only: each file is 0600)
         own = [folder.result_file(), folder.slurm_batch("log"), folder.slurm_spec()]
         for w in spec.workers:
-            own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank)]
+            own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank), folder.node_file(w.rank)]
         tasks = json.dumps({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
-                            "gpus_per_worker": spec.gpus_per_worker, "workers": [w.to_json() for w in spec.workers]})
+                            "gpus_per_worker": spec.gpus_per_worker, "workers": [w.to_json() for w in spec.workers],
+                            "env": spec.env})
         kept = {folder.log(w.rank) for w in spec.workers} | {folder.marks(w.rank) for w in spec.workers}
         for path in own:  # the job's to write, in folders that stay the server's; no link followed
             # its logs go on from its earlier runs; what a run ends with starts empty
@@ -204,9 +247,45 @@ class SlurmExecutor:
         if self.partition:
             args.insert(1, f"--partition={self.partition}")
         args[1:1] = [f"--{key}={value}" for key, value in (("account", spec.account), ("qos", spec.qos)) if value]
+        if spec.env:
+            return self._prepare(spec, folder, args)
         slurm_id = self.cli.run(args).strip().split(";")[0]
         log.info("job %s: Slurm job %s submitted", spec.job_id, slurm_id)
         return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": slurm_id}
+
+    def _prepare(self, spec: LaunchSpec, folder: JobFolder, args: list[str]) -> dict:
+        """Its environment first: a process of the server's builds it (minutes, the first time) and
+        then submits ``args`` (executor/slurm_prepare.py); the handle has no Slurm id until then."""
+        conf = getattr(self.cli, "conf", None)
+        atomic_json(folder.slurm_submit(), {"argv": args, "env": {"SLURM_CONF": conf} if conf else {}})
+        out = open(folder.supervisor_log(), "ab")
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "deeppod.executor.slurm_prepare", str(folder.root)],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True,
+                                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        except OSError as exc:
+            raise ExecutorError(f"could not start the job's preparation: {exc}") from exc
+        finally:
+            out.close()
+        self._children[proc.pid] = proc
+        start = process_start_time(proc.pid)
+        folder.write_supervisor(proc.pid, start or 0)
+        log.info("job %s: its environment is prepared (pid %s), then it goes to Slurm", spec.job_id, proc.pid)
+        return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": None, "pid": proc.pid,
+                "start_time": start}
+
+    def _preparing(self, handle: dict) -> bool:
+        """Whether the job's preparation (its environment's build, then its submit) still runs."""
+        pid = handle.get("pid") or 0
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:  # ours, and ended: reaped
+            del self._children[pid]
+            return False
+        return bool(pid) and process_start_time(pid) == handle.get("start_time")
+
+    def _slurm_id(self, handle: dict) -> str | None:
+        return handle.get("slurm_id") or JobFolder(Path(handle["job_dir"])).read_slurm_id()
 
     def resources(self, spec: LaunchSpec) -> list[str]:
         """One task per worker, with the worker's CPUs, memory and GPUs; the job's time limit (Slurm's
@@ -241,21 +320,35 @@ class SlurmExecutor:
             slurm_id, _, comment = line.partition("|")
             if comment.strip() == (run or "-"):
                 return {"kind": "slurm", "job_dir": str(job_dir), "slurm_id": slurm_id.strip()}
+        folder = JobFolder(job_dir)
+        if launched(job_dir, run) and (prep := folder.read_supervisor()):  # its environment was being prepared
+            handle = {"kind": "slurm", "job_dir": str(job_dir), "slurm_id": None, **prep}
+            if self._preparing(handle) or folder.read_result() is not None or folder.read_slurm_id():
+                return handle
         return None
 
     def poll(self, handle: dict) -> ExecStatus:
         folder = JobFolder(Path(handle["job_dir"]))
+        preparing = self._preparing(handle)  # and reaped once it has ended
         if (result := folder.read_result()) is not None:
             return ExecStatus(finished=True, exit_codes={int(k): int(v) for k, v in result["exit_codes"].items()},
                               reason=result.get("reason", ""), stopped=bool(result.get("stopped")),
                               timed_out=bool(result.get("timed_out")))
-        job = self._show(handle["slurm_id"])
+        if (slurm_id := self._slurm_id(handle)) is None:
+            if preparing:
+                return ExecStatus(finished=False, phase=folder.read_phase() or "preparing environment")
+            if folder.read_result() is not None or folder.read_slurm_id():  # it ended, or submitted, meanwhile
+                return self.poll(handle)
+            return ExecStatus(finished=True, lost=True, reason="the job's preparation ended before it was submitted "
+                                                              "(the server's log says why)")
+        job = self._show(slurm_id)
         state = (job.get("JobState") or "GONE").split()[0]
         if state in WAITING:
             again = " (requeued by Slurm)" if int(job.get("Restarts", "0") or 0) else ""
             return ExecStatus(finished=False, phase=waiting_reason(job.get("Reason", "None")) + again)
         if state in RUNNING:
-            return ExecStatus(finished=False, exit_codes=folder.exit_codes())
+            return ExecStatus(finished=False, exit_codes=folder.exit_codes(),
+                              placed=placed(folder, set(hostnames(job.get("NodeList", "")))))
         if (result := folder.read_result()) is not None:  # it finished between the two looks
             return self.poll(handle)
         stopped = folder.read_stop() == "stop"
@@ -273,13 +366,15 @@ class SlurmExecutor:
     def terminate(self, handle: dict) -> None:
         folder = JobFolder(Path(handle["job_dir"]))
         if folder.read_stop() is None:
-            folder.ask_stop("stop")
-        state = (self._show(handle["slurm_id"]).get("JobState") or "").split(" ")[0]
+            folder.ask_stop("stop")  # before the id is read: a preparation that submits after this cancels
+        if (slurm_id := self._slurm_id(handle)) is None:
+            return  # its preparation reads the word: nothing is submitted once its build is done
+        state = (self._show(slurm_id).get("JobState") or "").split(" ")[0]
         if state in WAITING:
-            self.cli.run(["scancel", handle["slurm_id"]], check=False)
+            self.cli.run(["scancel", slurm_id], check=False)
         elif state in RUNNING:
             # the workers' tasks; each gives its worker the job's grace, then kills what is left
-            self.cli.run(["scancel", "--signal=TERM", handle["slurm_id"]], check=False)
+            self.cli.run(["scancel", "--signal=TERM", slurm_id], check=False)
 
     def port_on(self, node: str, address: str) -> int:
         return free_port()  # unused: the batch step picks the rendezvous where Slurm put rank 0

@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, lambda sig, _: time_up.append(sig))
     for rank in range(len(spec["workers"])):  # a requeued run starts clean
         folder.exit_file(rank).write_text("")
+        folder.node_file(rank).write_text("")
     address = node_address(os.environ.get("SLURMD_NODENAME", socket.gethostname()))
     env = {**os.environ, "DEEPPOD_SLURM_MASTER_ADDR": address, "DEEPPOD_SLURM_MASTER_PORT": str(free_port(address))}
     srun = subprocess.Popen(["srun", "--export=ALL", "--kill-on-bad-exit=0", sys.executable, "-m",

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from deeppod.envs import build as envs
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.1
@@ -76,7 +77,12 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ["SLURM_PROCID"])
     worker = spec["workers"][rank]
     env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)))
+    if spec.get("env"):  # its own Python environment first (built before the job went to Slurm)
+        env = envs.activate(spec["env"], env)
     grace = float(spec.get("grace_seconds", 30.0))
+    # where Slurm put it, for the job's page (the server checks the node against Slurm's word)
+    folder.node_file(rank).write_text(json.dumps({"node": os.environ.get("SLURMD_NODENAME", ""),
+                                                  "gpus": env["CUDA_VISIBLE_DEVICES"]}))
     stop_at: list[float] = []
     signal.signal(signal.SIGTERM, lambda *_: stop_at.append(time.monotonic()))
     signal.signal(signal.SIGINT, lambda *_: stop_at.append(time.monotonic()))

@@ -4,7 +4,7 @@ column, with its one (de)serializer (the API shows the JSON as it is)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from deeppod.scheduler import WorkerPlacement
 from deeppod.store.models import Job
@@ -68,6 +68,14 @@ class Allocation:
         if self.resize is not None:
             out["resize"] = self.resize.to_json()
         return out
+
+    def place(self, placed: tuple[tuple[int, str, tuple[int, ...]], ...]) -> bool:
+        """Where a cluster that places workers itself (Slurm) put them, as (rank, node, GPUs):
+        whether that changed anything."""
+        at = {rank: (node, gpus) for rank, node, gpus in placed}
+        workers = [replace(w, node=at[w.rank][0], gpus=at[w.rank][1]) if w.rank in at else w for w in self.workers]
+        changed, self.workers = workers != self.workers, workers
+        return changed
 
     def save(self, job: Job) -> None:
         job.allocation = self.to_json()

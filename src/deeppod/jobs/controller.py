@@ -123,7 +123,10 @@ class JobController:
             respare = spares is not None and spares != alloc.spares
             # a cluster that queues (Slurm) was handed the limit and enforces it itself
             timed_out = not status.finished and not self.executor.queues and time_limit.over(job, self.clock())
-            if not fenced and (status.finished or resizing or respare or timed_out):  # it writes: prove the lead
+            # a cluster that queues places its workers itself (Slurm): where, once it says
+            moved = self.executor.queues and not status.finished and alloc.place(status.placed)
+            writes = status.finished or resizing or respare or timed_out or moved
+            if not fenced and writes:  # prove the lead first
                 self.fence(s)
                 fenced = True
             if handle is None:  # its server stopped after deciding to start it and before launching it
@@ -136,6 +139,11 @@ class JobController:
                 self.resizes.follow(s, job, status)
             elif respare:
                 self.resizes.keep_spares(job, handle, spares, held)
+            if moved:
+                alloc.save(job)
+                add_event(s, job, "placed", "its cluster's scheduler placed it: " + ", ".join(
+                    f"rank {w.rank} on {w.node}" + (f" (GPU {','.join(map(str, w.gpus))})" if w.gpus else "")
+                    for w in alloc.workers))
         return fenced
 
     def _ended(self, s: Session, job: Job, status: ExecStatus) -> None:
