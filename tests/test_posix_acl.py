@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from deeppod.posix_acl import grant_read
+from deeppod.posix_acl import grant_read, keep_private
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="reads as other identities: needs root"),
               pytest.mark.slow]  # it forks to read as them
@@ -67,3 +67,20 @@ def test_a_file_alone_is_given_as_a_folder_is(tmp_path):
     model.chmod(0o600)
     grant_read(model, GIVEN)
     assert as_identity(GIVEN, model.read_bytes) and not as_identity(OTHER, model.read_bytes)
+
+
+def test_a_folder_kept_private_again_keeps_the_way_it_gave(tmp_path):
+    """The Slurm server makes its home's folders private at each start: a job reading its dataset
+    through one must not lose it (chmod 0700 would set the ACL's mask to nothing)."""
+    server = tmp_path / "datasets"
+    (server / "v1").mkdir(parents=True, mode=0o700)
+    server.chmod(0o700)  # as the server's first start left it
+    (server / "v1" / "x").write_text("data")
+    (server / "v1" / "x").chmod(0o600)
+    (tmp_path / "other").mkdir(mode=0o755)
+    grant_read(server / "v1", GIVEN)
+    keep_private(server)
+    keep_private(tmp_path / "other")
+    assert as_identity(GIVEN, (server / "v1" / "x").read_bytes)
+    assert not as_identity(OTHER, lambda: os.listdir(server)) and not as_identity(GIVEN, lambda: os.listdir(server))
+    assert (tmp_path / "other").stat().st_mode & 0o777 == 0o700 and server.stat().st_mode & 0o007 == 0

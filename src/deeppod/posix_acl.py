@@ -97,3 +97,16 @@ def grant_read(path: Path | str, uid: int) -> None:
             finally:
                 os.close(fd)
 
+
+
+def keep_private(path: Path | str) -> None:
+    """Nobody but the owner may list, read or cross the folder ``path``, except whom an entry here
+    let cross it: a plain chmod 0700 would set the ACL's mask to no permission and void every entry
+    (a job on Slurm reading its dataset through the folder would lose it at the server's restart)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        named = any(tag in (_USER, _GROUP) for tag, _ in _entries(fd, mode))
+        os.fchmod(fd, mode & 0o770 if named else 0o700)  # with entries, the group bits are their mask
+    finally:
+        os.close(fd)

@@ -60,6 +60,7 @@ from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
+from deeppod.posix_acl import keep_private
 from deeppod.scheduler import Config
 from deeppod.scheduler.phases import HANDED_OFF
 from deeppod.scheduler.plan import MIN_PIDS
@@ -321,7 +322,7 @@ def _home_for_slurm(settings: Settings) -> None:
     os.umask(0o077)
     for entry in settings.home.iterdir():
         if entry.is_dir() and not entry.is_symlink() and entry != settings.jobs_dir:
-            os.chmod(entry, 0o700)
+            keep_private(entry)  # jobs given a way through (their datasets, environments) keep it
     os.chmod(settings.home, 0o711)
     os.chmod(settings.jobs_dir, 0o711)
 
