@@ -59,6 +59,22 @@ def launched(job_dir: Path, run: str) -> bool:
         return False
 
 
+def start_detached(module: str, folder: JobFolder, what: str) -> tuple[subprocess.Popen, int | None]:
+    """``python -m module JOB_DIR`` as a process of its own session (it outlives a server restart),
+    its output in the job's supervisor log; the process and its start time (to know it again)."""
+    out = open(folder.supervisor_log(), "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", module, str(folder.root)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    except OSError as exc:
+        raise ExecutorError(f"could not start {what}: {exc}") from exc
+    finally:
+        out.close()
+    return proc, process_start_time(proc.pid)
+
+
 class LocalExecutor:
     in_place = True
     cluster = False  # this machine is the one node
@@ -71,20 +87,8 @@ class LocalExecutor:
     def launch(self, spec: LaunchSpec) -> dict:
         job_dir = spec.job_dir
         write_spec(spec)
-        out = open(JobFolder(job_dir).supervisor_log(), "ab")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "deeppod.executor.supervisor", str(job_dir)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-            )
-        except OSError as exc:
-            raise ExecutorError(f"could not start the job supervisor: {exc}") from exc
-        finally:
-            out.close()
+        proc, start = start_detached("deeppod.executor.supervisor", JobFolder(job_dir), "the job supervisor")
         self._children[proc.pid] = proc
-        start = process_start_time(proc.pid)
         log.info("job %s: supervisor pid %s started", spec.job_id, proc.pid)
         return {"kind": "local", "job_dir": str(job_dir), "pid": proc.pid, "start_time": start}
 

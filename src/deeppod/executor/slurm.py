@@ -35,7 +35,7 @@ from deeppod.cluster.inventory import NodeInfo
 from deeppod.contract import ENV_CA_CERT, free_port
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import ExecStatus, LaunchSpec, WorkerSpec
-from deeppod.executor.local import launched, process_start_time, write_spec
+from deeppod.executor.local import launched, process_start_time, start_detached, write_spec
 from deeppod.job_folder import JobFolder
 from deeppod.nofollow import read_small
 from deeppod.posix_acl import AclUnsupported, grant_read
@@ -258,18 +258,8 @@ class SlurmExecutor:
         then submits ``args`` (executor/slurm_prepare.py); the handle has no Slurm id until then."""
         conf = getattr(self.cli, "conf", None)
         atomic_json(folder.slurm_submit(), {"argv": args, "env": {"SLURM_CONF": conf} if conf else {}})
-        out = open(folder.supervisor_log(), "ab")
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "deeppod.executor.slurm_prepare", str(folder.root)],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True,
-                                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
-        except OSError as exc:
-            raise ExecutorError(f"could not start the job's preparation: {exc}") from exc
-        finally:
-            out.close()
+        proc, start = start_detached("deeppod.executor.slurm_prepare", folder, "the job's preparation")
         self._children[proc.pid] = proc
-        start = process_start_time(proc.pid)
         folder.write_supervisor(proc.pid, start or 0)
         log.info("job %s: its environment is prepared (pid %s), then it goes to Slurm", spec.job_id, proc.pid)
         return {"kind": "slurm", "job_dir": str(spec.job_dir), "slurm_id": None, "pid": proc.pid,
