@@ -277,3 +277,21 @@ def image_archive(folder, name: str, kind: str = "oci") -> Path:
         for digest, data in blobs.items():
             put(f"blobs/sha256/{digest}", data)
     return path
+
+
+def image_model(folder: Path) -> Path:
+    """A small image classifier as the registry keeps one (model.pt2 and signature.json), four
+    classes of 16x16 RGB images, in ``folder``: for tests that serve a model without training one."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    program = torch.export.export(net, (torch.zeros(2, 3, 16, 16),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    torch.export.save(program, str(folder / "model.pt2"))
+    (folder / "signature.json").write_text(json.dumps({
+        "classes": ["a", "b", "c", "d"], "input": {"kind": "image", "shape": [3, 16, 16], "mean": [0.5] * 3,
+                                                   "std": [0.25] * 3, "crop": "center"}}))
+    return folder

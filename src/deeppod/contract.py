@@ -85,6 +85,9 @@ ENV_RESTART_COUNT = "DEEPPOD_RESTART_COUNT"
 # a serving replica answers only the control plane, which sends this secret (its own per replica)
 ENV_REPLICA_SECRET = "DEEPPOD_REPLICA_SECRET"
 REPLICA_SECRET_HEADER = "X-DeepPod-Replica-Secret"
+# the address other hosts reach the worker's node at, where a cluster's scheduler placed it (Slurm's
+# NodeAddr): a replica listens there (else on 127.0.0.1, the one host of the local executor)
+ENV_NODE_ADDRESS = "DEEPPOD_NODE_ADDRESS"
 # direct predict (serve/direct.py): a client the control plane gave a signed token calls the
 # replicas itself; every replica of a deployment checks it with the deployment's own key
 ENV_DIRECT_KEY = "DEEPPOD_DIRECT_KEY"

@@ -280,3 +280,37 @@ def test_a_search_runs_its_trials_as_slurm_jobs_and_finds_the_best(server, site,
     for t in rows:  # each trial was a Slurm job of its own, and reported from inside it
         assert "handed to the cluster's scheduler" in server.cli(project, "job", "events", str(t["job_id"])).stdout
         assert slurm_job(site, server, t["job_id"]).isdigit()
+
+
+def test_a_deployment_serves_from_a_replica_slurm_runs_and_one_slurm_ends_is_replaced(server, site, project):
+    """A replica is a Slurm job of the tenant's identity that listens on its node's address; the
+    router sends predictions there, and a replica Slurm ends (an administrator's scancel) is replaced."""
+    import io
+
+    from PIL import Image
+
+    from tests.helpers import image_model
+
+    folder = image_model(server.home / "work" / "default" / "tiny")
+    server.cli(project, "models", "register", "tiny", "--path", str(folder))
+    out = server.cli(project, "deploy", "tiny").stdout
+    assert "tiny@1 ready" in out, out
+    c = Client(server.url, server.admin_token)
+    picture = io.BytesIO()
+    Image.new("RGB", (20, 20), (200, 10, 10)).save(picture, "PNG")
+    answer = c.predict("tiny", [picture.getvalue()], top_k=2)
+    assert answer["version"] == 1 and answer["predictions"][0]["label"] in {"a", "b", "c", "d"}, answer
+    (replica,) = c.deployment("tiny")["replica_jobs"]
+    (addr,) = site.cli.run(["sinfo", "-h", "-N", "-o", "%o"]).split()
+    assert replica["endpoint"].startswith(f"http://{addr}:"), replica  # its node's address, as Slurm names it
+    slurm_id = slurm_job(site, server, replica["job_id"])
+    user = site.cli.run(["scontrol", "show", "job", slurm_id, "-o"]).split("UserId=", 1)[1].split()[0]
+    assert int(user.split("(")[1].rstrip(")")) not in (0, os.getuid()), user  # the tenant's, never the server's
+    site.cli.run(["scancel", slurm_id])
+    again = wait_until(lambda: (d := c.deployment("tiny"))["state"] == "ready" and [
+        r for r in d["replica_jobs"] if r["job_id"] != replica["job_id"] and r["routed"]], 120,
+        what="a new replica to take the traffic")
+    assert c.predict("tiny", [picture.getvalue()])["replica"] == str(again[0]["job_id"])
+    server.cli(project, "deploy", "rm", "tiny")
+    wait_until(lambda: c.job(again[0]["job_id"])["state"] == "cancelled", 60, what="the replica to be cancelled")
+    wait_until(lambda: not site.cli.run(["squeue", "-h", "-o", "%i"]).strip(), 60, what="Slurm's queue to empty")

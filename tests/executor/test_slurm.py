@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from deeppod.contract import worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import LaunchSpec, WorkerSpec
-from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, hostnames, placed, waiting_reason
+from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, hostnames, placed, site_python, waiting_reason
 from deeppod.executor.slurm_task import task_env, tasks_per_node
 from deeppod.job_folder import JobFolder
 from tests.helpers import wait_until
@@ -249,6 +250,9 @@ def test_what_slurm_prints_is_read_as_it_means():
         "SECRET": "the server's"}, 0)
     assert env["LOCAL_RANK"] == "1" and env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["MASTER_ADDR"] == "10.0.0.1" and "SECRET" not in env
+    assert "DEEPPOD_NODE_ADDRESS" not in env
+    assert task_env({}, {"DEEPPOD_SLURM_MASTER_ADDR": "a", "DEEPPOD_SLURM_MASTER_PORT": "1"}, 0,
+                    "gpu-07.cluster")["DEEPPOD_NODE_ADDRESS"] == "gpu-07.cluster"  # where a replica listens
     assert hostnames("n[1-3,07],gpu-a,x[09-10]") == ["n1", "n2", "n3", "n07", "gpu-a", "x09", "x10"]
     assert hostnames("(null)") == [] and hostnames("") == []
 
@@ -264,3 +268,16 @@ def test_where_a_task_says_it_runs_is_kept_only_where_slurm_says_the_job_runs(tm
     folder.node_file(4).write_text('{"node": "n2", "gpus": "-1"}')
     folder.node_file(5).write_text('{"node": "n2", "gpus": ""}')
     assert placed(folder, {"n1", "n2"}) == ((0, "n1", (2, 3)), (5, "n2", ()))
+
+
+def test_a_job_the_platform_made_runs_the_sites_python_and_finds_deeppod_where_the_site_put_it(tmp_path):
+    def spec(command, env):
+        return LaunchSpec(job_id=1, job_dir=tmp_path, command=command, workdir="/", workers=[WorkerSpec(0, "?", env)])
+
+    made = site_python(spec([sys.executable, "-m", "deeppod.serve.replica"], {"RANK": "0"}), "/site/py", "/site/lib")
+    assert made.command == ["/site/py", "-m", "deeppod.serve.replica"]
+    assert made.workers[0].env == {"RANK": "0", "PYTHONPATH": "/site/lib"}
+    own = site_python(spec([sys.executable, "x.py"], {"PYTHONPATH": "/mine"}), "/site/py", "/site/lib")
+    assert own.workers[0].env["PYTHONPATH"] == "/mine"  # the job's own comes first
+    users = spec(["python", "train.py"], {})
+    assert site_python(users, "/site/py", "/site/lib") is users  # a user's command is theirs

@@ -9,7 +9,7 @@ import torch
 
 from deeppod.runtime import inference
 from deeppod.serve.batcher import Batcher
-from tests.helpers import wait_until
+from tests.helpers import image_model, wait_until
 
 
 def test_concurrent_requests_share_forward_passes_and_get_their_own_answers():
@@ -86,18 +86,7 @@ def test_max_batch_must_be_positive():
 
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
-    import json
-
-    folder = tmp_path_factory.mktemp("model")
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
-    program = torch.export.export(net, (torch.zeros(2, 3, 16, 16),),
-                                  dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
-    torch.export.save(program, str(folder / "model.pt2"))
-    (folder / "signature.json").write_text(json.dumps({
-        "classes": ["a", "b", "c", "d"], "input": {"kind": "image", "shape": [3, 16, 16], "mean": [0.5] * 3,
-                                                   "std": [0.25] * 3, "crop": "center"}}))
+    folder = image_model(tmp_path_factory.mktemp("model"))
     return inference.load(folder, device="cpu")
 
 

@@ -164,6 +164,17 @@ def refuse_unsupported(spec: LaunchSpec) -> None:
                             "job with --network host")
 
 
+def site_python(spec: LaunchSpec, python: str, pythonpath: str) -> LaunchSpec:
+    """A job the platform made (a serving replica, an evaluation, the built-in trainer) runs the
+    server's interpreter; on Slurm it runs the one the site installed for its nodes instead, and
+    imports deeppod from where the site put it (a PYTHONPATH of the job's own comes first)."""
+    if not spec.command or spec.command[0] != sys.executable:
+        return spec
+    workers = [replace(w, env={"PYTHONPATH": pythonpath, **w.env}) for w in spec.workers] if pythonpath \
+        else spec.workers
+    return replace(spec, command=[python, *spec.command[1:]], workers=workers)
+
+
 def readable(spec: LaunchSpec) -> list[str]:
     """What the job may read besides its own folder (its datasets, what the platform hands a job it
     made): a sandbox binds these read-only; on Slurm its identity is let read them where they are."""
@@ -209,6 +220,7 @@ class SlurmExecutor:
     def launch(self, spec: LaunchSpec) -> dict:
         refuse_unsupported(spec)
         let_read(spec)
+        spec = site_python(spec, self.python, self.pythonpath)
         if spec.env:  # built by the server's host, on the shared file system, for the Python the tasks run
             spec = replace(spec, env={**spec.env, "base_python": self.python,
                                       "layer": [p for p in self.pythonpath.split(os.pathsep) if p]})

@@ -25,7 +25,7 @@ import threading
 import time
 
 from deeppod.contract import EXIT_RESUME, describe_exit, free_port
-from deeppod.executor.slurm_task import load
+from deeppod.executor.slurm_task import load, node_addr
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.2
@@ -34,9 +34,7 @@ _OOM = re.compile(rb"task (\d+): Out Of Memory")
 
 def node_address(node: str) -> str:
     """The address Slurm reaches ``node`` at (its NodeAddr), where the workers meet rank 0."""
-    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
-    m = re.search(r"\bNodeAddr=(\S+)", out)
-    addr = m.group(1) if m else node
+    addr = node_addr(node)
     try:
         return socket.gethostbyname(addr)
     except OSError:

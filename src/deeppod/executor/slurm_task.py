@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from deeppod.contract import ENV_NODE_ADDRESS
 from deeppod.envs import build as envs
 from deeppod.job_folder import JobFolder
 
@@ -39,7 +40,15 @@ def tasks_per_node(value: str) -> list[int]:
     return counts
 
 
-def task_env(worker_env: dict[str, str], environ: dict[str, str], gpus_per_worker: int) -> dict[str, str]:
+def node_addr(node: str) -> str:
+    """The address Slurm reaches ``node`` at, as its configuration says (NodeAddr; its name if none)."""
+    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
+    m = re.search(r"\bNodeAddr=(\S+)", out)
+    return m.group(1) if m else node
+
+
+def task_env(worker_env: dict[str, str], environ: dict[str, str], gpus_per_worker: int,
+             node_address: str = "") -> dict[str, str]:
     """The worker's environment: its contract, Slurm's own variables, and the places Slurm chose."""
     env = dict(worker_env)
     env.update({k: v for k, v in environ.items() if k.startswith("SLURM")})
@@ -54,6 +63,8 @@ def task_env(worker_env: dict[str, str], environ: dict[str, str], gpus_per_worke
         # the GPUs Slurm bound to this task (--gpus-per-task); none if it asked for none
         "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES", "") if gpus_per_worker else "",
     })
+    if node_address:  # as DeepPod lists the node (sinfo's NodeAddr): where a replica listens and says it does
+        env[ENV_NODE_ADDRESS] = node_address
     return env
 
 
@@ -76,12 +87,13 @@ def main(argv: list[str]) -> int:
     folder, spec = loaded
     rank = int(os.environ["SLURM_PROCID"])
     worker = spec["workers"][rank]
-    env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)))
+    node = os.environ.get("SLURMD_NODENAME", "")
+    env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)), node and node_addr(node))
     if spec.get("env"):  # its own Python environment first (built before the job went to Slurm)
         env = envs.activate(spec["env"], env)
     grace = float(spec.get("grace_seconds", 30.0))
     # where Slurm put it, for the job's page (the server checks the node against Slurm's word)
-    folder.node_file(rank).write_text(json.dumps({"node": os.environ.get("SLURMD_NODENAME", ""),
+    folder.node_file(rank).write_text(json.dumps({"node": node,
                                                   "gpus": env["CUDA_VISIBLE_DEVICES"]}))
     stop_at: list[float] = []
     signal.signal(signal.SIGTERM, lambda *_: stop_at.append(time.monotonic()))

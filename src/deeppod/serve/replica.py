@@ -38,6 +38,7 @@ from deeppod.contract import (
     ENV_DEPLOYMENT_ID,
     ENV_DIRECT_KEY,
     ENV_JOB_ID,
+    ENV_NODE_ADDRESS,
     ENV_REPLICA_SECRET,
     ENV_TOKEN,
     REPLICA_SECRET_HEADER,
@@ -200,7 +201,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-body-bytes", type=int, default=settings.default("predict_max_bytes"))
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default=os.environ.get(ENV_NODE_ADDRESS) or "127.0.0.1",
+                   help="where to listen: the node's address where a cluster placed it, else 127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: any free port (the control plane is told which)")
     p.add_argument("--decode-threads", type=int, default=2)
     return p.parse_args(argv)
