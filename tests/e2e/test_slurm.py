@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deeppod import Client
-from tests.helpers import LiveServer, wait_until, wheel
+from tests.helpers import LiveServer, image_archive, wait_until, wheel
 from tests.slurm_site import PYTHON, slurm_site
 
 pytestmark = pytest.mark.slow
@@ -88,10 +88,12 @@ def server(site):
     where.chmod(0o711)
     (where / "wheels").mkdir()  # the package index jobs' environments are built from (nothing downloaded)
     wheel(where / "wheels", "deeppod-probe", "1.2.3", "pinned")
+    (where / "images").mkdir()  # the container images the administrator offers
+    image_archive(where / "images", "tiny")
     server = LiveServer(where / "home", isolation=None, extra_env={
         "DEEPPOD_EXECUTOR": "slurm", "DEEPPOD_SLURM_CONF": site.conf, "DEEPPOD_SLURM_PYTHON": PYTHON,
         "DEEPPOD_SLURM_PYTHONPATH": site.pythonpath, "DEEPPOD_ENV_FIND_LINKS": str(where / "wheels"),
-        "DEEPPOD_ENV_NO_INDEX": "1"}).start()
+        "DEEPPOD_ENV_NO_INDEX": "1", "DEEPPOD_IMAGE_DIR": str(where / "images")}).start()
     try:
         yield server
     finally:
@@ -314,3 +316,28 @@ def test_a_deployment_serves_from_a_replica_slurm_runs_and_one_slurm_ends_is_rep
     server.cli(project, "deploy", "rm", "tiny")
     wait_until(lambda: c.job(again[0]["job_id"])["state"] == "cancelled", 60, what="the replica to be cancelled")
     wait_until(lambda: not site.cli.run(["squeue", "-h", "-o", "%i"]).strip(), 60, what="Slurm's queue to empty")
+
+
+def test_a_job_runs_in_its_container_image_entered_by_its_own_identity(server, site, project):
+    """No root on Slurm's nodes to build a sandbox with: each task enters the image in a user
+    namespace of its own (executor/rootless.py), as the job's identity."""
+    script = ("cat /etc/image-release; echo greeting=$IMAGE_GREETING; echo uid=$(id -u); ls /usr/lib/python3* || "
+              "echo no-host-python; touch /etc/mine || echo image-read-only; touch $DEEPPOD_CHECKPOINT_DIR/ok && "
+              "echo checkpoints-writable; set -- $DEEPPOD_DATA_DIGITS/*; cat $1 >/dev/null && echo dataset-readable; "
+              "echo rank=$RANK world=$WORLD_SIZE")
+    c = Client(server.url, server.admin_token)
+    if "digits" not in [d["name"] for d in c.datasets()]:
+        from deeppod.runtime.trainers.digits import write_digits
+
+        server.cli(project, "data", "ingest", "digits", str(write_digits(project / "digits")), "--split", "val=0.2")
+    job = c.submit(["sh", "-c", script], own_folder=True, gpus_per_worker=0, workers=2, image="tiny",
+                   datasets=["digits"])
+    done = ended(c, job["id"], timeout=300)
+    logs = [log(c, job["id"], rank) for rank in (0, 1)]
+    assert done["state"] == "succeeded", (done["reason"], logs)
+    for out in logs:
+        assert "v2\n" in out and "greeting=hello" in out and "no-host-python" in out, out
+        assert "image-read-only" in out and "checkpoints-writable" in out and "dataset-readable" in out, out
+        assert int(out.split("uid=")[1].split()[0]) not in (0, os.getuid()), out
+    assert "rank=1 world=2" in logs[1] and logs[0].count("unpacking image tiny") == 1
+    assert "handed to the cluster's scheduler" in server.cli(project, "job", "events", str(job["id"])).stdout

@@ -155,9 +155,6 @@ def placed(folder: JobFolder, nodes: set[str]) -> tuple[tuple[int, str, tuple[in
 def refuse_unsupported(spec: LaunchSpec) -> None:
     """What a job on Slurm cannot have yet (its tasks run as its identity, with no sandbox of
     DeepPod's around them), refused before anything is submitted."""
-    if spec.env and spec.env.get("image"):
-        raise ExecutorError("container images are not unpacked on Slurm yet: submit the job without --image (a "
-                            "Python environment of its own, --requirements, is built)")
     sandbox = spec.sandbox or {}
     if (sandbox.get("network") or {}).get("mode") not in (None, "host"):
         raise ExecutorError("a network of the job's own (--network isolated or none) is not made on Slurm: submit the "
@@ -237,7 +234,7 @@ class SlurmExecutor:
             own += [folder.log(w.rank), folder.marks(w.rank), folder.exit_file(w.rank), folder.node_file(w.rank)]
         tasks = json.dumps({"command": spec.command, "workdir": spec.workdir, "grace_seconds": spec.grace_seconds,
                             "gpus_per_worker": spec.gpus_per_worker, "workers": [w.to_json() for w in spec.workers],
-                            "env": spec.env})
+                            "env": spec.env, "binds": (spec.sandbox or {}).get("binds", [])})
         kept = {folder.log(w.rank) for w in spec.workers} | {folder.marks(w.rank) for w in spec.workers}
         for path in own:  # the job's to write, in folders that stay the server's; no link followed
             # its logs go on from its earlier runs; what a run ends with starts empty

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from deeppod.envs import build as envs
+from deeppod.envs import images
 from deeppod.job_folder import JobFolder
 from deeppod.posix_acl import grant_cross
 
@@ -43,11 +44,15 @@ def main(argv: list[str]) -> int:
     folder.write_phase("preparing environment")
     try:
         with open(folder.log(min(ranks)), "ab", buffering=0) as log:
-            path = envs.ensure(spec["env"], log, spec.get("sandbox"))
+            if spec["env"].get("image"):  # unpacked as on any node, for the tasks to enter
+                path = images.ensure(spec["env"], log)
+            else:
+                path = envs.ensure(spec["env"], log, spec.get("sandbox"))
         if (spec.get("sandbox") or {}).get("uid") is not None:
             grant_cross(path, int(spec["sandbox"]["uid"]))
     except (envs.BuildError, OSError) as exc:
-        return _ended(folder, ranks, f"could not build its Python environment: {exc}")
+        return _ended(folder, ranks, f"could not unpack its image: {exc}" if spec["env"].get("image")
+                      else f"could not build its Python environment: {exc}")
     finally:
         folder.write_phase(None)
     if asked or folder.read_stop() is not None:

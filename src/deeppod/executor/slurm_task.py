@@ -24,6 +24,8 @@ from pathlib import Path
 
 from deeppod.contract import ENV_NODE_ADDRESS
 from deeppod.envs import build as envs
+from deeppod.envs import images
+from deeppod.executor import rootless
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.1
@@ -89,8 +91,13 @@ def main(argv: list[str]) -> int:
     worker = spec["workers"][rank]
     node = os.environ.get("SLURMD_NODENAME", "")
     env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)), node and node_addr(node))
-    if spec.get("env"):  # its own Python environment first (built before the job went to Slurm)
-        env = envs.activate(spec["env"], env)
+    order, enter = spec.get("env") or {}, None
+    if order.get("image"):  # a container image (unpacked before the job went to Slurm), entered rootless
+        env = images.activate(order, env, bool(env["CUDA_VISIBLE_DEVICES"]))
+        enter = in_image(str(images.image_path(order)), spec.get("binds") or [], spec["workdir"],
+                         bool(env["CUDA_VISIBLE_DEVICES"]))
+    elif order:  # its own Python environment first (built before the job went to Slurm)
+        env = envs.activate(order, env)
     grace = float(spec.get("grace_seconds", 30.0))
     # where Slurm put it, for the job's page (the server checks the node against Slurm's word)
     folder.node_file(rank).write_text(json.dumps({"node": node,
@@ -100,8 +107,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop_at.append(time.monotonic()))
     with open(folder.log(rank), "ab", buffering=0) as log:  # made for it, the job's to write
         try:
-            proc = subprocess.Popen(spec["command"], cwd=spec["workdir"], env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(spec["command"], cwd="/" if enter else spec["workdir"], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=enter)
         except OSError as exc:
             log.write(f"could not start the worker: {exc}\n".encode())
             folder.exit_file(rank).write_text("127")
@@ -122,6 +130,18 @@ def main(argv: list[str]) -> int:
     folder.stamp_log(rank, marked)
     folder.exit_file(rank).write_text(str(code))
     return _exit_status(code)
+
+
+def in_image(image: str, binds: list, workdir: str, gpus: bool):
+    """What the worker's child does before its exec to run in its image (executor/rootless.py): a
+    step that fails says why in the worker's log and ends it with 126, as the sandbox does."""
+    def enter() -> None:
+        try:
+            rootless.enter(image, binds, workdir, gpus)
+        except OSError as exc:
+            os.write(2, f"deeppod: cannot run the job in its image: {exc}\n".encode())
+            os._exit(126)
+    return enter
 
 
 def _kill_group(pgid: int) -> None:
