@@ -249,3 +249,28 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 _WATCH = pytest.StashKey[_ProcessWatch]()
+
+
+# DEEPPOD_TEST_CPU_REPORT=FILE: each test appends "SECONDS FILE::TEST", the CPU it cost this process
+# and the processes it started and waited for (its servers, workers, CLI runs): what the suite's
+# time on two cores is made of (scripts/test_cpu sums it per file)
+_CPU_REPORT = os.environ.get("DEEPPOD_TEST_CPU_REPORT")
+
+
+def _cpu_now() -> float:
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _CPU_REPORT:
+        return (yield)
+    began = _cpu_now()
+    try:
+        return (yield)
+    finally:
+        with open(_CPU_REPORT, "a") as f:
+            f.write(f"{_cpu_now() - began:.2f} {item.nodeid}\n")
