@@ -229,7 +229,8 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     launcher = TrialLauncher(settings.experiments_dir, settings.jobs_dir, settings.models_dir, settings.grace_seconds,
                         roots, ctx.code, settings.job_network, settings.image_dir)
     ctx.read_sessions = read_sessions
-    ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None)
+    ctx.experiments = ExperimentController(sessions, launcher, fence=leader.fence if fenced else lambda s: None,
+                                          leading=lambda: leader.leading)
     source = (OneNode(node.name, default_gpu_sampler(settings.gpus), PsutilHostSampler(str(settings.home)))
               if node is not None else executor.samplers())
     if source is not None:

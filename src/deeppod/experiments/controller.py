@@ -33,15 +33,18 @@ from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User
 from deeppod.units import duration_text
 
 log = logging.getLogger(__name__)
-# how long the answer to a trial's reports at a rung waits for the pruner's decision (a round
-# takes milliseconds; a server that is not the leader runs none, and answers after this)
-JUDGE_WAIT_S = 0.5
+# how long the answer to a trial's reports at a rung waits on the leader for the pruner's
+# decision: a round takes milliseconds, seconds on a loaded host; a trial that heard nothing goes
+# on past its rung, which promotion cannot take back (a server that is not the leader runs no
+# round and answers at once). Under the trial's own wait (runtime.metrics.JUDGEMENT_WAIT_S).
+JUDGE_WAIT_S = 6.0
 
 
 class ExperimentController:
     def __init__(self, sessions: sessionmaker[Session], launcher: service.TrialLauncher,
-                 fence: Callable[[Session], None] = lambda s: None):
+                 fence: Callable[[Session], None] = lambda s: None, leading: Callable[[], bool] = lambda: True):
         self.sessions = sessions
+        self.leading = leading
         self.launcher = launcher
         self.fence = fence
         self._studies: dict[int, Study] = {}
@@ -58,7 +61,9 @@ class ExperimentController:
     def judged(self, timeout: float = JUDGE_WAIT_S) -> bool:
         """Hurry the next round and wait until a round begun after this call has ended: what
         was committed before the call (a trial's reports at a rung) has been judged by then.
-        False if none ended in ``timeout`` (this server is not the leader, or is busy)."""
+        False if none ended in ``timeout`` or this server is not the leader (it runs no round)."""
+        if not self.leading():
+            return False
         with self._rounds:
             target = self._rounds_begun + 1
         self.hurry.set()

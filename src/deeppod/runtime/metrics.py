@@ -72,9 +72,10 @@ def _flush_seconds() -> float:
         return 1.0
 
 
-# how long a trial waits for the answer to a report at a rung (the server answers once its pruner
-# decided, in milliseconds; a server failing over may take longer: the trial then goes on)
-JUDGEMENT_WAIT_S = 2.0
+# how long a trial waits for the answer to a report at a rung: the server answers once its pruner
+# decided (milliseconds; seconds on a loaded host, up to the leader's wait, JUDGE_WAIT_S, 6 s); a
+# server failing over may take longer: the trial then goes on, once. Under SEND_TIMEOUT_S.
+JUDGEMENT_WAIT_S = 9.0
 
 
 class Reporter:
