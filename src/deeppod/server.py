@@ -177,10 +177,7 @@ def build(settings: Settings, *, executor: Executor | None = None, probe: GpuPro
     server_id = uuid.uuid4().hex
     engine = make_engine(settings.db_url, name=session_name(server_id))
     upgrade(engine)
-    if engine.url.get_backend_name() == "sqlite" and engine.url.database:
-        for suffix in ("", "-wal", "-shm"):  # the database holds token hashes and jobs' --env values
-            if os.path.exists(engine.url.database + suffix):
-                os.chmod(engine.url.database + suffix, 0o600)
+    _private_sqlite(engine)
     sessions = make_sessionmaker(engine)
     with sessions.begin() as s:
         if sealed_now := jobs_service.seal_legacy_env(s):
@@ -262,6 +259,13 @@ def _on_commits(ctx: ServerContext) -> None:
 
 def _trial_moved(job: Job) -> bool:
     return job.kind == "trial" and sa_inspect(job).attrs.state.history.has_changes()
+
+
+def _private_sqlite(engine) -> None:
+    if engine.url.get_backend_name() == "sqlite" and engine.url.database:
+        for suffix in ("", "-wal", "-shm"):  # the database holds token hashes and jobs' --env values
+            if os.path.exists(engine.url.database + suffix):
+                os.chmod(engine.url.database + suffix, 0o600)
 
 
 def _leadership(settings: Settings, sessions: sessionmaker[Session], server_id: str, fenced: bool) -> Leadership:

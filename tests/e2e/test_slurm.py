@@ -218,6 +218,35 @@ def test_slurms_requeue_resumes_the_same_job_from_its_checkpoint(server, site, p
     assert "requeued by Slurm" in events
 
 
+def test_a_job_whose_node_fails_is_requeued_by_slurm_once_and_resumes_from_its_checkpoint(server, site, project):
+    """The node goes DOWN under the running job (as slurmctld marks a node that stops answering):
+    Slurm requeues the job (--requeue); DeepPod keeps the one job, says why it waits, and starts no
+    second run of its own."""
+    c = Client(server.url, server.admin_token)
+    job_id = submit(server, site, project, "--gpus-per-worker", "0", "--", PYTHON, "steps.py")
+    wait_until(lambda: "step 5\n" in log(c, job_id), 60, what="the job to take steps")
+    slurm_id = slurm_job(site, server, job_id)
+    node = site.cli.run(["squeue", "-h", "-j", slurm_id, "-o", "%N"]).strip()
+    site.cli.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=deeppod test: node lost"])
+    try:
+        wait_until(lambda: "(requeued by Slurm)" in (c.job(job_id).get("phase") or ""), 120,
+                   what="the requeue to show")
+        assert c.job(job_id)["state"] in ("queued", "running")
+    finally:
+        site.cli.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    wait_until(lambda: site.cli.run(["squeue", "-h", "-j", slurm_id, "-o", "%t"]).strip() == "PD", 60,
+               what="Slurm to queue it again")
+    site.cli.run(["scontrol", "update", f"JobId={slurm_id}", "StartTime=now"])  # past its two minutes' BeginTime
+    job = ended(c, job_id)
+    text = log(c, job_id)
+    assert job["state"] == "succeeded" and "done" in text, (job, text)
+    assert text.count("from step ") == 2 and int(text.rsplit("from step ", 1)[1].split()[0]) >= 5, text
+    # one Slurm job ran it both times: DeepPod did not submit it again beside Slurm's requeue
+    assert slurm_job(site, server, job_id) == slurm_id
+    name = slurm_id and site.cli.run(["squeue", "-h", "--states=all", "-j", slurm_id, "-o", "%j"]).strip()
+    assert len(site.cli.run(["squeue", "-h", "--states=all", f"--name={name}", "-o", "%i"]).split()) == 1
+
+
 def test_a_job_reads_its_dataset_where_deeppod_keeps_it(server, site, project):
     """No sandbox binds it in on Slurm: the job's identity is given the version's folder to read."""
     from deeppod.runtime.trainers.digits import write_digits

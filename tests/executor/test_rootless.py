@@ -40,9 +40,13 @@ def place():
         os.chown(where / "work", JOB, JOB)
         (where / "data").mkdir()
         (where / "data" / "shard").write_text("shard-read\n")
+        # the site's deeppod, which the job's identity reads (this checkout's may be in a private folder)
+        shutil.copytree(rootless.PACKAGE, where / "site" / "deeppod", ignore=shutil.ignore_patterns("__pycache__"))
     finally:
         os.umask(old)
+    package, rootless.PACKAGE = rootless.PACKAGE, str(where / "site" / "deeppod")
     yield where
+    rootless.PACKAGE = package
     shutil.rmtree(where, ignore_errors=True)
 
 

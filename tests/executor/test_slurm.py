@@ -14,7 +14,7 @@ from deeppod.contract import worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import LaunchSpec, WorkerSpec
 from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, hostnames, placed, site_python, waiting_reason
-from deeppod.executor.slurm_task import task_env, tasks_per_node
+from deeppod.executor.slurm_task import node_addr, parse_node_addrs, task_env, tasks_per_node
 from deeppod.job_folder import JobFolder
 from tests.helpers import wait_until
 from tests.slurm_site import PYTHON, slurm_site
@@ -281,3 +281,12 @@ def test_a_job_the_platform_made_runs_the_sites_python_and_finds_deeppod_where_t
     assert own.workers[0].env["PYTHONPATH"] == "/mine"  # the job's own comes first
     users = spec(["python", "train.py"], {})
     assert site_python(users, "/site/py", "/site/lib") is users  # a user's command is theirs
+
+
+def test_the_batch_step_looks_up_every_nodes_address_once_for_its_tasks():
+    shown = ("NodeName=gpu-01 Arch=x86_64 CoresPerSocket=8 NodeAddr=10.0.0.11 NodeHostName=gpu-01 State=IDLE\n"
+             "NodeName=gpu-02 Arch=x86_64 NodeAddr=gpu-02.ib NodeHostName=gpu-02 State=MIXED\n")
+    known = parse_node_addrs(shown)
+    assert known == {"gpu-01": "10.0.0.11", "gpu-02": "gpu-02.ib"}
+    assert node_addr("gpu-02", known) == "gpu-02.ib"  # a task asks no scontrol where the batch step did
+    assert parse_node_addrs("") == {}

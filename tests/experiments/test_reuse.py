@@ -242,7 +242,7 @@ def test_reports_at_a_rung_wait_for_the_pruners_decision(h):
     assert h.tune.judged(timeout=0.01) is False  # no round came: the answer goes without it
     h.tune.leading = lambda: False  # a standby runs no round: it answers at once, without waiting
     h.tune.hurry.clear()
-    assert h.tune.judged(timeout=3600) is False and not h.tune.hurry.is_set()
+    assert h.tune.judged(timeout=120) is False and not h.tune.hurry.is_set()
 
 
 def test_a_later_first_rung_is_what_trials_are_told_and_wait_for(h):

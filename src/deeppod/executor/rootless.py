@@ -30,6 +30,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 HOST = ("/proc", "/sys", "/dev")  # the host's, bound whole
+PACKAGE = str(Path(images.__file__).resolve().parents[1])  # the deeppod the task runs (the site's), bound in
 
 
 def mount_points(binds: list[list], gpus: bool) -> dict[str, str]:
@@ -38,7 +39,7 @@ def mount_points(binds: list[list], gpus: bool) -> dict[str, str]:
     for name in images.HOST_FILES:
         if os.path.isfile("/" + name):
             points["/" + name] = "/" + name
-    points[f"{images.RUNTIME}/deeppod"] = str(Path(images.__file__).resolve().parents[1])
+    points[f"{images.RUNTIME}/deeppod"] = PACKAGE
     if gpus:
         for name, path in images.driver_libraries():
             points[f"{images.RUNTIME}-driver/{name}"] = path

@@ -25,16 +25,16 @@ import threading
 import time
 
 from deeppod.contract import EXIT_RESUME, describe_exit, free_port
-from deeppod.executor.slurm_task import load, node_addr
+from deeppod.executor.slurm_task import NODE_ADDRS, load, node_addr, node_addrs
 from deeppod.job_folder import JobFolder
 
 POLL_S = 0.2
 _OOM = re.compile(rb"task (\d+): Out Of Memory")
 
 
-def node_address(node: str) -> str:
+def node_address(node: str, known: dict[str, str] | None = None) -> str:
     """The address Slurm reaches ``node`` at (its NodeAddr), where the workers meet rank 0."""
-    addr = node_addr(node)
+    addr = node_addr(node, known)
     try:
         return socket.gethostbyname(addr)
     except OSError:
@@ -52,8 +52,11 @@ def main(argv: list[str]) -> int:
     for rank in range(len(spec["workers"])):  # a requeued run starts clean
         folder.exit_file(rank).write_text("")
         folder.node_file(rank).write_text("")
-    address = node_address(os.environ.get("SLURMD_NODENAME", socket.gethostname()))
-    env = {**os.environ, "DEEPPOD_SLURM_MASTER_ADDR": address, "DEEPPOD_SLURM_MASTER_PORT": str(free_port(address))}
+    here = os.environ.get("SLURMD_NODENAME", socket.gethostname())
+    known = node_addrs(os.environ.get("SLURM_JOB_NODELIST") or here)  # once for every task of the run
+    address = node_address(here, known)
+    env = {**os.environ, "DEEPPOD_SLURM_MASTER_ADDR": address, "DEEPPOD_SLURM_MASTER_PORT": str(free_port(address)),
+           NODE_ADDRS: json.dumps(known)}
     srun = subprocess.Popen(["srun", "--export=ALL", "--kill-on-bad-exit=0", sys.executable, "-m",
                              "deeppod.executor.slurm_task", str(folder.root)],
                             env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)

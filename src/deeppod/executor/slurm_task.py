@@ -42,11 +42,27 @@ def tasks_per_node(value: str) -> list[int]:
     return counts
 
 
-def node_addr(node: str) -> str:
-    """The address Slurm reaches ``node`` at, as its configuration says (NodeAddr; its name if none)."""
-    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
-    m = re.search(r"\bNodeAddr=(\S+)", out)
-    return m.group(1) if m else node
+NODE_ADDRS = "DEEPPOD_SLURM_NODE_ADDRS"  # the batch step's word to its tasks: {node: NodeAddr}, as JSON
+_NODE = re.compile(r"^NodeName=(\S+).*?\bNodeAddr=(\S+)", re.M)
+
+
+def parse_node_addrs(scontrol: str) -> dict[str, str]:
+    """``scontrol show node -o``'s lines as {node: the address Slurm reaches it at}."""
+    return {m.group(1): m.group(2) for m in _NODE.finditer(scontrol)}
+
+
+def node_addrs(nodes: str) -> dict[str, str]:
+    """The nodes of a Slurm host list ("gpu[01-04]") and their NodeAddr, in one call of scontrol."""
+    return parse_node_addrs(subprocess.run(["scontrol", "show", "node", nodes, "-o"],
+                                           capture_output=True, text=True).stdout)
+
+
+def node_addr(node: str, known: dict[str, str] | None = None) -> str:
+    """The address Slurm reaches ``node`` at (NodeAddr; its name if none): from ``known`` (what
+    the batch step looked up for the whole allocation) where it is there, else from scontrol."""
+    if known and node in known:
+        return known[node]
+    return node_addrs(node).get(node, node)
 
 
 def task_env(worker_env: dict[str, str], environ: dict[str, str], gpus_per_worker: int,
@@ -90,12 +106,13 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ["SLURM_PROCID"])
     worker = spec["workers"][rank]
     node = os.environ.get("SLURMD_NODENAME", "")
-    env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)), node and node_addr(node))
-    order, enter = spec.get("env") or {}, None
+    known = json.loads(os.environ.get(NODE_ADDRS) or "{}")
+    env = task_env(worker["env"], dict(os.environ), int(spec.get("gpus_per_worker", 0)),
+                   node and node_addr(node, known))
+    order, enter, gpus = spec.get("env") or {}, None, bool(env["CUDA_VISIBLE_DEVICES"])
     if order.get("image"):  # a container image (unpacked before the job went to Slurm), entered rootless
-        env = images.activate(order, env, bool(env["CUDA_VISIBLE_DEVICES"]))
-        enter = in_image(str(images.image_path(order)), spec.get("binds") or [], spec["workdir"],
-                         bool(env["CUDA_VISIBLE_DEVICES"]))
+        env = images.activate(order, env, gpus)
+        enter = in_image(str(images.image_path(order)), spec.get("binds") or [], spec["workdir"], gpus)
     elif order:  # its own Python environment first (built before the job went to Slurm)
         env = envs.activate(order, env)
     grace = float(spec.get("grace_seconds", 30.0))
