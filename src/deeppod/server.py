@@ -286,7 +286,7 @@ def take_over(ctx: ServerContext, *, first: bool) -> None:
         if nodes is None:
             register_node(s, ctx.node)
         else:
-            sync_nodes(s, nodes())
+            sync_nodes(s, nodes(), ctx.executor.names_kept)
     live = ctx.leader.live_ids()
     alone = first and live == {ctx.leader.id}
     datasets.recover(ctx.sessions, ctx.data, None if alone else live)
@@ -372,7 +372,7 @@ def inventory_round(ctx: ServerContext) -> None:
         log.warning("the cluster did not answer for %.0f s (its head, or the network to it): jobs on its "
                     "nodes kept running, DeepPod's actions on them waited; it answers again", late)
     with ctx.sessions.begin() as s:
-        for name in sync_nodes(s, infos):
+        for name in sync_nodes(s, infos, ctx.executor.names_kept):
             log.warning("node %s left the cluster: marked down", name)
 
 

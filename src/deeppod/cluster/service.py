@@ -35,13 +35,16 @@ def register_node(session: Session, info: NodeInfo) -> Node:
     return node
 
 
-def sync_nodes(session: Session, infos: Iterable[NodeInfo]) -> list[str]:
+def sync_nodes(session: Session, infos: Iterable[NodeInfo], names_kept: bool = False) -> list[str]:
     """Make the store's nodes what the executor reports: alive ones registered (a new one
-    appears by itself), the others marked down. Returns the names newly marked down."""
+    appears by itself), the others marked down. Returns the names newly marked down.
+    ``names_kept``: a node's name is its cluster's for good (Slurm's nodes), so one that was
+    down and is up again is taken back; else (Ray: a node that comes back has a new id) a node
+    once lost stays down."""
     alive = {i.name: i for i in infos if i.healthy}
-    down = set(session.scalars(select(Node.name).where(Node.up.is_(False))))
+    down = set() if names_kept else set(session.scalars(select(Node.name).where(Node.up.is_(False))))
     for info in alive.values():
-        if info.name not in down:  # a node once lost stays down: a Ray node that comes back has a new id
+        if info.name not in down:
             register_node(session, info)
     gone = []
     for node in session.scalars(select(Node).where(Node.up.is_(True))):

@@ -71,11 +71,14 @@ class Executor(Protocol):
     (a running job's workers can be added to and leave), ``cluster`` (its nodes come and
     go: ``nodes()`` lists them and ``samplers()`` reads their monitoring; else this machine is
     the one node) and ``queues`` (its cluster has a scheduler of its own, which queues and places
-    what it is handed: DeepPod's round only hands jobs off, scheduler/phases/hand_off.py)."""
+    what it is handed: DeepPod's round only hands jobs off, scheduler/phases/hand_off.py) and
+    ``names_kept`` (a cluster node's name is for good: one that was down and is up again is
+    taken back; a Ray node that comes back is a new node)."""
 
     in_place: bool
     cluster: bool
     queues: bool
+    names_kept: bool
 
     def launch(self, spec: LaunchSpec) -> dict:
         """Start the workers; return a JSON-able handle that finds them again after a restart."""

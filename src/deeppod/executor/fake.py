@@ -12,6 +12,7 @@ class FakeExecutor:
     in_place = True
     cluster = False
     queues = False
+    names_kept = False
 
     def __init__(self) -> None:
         self.added: dict[int, list[tuple[int, list[WorkerSpec]]]] = {}  # job -> [(generation, workers)]

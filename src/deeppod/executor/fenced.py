@@ -47,6 +47,10 @@ class FencedExecutor:
     def queues(self) -> bool:
         return self.inner.queues
 
+    @property
+    def names_kept(self) -> bool:
+        return self.inner.names_kept
+
     def find(self, job_id: int, job_dir: Path, run: str) -> dict | None:
         return self.inner.find(job_id, job_dir, run)
 

@@ -79,6 +79,7 @@ class LocalExecutor:
     in_place = True
     cluster = False  # this machine is the one node
     queues = False
+    names_kept = False
 
     def __init__(self) -> None:
         # Supervisors we started in this process, so they are reaped (no zombies).

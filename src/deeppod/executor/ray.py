@@ -182,6 +182,7 @@ class RayExecutor:
     in_place = False  # a resize on Ray is a checkpoint restart (workers on other nodes: not yet)
     cluster = True
     queues = False  # Ray runs what it is handed at once: DeepPod's round places jobs on its nodes
+    names_kept = False  # a Ray node that comes back has a new id
 
     def __init__(self, address: str, gpus_per_node: int | None = None, instance: str = ""):
         """``instance``: Settings.instance; its named actors live in a namespace of its own, so

@@ -199,6 +199,7 @@ class SlurmExecutor:
     in_place = False
     cluster = True
     queues = True  # Slurm decides when and where: DeepPod hands it every job its plan allows
+    names_kept = True  # Slurm's nodes are its configuration's: one resumed is the same node
 
     def __init__(self, cli: SlurmCommands | None = None, *, instance: str = "local", partition: str | None = None,
                  python: str | None = None, pythonpath: str | None = None):
