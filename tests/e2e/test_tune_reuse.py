@@ -87,8 +87,14 @@ def test_promotion_pauses_trials_in_their_process_and_goes_on_where_they_stopped
             first = next(p for n, p, s in starts if n == number and s == 0)
             assert pid == first and (number, start - 1) in paused, (number, starts, paused)
     resumed = {n for n, _, s in starts if s}
+    # every turn handed back ran: none was ended unrun by the word of the turn before it
+    handed = {(int(n), int(s)) for j in jobs for e in c.jobs.events(j)
+              for n, s in re.findall(r"^trial (\d+) .*goes on with it from step (\d+)", e["message"])}
+    assert handed and handed <= {(n, s) for n, _, s in starts}, (handed, starts)
     top = max(rows.values(), key=lambda t: t["params"]["x"])
-    assert top["number"] in resumed and top["state"] == "completed" and done["best_trial"] == top["number"]
+    said = {n: (t["params"]["x"], t["state"], t["step"], t.get("reason")) for n, t in rows.items()}
+    assert top["number"] in resumed and top["state"] == "completed" and done["best_trial"] == top["number"], (
+        said, starts, paused)
     assert [t["state"] for t in rows.values()].count("completed") == 1
     assert all(t["state"] == "pruned" for t in rows.values() if t["number"] != top["number"])
     # each trial started from step 0 once; the others were turns after a pause

@@ -275,4 +275,4 @@ def test_the_host_drops_what_the_server_says_will_not_go_on(monkeypatch):
     monkeypatch.setattr(host, "_call", lambda path, body=None: bodies.append(body) or {"finished": True, "forget": [3]})
     kept = {3: "a", 5: "b"}
     assert host.next(4, 0, kept) is None
-    assert kept == {5: "b"} and bodies == [{"done": 4, "kept": [3, 5]}]
+    assert kept == {5: "b"} and bodies == [{"done": 4, "kept": [3, 5], "turn": 0}]  # which turn of 4 ended

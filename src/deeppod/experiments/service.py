@@ -260,12 +260,14 @@ def trials_asked(session: Session, exp: Experiment) -> int:
 
 
 def host_trial(session: Session, principal: Principal, job_id: int, done: int | None = None,
-               kept: list[int] | None = None) -> dict:
+               kept: list[int] | None = None, turn: int | None = None) -> dict:
     """What a search's process runs next (``runtime.trials()``): it says which trial it ended
     (``done``), and gets the trial the controller gave it ({"number", "params", "state",
     "turn"}), {"wait": true} while none is given yet, or {"finished": true} when it should
     exit: the search is over, stopping, or does not reuse processes (one trial a job). Of the
-    paused trials it says it keeps (``kept``), ``forget`` names those that will not go on."""
+    paused trials it says it keeps (``kept``), ``forget`` names those that will not go on.
+    ``turn``: which turn of ``done`` ended; the process says it again at every ask while it
+    waits, and a trial promoted meanwhile (a later turn) is not ended by it."""
     job = jobs.manage_job(session, principal, job_id, "run trials in")
     forget = _forget(session, job.id, kept) if kept else {}
     if job.kind != "trial":
@@ -275,7 +277,7 @@ def host_trial(session: Session, principal: Principal, job_id: int, done: int | 
         ended = session.scalar(select(Trial).where(Trial.job_id == job.id, Trial.number == done))
         if ended is None:
             raise InvalidRequest(f"trial {done} did not run in job {job_id}")
-        if ended.done_at is None and ended.state in LIVE_TRIALS:
+        if ended.done_at is None and ended.state in LIVE_TRIALS and (turn is None or turn == ended.turn):
             ended.done_at = utcnow()
     current = session.scalar(select(Trial).where(Trial.job_id == job.id, Trial.state.in_(LIVE_TRIALS),
                                                  Trial.done_at.is_(None)).order_by(Trial.number).limit(1))

@@ -83,7 +83,9 @@ class _Host:
         after = (done, turn)
         while True:
             try:
-                answer = self._call("", {"done": done if self.rank == 0 else None, "kept": sorted(kept or ())})
+                # the turn too: said again at every ask, it must not end the same trial's next turn
+                answer = self._call("", {"done": done if self.rank == 0 else None, "kept": sorted(kept or ()),
+                                         **({"turn": turn} if done is not None and self.rank == 0 else {})})
             except (OSError, urllib.error.URLError) as exc:  # a failover or a restart: ask again
                 if isinstance(exc, urllib.error.HTTPError) and exc.code < 500 and exc.code not in (408, 429):
                     raise

@@ -56,7 +56,7 @@ def resume(name: str, session: SessionDep, principal: PrincipalDep) -> Experimen
 def next_trial(job_id: Id, body: HostTrialIn, request: Request, session: SessionDep,
                principal: PrincipalDep) -> HostTrialOut:
     """The trial this job's process runs next, once it says which one it ended."""
-    out = HostTrialOut(**service.host_trial(session, principal, job_id, body.done, body.kept))
+    out = HostTrialOut(**service.host_trial(session, principal, job_id, body.done, body.kept, body.turn))
     if body.done is not None or out.wait:
         get_ctx(request).experiments.hurry.set()  # the controller's next round now: it ends one, gives one
     return out

@@ -38,6 +38,9 @@ class ExperimentCreate(Strict):
 
 class HostTrialIn(Strict):
     done: int | None = Field(default=None, ge=0, description="the trial this process just ended")
+    turn: int | None = Field(default=None, ge=0, description="which of the done trial's turns it ended (it was "
+                                                           "handed out again after a pause): an earlier turn's word, "
+                                                           "repeated while the process waits, ends no later one")
     kept: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=100_000,
                                                     description="the paused trials whose state this process keeps")
 
