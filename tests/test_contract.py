@@ -99,3 +99,10 @@ def test_dataset_variables_and_exit_descriptions():
     assert describe_exit(-9) == "was killed by SIGKILL" and describe_exit(3) == "exited with code 3"
     assert describe_exit(-200) == "was killed by signal 200" and EXIT_RESUME == 75
     assert describe_exit(-6).startswith("was killed by SIGABRT; a crash") and "log shows where" in describe_exit(-11)
+
+
+def test_a_trial_waits_longer_for_its_rungs_decision_than_the_leader_holds_it_and_less_than_a_send():
+    from deeppod.contract import JUDGE_WAIT_S, JUDGEMENT_WAIT_S
+    from deeppod.runtime.metrics import SEND_TIMEOUT_S
+
+    assert 0 < JUDGE_WAIT_S < JUDGEMENT_WAIT_S < SEND_TIMEOUT_S

@@ -124,6 +124,13 @@ ENV_TRIAL_HOST = "DEEPPOD_TRIAL_HOST"  # "1": the search reuses this process for
 # report at one of them is sent at once, and the answer carries the decision
 ENV_TRIAL_JUDGED = "DEEPPOD_TRIAL_JUDGED"
 JUDGED_EVERY_STEP = "*"  # ENV_TRIAL_JUDGED for a pruner that decides at every step (the median rule)
+# the answer to a report at a rung: the leader holds it until its pruner decided, up to JUDGE_WAIT_S (a
+# round takes milliseconds, seconds on a loaded host; a server that is not the leader answers at once),
+# and the trial waits for it up to JUDGEMENT_WAIT_S, longer, so that it hears the decision unless the
+# server fails over (it then goes on past its rung, once, which promotion cannot take back). Both
+# under the runtime's send timeout (runtime.metrics.SEND_TIMEOUT_S); tests/test_contract.py checks it.
+JUDGE_WAIT_S = 6.0
+JUDGEMENT_WAIT_S = 9.0
 
 
 def judged_between(judged: str, after: int, step: int) -> bool:

@@ -66,23 +66,8 @@ class Keeper(Process):
 
     def __init__(self, h, job_id):
         super().__init__(h, job_id)
-        self.kept: dict[int, int] = {}  # number -> the next step
         self.paused: list[tuple[int, int]] = []  # (trial, step) at each pause
         self.steps: dict[int, list[int]] = {}  # every step each trial reported
-
-    turn = 0  # the turn of the trial it ran last
-
-    def ask(self):
-        """As runtime.trials() asks: the trial it ended (and that trial's turn) said again at every
-        ask until it is handed one, so a trial promoted while its process waited is not ended by it."""
-        with self.h.sessions.begin() as s:
-            answer = service.host_trial(s, self.h.world.alice, self.job_id, self.done, sorted(self.kept),
-                                        self.turn if self.done is not None else None)
-        for number in answer.get("forget", ()):  # pruned while paused: its state need not be kept
-            del self.kept[number]
-        if answer.get("number") is not None and (answer["number"], answer["turn"]) != (self.done, self.turn):
-            self.done, self.turn = None, answer["turn"]
-        return answer
 
     def run(self, answer, curve, steps):
         number = answer["number"]

@@ -32,15 +32,22 @@ def h(sessions, tmp_path):
 
 
 class Process:
-    """What runtime.trials() does in one job's process, one call at a time."""
+    """What runtime.trials() does in one job's process, one call at a time. As it asks: the trial it
+    ended (and that trial's turn) is said again at every ask until it is handed another, so a trial
+    handed back to it meanwhile (a later turn) is not ended by that repeated word."""
 
     def __init__(self, h, job_id):
-        self.h, self.job_id, self.done, self.ran, self.pruned = h, job_id, None, [], []
+        self.h, self.job_id, self.done, self.turn, self.ran, self.pruned = h, job_id, None, 0, [], []
+        self.kept: dict[int, int] = {}  # paused trials it keeps (number -> the next step): none here
 
     def ask(self):
         with self.h.sessions.begin() as s:
-            answer = service.host_trial(s, self.h.world.alice, self.job_id, self.done)
-        self.done = None
+            answer = service.host_trial(s, self.h.world.alice, self.job_id, self.done, sorted(self.kept),
+                                        self.turn if self.done is not None else None)
+        for number in answer.get("forget", ()):  # pruned while paused: its state need not be kept
+            del self.kept[number]
+        if answer.get("number") is not None and (answer["number"], answer["turn"]) != (self.done, self.turn):
+            self.done, self.turn = None, answer["turn"]
         return answer
 
     def report(self, number, step, value):

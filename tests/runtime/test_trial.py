@@ -10,7 +10,14 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from deeppod import runtime
-from deeppod.contract import ENV_TRIAL, ENV_TRIAL_HOST, ENV_TRIAL_JUDGED, ENV_TRIAL_PARAMS, free_port
+from deeppod.contract import (
+    ENV_TRIAL,
+    ENV_TRIAL_HOST,
+    ENV_TRIAL_JUDGED,
+    ENV_TRIAL_PARAMS,
+    JUDGEMENT_WAIT_S,
+    free_port,
+)
 from deeppod.runtime import metrics, stop
 from deeppod.runtime.metrics import Reporter
 from deeppod.runtime.trial import Trial
@@ -141,7 +148,7 @@ def test_at_a_rung_should_stop_waits_for_the_pruners_answer_so_no_epoch_runs_pas
         assert waited == [], "a report between rungs waits for nothing"
         rep.report(3, acc=0.1)
         assert trial.should_stop() is True
-        assert waited == [metrics.JUDGEMENT_WAIT_S], "the report at the rung is waited for, once"
+        assert waited == [JUDGEMENT_WAIT_S], "the report at the rung is waited for, once"
         assert [p["step"] for p in sent] == [2, 3] and all("_judged" not in p for p in sent)
         assert not stop.should_stop(sync=False), "the process goes on to its next trial"
 

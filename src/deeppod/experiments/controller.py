@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from deeppod.auth.service import principal_of
-from deeppod.contract import FINAL_STATES, JobState
+from deeppod.contract import FINAL_STATES, JUDGE_WAIT_S, JobState
 from deeppod.errors import DeepPodError, NotLeader
 from deeppod.experiments import paused, service
 from deeppod.experiments.study import Study, rungs
@@ -33,11 +33,6 @@ from deeppod.store.models import Experiment, Job, JobMetric, Tenant, Trial, User
 from deeppod.units import duration_text
 
 log = logging.getLogger(__name__)
-# how long the answer to a trial's reports at a rung waits on the leader for the pruner's
-# decision: a round takes milliseconds, seconds on a loaded host; a trial that heard nothing goes
-# on past its rung, which promotion cannot take back (a server that is not the leader runs no
-# round and answers at once). Under the trial's own wait (runtime.metrics.JUDGEMENT_WAIT_S).
-JUDGE_WAIT_S = 6.0
 
 
 class ExperimentController:

@@ -72,12 +72,6 @@ def _flush_seconds() -> float:
         return 1.0
 
 
-# how long a trial waits for the answer to a report at a rung: the server answers once its pruner
-# decided (milliseconds; seconds on a loaded host, up to the leader's wait, JUDGE_WAIT_S, 6 s); a
-# server failing over may take longer: the trial then goes on, once. Under SEND_TIMEOUT_S.
-JUDGEMENT_WAIT_S = 9.0
-
-
 class Reporter:
     def __init__(self, api_url: str | None = None, token: str | None = None, job_id: int | None = None,
                  tb_dir: str | None = None, flush_seconds: float | None = None, max_buffer: int = 100_000,

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, EXIT_RESUME
+from deeppod.contract import ENV_CHECKPOINT_DIR, ENV_GRACE, EXIT_RESUME, JUDGEMENT_WAIT_S
 
 _requested = threading.Event()
 _reason: list[str] = []
@@ -77,7 +77,7 @@ def _await_judgement() -> None:
     metrics = sys.modules.get("deeppod.runtime.metrics")  # loaded by the first report, if any
     reporter = getattr(metrics, "_default", None)
     if reporter is not None and reporter.trial is not None:
-        reporter.await_judgement(metrics.JUDGEMENT_WAIT_S)
+        reporter.await_judgement(JUDGEMENT_WAIT_S)
 
 
 def agree(local: bool) -> bool:

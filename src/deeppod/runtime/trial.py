@@ -49,6 +49,7 @@ from deeppod.contract import (
     ENV_TRIAL,
     ENV_TRIAL_HOST,
     ENV_TRIAL_PARAMS,
+    JUDGEMENT_WAIT_S,
     open_first,
     server_urls,
 )
@@ -139,7 +140,7 @@ class Trial:
             # the answer to its last reports says so (at a rung it is waited for: a pruned trial
             # runs no epoch past the rung it was stopped at); asked for when it has not reported lately
             reporter = metrics.reporter()
-            reporter.await_judgement(metrics.JUDGEMENT_WAIT_S)
+            reporter.await_judgement(JUDGEMENT_WAIT_S)
             self._pruned = self.number in reporter.pruning
             self._paused = self.number in reporter.pausing
             if not (self._pruned or self._paused) and time.monotonic() - self._asked_at >= ASK_EVERY_S:
