@@ -116,6 +116,14 @@ def test_at_80_columns_no_header_or_cell_is_cut_and_the_rest_is_named(monkeypatc
     assert "127.0.0.1:40123" in wide and "GPU MEMORY" in wide and "79.6G" in wide  # logical slots: "-"
 
 
+def test_a_down_node_says_why_as_its_cluster_does_and_a_reasons_brackets_are_text():
+    down = {**NODE, "up": False, "down_reason": "drained in Slurm: [fan] failure"}
+    text = "\n".join(_render(output.nodes_table([down]), width=160))
+    assert "down (drained in Slurm: [fan] failure)" in text
+    plain = _render(output.nodes_table([{**NODE, "up": False}]), width=160)[1]
+    assert "down" in plain and "(" not in plain  # a lost node with nothing said: no empty reason
+
+
 def test_a_size_never_wraps_and_free_text_is_cut_in_its_cell():
     rows = [{"name": "pets", "size": "76.0 KB", "message": "x" * 200}]
     lines = _render(output.rows_table(rows, ["name", "size", "message"], width=40), width=40)

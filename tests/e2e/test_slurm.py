@@ -248,7 +248,8 @@ def test_a_job_whose_node_fails_is_requeued_by_slurm_once_and_resumes_from_its_c
     finally:  # the next test finds the node in service, as DeepPod lists it too, whatever happened here
         def mended() -> bool:
             site.cli.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
-            return any(n["name"] == node and n["up"] and n["healthy"] and n["cpus"] for n in c.nodes.list())
+            return any(n["name"] == node and n["up"] and n["healthy"] and n["cpus"] and not n["down_reason"]
+                       for n in c.nodes.list())
         try:
             wait_until(mended, 120, interval=1, what="the node to be back in service")
         except AssertionError as exc:
@@ -262,6 +263,26 @@ def test_a_job_whose_node_fails_is_requeued_by_slurm_once_and_resumes_from_its_c
     assert slurm_job(site, server, job_id) == slurm_id
     name = site.cli.run(["squeue", "-h", "--states=all", "-j", slurm_id, "-o", "%j"]).strip()
     assert len(site.cli.run(["squeue", "-h", "--states=all", f"--name={name}", "-o", "%i"]).split()) == 1
+
+
+def test_a_drained_node_is_listed_down_with_slurms_reason_until_it_is_resumed(server, site, project):
+    """What an administrator drains for maintenance: DeepPod places nothing there and says why in
+    Slurm's words (`deeppod nodes`, the console's cluster page), and takes it back once resumed."""
+    c = Client(server.url, server.admin_token)
+    node = site.cli.run(["sinfo", "-h", "-N", "-o", "%N"]).split()[0]
+
+    def listed():
+        return next(n for n in c.nodes.list() if n["name"] == node)
+
+    site.cli.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=deeppod test: fan [2] failing"])
+    try:
+        wait_until(lambda: not listed()["up"], 60, what="the drained node to be listed down")
+        assert listed()["down_reason"] == "drained in Slurm: deeppod test: fan [2] failing", listed()
+        table = server.cli(project, "-o", "wide", "nodes").stdout
+        assert "drained in Slurm: deeppod test: fan [2] failing" in " ".join(table.split()), table
+    finally:
+        site.cli.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+    wait_until(lambda: listed()["up"] and listed()["down_reason"] is None, 60, what="the node to be back")
 
 
 def test_a_job_reads_its_dataset_where_deeppod_keeps_it(server, site, project):

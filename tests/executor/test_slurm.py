@@ -13,7 +13,16 @@ import pytest
 from deeppod.contract import worker_env
 from deeppod.errors import ExecutorError
 from deeppod.executor.base import LaunchSpec, WorkerSpec
-from deeppod.executor.slurm import SlurmExecutor, fields, gpus_of, hostnames, placed, site_python, waiting_reason
+from deeppod.executor.slurm import (
+    SlurmExecutor,
+    fields,
+    gpus_of,
+    hostnames,
+    node_reason,
+    placed,
+    site_python,
+    waiting_reason,
+)
 from deeppod.executor.slurm_task import node_addr, parse_node_addrs, task_env, tasks_per_node
 from deeppod.job_folder import JobFolder
 from tests.helpers import wait_until
@@ -238,11 +247,14 @@ def test_a_job_slurm_cannot_ever_place_is_refused_at_submit_with_slurms_words(sl
 def test_slurms_nodes_are_deeppods_with_their_cpus_memory_and_gres_gpus(slurm):
     (node,) = executor(slurm).nodes()
     assert node.cpus == os.cpu_count() and node.memory_mb > 1000 and len(node.gpus) == 4 and node.healthy
+    assert node.reason == ""  # why it is not healthy: nothing to say
 
 
 def test_what_slurm_prints_is_read_as_it_means():
     assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
     assert gpus_of("gpu:a100:8(S:0-1),shard:4") == 8 and gpus_of("(null)") == 0
+    assert node_reason("down*", "deeppod test: node lost") == "down* in Slurm: deeppod test: node lost"
+    assert node_reason("DRAINED", "none") == "drained in Slurm" == node_reason("drained", "")
     assert fields("JobId=7 JobState=PENDING Reason=Resources Dependency=(null)")["Reason"] == "Resources"
     env = task_env({"RANK": "3", "CUDA_VISIBLE_DEVICES": "5"}, {
         "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",

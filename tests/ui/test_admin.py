@@ -180,3 +180,15 @@ def test_the_cluster_page_shows_burst_nodes_their_types_and_what_they_cost(api):
     assert "bursting needs --executor ray" in page  # one machine: no autoscaler adds nodes
     nlp = Browser(api, cy).get("/cluster").text
     assert 'id="burst-types"' in nlp and "3.75" not in nlp  # another tenant's cost is not shown
+
+
+def test_a_down_node_says_why_on_the_cluster_page(api):
+    """As its cluster said it (Slurm's state and Reason, kept by cluster/service.sync_nodes)."""
+    from deeppod.store.models import Node
+
+    with api.ctx.sessions.begin() as s:
+        s.add(Node(name="gpu-02", address="10.0.0.2", cpus=8, memory_mb=16384, up=False,
+                   gpus=[{"index": 0, "logical": True}], down_reason="drained in Slurm: fan <failure>"))
+    page = Browser(api, api.user("ana", "vision")).get("/cluster").text
+    assert "down</span> <span class=\"muted\">drained in Slurm: fan &lt;failure&gt;</span>" in page
+    assert 'title="GPU 0: down: drained in Slurm: fan &lt;failure&gt;"' in page

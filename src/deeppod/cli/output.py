@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -184,8 +185,9 @@ def nodes_table(nodes: list[dict]) -> Table:
         kind = " logical" if n["gpus"] and n["gpus"][0].get("logical") else ""
         sick = [str(g["index"]) for g in n["gpus"] if not g.get("healthy", True)]
         health = ("ok" if n["healthy"] else "[red]cordoned[/]") + (f" (sick GPUs: {','.join(sick)})" if sick else "")
-        if not n.get("up", True):
-            health = "[red]down[/]" + ("" if n["healthy"] else ", cordoned")
+        if not n.get("up", True):  # and why, where its cluster says (Slurm's state and Reason)
+            health = ("[red]down[/]" + ("" if n["healthy"] else ", cordoned")
+                      + (f" ({escape(n['down_reason'])})" if n.get("down_reason") else ""))
         rows.append({"node": n["name"], "health": health, "gpus used": f"{n['gpus_used']}/{len(n['gpus'])}{kind}",
                      "gpus free": str(n["gpus_free"]), "cpus used": f"{n['cpus_used']:g}/{n['cpus']}",
                      "memory used": f"{_gib(n['memory_mb_used'])}/{_gib(n['memory_mb'])}",

@@ -51,7 +51,7 @@ def gpu_slots(session: Session, principal: Principal) -> list[tuple[Node, list[G
                 else:
                     slots.append(GpuSlot(i, "allocated", tenant=OTHERS))
             elif not node.up:
-                slots.append(GpuSlot(i, "down", reason="the node left the cluster"))
+                slots.append(GpuSlot(i, "down", reason=node.down_reason or "the node left the cluster"))
             elif not node.healthy or not g.get("healthy", True):
                 slots.append(GpuSlot(i, "cordoned", reason=g.get("reason") or "cordoned by an administrator"))
             else:

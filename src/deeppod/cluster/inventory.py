@@ -18,6 +18,7 @@ class NodeInfo:
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
     healthy: bool = True
     burst: str | None = None  # a burst node's type (its Ray resource deeppod-burst-TYPE); None: the cluster's own
+    reason: str = ""  # why it is not healthy, in its cluster's words (Slurm's state and Reason); "": not said
 
 
 def physical_memory_mb() -> int:

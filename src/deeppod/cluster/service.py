@@ -30,6 +30,7 @@ def register_node(session: Session, info: NodeInfo) -> Node:
     node.gpus = [{**g.to_dict(), "healthy": g.index not in sick} for g in info.gpus]
     node.burst = info.burst
     node.up = True
+    node.down_reason = None
     node.last_seen = utcnow()
     session.flush()
     return node
@@ -40,17 +41,22 @@ def sync_nodes(session: Session, infos: Iterable[NodeInfo], names_kept: bool = F
     appears by itself), the others marked down. Returns the names newly marked down.
     ``names_kept``: a node's name is its cluster's for good (Slurm's nodes), so one that was
     down and is up again is taken back; else (Ray: a node that comes back has a new id) a node
-    once lost stays down."""
+    once lost stays down. A node the cluster reports and calls unhealthy keeps its reason
+    (``NodeInfo.reason``: Slurm's state and Reason) in ``down_reason``, cleared when it is back."""
+    infos = list(infos)
     alive = {i.name: i for i in infos if i.healthy}
     down = set() if names_kept else set(session.scalars(select(Node.name).where(Node.up.is_(False))))
     for info in alive.values():
         if info.name not in down:
             register_node(session, info)
+    said = {i.name: i.reason for i in infos if not i.healthy}  # why, where the cluster says (Slurm)
     gone = []
-    for node in session.scalars(select(Node).where(Node.up.is_(True))):
-        if node.name not in alive:
+    for node in session.scalars(select(Node).where(Node.name.not_in(list(alive)))):
+        if node.up:
             node.up = False
             gone.append(node.name)
+        if node.name in said:
+            node.down_reason = said[node.name] or None
     session.flush()
     return gone
 

@@ -116,6 +116,13 @@ def gpus_of(gres: str) -> int:
     return total
 
 
+def node_reason(state: str, reason: str) -> str:
+    """Why a node is out of service as Slurm says it: its state ("down*": the * says slurmctld hears
+    nothing from it) and the Reason an administrator or slurmctld gave ("none": none given)."""
+    said = reason if reason and reason.lower() not in ("none", "(null)") else ""
+    return f"{state.lower()} in Slurm" + (f": {said}" if said else "")
+
+
 def hostnames(expression: str) -> list[str]:
     """A Slurm host list as its names: "n[1-3,07],gpu-a" -> n1 n2 n3 n07 gpu-a (zero padding kept)."""
     names = []
@@ -390,18 +397,20 @@ class SlurmExecutor:
 
     # -- the cluster -------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
-        """Slurm's nodes (of the configured partition), with their CPUs, memory and GPUs (GRES)."""
-        args = ["sinfo", "-h", "-N", "-o", "%N|%o|%c|%m|%G|%T"] + ([f"--partition={self.partition}"]
-                                                                     if self.partition else [])
+        """Slurm's nodes (of the configured partition), with their CPUs, memory and GPUs (GRES);
+        one that is not in service says why in Slurm's words (its state and the Reason given)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N|%o|%c|%m|%G|%T|%E"] + ([f"--partition={self.partition}"]
+                                                                        if self.partition else [])
         out, seen = [], set()
         for line in self.cli.run(args).splitlines():
-            name, addr, cpus, mem, gres, state = (p.strip() for p in line.split("|"))
+            name, addr, cpus, mem, gres, state, why = (p.strip() for p in line.split("|", 6))  # a Reason may hold |
             if name in seen:  # a node of several partitions
                 continue
             seen.add(name)
             gpus = tuple(GpuInfo(i, f"slurm-{name}-{i}", "GPU", 0, True) for i in range(gpus_of(gres)))
+            healthy = state.rstrip("*~#!%$@^-").upper() in UP
             out.append(NodeInfo(name=name, address=addr, cpus=int(cpus), memory_mb=int(mem), gpus=gpus,
-                                healthy=state.rstrip("*~#!%$@^-").upper() in UP))
+                                healthy=healthy, reason="" if healthy else node_reason(state, why)))
         return out
 
     def samplers(self):

@@ -113,6 +113,7 @@ class Node(Base):
     memory_mb: Mapped[int] = mapped_column(Integer, default=0)
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)  # False: cordoned by an administrator
     up: Mapped[bool] = mapped_column(Boolean, default=True)  # False: the executor lost it (a Ray node that left)
+    down_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why, in its cluster's words (Slurm's)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
     burst: Mapped[str | None] = mapped_column(String(64), nullable=True)  # a burst node's type (scheduler/burst.py)
     joined_at: Mapped[datetime | None] = mapped_column(nullable=True)  # when it was first seen

@@ -17,6 +17,7 @@ class NodeOut(Out):
     memory_mb: int
     healthy: bool  # False: cordoned
     up: bool = True  # False: the executor lost it (a Ray node that left)
+    down_reason: str | None = None  # why it is down, in its cluster's words (Slurm's state and Reason)
     last_seen: datetime
     gpus_used: int = 0  # held by running jobs' workers
     gpus_free: int = 0  # healthy and not held
@@ -33,7 +34,7 @@ def node_out(node, use) -> NodeOut:
     healthy = {g["index"] for g in node.gpus if g.get("healthy", True)} if node.healthy and node.up else set()
     return NodeOut.model_validate({
         **{c: getattr(node, c) for c in ("name", "address", "gpus", "cpus", "memory_mb", "healthy", "up",
-                                   "last_seen", "burst")},
+                                   "down_reason", "last_seen", "burst")},
         "gpus_used": len(held), "gpus_free": len(healthy - held), "cpus_used": round(use.cpus, 3) if use else 0.0,
         "memory_mb_used": use.memory_mb if use else 0, "workers": use.workers if use else 0,
         "gpu_memory_mb": gpu_memory_of(node.gpus)})
