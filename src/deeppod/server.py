@@ -60,6 +60,7 @@ from deeppod.models import artifacts
 from deeppod.models import service as models
 from deeppod.monitor import service as monitoring
 from deeppod.monitor.loop import Monitor
+from deeppod.notebooks import idle as notebook_idle
 from deeppod.posix_acl import keep_private
 from deeppod.scheduler import Config
 from deeppod.scheduler.phases import HANDED_OFF
@@ -417,6 +418,10 @@ def _lead(ctx: ServerContext, first: bool) -> tuple[threading.Event, list[thread
                                 daemon=True),
                threading.Thread(target=housekeeping_loop, args=(ctx, end, settings.housekeeping_interval),
                                 name="housekeeping", daemon=True)]
+    if settings.notebook_idle_interval > 0:
+        threads.append(threading.Thread(target=run_ticks, args=(lambda: notebook_idle.idle_round(ctx.sessions), end,
+                                                                 settings.notebook_idle_interval, "idle notebooks"),
+                                        name="notebooks", daemon=True))
     if settings.storage_interval > 0:
         meter = StorageMeter(ctx.sessions, settings.jobs_dir, settings.envs_root)
         threads.append(threading.Thread(target=run_ticks, args=(meter.tick, end, settings.storage_interval,

@@ -200,6 +200,10 @@ class Settings:
     job_network: str = "host"
     # seconds between measurements of tenants' job folders against the plan's storage quotas
     storage_interval: float = 30.0
+    # notebooks (notebooks/): stopped after this long without kernel or terminal activity unless
+    # the plan or the notebook says less; how often their activity is read
+    notebook_idle_seconds: float = 7200.0
+    notebook_idle_interval: float = 30.0
     # where a tenant's jobs may work (sandbox isolation), os.pathsep-separated, {tenant} is the
     # tenant's name; empty: HOME/work/{tenant}
     work_roots: str = ""

@@ -29,6 +29,7 @@ from deeppod.api.routers import (
     models,
     monitor,
     nodes,
+    notebooks,
     plans,
     servers,
     sizing,
@@ -70,7 +71,7 @@ def create_app(ctx, *, parts: Sequence = ()) -> FastAPI:
     docs.install(app)
     errors.install(app)
     for r in (jobs, code, metrics, tenants, users, tokens, nodes, servers, plans, datasets, models, deployments, audit,
-              experiments, monitor, envs, images, access_keys, sizing, burst):
+              experiments, monitor, envs, images, access_keys, sizing, burst, notebooks):
         app.include_router(r.router)
     app.include_router(deployments.replicas_router)
     app.include_router(experiments.host_router)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from deeppod.store import sealed
+
 PREFIX = "dp_"
 
 
@@ -15,3 +17,10 @@ def new_secret() -> str:
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def notebook_secret(job_id: int) -> str:
+    """The token a notebook's Jupyter server takes (``JUPYTER_TOKEN``) and only the control
+    plane's proxy sends it: derived from the server's key, so it is stored nowhere and the
+    same on every server of a failover control plane."""
+    return sealed.derive(f"notebook:{job_id}").hex()

@@ -45,7 +45,8 @@ class Limits:
     pids: int | None = DEFAULT_PIDS  # processes and threads
     cpus: float | None = None  # its share of CPU time under contention (a weight)
     cpu_quota: bool = False  # and a hard cap at ``cpus`` CPUs' worth of time, contended or not
-    devices: tuple[tuple[str, int, int], ...] | None = None  # ("c", major, minor) it may open; None: any
+    # ("c", major, minor) it may open (minor -1: any of that major); None: any
+    devices: tuple[tuple[str, int, int], ...] | None = None
 
     @classmethod
     def from_spec(cls, raw: dict) -> Limits:
@@ -194,7 +195,7 @@ def _limit_v1(folders: dict[str, Path], limits: Limits) -> None:
     if limits.devices is not None:
         (folders["devices"] / "devices.deny").write_text("a")
         for kind, major, minor in limits.devices:
-            (folders["devices"] / "devices.allow").write_text(f"{kind} {major}:{minor} rwm")
+            (folders["devices"] / "devices.allow").write_text(f"{kind} {major}:{'*' if minor < 0 else minor} rwm")
 
 
 def _write_if_there(path: Path, value: str) -> None:

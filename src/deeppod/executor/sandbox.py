@@ -130,6 +130,11 @@ def allowed_devices(visible: str) -> list[str]:
     return list(DEVICES) + gpu_devices(os.listdir("/dev"), visible)
 
 
+# its own terminals (the devpts instance mounted in its /dev): the multiplexer, and the Unix98
+# pty majors its ptys get
+PTYS = (("c", 5, 2), *(("c", major, -1) for major in range(136, 144)))
+
+
 def _device_numbers(names: list[str]) -> tuple[tuple[str, int, int], ...]:
     found = []
     for name in names:
@@ -167,8 +172,12 @@ def _build_root(root: str, sb: dict, visible: str = "") -> None:
         if os.path.exists("/dev/" + dev) and not os.path.isdir("/dev/" + dev):
             _bind("/dev/" + dev, f"{root}/dev/{dev}", True, device=True)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+                         ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
         os.symlink(target, f"{root}/dev/{name}")
+    # terminals of its own (a notebook's, a shell's): a devpts instance of this sandbox alone, so
+    # its ptys are not the host's and no other job's are in it
+    os.makedirs(root + "/dev/pts")
+    mount("devpts", root + "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
     memory_mb = (sb.get("limits") or {}).get("memory_mb")
     size = f",size={memory_mb}m" if memory_mb else ""  # and their pages are charged to its memory limit
     for tmp in ("/tmp", "/dev/shm"):  # private: PyTorch's DataLoader shares tensors through /dev/shm
@@ -328,7 +337,7 @@ def main(argv: list[str]) -> int:
     limits = spec["sandbox"].get("limits")  # set when the server enforces them (the host's cgroups)
     group = None
     if limits is not None:
-        held = replace(cgroups.Limits.from_spec(limits), devices=_device_numbers(allowed_devices(_visible(env))))
+        held = replace(cgroups.Limits.from_spec(limits), devices=_device_numbers(allowed_devices(_visible(env))) + PTYS)
         try:
             group = cgroups.create(cgroups.worker_name(name), held)
         except cgroups.Unavailable as exc:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from deeppod.auth.identities import PREFIX, Identities, tenant_identity
 from deeppod.auth.roles import ALL, REPLICA
 from deeppod.auth.service import issue_job_token
+from deeppod.auth.tokens import notebook_secret
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
 from deeppod.envs import images
 from deeppod.envs import spec as env_spec
@@ -232,6 +233,8 @@ class Launcher:
                          grace_seconds=job.grace_seconds, **where)
         if self.ca_cert:
             env[ENV_CA_CERT] = self.ca_cert
+        if job.kind == "notebook":  # its Jupyter server answers only the proxy, which sends this
+            env["JUPYTER_TOKEN"] = notebook_secret(job.id)
         env.update({ENV_WORLD_FILE: str(folder.world_file), ENV_WORLD_GENERATION: str(generation)})
         return env
 

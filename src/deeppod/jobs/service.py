@@ -35,7 +35,8 @@ from deeppod.jobs.stopping import request_stop
 from deeppod.store.events import add_event  # noqa: F401 - jobs.service.add_event, as its callers write it
 from deeppod.store.models import Job, JobEvent, Tenant, User, utcnow
 
-JOB_KINDS = ("batch", "serve", "evaluate", "trial")  # submitted work, replicas, model comparisons, search trials
+# submitted work, replicas, model comparisons, search trials, JupyterLab (notebooks/)
+JOB_KINDS = ("batch", "serve", "evaluate", "trial", "notebook")
 
 log = logging.getLogger(__name__)
 

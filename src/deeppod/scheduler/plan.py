@@ -36,7 +36,7 @@ LIMIT_FIELDS = ("memory_gb_per_worker", "cpus_per_worker", "gpu_memory_gb")
 # where its jobs go on a Slurm cluster (deeppod server --executor slurm): sbatch's --account and --qos
 SLURM_FIELDS = ("slurm_account", "slurm_qos")
 _FIELDS = {"name", "guaranteed", "max", "lend_limit", "weight", "children", "pids_per_worker", "storage_gb",
-           "package_indexes", "burst_budget", *LIMIT_FIELDS, *SLURM_FIELDS}
+           "package_indexes", "burst_budget", "notebook_idle_hours", *LIMIT_FIELDS, *SLURM_FIELDS}
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _INDEX = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 MIN_PIDS = 16  # a worker's Python, its threads and a shell
@@ -70,6 +70,9 @@ class PlanNode:
     # its jobs' Slurm account and QOS (SLURM_FIELDS; its sub-tenants' too, unless they name their own)
     slurm_account: str | None = None
     slurm_qos: str | None = None
+    # its notebooks (its sub-tenants' too) are stopped after this long without kernel activity:
+    # the default, and the most one may ask (notebooks/service.py); None: the server's
+    notebook_idle_hours: float | None = None
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "guaranteed": self.guaranteed, "max": self.max,
@@ -82,7 +85,7 @@ class PlanNode:
             d["package_indexes"] = list(self.package_indexes)
         if self.burst_budget is not None:
             d["burst_budget"] = self.burst_budget
-        for key in (*LIMIT_FIELDS, *SLURM_FIELDS):
+        for key in (*LIMIT_FIELDS, *SLURM_FIELDS, "notebook_idle_hours"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         if self.children:
@@ -215,6 +218,8 @@ def _node(raw, path: str, seen: set[str]) -> PlanNode:
             raise InvalidRequest(f"{where}: {key} must be the name of {what} of the Slurm cluster (letters, digits, "
                                  f"'.', '_' or '-'; got {value!r})")
         limits[key] = value
+    limits["notebook_idle_hours"] = number(where, "notebook_idle_hours", raw.get("notebook_idle_hours"),
+                                           allow_none=True, kind=float, positive=True)
     children = tuple(_node(c, f"{path}.children[{i}]", seen) for i, c in enumerate(children_raw))
     if children and sum(c.guaranteed for c in children) > g:
         raise InvalidRequest(f"{where}: its children are guaranteed {sum(c.guaranteed for c in children)} GPUs "
@@ -236,8 +241,8 @@ def parse_plan(raw, cluster_gpus: int | None = None) -> Plan:
         raise InvalidRequest("a plan is a mapping with 'tenants': a list of tenants (name, guaranteed, max, "
                              "lend_limit, weight, pids_per_worker, storage_gb, package_indexes, burst_budget, "
                              "memory_gb_per_worker, cpus_per_worker, gpu_memory_gb, slurm_account, slurm_qos, "
-                             "children), and optionally 'reclaim_idle_first': true, 'surplus': service or share, and "
-                             "'burst': a list of burst node types")
+                             "notebook_idle_hours, children), and optionally 'reclaim_idle_first': true, 'surplus': "
+                             "service or share, and 'burst': a list of burst node types")
     idle_first = False if raw.get("reclaim_idle_first") is None else raw["reclaim_idle_first"]
     if not isinstance(idle_first, bool):
         raise InvalidRequest(f"'reclaim_idle_first' must be true or false (got {idle_first!r})")

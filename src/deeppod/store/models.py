@@ -190,6 +190,8 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(Float, default=30.0)
     time_limit_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)  # the longest one run may last
+    # a notebook: stopped (resumable) after this long without kernel or terminal activity
+    idle_limit_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     max_restarts: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -211,7 +213,8 @@ class Job(Base):
     read_paths: Mapped[list | None] = mapped_column(nullable=True)
     # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
     datasets: Mapped[list] = mapped_column(default=list)
-    # "batch" (the default), "serve" (a deployment's replica), "evaluate" (a model comparison) or "trial" (tune)
+    # "batch" (the default), "serve" (a deployment's replica), "evaluate" (a model comparison), "trial" (tune)
+    # or "notebook" (JupyterLab, reached through the control plane: notebooks/)
     kind: Mapped[str] = mapped_column(String(16), default="batch")
     deployment_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     model_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what a replica serves

@@ -9,7 +9,18 @@ from fastapi.staticfiles import StaticFiles
 
 from deeppod.ui import auth
 from deeppod.ui.render import STATIC
-from deeppod.ui.routes import admin, cluster, datasets, deployments, experiments, jobs, labeling, models
+from deeppod.ui.routes import (
+    admin,
+    cluster,
+    datasets,
+    deployments,
+    experiments,
+    jobs,
+    labeling,
+    models,
+    notebook_proxy,
+    notebooks,
+)
 
 ASSETS = "/static/console"
 
@@ -22,13 +33,15 @@ def install(app: FastAPI) -> None:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml",
                             headers={"Cache-Control": "public, max-age=86400"})
     # labeling before datasets: /datasets/REF/label is not a version called 'REF/label'
-    for r in (auth, cluster, jobs, experiments, labeling, datasets, models, deployments, admin):
+    for r in (auth, cluster, jobs, experiments, labeling, datasets, models, deployments, admin, notebooks,
+              notebook_proxy):
         app.include_router(r.router)
 
 
 def is_upload(method: str, path: str) -> bool:
     """Console requests whose bodies are streamed past the body limit (they have their own)."""
-    return datasets.is_upload(method, path) or deployments.is_predict(method, path)
+    return datasets.is_upload(method, path) or deployments.is_predict(method, path) or \
+        path.startswith("/notebooks/")  # to its Jupyter server, which has its own limit
 
 
 __all__ = ["install", "is_upload"]

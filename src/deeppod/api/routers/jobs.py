@@ -30,8 +30,8 @@ def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, reques
 @router.get("", response_model=list[JobOut])
 def list_jobs(session: SessionDep, principal: PrincipalDep, state: str | None = None,
               limit: int = Query(200, ge=1, le=10000),
-              kind: str | None = Query(None,
-                                       description="only these kinds, comma-separated: batch, serve, evaluate, trial"),
+              kind: str | None = Query(None, description="only these kinds, comma-separated: batch, serve, "
+                                                         "evaluate, trial, notebook"),
               exclude_kind: str | None = Query(None, description="not these kinds, comma-separated"),
               tenant: str | None = None, user: str | None = None,
               name: str | None = Query(None, description="jobs whose name contains this")) -> list[JobOut]:
