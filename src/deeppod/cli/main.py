@@ -24,6 +24,7 @@ from deeppod.cli import (
     images,
     jobs,
     models,
+    notebooks,
     plans,
     server,
     size,
@@ -48,6 +49,7 @@ app.add_typer(deployments.app, name="deploy")
 app.add_typer(experiments.app, name="tune")
 app.add_typer(envs.app, name="envs")
 app.add_typer(images.app, name="images")
+app.add_typer(notebooks.app, name="notebook")
 # The resource's own noun, as the API, the packages and the console name it; the short names stay.
 NOUNS = {"datasets": ("data", datasets.app), "deployments": ("deploy", deployments.app),
          "experiments": ("tune", experiments.app)}

@@ -39,7 +39,7 @@ def cull(session: Session, activity: Activity, now: datetime | None = None) -> l
     stopped = []
     for job in session.scalars(select(Job).where(Job.kind == KIND, Job.state == JobState.RUNNING,
                                                  Job.stop_requested_at.is_(None),
-                                                 Job.idle_limit_seconds.is_not(None))):
+                                                 Job.idle_limit_seconds.is_not(None)).order_by(Job.id)):
         try:
             last = activity(job, now)
         except Unavailable as exc:

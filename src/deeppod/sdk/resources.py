@@ -398,6 +398,31 @@ class Users(Resource):
         return self._request("PATCH", f"/v1/users/{name}", json={"role": role})
 
 
+class Notebooks(Resource):
+    """``client.notebooks``: JupyterLab as a job in your sandbox (docs/notebooks.md); calling it lists."""
+
+    def list(self, limit: int = 200) -> list[dict]:
+        return self._request("GET", "/v1/notebooks", params={"limit": limit})
+
+    def get(self, job_id: int) -> dict:
+        return self._request("GET", f"/v1/notebooks/{job_id}")
+
+    def start(self, **options) -> dict:
+        """Queue one. ``options``: ``gpus_per_worker``, ``cpus_per_worker``, ``memory_mb_per_worker``,
+        ``requirements`` (a requirements.txt's text), ``python``, ``image``, ``datasets``, ``network``,
+        ``priority``, ``idle_seconds`` (default: the plan's, else the server's), ``name``. Its
+        ``url`` is a path on the server: open it signed in to the console."""
+        return self._request("POST", "/v1/notebooks", json=options)
+
+    def stop(self, job_id: int) -> dict:
+        """Stop it; its files stay, and :meth:`resume` brings it back."""
+        return self._request("POST", f"/v1/notebooks/{job_id}/stop")
+
+    def resume(self, job_id: int, idle_seconds: float | None = None) -> dict:
+        return self._request("POST", f"/v1/notebooks/{job_id}/resume",
+                             json={"idle_seconds": idle_seconds} if idle_seconds is not None else None)
+
+
 class Tokens(Resource):
     """``client.tokens``: calling it lists."""
 
@@ -416,7 +441,8 @@ class Tokens(Resource):
 
 RESOURCES: dict[str, type[Resource]] = {"jobs": Jobs, "datasets": Datasets, "experiments": Experiments,
                                         "models": Models, "deployments": Deployments, "nodes": Nodes,
-                                        "servers": Servers, "tenants": Tenants, "users": Users, "tokens": Tokens}
+                                        "servers": Servers, "tenants": Tenants, "users": Users, "tokens": Tokens,
+                                        "notebooks": Notebooks}
 # the client's flat names before the resources: flat name -> (resource, method)
 FLAT: dict[str, tuple[str, str]] = {"burst": ("nodes", "burst"), "cancel": ("jobs", "cancel"),
     "compare": ("models", "compare"), "compare_and_wait": ("models", "compare_and_wait"),

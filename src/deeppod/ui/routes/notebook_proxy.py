@@ -28,7 +28,7 @@ from deeppod.audit.log import Entry
 from deeppod.auth.roles import ALL, VIEWER
 from deeppod.auth.service import Principal
 from deeppod.auth.tokens import notebook_secret
-from deeppod.contract import JobState
+from deeppod.contract import FINAL_STATES, JobState
 from deeppod.errors import DeepPodError, Forbidden, Unavailable
 from deeppod.notebooks import service, upstream
 from deeppod.ui import sessions
@@ -71,7 +71,7 @@ def _reach(ctx, job_id: int, token: str | None, cookie: str | None) -> Reached:
             why = f": {job.reason}" if job.reason and job.state == JobState.QUEUED else ""
             raise Unavailable(f"notebook {job_id} is {job.state}{why}" + (
                 f"; 'deeppod notebook start --resume {job_id}' brings it back" if job.state == JobState.STOPPED
-                else "; it opens here once it runs" if job.state in (JobState.QUEUED, JobState.STARTING) else ""))
+                else "; it opens here once it runs" if job.state not in FINAL_STATES else ""))
         return Reached(principal, job.id, job.workdir)
 
 
