@@ -110,7 +110,7 @@ LAYERS = (
     "audit cluster datasets envs sizing",
     "executor plans s3",
     "bench jobs",
-    "models monitor",
+    "models monitor notebooks",
     "deployments experiments",
     "controllers",
     "api",

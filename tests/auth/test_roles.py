@@ -30,6 +30,12 @@ def who(role="member", scope="all", job_id=None):
     (who(job_id=7), "POST", "/v1/jobs/{job_id}/cancel", {"job_id": "7"}, False),
     (who(job_id=7), "POST", "/v1/jobs", {}, False),
     (who("admin", job_id=7), "POST", "/v1/tenants", {}, False),  # an admin's job is still only a job
+    # a notebook's token: its owner at work (submit, read a dataset, register), no lasting credentials
+    (who(scope="notebook", job_id=7), "POST", "/v1/jobs", {}, True),
+    (who(scope="notebook", job_id=7), "GET", "/v1/datasets/{name}", {"name": "d"}, True),
+    (who(scope="notebook", job_id=7), "POST", "/v1/models/{name}/versions", {"name": "m"}, True),
+    (who(scope="notebook", job_id=7), "POST", "/v1/tokens", {}, False),
+    (who(scope="notebook", job_id=7), "POST", "/v1/access-keys", {}, False),
 ])
 def test_check_route(principal, method, route, params, ok):
     if ok:

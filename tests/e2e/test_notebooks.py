@@ -20,8 +20,11 @@ from tests.helpers import LiveServer, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sandbox.supported() is not None,
                                                    reason=str(sandbox.supported()))]
 
-CELL = ("import os; open('kept.txt', 'w').write('written before the stop'); "
+CELL = ("import os, sys; open('kept.txt', 'w').write('written before the stop'); "
         "print('devices', os.environ.get('CUDA_VISIBLE_DEVICES'), 'uid', os.getuid())")
+# the SDK in the notebook, with the notebook's own token: its owner submits from there
+SUBMIT = ("import sys, deeppod; c = deeppod.Client(); "
+          "print('job', c.jobs.submit([sys.executable, '-c', 'pass'], own_folder=True, gpus_per_worker=0)['id'])")
 
 
 def _execute(url: str, token: str, kernel: str, code: str) -> str:
@@ -109,6 +112,9 @@ def test_a_notebook_is_reached_only_through_the_proxy_idles_out_and_resumes_with
         devices, uid = printed.split()[1], int(printed.split()[3])
         assert devices.isdigit() and uid == sock.stat().st_uid, printed  # its GPU slot, the tenant's identity
         assert f"term-uid-{uid}" in _terminal(base, alice)
+        submitted = int(_execute(base, alice, kernel.json()["id"], SUBMIT).split()[1])
+        done = admin.wait(submitted, timeout=120)
+        assert (done["state"], done["user"], done["tenant"]) == ("succeeded", "alice", "lab")
 
         # its stop keeps its folder; resumed with a short idle limit, it is stopped as idle
         assert httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/stop", headers=as_alice,

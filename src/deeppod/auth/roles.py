@@ -15,7 +15,8 @@ Scopes (a token's; they narrow the role, never widen it):
 - ``predict``: only predictions (and ``whoami``).
 
 A job's own token is narrower still: its own job's routes and registering a model from that
-job (:data:`JOB_ROUTES`). A serving replica's token (scope ``replica``) only announces that
+job (:data:`JOB_ROUTES`). A notebook's (scope ``notebook``) acts as its owner, who works in
+it as at a terminal, but makes no credential that would outlive it (:data:`NOTEBOOK_DENIED`). A serving replica's token (scope ``replica``) only announces that
 replica (:data:`REPLICA_ROUTES`): a replica runs a model, not the user's code, so a stolen one
 is worth nothing else.
 """
@@ -29,6 +30,9 @@ ROLES = (ADMIN, TENANT_ADMIN, MEMBER, VIEWER)
 ALL, READ, PREDICT = "all", "read", "predict"
 SCOPES = (ALL, READ, PREDICT)  # what a user may ask for
 REPLICA = "replica"  # given by the platform to a serving replica's job token only
+NOTEBOOK = "notebook"  # a notebook's job token: its owner's rights while it runs (docs/notebooks.md)
+# what a notebook's token may not do: make credentials that would outlive the notebook
+NOTEBOOK_DENIED = frozenset({("POST", "/v1/tokens"), ("POST", "/v1/access-keys")})
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # POSTs a read-only caller may make all the same: its own read-only S3 access keys (the
 # service refuses it a key that writes), and a sizing (a computation that changes nothing)
@@ -55,6 +59,11 @@ REPLICA_ROUTES = frozenset({("PUT", "/v1/replicas/{job_id}"),
 def check_route(principal, method: str, route: str, params: dict) -> None:
     """Refuse a call the caller's token scope (or job token) does not cover, before any handler
     runs. What the role allows on a given object is the services' to decide."""
+    if principal.job_id is not None and principal.scope == NOTEBOOK:
+        if (method, route) in NOTEBOOK_DENIED:
+            raise Forbidden(f"a notebook's token makes no credentials that outlive it ({method} {route}); make "
+                            "them with your own token ('deeppod tokens create', 'deeppod keys create')")
+        return
     if principal.job_id is not None:
         own = str(params.get("job_id", principal.job_id)) == str(principal.job_id)
         if principal.scope == REPLICA:

@@ -20,7 +20,5 @@ def hash_secret(secret: str) -> str:
 
 
 def notebook_secret(job_id: int) -> str:
-    """The token a notebook's Jupyter server takes (``JUPYTER_TOKEN``) and only the control
-    plane's proxy sends it: derived from the server's key, so it is stored nowhere and the
-    same on every server of a failover control plane."""
+    """A notebook's Jupyter token (``JUPYTER_TOKEN``), from the server's key: stored nowhere."""
     return sealed.derive(f"notebook:{job_id}").hex()

@@ -35,8 +35,8 @@ def start(gpus_per_worker: Annotated[int | None, typer.Option(help="GPUs (defaul
           python: Annotated[str | None, typer.Option(help="its environment's Python, e.g. 3.12")] = None,
           image: Annotated[str | None, typer.Option(help="a container image the server offers (with JupyterLab "
                                                          "in it)")] = None,
-          dataset: Annotated[list[str] | None, typer.Option(help="NAME[@VERSION], mounted as a job's "
-                                                                 "(DEEPPOD_DATA_<NAME>)")] = None,
+          dataset: Annotated[list[str] | None, typer.Option(
+              help="NAME or NAME@VERSION (repeatable), mounted as a job's (DEEPPOD_DATA_<NAME>)")] = None,
           idle: Annotated[str | None, typer.Option(help="stop it after this long without kernel or terminal "
                                                         "activity, e.g. 30m, 2h (default: the plan's)")] = None,
           name: Annotated[str | None, typer.Option(help="its name")] = None,

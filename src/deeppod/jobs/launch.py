@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deeppod.auth.identities import PREFIX, Identities, tenant_identity
-from deeppod.auth.roles import ALL, REPLICA
+from deeppod.auth.roles import ALL, NOTEBOOK, REPLICA
 from deeppod.auth.service import issue_job_token
 from deeppod.auth.tokens import notebook_secret
 from deeppod.contract import ENV_CA_CERT, ENV_WORLD_FILE, ENV_WORLD_GENERATION, server_urls, worker_env
@@ -152,7 +152,8 @@ class Launcher:
         return Rendezvous(address, self.executor.port_on(node, address))
 
     def token(self, s: Session, job: Job) -> str:
-        return issue_job_token(s, job.user_id, job.id, REPLICA if job.kind == "serve" else ALL)
+        scope = {"serve": REPLICA, "notebook": NOTEBOOK}.get(job.kind, ALL)  # a notebook acts as its owner
+        return issue_job_token(s, job.user_id, job.id, scope)
 
     def workers(self, s: Session, job: Job, everyone: list[WorkerPlacement], which: list[WorkerPlacement], *,
                 staged: dict[str, str], token: str, meet: Rendezvous, generation: int) -> list[WorkerSpec]:

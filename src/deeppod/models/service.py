@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from deeppod import nofollow, refs
-from deeppod.auth import scope
+from deeppod.auth import roles, scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, JobState
@@ -128,7 +128,7 @@ def register(session: Session, principal: Principal, name: str, *, root: Path, j
     check_name("model", name)
     for a in aliases:
         check_alias(a)
-    if principal.job_id is not None and job_id != principal.job_id:
+    if principal.job_id is not None and principal.scope != roles.NOTEBOOK and job_id != principal.job_id:
         raise Forbidden("a job's token registers only that job's own model (job_id must be its own)")
     job = jobs.get_job(session, principal, job_id) if job_id is not None else None
     if job is None and not path:
