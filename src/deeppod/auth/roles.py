@@ -17,8 +17,9 @@ Scopes (a token's; they narrow the role, never widen it):
 A job's own token is narrower still: its own job's routes and registering a model from that
 job (:data:`JOB_ROUTES`). A notebook's (scope ``notebook``) acts as its owner, who works in
 it as at a terminal, but makes no credential that would outlive it (:data:`NOTEBOOK_DENIED`).
-A serving replica's token (scope ``replica``) only announces that replica (:data:`REPLICA_ROUTES`): a replica runs a model, not the user's code, so a stolen one
-is worth nothing else.
+A serving replica's token (scope ``replica``) only announces that replica
+(:data:`REPLICA_ROUTES`): a replica runs a model, not the user's code, so a stolen one is
+worth nothing else.
 """
 
 from __future__ import annotations
