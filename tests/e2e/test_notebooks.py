@@ -15,6 +15,7 @@ from websockets.sync.client import connect
 
 from deeppod import Client
 from deeppod.executor import sandbox
+from tests.e2e.browser import shot, sign_in
 from tests.helpers import LiveServer, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sandbox.supported() is not None,
@@ -135,6 +136,45 @@ def test_a_notebook_is_reached_only_through_the_proxy_idles_out_and_resumes_with
         kept = httpx.get(base + "/api/contents/kept.txt", headers=as_alice, timeout=30).json()
         assert kept["content"] == "written before the stop"
         httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/stop", headers=as_alice, timeout=30)
+    finally:
+        server.stop()
+        server.cleanup_jobs()
+
+
+def test_a_notebook_started_from_the_console_opens_jupyterlab_with_a_click(tmp_path, browser):
+    server = LiveServer(tmp_path / "home", isolation=None).start()
+    try:
+        admin = Client(server.url, server.admin_token)
+        admin.create_tenant("lab")
+        alice = admin.create_user("alice", "lab")["token"]
+        page = sign_in(browser, server.url, alice)
+        page.click("nav.top >> text=Notebooks")
+        page.wait_for_url(server.url + "/notebooks")
+        page.fill("#start-notebook input[name=idle]", "forever")  # refused next to the field, nothing started
+        page.click("#start")
+        assert "forever" in page.inner_text("#e-idle") and admin.notebooks.list() == []
+        page.fill("#start-notebook input[name=name]", "explore")
+        page.fill("#start-notebook input[name=idle]", "45m")
+        page.click("#start")
+        page.wait_for_url(server.url + "/notebooks")
+        nb = admin.notebooks.list()[0]
+        assert (nb["name"], nb["idle_limit_seconds"], nb["user"]) == ("explore", 2700, "alice")
+        assert "45m" in page.inner_text(f'tr[data-notebook="{nb["id"]}"]')
+
+        def open_button():
+            page.reload()
+            return page.locator(f"#open-{nb['id']}").count() == 1
+        wait_until(open_button, 120, 1.0, "the notebook to run and offer Open")
+        shot(page, "notebooks")
+        with page.context.expect_page() as opened:
+            page.click(f"#open-{nb['id']}")
+        lab = opened.value
+        lab.wait_for_selector("#jp-main-dock-panel", timeout=120_000)  # JupyterLab's shell, drawn by its scripts
+        lab.wait_for_selector(".jp-LauncherCard", timeout=120_000)  # its launcher: the kernel specs came through
+        assert lab.url == f"{server.url}/notebooks/{nb['id']}/lab"
+        shot(lab, "notebook-lab")
+        lab.close()
+        admin.notebooks.stop(nb["id"])
     finally:
         server.stop()
         server.cleanup_jobs()

@@ -3,16 +3,14 @@ click once it runs, and a start form with the options of ``deeppod notebook star
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from deeppod.api.deps import SessionDep
-from deeppod.errors import Conflict, InvalidRequest
+from deeppod.errors import DeepPodError, Rerender
 from deeppod.notebooks import service
 from deeppod.ui.auth import ViewerDep
-from deeppod.ui.forms import FORM_ERROR, number, time_limit
+from deeppod.ui import forms
 from deeppod.ui.render import ConsoleRoute, page
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -29,13 +27,12 @@ def notebook_list(request: Request, session: SessionDep, viewer: ViewerDep) -> R
 
 
 @router.post("/notebooks")
-def notebook_start(request: Request, session: SessionDep, viewer: ViewerDep,
-                   gpus: Annotated[str, Form()] = "", idle: Annotated[str, Form()] = "",
-                   name: Annotated[str, Form()] = "") -> Response:
+def notebook_start(request: Request, session: SessionDep, viewer: ViewerDep, form: forms.FormDep) -> Response:
     viewer.may("POST", "/v1/notebooks")
     errors: dict = {}
-    ask = service.NotebookStart(name=name.strip() or None, gpus_per_worker=number(errors, "gpus", gpus),
-                                idle_seconds=time_limit(errors, "idle", idle))
+    ask = service.NotebookStart(name=(form.get("name") or "").strip() or None,
+                                gpus_per_worker=forms.number(errors, "gpus", form.get("gpus")),
+                                idle_seconds=forms.time_limit(errors, "idle", form.get("idle")))
     if not errors:
         ctx = request.app.state.ctx
         s = ctx.settings
@@ -45,8 +42,7 @@ def notebook_start(request: Request, session: SessionDep, viewer: ViewerDep,
                           default_network=s.job_network, image_dir=s.image_dir, default_pids=s.pids_per_worker,
                           package_index=s.env_index)
             return RedirectResponse("/notebooks", status_code=303)
-        except (InvalidRequest, Conflict) as exc:  # the service's refusal (a quota, a plan's limit), above the form
-            session.rollback()
-            errors[FORM_ERROR] = exc.message
-    return page(request, "notebooks.html", status=422, rows=_rows(session, viewer), errors=errors,
-                values={"gpus": gpus, "idle": idle, "name": name})
+        except DeepPodError as exc:  # a quota, the plan's idle limit: by its field, else above the form
+            errors = forms.service_error(exc, {"idle": "idle", "gpu": "gpus"}).errors
+    raise Rerender(page(request, "notebooks.html", status=422, rows=_rows(session, viewer), errors=errors,
+                        values=form))
