@@ -45,6 +45,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                              "--slices", "1", "--ray-python", FAKE], "platform / ray_serve"),
     "large_model.py": (["--workers", "2", "--width", "32", "--layers", "1", "--seq", "8", "--steps", "1",
                         "--rounds", "1", "--configs", "ddp", "fsdp"], "fsdp"),
+    "notebook_start.py": (["--rounds", "1", "--cells", "5"], "proxy / direct"),
     "monitor_overhead.py": (["--samples", "20", "--idle-seconds", "2", "--rounds", "1"], "%"),
     "resize.py": (["--quick", "--moves", "1:2", "--image-size", "32", "--batch-size", "4"], "restart / in place"),
     "resize_hooks.py": (["--model", "resnet18", "--batch-size", "2", "--image-size", "32", "--steps", "2",

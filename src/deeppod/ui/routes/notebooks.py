@@ -9,8 +9,8 @@ from fastapi.responses import RedirectResponse, Response
 from deeppod.api.deps import SessionDep
 from deeppod.errors import DeepPodError, Rerender
 from deeppod.notebooks import service
-from deeppod.ui.auth import ViewerDep
 from deeppod.ui import forms
+from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, page
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
