@@ -18,11 +18,14 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 def test_the_api_conforms_to_its_schema(tmp_path):
     server = LiveServer(tmp_path / "home").start()
     try:
-        # DELETE /v1/tokens/{id} would revoke the fuzzer's own token; revocation is tested in test_roles
+        # DELETE /v1/tokens/{id} would revoke the fuzzer's own token; revocation is tested in test_roles.
+        # A started notebook runs until stopped (a followed log of it never ends): its start is tested in
+        # tests/api/test_notebooks.py; the other notebook operations are fuzzed here
         run = subprocess.run(
             [str(Path(sys.executable).with_name("schemathesis")), "run", f"{server.url}/openapi.json",
              "-H", f"Authorization: Bearer {server.admin_token}", "--max-examples", "15",
-             "--generation-deterministic", "--exclude-path", "/v1/tokens/{token_id}", "--checks", CHECKS],
+             "--generation-deterministic", "--exclude-path", "/v1/tokens/{token_id}",
+             "--exclude-operation-id", "start_v1_notebooks_post", "--checks", CHECKS],
             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     finally:
         server.stop()

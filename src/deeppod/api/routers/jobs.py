@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, JobSpecOut, PurgeIn, PurgeOut, job_out
@@ -94,7 +94,11 @@ def events(job_id: Id, session: SessionDep, principal: PrincipalDep) -> list[Job
     return [JobEventOut.model_validate(e) for e in service.list_events(session, principal, job_id)]
 
 
-@router.get("/{job_id}/logs")
+@router.get("/{job_id}/logs", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/plain": {}},
+                              "description": "the ranks' lines, each as its rank wrote it"},
+                       409: {"description": "its files, its logs with them, were removed (retention, jobs rm)",
+                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}})
 def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = False,
          rank: int | None = Query(None, ge=0)) -> StreamingResponse:
     ctx = get_ctx(request)
