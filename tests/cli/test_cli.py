@@ -358,3 +358,26 @@ def test_gpu_memory_and_time_from_submit_and_tune_reach_their_jobs(cli, live_ser
 
     wait_until(trial, 60, what="the search's first trial")
     assert trial()["gpu_memory_mb"] == 8192 and trial()["time_limit_seconds"] == 2700
+
+
+def test_notebook_start_ls_stop_and_resume(cli, live_server):
+    """`deeppod notebook`: what to open, the table, a stop that keeps it, --resume; bad input said."""
+    from tests.helpers import wait_until
+
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    p = cli("notebook", "start", "--idle", "forever", check=False, **admin)
+    assert p.returncode != 0 and "--idle" in p.stderr
+    said = cli("notebook", "start", "--gpus-per-worker", "0", "--idle", "45m", "--name", "explore", **admin).stdout
+    nb_id = int(re.search(r"notebook (\d+) \(explore\)", said).group(1))
+    assert f"open {live_server.url}/notebooks/{nb_id}/lab" in said and "after 45m" in said
+    assert f"--resume {nb_id}" in said
+    wait_until(lambda: f"{live_server.url}/notebooks/{nb_id}/lab" in cli("notebook", "ls", **admin).stdout, 120,
+               what="the notebook to run")
+    row = next(line for line in cli("notebook", "ls", **admin).stdout.splitlines() if "explore" in line)
+    assert "running" in row and "45m" in row
+    p = cli("notebook", "start", "--resume", str(nb_id), "--gpus-per-worker", "1", check=False, **admin)
+    assert p.returncode != 0 and "leave out --gpus-per-worker" in p.stderr
+    assert f"--resume {nb_id}" in cli("notebook", "stop", str(nb_id), **admin).stdout
+    wait_until(lambda: json.loads(cli("notebook", "ls", "--json", **admin).stdout)[0]["state"] == "stopped", 60)
+    assert "queued" in cli("notebook", "start", "--resume", str(nb_id), **admin).stdout
+    cli("notebook", "stop", str(nb_id), **admin)
