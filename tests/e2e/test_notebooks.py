@@ -130,11 +130,13 @@ def test_a_notebook_is_reached_only_through_the_proxy_idles_out_and_resumes_with
         assert job["stop_reason"].startswith("idle: no kernel or terminal activity for 2s"), job
         assert sum(n["gpus_used"] for n in admin.nodes()) == 0  # its GPU is free
 
-        assert httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/resume", headers=as_alice,
-                          timeout=30).status_code == 200
+        # resumed, it keeps the limit it was last given unless told another (2 s would stop it again)
+        resumed = httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/resume", json={"idle_seconds": 3600},
+                             headers=as_alice, timeout=30)
+        assert resumed.status_code == 200 and resumed.json()["idle_limit_seconds"] == 3600
         assert wait_until(status, 120, 0.5, "the resumed notebook")
-        kept = httpx.get(base + "/api/contents/kept.txt", headers=as_alice, timeout=30).json()
-        assert kept["content"] == "written before the stop"
+        kept = httpx.get(base + "/api/contents/kept.txt", headers=as_alice, timeout=30)
+        assert kept.status_code == 200 and kept.json()["content"] == "written before the stop", kept.text
         httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/stop", headers=as_alice, timeout=30)
     finally:
         server.stop()
