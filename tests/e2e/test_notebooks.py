@@ -124,9 +124,8 @@ def test_a_notebook_is_reached_only_through_the_proxy_idles_out_and_resumes_with
         again = httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/resume", json={"idle_seconds": 2},
                            headers=as_alice, timeout=30)
         assert again.status_code == 200 and again.json()["idle_limit_seconds"] == 2
-        wait_until(lambda: admin.job(nb["id"])["state"] == "running", 120, 0.2, "the notebook to run again")
-        wait_until(lambda: admin.job(nb["id"])["state"] == "stopped", 120, 0.2, "the idle notebook to stop")
-        job = admin.job(nb["id"])
+        job = wait_until(lambda: (j := admin.job(nb["id"]))["state"] == "stopped" and j["started_at"] and
+                         (j["stop_reason"] or "").startswith("idle") and j, 180, 0.2, "the idle notebook to stop")
         assert job["stop_reason"].startswith("idle: no kernel or terminal activity for 2s"), job
         assert sum(n["gpus_used"] for n in admin.nodes()) == 0  # its GPU is free
 
