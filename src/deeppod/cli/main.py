@@ -28,6 +28,7 @@ from deeppod.cli import (
     plans,
     server,
     size,
+    terminal,
     top,
     train,
 )
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, add_completion=True,
                   help="DeepPod: shared GPUs, bring-your-own-framework jobs. Shell completion: "
                        "deeppod --install-completion")
-for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.app, audit.app, top.app, size.app):
+for commands in (server.app, jobs.app, train.app, admin.app, plans.app, bench.app, audit.app, top.app, size.app,
+                 terminal.app):
     app.add_typer(commands)
 app.add_typer(datasets.app, name="data")
 app.add_typer(models.app, name="models")

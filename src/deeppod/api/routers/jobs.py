@@ -1,17 +1,22 @@
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from deeppod.api import terminal
 from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, JobSpecOut, PurgeIn, PurgeOut, job_out
-from deeppod.errors import Conflict, InvalidRequest
+from deeppod.audit.log import Entry
+from deeppod.errors import Conflict, DeepPodError, InvalidRequest
 from deeppod.job_folder import JobFolder
 from deeppod.job_spec import JobSpec
 from deeppod.jobs import fit, retention, service, spec
 from deeppod.jobs.logs import logged_ranks, stream_logs
+from deeppod.jobs.shell import target as shell_target
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -119,3 +124,30 @@ def logs(job_id: Id, principal: PrincipalDep, request: Request, follow: bool = F
     ranks = [rank] if rank is not None else known
     body = stream_logs(job_dir, ranks, follow=follow, finished=finished)
     return StreamingResponse(body, media_type="text/plain; charset=utf-8")
+
+
+@router.websocket("/{job_id}/shell")
+async def shell(websocket: WebSocket, job_id: int, rank: int = 0, rows: int = 24, cols: int = 80,
+                argv: list[str] = Query(default_factory=list)) -> None:
+    """A terminal inside rank ``rank``'s sandbox (``deeppod shell``; ``argv``: one command, ``deeppod
+    exec``), as the job's identity; its owner or an administrator (api/terminal.py: the messages)."""
+    ctx = websocket.app.state.ctx
+    header = websocket.headers.get("authorization", "")
+    token = header.partition(" ")[2].strip() if header.lower().startswith("bearer ") else None
+
+    def find() -> tuple[int, object]:
+        principal = ctx.principals.get(token)
+        with ctx.read_sessions() as s:
+            return shell_target(s, principal, job_id, rank, ctx.settings.jobs_dir), principal
+    try:
+        pid, principal = await run_in_threadpool(find)
+    except DeepPodError as exc:
+        await websocket.send_denial_response(JSONResponse({"error": {"code": exc.code, "message": exc.message}},
+                                                          status_code=exc.status))
+        return
+    client = websocket.client
+    ctx.audit.record(Entry("WEBSOCKET", f"{websocket.url.path} {' '.join(argv) or '(shell)'}"[:512], 101,
+                           client.host[:64] if client else "", principal.user, principal.tenant, "user"))
+    await websocket.accept()
+    command = [sys.executable, "-m", "deeppod.executor.enter", str(pid), *(["--", *argv] if argv else [])]
+    await terminal.relay(websocket, command, rows, cols)
