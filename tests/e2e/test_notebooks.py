@@ -6,6 +6,7 @@ away; idle, it is stopped and its GPU freed; resumed, the file written before is
 
 import json
 import os
+import sys
 import uuid
 
 import httpx
@@ -16,7 +17,7 @@ from websockets.sync.client import connect
 from deeppod import Client
 from deeppod.executor import sandbox
 from tests.e2e.browser import shot, sign_in
-from tests.helpers import LiveServer, wait_until
+from tests.helpers import LiveServer, wait_until, wheel
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sandbox.supported() is not None,
                                                    reason=str(sandbox.supported()))]
@@ -176,6 +177,33 @@ def test_a_notebook_started_from_the_console_opens_jupyterlab_with_a_click(tmp_p
         shot(lab, "notebook-lab")
         lab.close()
         admin.notebooks.stop(nb["id"])
+    finally:
+        server.stop()
+        server.cleanup_jobs()
+
+
+def test_a_notebook_with_its_own_requirements_runs_jupyterlab_in_that_environment(tmp_path):
+    """--requirements: the kernel runs in the notebook's own environment (its packages importable),
+    JupyterLab itself coming from the server's."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel(wheels, "deeppod-probe", "1.0", "from the notebook's own environment")
+    server = LiveServer(tmp_path / "home", isolation=None, extra_env={
+        "DEEPPOD_ENV_FIND_LINKS": str(wheels), "DEEPPOD_ENV_NO_INDEX": "1"}).start()
+    try:
+        token = server.admin_token
+        auth = {"Authorization": f"Bearer {token}"}
+        nb = httpx.post(server.url + "/v1/notebooks", json={"requirements": "deeppod-probe==1.0\n",
+                                                            "gpus_per_worker": 0}, headers=auth, timeout=30).json()
+        base = f"{server.url}/notebooks/{nb['id']}"
+        wait_until(lambda: httpx.get(base + "/api/status", headers=auth, timeout=30).status_code == 200, 300, 0.5,
+                   "the notebook in its own environment")
+        kernel = httpx.post(base + "/api/kernels", json={"name": "python3"}, headers=auth, timeout=60).json()["id"]
+        printed = _execute(base, token, kernel, "import sys, deeppod_probe; print(deeppod_probe.VALUE, '|', "
+                                                "sys.prefix)")
+        value, prefix = (x.strip() for x in printed.split("|"))
+        assert value == "from the notebook's own environment" and prefix != sys.prefix, printed
+        httpx.post(f"{server.url}/v1/notebooks/{nb['id']}/stop", headers=auth, timeout=30)
     finally:
         server.stop()
         server.cleanup_jobs()
