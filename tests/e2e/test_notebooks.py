@@ -6,6 +6,7 @@ away; idle, it is stopped and its GPU freed; resumed, the file written before is
 
 import json
 import os
+import re
 import sys
 import uuid
 
@@ -40,16 +41,19 @@ def _execute(url: str, token: str, kernel: str, code: str) -> str:
                             "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
                             "content": {"code": code, "silent": False, "store_history": False,
                                         "user_expressions": {}, "allow_stdin": False}}))
-        printed = ""
-        while True:
+        printed, replied, idle = "", False, False
+        while not (replied and idle):  # the reply (shell) may pass the last output (iopub): the kernel's idle ends it
             msg = json.loads(ws.recv(timeout=60))
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "stream":
                 printed += msg["content"]["text"]
-            if msg["msg_type"] == "execute_reply":
+            elif msg["msg_type"] == "execute_reply":
                 assert msg["content"]["status"] == "ok", msg["content"]
-                return printed
+                replied = True
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                idle = True
+        return printed
 
 
 def _terminal(url: str, token: str) -> str:
@@ -61,7 +65,7 @@ def _terminal(url: str, token: str) -> str:
     with connect(ws_url, additional_headers=auth, open_timeout=30) as ws:
         ws.send(json.dumps(["stdin", "echo term-uid-$(id -u)\r"]))
         seen = ""
-        while "term-uid-" not in seen.replace("term-uid-$(id", ""):
+        while not re.search(r"term-uid-\d+\r?\n", seen):  # the line whole (the echoed command has no digits)
             kind, *rest = json.loads(ws.recv(timeout=30))
             if kind == "stdout":
                 seen += rest[0]
