@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from deeppod.auth.roles import READ_METHODS, check_route
 from deeppod.auth.service import Principal, authenticate
@@ -19,6 +20,16 @@ from deeppod.auth.service import Principal, authenticate
 
 def get_ctx(request: Request):
     return request.app.state.ctx
+
+
+def submit_options(request: Request) -> dict:
+    """The server's side of a submission (jobs.service.submit's keywords past the request):
+    one place for every route that submits, through the API or the console."""
+    ctx = request.app.state.ctx
+    s = ctx.settings
+    return {"default_grace": s.grace_seconds, "roots": ctx.roots, "code": ctx.code, "jobs_dir": s.jobs_dir,
+            "default_network": s.job_network, "image_dir": s.image_dir, "default_pids": s.pids_per_worker,
+            "package_index": s.env_index}
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
@@ -64,7 +75,8 @@ def _discard(session: Session) -> None:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def bearer(request: Request) -> str | None:
+def bearer(request: HTTPConnection) -> str | None:
+    """The bearer token of a request or a WebSocket's handshake, if it has one."""
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None

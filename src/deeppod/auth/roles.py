@@ -92,6 +92,13 @@ def check_predict(principal) -> None:
         raise Forbidden("read-only tokens and viewers cannot predict; use a 'predict' token or a deployment key")
 
 
+def check_runs_code(principal, what: str) -> None:
+    """Opening ``what`` (a notebook, a shell) runs code as its owner: a token or role that only
+    reads may not, even where it may read the job."""
+    if principal.scope != ALL or principal.role == VIEWER:
+        raise Forbidden(f"{what} runs code: this token or role only reads; use a token with scope 'all' of its owner")
+
+
 def check_role(role: str) -> str:
     if role not in ROLES:
         raise InvalidRequest(f"role {role!r} is not one of {', '.join(ROLES)}")

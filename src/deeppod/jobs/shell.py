@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from deeppod.auth.roles import ALL, VIEWER
+from deeppod.auth.roles import check_runs_code
 from deeppod.auth.service import Principal
 from deeppod.contract import JobState
 from deeppod.errors import Conflict, Forbidden, NotFound
@@ -21,8 +21,7 @@ def target(session: Session, principal: Principal, job_id: int, rank: int, jobs_
     """The host pid of rank ``rank``'s own command, to run a command beside it."""
     if principal.job_id is not None:
         raise Forbidden("a job's token cannot open a shell: use your own token")
-    if principal.scope != ALL or principal.role == VIEWER:
-        raise Forbidden("a shell runs commands: this token or role only reads; use a token with scope 'all'")
+    check_runs_code(principal, "a shell")
     try:
         job = get_job(session, principal, job_id)
     except NotFound:

@@ -45,7 +45,7 @@ def cull(session: Session, activity: Activity, now: datetime | None = None) -> l
         except Unavailable as exc:
             log.info("notebook %d: activity unknown this round (%s)", job.id, exc)
             continue
-        since = max(t for t in (job.started_at, last) if t is not None) if (job.started_at or last) else now
+        since = max((t for t in (job.started_at, last) if t is not None), default=now)
         if (now - since).total_seconds() < job.idle_limit_seconds:
             continue
         limit = duration_text(job.idle_limit_seconds)

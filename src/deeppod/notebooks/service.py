@@ -126,6 +126,3 @@ def url(job_id: int) -> str:
     """The path its owner opens (under the server's URL)."""
     return base_path(job_id) + "lab"
 
-
-__all__ = ["KIND", "NotebookStart", "command", "get_notebook", "idle_limit", "list_notebooks", "reachable",
-           "resume", "start", "stop", "url"]

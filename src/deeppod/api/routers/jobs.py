@@ -8,7 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from deeppod.api import terminal
-from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, bearer, get_ctx, submit_options
 from deeppod.api.schemas.jobs import JobCreate, JobEventOut, JobOut, JobSpecOut, PurgeIn, PurgeOut, job_out
 from deeppod.audit.log import Entry
 from deeppod.errors import Conflict, DeepPodError, InvalidRequest
@@ -24,11 +24,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 @router.post("", status_code=201, response_model=JobOut)
 def submit(body: JobCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> JobOut:
     req = JobSpec(**body.model_dump())
-    ctx = get_ctx(request)
-    job = service.submit(session, principal, req, default_grace=ctx.settings.grace_seconds, roots=ctx.roots,
-                         code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
-                         default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
-                         default_pids=ctx.settings.pids_per_worker, package_index=ctx.settings.env_index)
+    job = service.submit(session, principal, req, **submit_options(request))
     return job_out(job, principal.tenant, principal.user).model_copy(update={"warning": fit.warning(session, job)})
 
 
@@ -132,8 +128,7 @@ async def shell(websocket: WebSocket, job_id: int, rank: int = 0, rows: int = 24
     """A terminal inside rank ``rank``'s sandbox (``deeppod shell``; ``argv``: one command, ``deeppod
     exec``), as the job's identity; its owner or an administrator (api/terminal.py: the messages)."""
     ctx = websocket.app.state.ctx
-    header = websocket.headers.get("authorization", "")
-    token = header.partition(" ")[2].strip() if header.lower().startswith("bearer ") else None
+    token = bearer(websocket)
 
     def find() -> tuple[int, object]:
         principal = ctx.principals.get(token)

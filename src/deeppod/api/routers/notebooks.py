@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
-from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx
+from deeppod.api.deps import Id, PrincipalDep, SessionDep, get_ctx, submit_options
 from deeppod.api.schemas.notebooks import NotebookCreate, NotebookOut, NotebookResume, notebook_out
 from deeppod.jobs import service as jobs
 from deeppod.notebooks import service
@@ -13,12 +13,8 @@ router = APIRouter(prefix="/v1/notebooks", tags=["notebooks"])
 @router.post("", status_code=201, response_model=NotebookOut)
 def start(body: NotebookCreate, session: SessionDep, principal: PrincipalDep, request: Request) -> NotebookOut:
     """Start JupyterLab as a job of kind notebook: it queues as any job; open its url once running."""
-    ctx = get_ctx(request)
-    s = ctx.settings
     job = service.start(session, principal, service.NotebookStart(**body.model_dump()),
-                        idle_default=s.notebook_idle_seconds, default_grace=s.grace_seconds, roots=ctx.roots,
-                        code=ctx.code, jobs_dir=s.jobs_dir, default_network=s.job_network, image_dir=s.image_dir,
-                        default_pids=s.pids_per_worker, package_index=s.env_index)
+                        idle_default=get_ctx(request).settings.notebook_idle_seconds, **submit_options(request))
     return notebook_out(job, principal.tenant, principal.user)
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from deeppod.api.deps import Id, SessionDep, get_ctx
+from deeppod.api.deps import Id, SessionDep, get_ctx, submit_options
 from deeppod.api.schemas.jobs import JobCreate, job_out
 from deeppod.contract import FINAL_STATES, JobState
 from deeppod.datasets import service as datasets
@@ -122,12 +122,8 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
 
 
 def _submit(request: Request, session, viewer, req: JobSpec, fields: dict[str, str] = SERVICE_FIELDS):
-    ctx = get_ctx(request)
     try:
-        return service.submit(session, viewer.principal, req, default_grace=ctx.settings.grace_seconds,
-                              roots=ctx.roots, code=ctx.code, jobs_dir=ctx.settings.jobs_dir,
-                              default_network=ctx.settings.job_network, image_dir=ctx.settings.image_dir,
-                              default_pids=ctx.settings.pids_per_worker, package_index=ctx.settings.env_index)
+        return service.submit(session, viewer.principal, req, **submit_options(request))
     except DeepPodError as exc:
         raise forms.service_error(exc, fields) from None
 

@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from deeppod.api.deps import bearer
 from deeppod.audit.log import Entry
-from deeppod.auth.roles import ALL, VIEWER
+from deeppod.auth.roles import check_runs_code
 from deeppod.auth.service import Principal
 from deeppod.auth.tokens import notebook_secret
 from deeppod.contract import FINAL_STATES, JobState
@@ -56,9 +56,8 @@ def _principal(ctx, token: str | None, cookie: str | None) -> Principal:
     else:
         with ctx.read_sessions() as s:
             principal = sessions.signed_in(s, cookie).principal
-    if principal.job_id is None and (principal.scope != ALL or principal.role == VIEWER):
-        raise Forbidden("a notebook runs code: this token or role only reads; use a token with scope 'all' of "
-                        "its owner")
+    if principal.job_id is None:
+        check_runs_code(principal, "a notebook")
     return principal
 
 
@@ -176,9 +175,7 @@ async def forward_socket(websocket: WebSocket, job_id: int, path: str) -> None:
     try:
         if origin and urlsplit(origin).netloc != host:  # another site's page cannot drive a signed-in browser
             raise Forbidden("a notebook's sockets are opened from the console's own pages")
-        header = websocket.headers.get("authorization", "")
-        token = header.partition(" ")[2].strip() if header.lower().startswith("bearer ") else None
-        reached = await run_in_threadpool(_reach, ctx, job_id, token, websocket.cookies.get(COOKIE))
+        reached = await run_in_threadpool(_reach, ctx, job_id, bearer(websocket), websocket.cookies.get(COOKIE))
         sock = await run_in_threadpool(upstream.connect, reached.workdir)
     except DeepPodError as exc:
         await websocket.send_denial_response(JSONResponse({"error": {"code": exc.code, "message": exc.message}},

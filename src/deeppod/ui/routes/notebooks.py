@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from deeppod.api.deps import SessionDep
+from deeppod.api.deps import SessionDep, get_ctx, submit_options
 from deeppod.errors import DeepPodError, Rerender
 from deeppod.notebooks import service
 from deeppod.ui import forms
@@ -34,13 +34,9 @@ def notebook_start(request: Request, session: SessionDep, viewer: ViewerDep, for
                                 gpus_per_worker=forms.number(errors, "gpus", form.get("gpus")),
                                 idle_seconds=forms.time_limit(errors, "idle", form.get("idle")))
     if not errors:
-        ctx = request.app.state.ctx
-        s = ctx.settings
         try:
-            service.start(session, viewer.principal, ask, idle_default=s.notebook_idle_seconds,
-                          default_grace=s.grace_seconds, roots=ctx.roots, code=ctx.code, jobs_dir=s.jobs_dir,
-                          default_network=s.job_network, image_dir=s.image_dir, default_pids=s.pids_per_worker,
-                          package_index=s.env_index)
+            service.start(session, viewer.principal, ask, idle_default=get_ctx(request).settings.notebook_idle_seconds,
+                          **submit_options(request))
             return RedirectResponse("/notebooks", status_code=303)
         except DeepPodError as exc:  # a quota, the plan's idle limit: by its field, else above the form
             errors = forms.service_error(exc, {"idle": "idle", "gpu": "gpus"}).errors
