@@ -381,3 +381,14 @@ def test_notebook_start_ls_stop_and_resume(cli, live_server):
     wait_until(lambda: json.loads(cli("notebook", "ls", "--json", **admin).stdout)[0]["state"] == "stopped", 60)
     assert "queued" in cli("notebook", "start", "--resume", str(nb_id), **admin).stdout
     cli("notebook", "stop", str(nb_id), **admin)
+
+
+def test_a_jsonl_file_ingests_as_a_text_dataset(cli, live_server, tmp_path):
+    admin = {"url": live_server.url, "token": live_server.admin_token}
+    src = tmp_path / "train.jsonl"
+    src.write_text("\n".join([json.dumps({"prompt": f"{i}+{i}=", "completion": str(2 * i)}) for i in range(20)]
+                             + [json.dumps({"prompt": "0+0=", "completion": "0"}), '{"prompt": 1}']) + "\n")
+    out = cli("data", "ingest", "sums", str(src), "--split", "val=0.1", **admin).stdout
+    assert "sums@1: 20 prompt-completion examples" in out and "1 duplicate line(s) dropped" in out, out
+    assert "split: train 18, val 2" in out and "1 line(s) quarantined" in out
+    assert "train.jsonl:22: 'prompt' is not a string" in out

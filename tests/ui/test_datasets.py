@@ -116,3 +116,23 @@ def test_the_search_hint_shows_only_syntax_the_search_takes(api):
     for example in codes:
         if not example.startswith("deeppod "):
             parse(example.replace("KEY=VALUE", "kind=xray").replace("TENANT", "a").replace(">N", ">2"))
+
+
+def test_a_text_dataset_page_shows_its_examples_statistics_and_refused_lines(api):
+    import json
+
+    ana = api.user("ana", "vision")
+    b = Browser(api, ana)
+    rows = [{"messages": [{"role": "user", "content": f"say <b>{i}</b>"}, {"role": "assistant", "content": str(i)}]}
+            for i in range(30)]
+    body = "\n".join([*map(json.dumps, rows), '{"messages": "oops"}']).encode()
+    r = _upload(b, "chats", body, "?val=0.2")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"ref": "chats@1", "samples": 30, "classes": 0, "quarantined": 1,
+                        "url": "/datasets/vision/chats@1"}
+    page = b.get("/datasets/vision/chats@1").text
+    assert "30 chat examples" in page and "train 24, val 6" in page and "page 1 of 2" in page
+    assert page.count('class="example"') == 20 and re.search(r"say &lt;b&gt;\d+&lt;/b&gt;", page)  # escaped
+    assert "Label these images" not in page and 'id="length-histogram"' in page
+    assert re.search(r"upload.jsonl:31</td><td>&#39;messages&#39; is not a non-empty list", page)
+    assert b.get("/datasets/vision/chats@1?page=2").text.count('class="example"') == 10

@@ -84,7 +84,8 @@ def upload_bar(source: str, out=None):
 def ingest(
     name: str,
     source: Annotated[str, typer.Argument(help="a folder (class folders, or images + labels.csv/labels.jsonl), "
-                                               "a .zip/.tar/.tar.gz, or s3://bucket/prefix")],
+                                               "a .zip/.tar/.tar.gz, a .jsonl file of text examples, "
+                                               "or s3://bucket/prefix")],
     policy: Annotated[list[str], typer.Option("--policy", help="KEY=VALUE for this and later versions, e.g. "
                                                                 "resize=short:256 format=jpeg tile=512")] = [],
     split: Annotated[str | None, typer.Option(help="validation split, e.g. val=0.1")] = None,
@@ -112,14 +113,20 @@ def ingest(
         print_json(v)
         return
     lin = v["lineage"]
-    console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, "
-                  f"{size_text(v['bytes'])}"
-                  f" ({lin.get('new_objects', 0)} new since the last version, {lin.get('deduplicated', 0)} the same,"
-                  " stored once)")
+    if v["stats"].get("kind") == "text":
+        st = v["stats"]
+        console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} {st.get('format')} examples, "
+                      f"{size_text(v['bytes'])} ({st.get('duplicates', 0)} duplicate line(s) dropped)")
+    else:
+        console.print(f"[bold]{v['ref']}[/bold]: {v['samples']} images, {len(v['classes'])} classes, "
+                      f"{size_text(v['bytes'])}"
+                      f" ({lin.get('new_objects', 0)} new since the last version, {lin.get('deduplicated', 0)} the "
+                      "same, stored once)")
     split_counts = v["stats"].get("per_split", {})
     console.print("split: " + ", ".join(f"{k} {n}" for k, n in sorted(split_counts.items())))
     if v["quarantined"]:
-        console.print(f"[yellow]{len(v['quarantined'])} file(s) quarantined[/yellow]:")
+        what = "line(s)" if v["stats"].get("kind") == "text" else "file(s)"
+        console.print(f"[yellow]{len(v['quarantined'])} {what} quarantined[/yellow]:")
         for q in v["quarantined"][:20]:
             console.print(f"  {q['path']}: {q['reason']}")
         if len(v["quarantined"]) > 20:

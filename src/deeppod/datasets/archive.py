@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from deeppod.errors import InvalidRequest
 
 LABEL_FILES = ("labels.csv", "labels.jsonl")
+UPLOADED_LINES = "upload.jsonl"  # the name a JSON Lines body's lines are reported under
 # C0, DEL and C1: no name of a dataset's file holds one (nor an S3 key: s3.namespace.request_key)
 CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -58,7 +59,9 @@ def kind_of(path: Path) -> str:
         return "tar.gz"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return "tar"
-    raise InvalidRequest("the upload is not a tar, tar.gz or zip archive; send one of those "
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
+        return "jsonl"  # one JSON Lines file as the body: a text dataset (datasets/text.py)
+    raise InvalidRequest("the upload is not a tar, tar.gz or zip archive, nor JSON Lines; send one of those "
                          "(deeppod data ingest packs folders for you)")
 
 
@@ -71,6 +74,8 @@ class Archive:
         try:
             if self.kind == "folder":  # an S3 inbox (s3/namespace.py): only the server writes there
                 self.members = list(_folder_members(path))
+            elif self.kind == "jsonl":
+                self.members = [Member(UPLOADED_LINES, path.stat().st_size, path.read_bytes)]
             elif self.kind == "zip":
                 self._zip = zipfile.ZipFile(path)
                 self.members = list(self._zip_members())

@@ -1,4 +1,5 @@
-"""Building one dataset version from an uploaded archive, in a staging folder.
+"""Building one dataset version from an uploaded archive, in a staging folder (images here;
+an archive of JSON Lines is a text dataset: datasets/text.py).
 
 Every image is decoded; what fails (corrupt, truncated, unsupported, too large, no label)
 goes to ``quarantine/`` with its reason in the report, the rest through the policy into the
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deeppod.datasets import text
 from deeppod.datasets.archive import LABEL_FILES, Archive, Member, parse_labels, strip_common_root
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import SUFFIX, Policy, apply, splits
@@ -81,6 +83,10 @@ def build(upload: Path, out: Path, objects: ObjectStore, policy: Policy, limits:
                                  f"{limits.max_ingest_bytes} (DEEPPOD_DATA_MAX_INGEST_BYTES): split it")
         prefix = strip_common_root([m.path for m in files])
         items: list[tuple[str, Member]] = [(m.path[len(prefix):], m) for m in files]
+        if text.is_text([rel for rel, _ in items]):
+            built = Built()
+            text.build(items, out, objects, policy, max_line=limits.max_file_bytes, built=built)
+            return built
         label_files = [(rel, m) for rel, m in items if rel in LABEL_FILES]
         labels: dict[str, str] | None = None
         if label_files:

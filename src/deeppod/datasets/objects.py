@@ -27,6 +27,13 @@ class ObjectStore:
         d.mkdir(exist_ok=True)
         (d / sha).write_bytes(data)
 
+    @staticmethod
+    def stage_file(staging: Path, sha: str, path: Path, *, known: bool = False) -> None:
+        """:meth:`stage` for an object already written as a file (a text dataset's split)."""
+        d = staging / ("known-objects" if known else "new-objects")
+        d.mkdir(exist_ok=True)
+        shutil.copyfile(path, d / sha)
+
     def commit(self, staging: Path) -> list[str]:
         """Move staged objects into the store (rename: atomic per object)."""
         shutil.rmtree(staging / "known-objects", ignore_errors=True)

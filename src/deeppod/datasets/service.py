@@ -206,6 +206,7 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
         before = s.scalar(select(DatasetVersion).where(DatasetVersion.dataset_id == ds.id,
                                                        DatasetVersion.version == parent)) if parent else None
         parent_manifest = plane.tiers.path(before.tier, before.key) / "manifest.jsonl" if before else None
+        parent_kind = (before.stats or {}).get("kind", "image") if before else None
         number = (s.scalar(select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == ds.id)) or 0) + 1
         owner = owner_name(s, ds)
         v = DatasetVersion(dataset_id=ds.id, version=number, state="ingesting", tier="hot",
@@ -222,9 +223,13 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
         if staging.exists():
             shutil.rmtree(staging)
         built = ingest.build(upload, staging / "version", plane.objects, applied, plane.limits)
+        kind = built.stats.get("kind", "image")
         if built.samples == 0:
-            raise InvalidRequest("no image could be ingested: " + _first_reasons(built.report)
-                                 + "; fix the files and ingest again")
+            raise InvalidRequest(f"no {'example' if kind == 'text' else 'image'} could be ingested: "
+                                 + _first_reasons(built.report) + "; fix the files and ingest again")
+        if parent_kind is not None and parent_kind != kind:
+            raise InvalidRequest(f"dataset {name!r} holds {parent_kind} data and this upload is {kind} "
+                                 "(JSON Lines files are text, anything else images): ingest it as another dataset")
         (staging / "journal").write_text("\n".join(built.new_objects))
         new = _new_since(staging / "version" / "manifest.jsonl", parent_manifest)  # before the writer's turn
         with _commit_lock:  # objects: rename into the store; version: rename into place; then the row

@@ -106,6 +106,17 @@ def _folder(root: Path) -> Source:
                   _tar_length([(rel, size) for rel, _, size in entries]))
 
 
+def _lines_file(path: Path) -> Source:
+    """One JSON Lines file (a text dataset), sent as a tar that holds it."""
+    path = path.resolve()
+    size = path.stat().st_size
+
+    def chunks(progress: Progress | None) -> Iterator[bytes]:
+        return _tar_stream([(path.name, size, lambda: _file_blocks(path), str(path))], progress)
+
+    return Source(f"file {path}", 1, size, "application/x-tar", chunks, _tar_length([(path.name, size)]))
+
+
 def _archive(path: Path) -> Source:
     size = path.stat().st_size
 
@@ -170,5 +181,8 @@ def open_source(source: str, *, s3_endpoint: str | None = None, s3_key_id: str |
         name = path.name.lower()
         if name.endswith((".zip", ".tar", ".tar.gz", ".tgz")):
             return _archive(path)
-        raise InvalidRequest(f"{path} is not a folder, .zip, .tar or .tar.gz: ingest one of those")
+        if name.endswith(".jsonl"):
+            return _lines_file(path)
+        raise InvalidRequest(f"{path} is not a folder, .zip, .tar, .tar.gz or .jsonl (a text dataset): ingest "
+                             "one of those")
     raise InvalidRequest(f"{source} does not exist: give a folder, an archive or s3://bucket/prefix")

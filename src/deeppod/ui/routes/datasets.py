@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from deeppod.api.deps import SessionDep, get_ctx
-from deeppod.datasets import service
+from deeppod.datasets import service, text
 from deeppod.datasets.images import VersionImages, thumbnail
 from deeppod.datasets.upload import ingest_request
 from deeppod.errors import InvalidRequest
@@ -23,6 +23,7 @@ from deeppod.ui.render import ConsoleRoute, page, page_number
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 GALLERY = 60
+EXAMPLES = 20  # text examples per page
 UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/upload$")
 
 
@@ -98,14 +99,21 @@ def version_page(request: Request, ref: str, session: SessionDep, viewer: Viewer
     number = page_number(request)
     if label and label not in v.classes:
         raise InvalidRequest(f"{ds.name}@{v.version} has no class {label!r}; its classes: {', '.join(v.classes[:30])}")
-    images, total = _images(request, v).page((number - 1) * GALLERY, GALLERY, label or None)
     stats = v.stats or {}
+    is_text = stats.get("kind") == "text"
+    if is_text:
+        folder = get_ctx(request).data.tiers.path(v.tier, v.key)
+        examples, images, total = text.examples(folder, offset=(number - 1) * EXAMPLES, limit=EXAMPLES), [], v.samples
+    else:
+        examples = []
+        images, total = _images(request, v).page((number - 1) * GALLERY, GALLERY, label or None)
     base = f"/datasets/{owner}/{ds.name}@{v.version}"
     return page(request, "dataset.html", ds=ds, v=v, owner=owner, stats=stats, images=images, total=total,
-                label=label, page_no=number, pages=max(1, math.ceil(total / GALLERY)),
+                text=is_text, examples=examples,
+                label=label, page_no=number, pages=max(1, math.ceil(total / (EXAMPLES if is_text else GALLERY))),
                 versions=service.versions(session, ds), base=base,
                 link=lambda **kw: base + "?" + urlencode({k: v for k, v in {"label": label, "page": number,
                                                                              **kw}.items() if v}),
                 quarantined=(v.report or {}).get("quarantined", []),
                 peak=max([1, *(stats.get("per_class") or {}).values()]),
-                size_peak=max([1, *(stats.get("size_histogram") or {}).values()]))
+                size_peak=max([1, *(stats.get("length_histogram" if is_text else "size_histogram") or {}).values()]))

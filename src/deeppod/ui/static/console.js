@@ -471,7 +471,7 @@
     const file = document.getElementById("f-file").files[0];
     ["e-name", "e-file", "e-val", "form-error"].forEach(id => say(id, ""));
     if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(name)) { say("e-name", "use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"); return; }
-    if (!file) { say("e-file", "choose a zip or tar archive of class folders"); return; }
+    if (!file) { say("e-file", "choose a zip or tar archive of class folders, or a .jsonl file of text examples"); return; }
     const params = new URLSearchParams({val: document.getElementById("f-val").value.trim(),
                                         description: document.getElementById("f-description").value});
     const bar = document.getElementById("ingest-progress"), status = document.getElementById("ingest-status");
