@@ -115,3 +115,18 @@ def test_another_tenants_model_and_deployment_answer_as_missing_ones_in_the_api(
         missing = api.http.get(path.format("nosuch"), headers=bob)
         assert theirs.status_code == missing.status_code == 404, (path, theirs.text)
         assert theirs.json()["error"]["message"] == missing.json()["error"]["message"].replace("nosuch", "pets")
+
+
+def test_a_language_model_folder_shows_what_it_is_and_deploying_it_says_not_yet(api, tmp_path):
+    from tests.models.hf_folder import parameters, write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "tiny")
+    r = api.http.post("/v1/models/tiny/versions", json={"path": str(folder)}, headers=api.as_(api.admin))
+    assert r.status_code == 201, r.text
+    assert r.json()["signature"]["architecture"] == "LlamaForCausalLM"
+    b = Browser(api, api.admin)
+    page = b.get("/models/tiny").text
+    assert re.search(rf'class="small muted lm-facts">LlamaForCausalLM · {parameters():,} parameters \(F32\) · '
+                     r'context 128 tokens', page)
+    r = b.post("/models/tiny/deploy", {"version": "1", "deployment": "tiny", "replicas": "1"})
+    assert r.status_code == 422 and "language model (LlamaForCausalLM); serving runs image models for now" in r.text

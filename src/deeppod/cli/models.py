@@ -23,7 +23,9 @@ def _pct(v) -> str:
 def register(name: str,
              from_job: Annotated[int | None, typer.Option("--from-job",
                                                           help="a job whose JOB_DIR/model to register")] = None,
-             path: Annotated[str | None, typer.Option(help="an artifact folder on the server instead")] = None,
+             path: Annotated[str | None, typer.Option(help="an artifact folder on the server instead: model.pt2 + "
+                                                          "signature.json, or a Hugging Face model folder "
+                                                          "(config.json, safetensors, tokenizer)")] = None,
              alias: Annotated[list[str], typer.Option("--alias",
                                                       help="point this alias at the new version (repeat)")] = [],
              description: str | None = None, as_json: JsonOpt = False,
@@ -36,6 +38,9 @@ def register(name: str,
         print_json(v)
         return
     acc = v["metrics"].get("val_accuracy")
+    if v["signature"].get("kind") == "causal-lm":
+        acc = None
+        console.print(f"{v['ref']}: {_model_text(v['signature'])}")
     console.print(f"registered {v['ref']}" + (f" (val_accuracy {_pct(acc)})" if acc is not None else "")
                   + (f", aliases: {', '.join(v['aliases'])}" if v["aliases"] else ""))
 
@@ -70,7 +75,7 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
         rows.append({"version": v["version"], "aliases": ",".join(v["aliases"]),
                      "val_accuracy": _pct(v["metrics"].get("val_accuracy")),
                      "job": lin.get("job_id") or "-", "dataset": lin.get("dataset") or "-",
-                     "model": v["signature"].get("model", "-"), "classes": len(v["signature"].get("classes", [])),
+                     "model": _model_text(v["signature"]), "classes": len(v["signature"].get("classes", [])),
                      "size": size_text(v['bytes']), "created": v["created_at"][:19]})
     console.print(rows_table(rows, ["version", "aliases", "val_accuracy", "job", "dataset", "model", "classes",
                                     "size", "created"]))
@@ -79,6 +84,12 @@ def show(name: str, as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOp
         console.print(rows_table([{"job": e["job_id"], "version": e["version"], "data": e["dataset"],
                                    "images": e["samples"], "accuracy": _pct(e["accuracy"])} for e in m["evaluations"]],
                                  ["job", "version", "data", "images", "accuracy"]))
+
+
+def _model_text(sig: dict) -> str:
+    if sig.get("kind") == "causal-lm":
+        return f"{sig['architecture']} {sig['parameters']:,} params, context {sig['context_length']}"
+    return sig.get("model", "-")
 
 
 @app.command("alias")

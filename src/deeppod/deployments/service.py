@@ -73,6 +73,7 @@ def create(session: Session, principal: Principal, name: str, model_ref: str, *,
     model, version = models.get_version(session, principal, model_ref)
     if not scope.owns(principal, model):
         raise Forbidden("deploy models of your own tenant")
+    models.check_image_model(model.name, version, "serving")
     if session.scalar(scope.own(select(Deployment.id).where(Deployment.name == name), Deployment,
                                 principal)) is not None:
         raise Conflict(f"deployment {name!r} exists: change it with 'deeppod deploy update {name} --version V', "
@@ -98,6 +99,7 @@ def update(session: Session, principal: Principal, name: str, *, version: str | 
     if version is not None:
         model = session.get(Model, dep.model_id)
         target = models.resolve(session, model, version)
+        models.check_image_model(model.name, target, "serving")
         if target.id == dep.version_id and replicas is None and max_batch is None and max_wait_ms is None:
             raise Conflict(f"deployment {name!r} already serves {model.name}@{target.version}")
         if target.id != dep.version_id:

@@ -1,5 +1,6 @@
 """A model artifact on disk: check it is servable, copy it into the registry atomically, never
-following a link a job planted (the folder may be the job's own)."""
+following a link a job planted (the folder may be the job's own). Two kinds: an image model
+(model.pt2 + signature.json) and a language model's Hugging Face folder (models/hf.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from deeppod.atomic import move_into_place
 from deeppod.errors import Forbidden, InvalidRequest
+from deeppod.models import hf
 from deeppod.nofollow import open_dir, open_regular
 
 SERVING_FILE = "model.pt2"  # torch.export program: self-contained, no Python class needed
@@ -72,6 +74,9 @@ def read_signature(folder: Path) -> dict:
         raise InvalidRequest(f"{folder} cannot be read as a folder without following a link ({exc.strerror}); "
                              "register a folder the job wrote") from None
     try:
+        names = set(os.listdir(dir_fd))
+        if SERVING_FILE not in names and hf.is_hf_folder(names):
+            return hf.describe(dir_fd, names, str(folder))[0]
         found = {}
         for name in ARTIFACT_FILES:
             try:
@@ -120,8 +125,9 @@ def take_in(folder: Path, dest: Path, max_bytes: int | None = None) -> Artifact:
     staging = dest.parent / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        digest, size = _copy_files(folder, staging, max_bytes)
-        sig = _load_signature(staging / SIGNATURE_FILE, str(folder / SIGNATURE_FILE))
+        digest, size, language = _copy_files(folder, staging, max_bytes)
+        sig = _hf_signature(staging, folder) if language else \
+            _load_signature(staging / SIGNATURE_FILE, str(folder / SIGNATURE_FILE))
         move_into_place(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -132,7 +138,17 @@ def take_in(folder: Path, dest: Path, max_bytes: int | None = None) -> Artifact:
 SPARSE_SLACK = 1 << 20  # a file's allocated blocks may fall this far short of its size (its tail block, metadata)
 
 
-def _copy_files(folder: Path, staging: Path, max_bytes: int | None = None) -> tuple[str, int]:
+def _hf_signature(staging: Path, folder: Path) -> dict:
+    """A language model's signature from the bytes copied (the folder may have changed since)."""
+    dir_fd = open_dir(staging)
+    try:
+        return hf.describe(dir_fd, set(os.listdir(dir_fd)), str(folder))[0]
+    finally:
+        os.close(dir_fd)
+
+
+def _copy_files(folder: Path, staging: Path, max_bytes: int | None = None) -> tuple[str, int, bool]:
+    """(sha256 of the weights, bytes copied, whether it is a language model folder)."""
     try:
         dir_fd = open_dir(folder)
     except OSError as exc:
@@ -140,7 +156,10 @@ def _copy_files(folder: Path, staging: Path, max_bytes: int | None = None) -> tu
                              "register a folder the job wrote") from None
     h, size = hashlib.sha256(), 0
     try:
-        for name in ARTIFACT_FILES:
+        names = set(os.listdir(dir_fd))
+        language = SERVING_FILE not in names and hf.is_hf_folder(names)
+        files = hf.describe(dir_fd, names, str(folder))[1] if language else ARTIFACT_FILES
+        for name in files:
             try:
                 fd, st = open_regular(dir_fd, name)
             except FileNotFoundError:
@@ -167,13 +186,13 @@ def _copy_files(folder: Path, staging: Path, max_bytes: int | None = None) -> tu
                     size += len(chunk)
                     if max_bytes is not None and size > max_bytes:  # it grew while it was read
                         raise _over_quota(folder, size, max_bytes)
-                    if name == SERVING_FILE:
+                    if name == SERVING_FILE or (language and name.endswith(".safetensors")):
                         h.update(chunk)
                 out.flush()
                 os.fsync(out.fileno())
     finally:
         os.close(dir_fd)
-    return h.hexdigest(), size
+    return h.hexdigest(), size, language
 
 
 def _over_quota(folder: Path, size: int, max_bytes: int) -> Forbidden:

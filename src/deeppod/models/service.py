@@ -256,12 +256,21 @@ def remove(session: Session, principal: Principal, ref: str, *, root: Path) -> l
 
 # -- compare and promote -----------------------------------------------------------------
 
+def check_image_model(name: str, version: ModelVersion, what: str) -> None:
+    """Serving and held-out evaluation run image models for now; a language model is refused by name."""
+    if (version.signature or {}).get("kind") == "causal-lm":
+        raise InvalidRequest(f"{name}@{version.version} is a language model ({version.signature['architecture']}); "
+                             f"{what} runs image models for now")
+
+
 def compare(session: Session, principal: Principal, name: str, a: str, b: str, dataset: str, *,
             root: Path, jobs_dir: Path, default_grace: float) -> tuple[Job, ModelVersion, ModelVersion]:
     """Evaluate two versions on the same held-out data, as a job; its figures land in the
     registry when it ends (absorb_evaluation)."""
     model = get_model(session, principal, name)
     va, vb = resolve(session, model, a), resolve(session, model, b)
+    for v in (va, vb):
+        check_image_model(name, v, "held-out evaluation")
     if va.id == vb.id:
         raise InvalidRequest(f"{name}@{a} and {name}@{b} are the same version ({va.version}): compare two versions")
     command = [sys.executable, "-m", "deeppod.runtime.evaluate", "--dataset", dataset]
