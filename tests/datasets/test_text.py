@@ -58,6 +58,7 @@ def test_a_jsonl_file_is_a_text_version_bad_lines_quarantined_by_line(api, tmp_p
     v = r.json()["versions"][0]
     st = v["stats"]
     assert v["samples"] == 38 and st["kind"] == "text" and st["format"] == "chat" and st["duplicates"] == 1
+    assert v["lineage"]["duplicates_dropped"] == 1 and "deduplicated" not in v["lineage"]
     assert st["per_split"] == {"train": 28, "val": 10}  # round(38 x 0.25) = 10 (9.5 rounds half up), exactly
     assert st["turns"]["max"] == 3 and st["roles"] == {"system": 38, "user": 38, "assistant": 38}
     reasons = {q["path"]: q["reason"] for q in v["quarantined"]}
@@ -119,3 +120,38 @@ def test_a_json_lines_body_is_a_text_upload_too(api):
     v = r.json()["versions"][0]
     assert v["samples"] == 5 and v["stats"]["format"] == "text"
     assert [(q["path"], q["reason"][:8]) for q in v["quarantined"]] == [("upload.jsonl:6", "not JSON")]
+
+
+def test_token_counts_for_a_registered_models_tokenizer(api, tmp_path):
+    from tokenizers import Tokenizer
+
+    from tests.models.hf_folder import write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "tiny")
+    assert api.http.post("/v1/models/tiny/versions", json={"path": str(folder)},
+                         headers=api.as_(api.admin)).status_code == 201
+    long = " ".join(["plus"] * 200)  # 200 tokens: over the tiny model's 128-token context
+    def ask(question: str, answer: str) -> dict:
+        return {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]}
+    rows = [ask(f"what is {i} plus 1?", str(i)) for i in range(9)] + [ask(long, "no")]
+    src = tmp_path / "chats.jsonl"
+    src.write_text("\n".join(map(json.dumps, rows)))
+    assert upload(api, "chats", src, policy={"val": 0.2}).status_code == 201
+    r = api.http.get("/v1/datasets/chats@1/tokens", params={"model": "tiny@1"}, headers=api.as_(api.admin))
+    assert r.status_code == 200, r.text
+    t = r.json()
+    # the same count by hand: the model's template renders each example's contents one after another
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    expected = sorted(len(tok.encode("".join(m["content"] for m in row["messages"])).ids) for row in rows)
+    assert t["examples"] == 10 and t["tokens"] == sum(expected) and t["chat_template"] is True
+    assert t["per_example"]["max"] == expected[-1] >= 200 and t["over_context"] == 1
+    assert t["per_split"]["train"]["examples"] == 8 and t["cut_at"] is None and sum(t["histogram"].values()) == 10
+    assert api.http.get("/v1/datasets/chats@1/tokens", params={"model": "tiny@1"},
+                        headers=api.as_(api.admin)).json() == t  # cached: the same answer
+    # what cannot be counted says why
+    r = api.http.get("/v1/datasets/chats@1/tokens", params={"model": "nosuch@1"}, headers=api.as_(api.admin))
+    assert r.status_code == 404
+    src2 = class_folders(tmp_path / "imgs", per_class=2)
+    upload(api, "pics", src2)
+    r = api.http.get("/v1/datasets/pics@1/tokens", params={"model": "tiny@1"}, headers=api.as_(api.admin))
+    assert r.status_code == 422 and "token counts are for text datasets" in r.text

@@ -40,3 +40,23 @@ def test_train_from_a_dataset_name(fresh_server, tmp_path):
     assert sig["dataset"] == "digits@1"
     assert sig["classes"] == [str(i) for i in range(10)]
     assert sig["metrics"]["val_accuracy"] > 0.85, sig["metrics"]
+
+
+@pytest.mark.timeout(300)
+def test_a_job_reads_a_text_dataset_by_name(live_server, tmp_path):
+    """A text version staged for a job as any dataset is: runtime.text reads its split files
+    inside the job's sandbox, by the dataset's name."""
+    c = Client(live_server.url, live_server.admin_token)
+    src = tmp_path / "qa.jsonl"
+    src.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "completion": str(2 * i)}) for i in range(50)))
+    v = c.datasets.ingest("qa-e2e", str(src), policy={"val": 0.2})["versions"][-1]
+    assert v["stats"]["per_split"] == {"train": 40, "val": 10}
+    script = ("from deeppod.runtime.text import read_examples; "
+              "train = list(read_examples('qa-e2e', 'train')); val = list(read_examples('qa-e2e', 'val')); "
+              "print('read', len(train), len(val), sorted(int(x['completion']) for x in train + val) == "
+              "list(range(0, 100, 2)))")
+    job = c.submit([sys.executable, "-c", script], datasets=["qa-e2e"], gpus_per_worker=0)
+    done = c.wait(job["id"], timeout=240)
+    log = b"".join(c.logs(job["id"], rank=0)).decode()
+    assert done["state"] == "succeeded", (done, log[-2000:])
+    assert "read 40 10 True" in log

@@ -1,6 +1,6 @@
 """A tiny Hugging Face model folder the tests write themselves (nothing comes from a hub): a
 2-layer Llama-style config, its weights as real safetensors (the format written by hand: an
-8-byte header length, the JSON header, the tensors' bytes), and a tokenizer file."""
+8-byte header length, the JSON header, the tensors' bytes), and a BPE tokenizer trained on the tests' own text."""
 
 from __future__ import annotations
 
@@ -57,10 +57,23 @@ def write_tiny_llama(folder: Path, *, shards: int = 1, config: dict = CONFIG) ->
             (folder / fname).write_bytes(safetensors_bytes({n: tensors[n] for n in part}))
             weight_map.update({n: fname for n in part})
         (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
+    train_tokenizer(CORPUS).save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}"
                                                                                "{% endfor %}"}))
     return folder
+
+
+CORPUS = [f"user: what is {i} plus {j}? assistant: {i + j}" for i in range(10) for j in range(10)]
+
+
+def train_tokenizer(corpus: list[str], vocab_size: int = 64):
+    """A real BPE tokenizer (the tokenizers package), trained here on the tests' own text."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"]))
+    return tok
 
 
 def parameters(config: dict = CONFIG) -> int:

@@ -136,3 +136,24 @@ def test_a_text_dataset_page_shows_its_examples_statistics_and_refused_lines(api
     assert "Label these images" not in page and 'id="length-histogram"' in page
     assert re.search(r"upload.jsonl:31</td><td>&#39;messages&#39; is not a non-empty list", page)
     assert b.get("/datasets/vision/chats@1?page=2").text.count('class="example"') == 10
+
+
+def test_a_text_dataset_counted_in_a_registered_models_tokens(api, tmp_path):
+    import json
+
+    from tests.models.hf_folder import write_tiny_llama
+
+    b = Browser(api, api.admin)
+    rows = [{"prompt": f"what is {i} plus {i}?", "completion": str(2 * i)} for i in range(10)]
+    assert _upload(b, "sums", "\n".join(map(json.dumps, rows)).encode()).status_code == 200
+    page = b.get("/datasets/default/sums@1").text
+    assert "Register a language model" in page and 'id="token-summary"' not in page
+    folder = write_tiny_llama(tmp_path / "tiny")
+    assert api.http.post("/v1/models/tiny/versions", json={"path": str(folder)},
+                         headers=api.as_(api.admin)).status_code == 201
+    page = b.get("/datasets/default/sums@1").text
+    assert '<option value="tiny@1" >tiny@1</option>' in page
+    page = b.get("/datasets/default/sums@1?tokenizer=tiny@1").text
+    assert re.search(r'id="token-summary">\d+ tokens of tiny@1 in 10 examples', page)
+    assert "All fit its 128-token context." in page and page.count("tokens</td>") == 5
+    assert b.get("/datasets/default/sums@1?tokenizer=nosuch@1").status_code == 404

@@ -126,6 +126,7 @@ def test_a_language_model_folder_shows_what_it_is_and_deploying_it_says_not_yet(
     assert r.json()["signature"]["architecture"] == "LlamaForCausalLM"
     b = Browser(api, api.admin)
     page = b.get("/models/tiny").text
+    assert 'id="deploy-later"' in page and 'id="deploy-form"' not in page
     assert re.search(rf'class="small muted lm-facts">LlamaForCausalLM · {parameters():,} parameters \(F32\) · '
                      r'context 128 tokens', page)
     r = b.post("/models/tiny/deploy", {"version": "1", "deployment": "tiny", "replicas": "1"})

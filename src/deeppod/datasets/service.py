@@ -18,7 +18,7 @@ from deeppod import refs
 from deeppod.auth import scope
 from deeppod.auth.service import Principal, check_name
 from deeppod.contract import ACTIVE_STATES, dataset_env_key
-from deeppod.datasets import catalog, ingest
+from deeppod.datasets import catalog, ingest, tokens
 from deeppod.datasets import tiers as tiermod
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy
@@ -240,7 +240,8 @@ def ingest_upload(sessions: sessionmaker, plane: DataPlane, principal: Principal
                 v = s.get(DatasetVersion, version_id)
                 v.state, v.samples, v.bytes, v.classes = "ready", built.samples, built.bytes, built.classes
                 v.stats, v.report = built.stats, built.report
-                v.lineage = {**v.lineage, "new_objects": new, "deduplicated": built.samples - new}
+                v.lineage = {**v.lineage, **({"duplicates_dropped": built.report.get("duplicates", 0)} if kind == "text"
+                                             else {"new_objects": new, "deduplicated": built.samples - new})}
         shutil.rmtree(staging, ignore_errors=True)
         return version_id
     except BaseException:
@@ -417,6 +418,21 @@ def _manifest_shas(folder: Path) -> set[str]:
         return set()
     with open(manifest) as f:
         return {json.loads(line)["sha256"] for line in f if line.strip()}
+
+
+def token_stats(session: Session, principal: Principal, plane: DataPlane, ref: str, model: ModelVersion, *,
+                model_ref: str, models_root: Path, cache_root: Path) -> dict:
+    """Token counts of text version ``ref`` for the tokenizer of language model version ``model``
+    (resolved, and so visible, by the caller)."""
+    ds, v = get_version(session, principal, ref)
+    if (v.stats or {}).get("kind") != "text":
+        raise InvalidRequest(f"{ds.name}@{v.version} holds images: token counts are for text datasets")
+    sig = model.signature or {}
+    if sig.get("kind") != "causal-lm":
+        raise InvalidRequest(f"{model_ref} is not a language model: name one registered from a Hugging Face folder")
+    stats = tokens.count(plane.tiers.path(v.tier, v.key), models_root / model.key, int(sig["context_length"]),
+                         cache_root / f"{v.id}-{model.id}.json")
+    return {"dataset": f"{ds.name}@{v.version}", "model": model_ref, **stats}
 
 
 def resolve_for_job(session: Session, principal: Principal, refs: list[str]) -> list[dict]:

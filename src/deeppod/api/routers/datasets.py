@@ -8,10 +8,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
 from deeppod.api.deps import PrincipalDep, SessionDep, get_ctx
-from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, dataset_out
+from deeppod.api.schemas.datasets import DatasetOut, DatasetPatch, PolicyIn, StagedOut, TokenCountsOut, dataset_out
 from deeppod.datasets import service
 from deeppod.datasets.upload import ingest_request
 from deeppod.errors import InvalidRequest
+from deeppod.models import service as models
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 UPLOAD_PATH = re.compile(r"^/v1/datasets/[^/]+/versions$")
@@ -111,6 +112,16 @@ def manifest(ref: str, request: Request, session: SessionDep, principal: Princip
     ds, v = service.get_version(session, principal, ref)
     path = get_ctx(request).data.tiers.path(v.tier, v.key) / "manifest.jsonl"
     return FileResponse(path, media_type="application/x-ndjson", filename=f"{ds.name}-v{v.version}.jsonl")
+
+
+@router.get("/{ref:path}/tokens", response_model=TokenCountsOut)
+def token_counts(ref: str, request: Request, session: SessionDep, principal: PrincipalDep,
+                 model: str = Query(description="NAME@VERSION of a language model: its tokenizer counts")) -> dict:
+    """How long a text version's examples are in a model's tokens, and how many exceed its context."""
+    ctx = get_ctx(request)
+    _, version = models.get_version(session, principal, model)
+    return service.token_stats(session, principal, ctx.data, ref, version, model_ref=model,
+                               models_root=ctx.settings.models_dir, cache_root=ctx.settings.hot_root / ".token-counts")
 
 
 @router.get("/{ref:path}", response_model=DatasetOut)

@@ -54,6 +54,21 @@ class StagedOut(Out):
     path: str
 
 
+class TokenCountsOut(Out):
+    """A text version's lengths in one language model's tokens (datasets/tokens.py)."""
+    dataset: str
+    model: str
+    examples: int
+    cut_at: int | None = Field(description="counted the first this many examples of each split only; null: all")
+    tokens: int
+    per_split: dict[str, dict[str, int]]
+    context_length: int
+    over_context: int = Field(description="examples longer than the model's context")
+    chat_template: bool = Field(description="chat examples were rendered through the model's chat template")
+    per_example: dict[str, float]
+    histogram: dict[str, int]
+
+
 def version_out(name: str, v) -> VersionOut:
     return VersionOut(ref=f"{name}@{v.version}", version=v.version, tier=v.tier, samples=v.samples, bytes=v.bytes,
                       classes=v.classes, stats=v.stats, lineage=v.lineage,

@@ -17,6 +17,7 @@ from deeppod.datasets import service, text
 from deeppod.datasets.images import VersionImages, thumbnail
 from deeppod.datasets.upload import ingest_request
 from deeppod.errors import InvalidRequest
+from deeppod.models import service as models
 from deeppod.ui.auth import ViewerDep
 from deeppod.ui.render import ConsoleRoute, page, page_number
 
@@ -94,26 +95,37 @@ async def thumb(request: Request, ref: str, index: int, session: SessionDep, vie
 
 
 @router.get("/datasets/{ref:path}")
-def version_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep, label: str = "") -> Response:
+def version_page(request: Request, ref: str, session: SessionDep, viewer: ViewerDep, label: str = "",
+                 tokenizer: str = "") -> Response:
     ds, v, owner = _version(session, viewer, ref)
     number = page_number(request)
     if label and label not in v.classes:
         raise InvalidRequest(f"{ds.name}@{v.version} has no class {label!r}; its classes: {', '.join(v.classes[:30])}")
     stats = v.stats or {}
     is_text = stats.get("kind") == "text"
+    language_models, token_counts = [], None
     if is_text:
-        folder = get_ctx(request).data.tiers.path(v.tier, v.key)
+        ctx = get_ctx(request)
+        folder = ctx.data.tiers.path(v.tier, v.key)
         examples, images, total = text.examples(folder, offset=(number - 1) * EXAMPLES, limit=EXAMPLES), [], v.samples
+        language_models = [f"{m.name}@{mv.version}" for m, versions in models.list_models(session, viewer.principal)
+                           for mv in versions if (mv.signature or {}).get("kind") == "causal-lm"]
+        if tokenizer:
+            _, mv = models.get_version(session, viewer.principal, tokenizer)
+            token_counts = service.token_stats(session, viewer.principal, ctx.data, ref, mv, model_ref=tokenizer,
+                                               models_root=ctx.settings.models_dir,
+                                               cache_root=ctx.settings.hot_root / ".token-counts")
     else:
         examples = []
         images, total = _images(request, v).page((number - 1) * GALLERY, GALLERY, label or None)
     base = f"/datasets/{owner}/{ds.name}@{v.version}"
     return page(request, "dataset.html", ds=ds, v=v, owner=owner, stats=stats, images=images, total=total,
-                text=is_text, examples=examples,
+                text=is_text, examples=examples, language_models=language_models, tokenizer=tokenizer,
+                token_counts=token_counts,
                 label=label, page_no=number, pages=max(1, math.ceil(total / (EXAMPLES if is_text else GALLERY))),
                 versions=service.versions(session, ds), base=base,
-                link=lambda **kw: base + "?" + urlencode({k: v for k, v in {"label": label, "page": number,
-                                                                             **kw}.items() if v}),
+                link=lambda **kw: base + "?" + urlencode({k: v for k, v in {"label": label, "tokenizer": tokenizer,
+                                                                             "page": number, **kw}.items() if v}),
                 quarantined=(v.report or {}).get("quarantined", []),
                 peak=max([1, *(stats.get("per_class") or {}).values()]),
                 size_peak=max([1, *(stats.get("length_histogram" if is_text else "size_histogram") or {}).values()]))
