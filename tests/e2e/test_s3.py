@@ -262,6 +262,22 @@ def test_folder_markers_as_hadoop_s3a_and_the_aws_console_make_them(server, tmp_
     assert version["stats"]["quarantined"] == 0
 
 
+def test_a_text_dataset_through_the_inbox_and_its_splits_read_back(server):
+    """JSON Lines put in the inbox commit as a text version; S3 serves its split files."""
+    c = Client(server.url, server.admin_token)
+    b = s3(c.create_access_key())
+    lines = [json.dumps({"text": f"note {i}"}) for i in range(20)] + ["not json"]
+    b.put_object(Bucket="inbox", Key="notes/part-1.jsonl", Body="\n".join(lines[:10]).encode())
+    b.put_object(Bucket="inbox", Key="notes/part-2.jsonl", Body="\n".join(lines[10:]).encode())
+    version = c.commit("notes")["versions"][-1]
+    assert version["samples"] == 20 and version["stats"]["format"] == "text"
+    assert [q["path"] for q in version["quarantined"]] == ["part-2.jsonl:11"]
+    keys = sorted(o["Key"] for o in b.list_objects_v2(Bucket="datasets", Prefix="notes/v1/")["Contents"])
+    assert "notes/v1/train.jsonl" in keys and "notes/v1/val.jsonl" in keys
+    body = b.get_object(Bucket="datasets", Key="notes/v1/train.jsonl")["Body"].read().decode()
+    assert sorted(json.loads(x)["text"] for x in body.splitlines()) == sorted(f"note {i}" for i in range(20))
+
+
 def test_objects_keep_their_headers_and_metadata_and_writes_can_be_conditional(server):
     """What ceph/s3-tests found missing (docs/s3-tests.md): metadata, copies' directives, a
     signed GET's response-* overrides, conditional PUTs, a repeated multipart completion, one
