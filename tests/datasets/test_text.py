@@ -155,3 +155,35 @@ def test_token_counts_for_a_registered_models_tokenizer(api, tmp_path):
     upload(api, "pics", src2)
     r = api.http.get("/v1/datasets/pics@1/tokens", params={"model": "tiny@1"}, headers=api.as_(api.admin))
     assert r.status_code == 422 and "token counts are for text datasets" in r.text
+
+
+def test_long_lines_are_read_past_and_a_flood_of_bad_lines_is_reported_in_part(tmp_path, monkeypatch):
+    import io
+
+    from deeppod.datasets import text
+    from deeppod.datasets.archive import Member
+    from deeppod.datasets.ingest import Built
+    from deeppod.datasets.objects import ObjectStore
+    from deeppod.datasets.policy import Policy
+
+    body = b"\n".join([json.dumps({"text": "ok"}).encode(), b'{"text": "' + b"x" * 5000 + b'"}',
+                       json.dumps({"text": "fine"}).encode(), *[b"bad"] * 30]) + b"\n"
+    opened = []
+
+    def stream():
+        opened.append(1)
+        return io.BytesIO(body)
+
+    member = Member("big.jsonl", len(body), read=lambda: pytest.fail("read whole"), open=stream)
+    monkeypatch.setattr(text.Refused, "MAX_REPORTED", 5)
+    built = Built()
+    (tmp_path / "staging" / "version").mkdir(parents=True)
+    text.build([("big.jsonl", member)], tmp_path / "staging" / "version", ObjectStore(tmp_path / "objects"),
+               Policy(), max_line=1000, built=built)
+    assert built.samples == 2 and opened == [1]
+    assert built.stats["quarantined"] == 31 and built.report["quarantined_total"] == 31
+    rows = built.report["quarantined"]
+    assert len(rows) == 5 and rows[0] == {"path": "big.jsonl:2", "reason": "the line is over the per-line limit of "
+                                          "1000 bytes (DEEPPOD_DATA_MAX_FILE_BYTES)"}
+    kept = (tmp_path / "staging" / "version" / "quarantine" / "big.jsonl").read_bytes().splitlines()
+    assert kept == [b"bad"] * 30  # the over-long line is not kept: it was never held

@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from deeppod.errors import InvalidRequest
 
@@ -32,6 +33,10 @@ class Member:
     path: str  # relative, POSIX, checked
     size: int
     read: Callable[[], bytes]
+    open: Callable[[], BinaryIO] | None = None  # streamed (a text dataset's lines); None: read() whole
+
+    def stream(self) -> BinaryIO:
+        return self.open() if self.open is not None else io.BytesIO(self.read())
 
 
 def safe_path(name: str) -> str:
@@ -75,7 +80,8 @@ class Archive:
             if self.kind == "folder":  # an S3 inbox (s3/namespace.py): only the server writes there
                 self.members = list(_folder_members(path))
             elif self.kind == "jsonl":
-                self.members = [Member(UPLOADED_LINES, path.stat().st_size, path.read_bytes)]
+                self.members = [Member(UPLOADED_LINES, path.stat().st_size, path.read_bytes,
+                                       lambda: open(path, "rb"))]
             elif self.kind == "zip":
                 self._zip = zipfile.ZipFile(path)
                 self.members = list(self._zip_members())
@@ -111,7 +117,8 @@ class Archive:
                 continue
             if not info.isfile():
                 raise InvalidRequest(f"archive entry {info.name!r} is not a regular file; remove it")
-            yield Member(rel, info.size, lambda info=info: tar.extractfile(info).read())
+            yield Member(rel, info.size, lambda info=info: tar.extractfile(info).read(),
+                         lambda info=info: tar.extractfile(info))
 
     def _zip_members(self) -> Iterator[Member]:
         zf = self._zip
@@ -122,7 +129,7 @@ class Archive:
                                      "they can point outside the dataset: copy the file instead")
             if info.is_dir() or not rel:
                 continue
-            yield Member(rel, info.file_size, lambda info=info: zf.read(info))
+            yield Member(rel, info.file_size, lambda info=info: zf.read(info), lambda info=info: zf.open(info))
 
 
 def strip_common_root(paths: list[str]) -> str:
@@ -170,4 +177,5 @@ def _folder_members(root: Path) -> Iterator[Member]:
             st = path.lstat()
             if not stat.S_ISREG(st.st_mode):
                 raise InvalidRequest(f"{path.relative_to(root)} is not a regular file; remove it")
-            yield Member(safe_path(path.relative_to(root).as_posix()), st.st_size, path.read_bytes)
+            yield Member(safe_path(path.relative_to(root).as_posix()), st.st_size, path.read_bytes,
+                         lambda path=path: open(path, "rb"))

@@ -90,13 +90,23 @@ def characters(example: dict) -> int:
 
 
 def _lines(member: Member, max_line: int):
-    """(line number, bytes) of a member, blank lines skipped; a line over ``max_line`` comes as None."""
-    data = member.read()
-    for number, line in enumerate(data.split(b"\n"), 1):
-        line = line.rstrip(b"\r")
-        if not line.strip():
-            continue
-        yield number, (None if len(line) > max_line else line)
+    """(line number, bytes) of a member, read as a stream (a 64 GB file never sits in memory),
+    blank lines skipped; a line over ``max_line`` comes as None, and is read past, not kept."""
+    with member.stream() as f:
+        number = 0
+        while True:
+            line = f.readline(max_line + 1)
+            if not line:
+                return
+            number += 1
+            if len(line) > max_line and not line.endswith(b"\n"):
+                while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+                yield number, None
+                continue
+            line = line.rstrip(b"\r\n")
+            if line.strip():
+                yield number, line
 
 
 def _summary(values: list[int]) -> dict:
@@ -110,55 +120,34 @@ def _summary(values: list[int]) -> dict:
 def build(items: list[tuple[str, Member]], out: Path, objects: ObjectStore, policy: Policy, *, max_line: int,
           built) -> None:
     """Fill ``built`` (datasets/ingest.Built) and the version folder ``out`` from ``items``
-    (relative path, member), in the order of the paths."""
-    form: tuple[str, str] | None = None  # the version's form, and where it was first seen
-    examples: dict[str, dict] = {}  # content sha -> example, first seen kept
-    duplicates = 0
-    quarantined: list[dict] = []
-    for rel, member in sorted(items, key=lambda item: item[0]):
-        for number, line in _lines(member, max_line):
-            where = f"{rel}:{number}"
-            if line is None:
-                quarantined.append({"path": where, "reason": f"the line is over the per-line limit of {max_line} "
-                                    "bytes (DEEPPOD_DATA_MAX_FILE_BYTES)", "_line": b""})
-                continue
-            try:
-                kind, example = check(line)
-            except InvalidRequest as exc:
-                quarantined.append({"path": where, "reason": exc.message, "_line": line})
-                continue
-            if form is None:
-                form = (kind, where)
-            elif kind != form[0]:
-                quarantined.append({"path": where, "reason": f"a {kind} example, but this version's examples are "
-                                    f"{form[0]} (first at {form[1]}): ingest it as another dataset",
-                                    "_line": line})
-                continue
-            sha = hashlib.sha256(json.dumps(example, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-            if sha in examples:
-                duplicates += 1
-                continue
-            examples[sha] = example
-    side = splits([(sha, "text") for sha in examples], policy)
+    (relative path, member), in the order of the paths. Two passes over a file beside the
+    version, so memory holds one hash per example, not the examples."""
+    checked = out.parent / "checked.jsonl"  # each kept example once, canonical, in the order first seen
+    with Refused(out / "quarantine") as refused:
+        shas, duplicates, form = _check_all(items, checked, max_line, refused)
+    side = splits([(sha, "text") for sha in shas], policy)
     folder = out / "text"
     folder.mkdir(parents=True)
     per_split: Counter = Counter()
     lengths, turns, roles, buckets = [], [], Counter(), Counter()
     handles = {name: open(folder / f"{name}{SUFFIX}", "w", encoding="utf-8") for name in ("train", "val")}
     try:
-        for sha, example in examples.items():
-            split = side[sha]
-            handles[split].write(json.dumps(example, ensure_ascii=False) + "\n")
-            per_split[split] += 1
-            n = characters(example)
-            lengths.append(n)
-            buckets[next(name for limit, name in LENGTH_BUCKETS if n < limit)] += 1
-            if "messages" in example:
-                turns.append(len(example["messages"]))
-                roles.update(m["role"] for m in example["messages"])
+        with open(checked, encoding="utf-8") as f:
+            for sha, line in zip(shas, f):
+                example = json.loads(line)
+                split = side[sha]
+                handles[split].write(line)
+                per_split[split] += 1
+                n = characters(example)
+                lengths.append(n)
+                buckets[next(name for limit, name in LENGTH_BUCKETS if n < limit)] += 1
+                if "messages" in example:
+                    turns.append(len(example["messages"]))
+                    roles.update(m["role"] for m in example["messages"])
     finally:
         for f in handles.values():
             f.close()
+        checked.unlink(missing_ok=True)
     with open(out / "manifest.jsonl", "w") as manifest:
         for split in ("train", "val"):
             path = folder / f"{split}{SUFFIX}"
@@ -171,20 +160,58 @@ def build(items: list[tuple[str, Member]], out: Path, objects: ObjectStore, poli
                                        "md5": _md5(path), "split": split, "examples": per_split[split]}) + "\n")
             built.bytes += size
     (out / "classes.json").write_text("[]")
-    report = _keep_quarantined(quarantined, out / "quarantine")
-    built.samples = len(examples)
+    built.samples = len(shas)
     built.classes = []
-    built.report = {"quarantined": report, "ingested": built.samples, "duplicates": duplicates}
+    built.report = {"quarantined": refused.rows, "ingested": built.samples, "duplicates": duplicates,
+                    **({"quarantined_total": refused.total} if refused.total > len(refused.rows) else {})}
     built.stats = {
-        "kind": "text", "format": form[0] if form else None, "samples": built.samples, "bytes": built.bytes,
+        "kind": "text", "format": form, "samples": built.samples, "bytes": built.bytes,
         "per_split": {s: per_split[s] for s in ("train", "val")}, "duplicates": duplicates,
         "characters": _summary(lengths), "length_histogram": {name: buckets[name] for _, name in LENGTH_BUCKETS},
-        "quarantined": len(report),
+        "quarantined": refused.total,
         **({"turns": _summary(turns), "roles": dict(roles)} if turns else {}),
     }
     (out / "report.json").write_text(json.dumps(built.report, indent=1))
     (out / "stats.json").write_text(json.dumps(built.stats, indent=1))
     write_checksums(out)
+
+
+def _check_all(items: list[tuple[str, Member]], checked: Path, max_line: int, refused: Refused):
+    """Pass one: every line checked; the kept examples written to ``checked``, the refused ones
+    to ``refused``. Returns the kept examples' content hashes (in order), the duplicates dropped
+    and the version's form."""
+    form: tuple[str, str] | None = None  # the version's form, and where it was first seen
+    seen: set[bytes] = set()
+    shas: list[str] = []
+    duplicates = 0
+    with open(checked, "w", encoding="utf-8") as out:
+        for rel, member in sorted(items, key=lambda item: item[0]):
+            for number, line in _lines(member, max_line):
+                where = f"{rel}:{number}"
+                if line is None:
+                    refused.add(rel, number, f"the line is over the per-line limit of {max_line} bytes "
+                                "(DEEPPOD_DATA_MAX_FILE_BYTES)", None)
+                    continue
+                try:
+                    kind, example = check(line)
+                except InvalidRequest as exc:
+                    refused.add(rel, number, exc.message, line)
+                    continue
+                if form is None:
+                    form = (kind, where)
+                elif kind != form[0]:
+                    refused.add(rel, number, f"a {kind} example, but this version's examples are {form[0]} (first "
+                                f"at {form[1]}): ingest it as another dataset", line)
+                    continue
+                text = json.dumps(example, ensure_ascii=False)
+                digest = hashlib.sha256(json.dumps(example, sort_keys=True, ensure_ascii=False).encode()).digest()
+                if digest in seen:
+                    duplicates += 1
+                    continue
+                seen.add(digest)
+                shas.append(digest.hex())
+                out.write(text + "\n")
+    return shas, duplicates, form[0] if form else None
 
 
 def _md5(path: Path) -> str:
@@ -195,19 +222,33 @@ def _md5(path: Path) -> str:
     return h.hexdigest()
 
 
-def _keep_quarantined(quarantined: list[dict], folder: Path) -> list[dict]:
-    """The refused lines, by the file they came from, as ``quarantine/FILE`` (line numbers in
-    the report); the report's rows."""
-    by_file: dict[str, list[bytes]] = {}
-    for q in quarantined:
-        line = q.pop("_line")
-        if line:
-            by_file.setdefault(q["path"].rsplit(":", 1)[0], []).append(line)
-    for rel, lines in by_file.items():
-        dest = folder / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(b"\n".join(lines) + b"\n")
-    return quarantined
+class Refused:
+    """The refused lines: each written at once to ``quarantine/FILE`` (the lines as they were,
+    in order), the first ``MAX_REPORTED`` listed with their number and reason in the report
+    (the database keeps it: a file of a million bad lines must not become a million rows)."""
+
+    MAX_REPORTED = 1000
+
+    def __init__(self, folder: Path):
+        self.folder, self.rows, self.total, self._files = folder, [], 0, {}
+
+    def add(self, rel: str, number: int, reason: str, line: bytes | None) -> None:
+        self.total += 1
+        if len(self.rows) < self.MAX_REPORTED:
+            self.rows.append({"path": f"{rel}:{number}", "reason": reason})
+        if line is not None:
+            if rel not in self._files:
+                dest = self.folder / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                self._files[rel] = open(dest, "wb")
+            self._files[rel].write(line + b"\n")
+
+    def __enter__(self) -> Refused:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self._files.values():
+            f.close()
 
 
 def examples(folder: Path, split: str | None = None, offset: int = 0, limit: int = 20) -> list[dict]:
