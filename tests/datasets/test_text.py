@@ -122,6 +122,7 @@ def test_a_json_lines_body_is_a_text_upload_too(api):
     assert [(q["path"], q["reason"][:8]) for q in v["quarantined"]] == [("upload.jsonl:6", "not JSON")]
 
 
+@pytest.mark.slow  # the count runs in a child process
 def test_token_counts_for_a_registered_models_tokenizer(api, tmp_path):
     from tokenizers import Tokenizer
 
@@ -187,3 +188,21 @@ def test_long_lines_are_read_past_and_a_flood_of_bad_lines_is_reported_in_part(t
                                           "1000 bytes (DEEPPOD_DATA_MAX_FILE_BYTES)"}
     kept = (tmp_path / "staging" / "version" / "quarantine" / "big.jsonl").read_bytes().splitlines()
     assert kept == [b"bad"] * 30  # the over-long line is not kept: it was never held
+
+
+@pytest.mark.slow  # the count runs in a child process
+def test_a_chat_template_that_never_ends_is_stopped_by_its_cpu_limit(api, tmp_path, monkeypatch):
+    from deeppod.datasets import tokens
+    from tests.models.hf_folder import write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "slow")
+    (folder / "chat_template.jinja").write_text(  # 10^10 steps inside Jinja's sandbox: hours, were it let run
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    assert api.http.post("/v1/models/slow/versions", json={"path": str(folder)},
+                         headers=api.as_(api.admin)).status_code == 201
+    src = tmp_path / "chats.jsonl"
+    src.write_text(json.dumps(chat(1)))
+    assert upload(api, "chats", src).status_code == 201
+    monkeypatch.setattr(tokens, "CPU_SECONDS", 2)
+    r = api.http.get("/v1/datasets/chats@1/tokens", params={"model": "slow@1"}, headers=api.as_(api.admin))
+    assert r.status_code == 422 and "took more CPU time or memory than a count may (2 s of CPU" in r.text, r.text

@@ -138,6 +138,7 @@ def test_a_text_dataset_page_shows_its_examples_statistics_and_refused_lines(api
     assert b.get("/datasets/vision/chats@1?page=2").text.count('class="example"') == 10
 
 
+@pytest.mark.slow  # the count runs in a child process
 def test_a_text_dataset_counted_in_a_registered_models_tokens(api, tmp_path):
     import json
 

@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 from deeppod.atomic import atomic_write
@@ -23,6 +29,10 @@ log = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 20_000
 BATCH = 512
+CPU_SECONDS = 120  # per count, in the child
+REFUSED = 3  # the child's exit status for a refusal it explains
+MEMORY_BYTES = 4 << 30
+_counting = threading.BoundedSemaphore(2)  # counts at once on this server: the rest wait their turn
 BUCKETS = [(128, "<128"), (512, "<512"), (2048, "<2K"), (8192, "<8K"), (float("inf"), ">=8K")]
 
 
@@ -64,9 +74,42 @@ def render(example: dict, template) -> str:
 
 
 def count(version_folder: Path, model_folder: Path, context_length: int, cache: Path) -> dict:
-    """Token statistics of a text version for the tokenizer in ``model_folder``."""
+    """Token statistics of a text version for the tokenizer in ``model_folder``, counted in a
+    child process with its own CPU-time and memory limits: the template and the tokenizer are
+    the tenant's, and neither may hold the server's threads or memory (a template's loops can
+    be made to run for hours)."""
     if cache.is_file():
         return json.loads(cache.read_text())
+    command = [sys.executable, "-m", "deeppod.datasets.tokens", str(version_folder), str(model_folder),
+               str(context_length), str(CPU_SECONDS), str(MEMORY_BYTES)]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RAYON_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    with _counting:
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=CPU_SECONDS * 2 + 30, env=env, check=False)
+        except subprocess.TimeoutExpired:
+            raise InvalidRequest(_over("time")) from None
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip().splitlines()
+        if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL) or (err and "MemoryError" in err[-1]):
+            raise InvalidRequest(_over("CPU time or memory"))
+        if done.returncode == REFUSED and err:
+            raise InvalidRequest(err[-1])
+        raise InvalidRequest("the model's tokenizer could not count this dataset: "
+                             + (err[-1] if err else f"exit status {done.returncode}"))
+    stats = json.loads(done.stdout)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(cache, json.dumps(stats), mode=0o600)
+    return stats
+
+
+def _over(what: str) -> str:
+    return (f"counting took more {what} than a count may ({CPU_SECONDS} s of CPU, {MEMORY_BYTES >> 30} GiB): the "
+            "model's chat template or tokenizer does too much per example; fix its chat template")
+
+
+def _count(version_folder: Path, model_folder: Path, context_length: int) -> dict:
+    """In the child: the count itself."""
     from tokenizers import Tokenizer
 
     tokenizer_file = model_folder / "tokenizer.json"
@@ -108,8 +151,6 @@ def count(version_folder: Path, model_folder: Path, context_length: int, cache: 
             "p95": ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], "max": ordered[-1]},
         "histogram": {name: sum(1 for n in lengths if lo <= n < hi) for lo, hi, name in _ranges()},
     }
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(cache, json.dumps(stats), mode=0o600)
     return stats
 
 
@@ -125,3 +166,20 @@ def _encode(tokenizer, batch: list[str], lengths: list[int]) -> int:
     n = [len(e.ids) for e in encoded]
     lengths.extend(n)
     return sum(n)
+
+
+def main(argv: list[str]) -> None:
+    folder, model, context, cpu, memory = argv
+    resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu)))
+    resource.setrlimit(resource.RLIMIT_AS, (int(memory), int(memory)))
+    os.nice(10)
+    try:
+        stats = _count(Path(folder), Path(model), int(context))
+    except InvalidRequest as exc:
+        sys.stderr.write(exc.message + "\n")
+        sys.exit(REFUSED)
+    sys.stdout.write(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
