@@ -392,3 +392,12 @@ def test_a_jsonl_file_ingests_as_a_text_dataset(cli, live_server, tmp_path):
     assert "sums@1: 20 prompt-completion examples" in out and "1 duplicate line(s) dropped" in out, out
     assert "split: train 18, val 2" in out and "1 line(s) quarantined" in out
     assert "train.jsonl:22: 'prompt' is not a string" in out
+    shown = cli("data", "show", "sums@1", **admin).stdout
+    assert "sums@1: 20 prompt-completion examples" in shown and "duplicates dropped: 1" in shown
+    from tests.models.hf_folder import write_tiny_llama
+    folder = write_tiny_llama(tmp_path / "tiny")
+    cli("models", "register", "tiny", "--path", str(folder), **admin)
+    counted = cli("data", "tokens", "sums@1", "--model", "tiny@1", **admin).stdout
+    assert "sums@1 in tiny@1's tokens:" in counted and "all fit its 128-token context" in counted, counted
+    p = cli("data", "tokens", "sums@1", "--model", "nosuch@1", check=False, **admin)
+    assert p.returncode != 0 and "nosuch" in p.stderr

@@ -192,17 +192,49 @@ def show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")], as_js
         return
     v = versions[0]
     s = v["stats"]
-    console.print(f"{v['ref']}: {v['samples']} images, {size_text(v['bytes'])}, tier {v['tier']}")
-    console.print("per class: " + ", ".join(f"{c} {n}" for c, n in s.get("per_class", {}).items()))
-    console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
-    console.print("sizes: " + ", ".join(f"{k} {n}" for k, n in s.get("size_histogram", {}).items() if n))
-    console.print(f"width: {pairs(s.get('width'))}  height: {pairs(s.get('height'))}  "
-                  f"formats: {pairs(s.get('formats'))}", highlight=False)
+    if s.get("kind") == "text":
+        console.print(f"{v['ref']}: {v['samples']} {s.get('format')} examples, {size_text(v['bytes'])}, "
+                      f"tier {v['tier']}")
+        console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
+        console.print(f"characters per example: {pairs(s.get('characters'))}  duplicates dropped: "
+                      f"{s.get('duplicates', 0)}", highlight=False)
+        if s.get("turns"):
+            console.print(f"turns: {pairs(s['turns'])}  roles: {pairs(s.get('roles'))}", highlight=False)
+    else:
+        console.print(f"{v['ref']}: {v['samples']} images, {size_text(v['bytes'])}, tier {v['tier']}")
+        console.print("per class: " + ", ".join(f"{c} {n}" for c, n in s.get("per_class", {}).items()))
+        console.print("per split: " + ", ".join(f"{k} {n}" for k, n in s.get("per_split", {}).items()))
+        console.print("sizes: " + ", ".join(f"{k} {n}" for k, n in s.get("size_histogram", {}).items() if n))
+        console.print(f"width: {pairs(s.get('width'))}  height: {pairs(s.get('height'))}  "
+                      f"formats: {pairs(s.get('formats'))}", highlight=False)
     console.print("lineage:")
     for key, value in (v["lineage"] or {}).items():
         console.print(f"  {key}: {pairs(value)}", highlight=False)
     for q in v["quarantined"]:
         console.print(f"[yellow]quarantined[/yellow] {q['path']}: {q['reason']}")
+
+
+@app.command("tokens")
+def tokens(ref: Annotated[str, typer.Argument(help="NAME@VERSION of a text dataset")],
+           model: Annotated[str, typer.Option("--model", help="NAME@VERSION of a registered language model: its "
+                                                             "tokenizer counts")],
+           as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """How long a text dataset's examples are in a language model's tokens, and how many would
+    not fit its context."""
+    t = client(url, token).datasets.token_counts(ref, model)
+    if as_json:
+        print_json(t)
+        return
+    cut = f" (the first {t['cut_at']} of each split)" if t["cut_at"] else ""
+    console.print(f"{t['dataset']} in {t['model']}'s tokens: {t['tokens']:,} in {t['examples']} examples{cut}; "
+                  + ", ".join(f"{k} {x['tokens']:,}" for k, x in t["per_split"].items()), highlight=False)
+    console.print(f"per example: {pairs(t['per_example'])}" + ("  (through its chat template)"
+                                                                if t["chat_template"] else ""), highlight=False)
+    console.print("histogram: " + ", ".join(f"{k} {n}" for k, n in t["histogram"].items()), highlight=False)
+    if t["over_context"]:
+        console.print(f"[yellow]{t['over_context']} example(s) exceed its {t['context_length']}-token context[/yellow]")
+    else:
+        console.print(f"all fit its {t['context_length']}-token context")
 
 
 @app.command("rm")

@@ -184,6 +184,10 @@ class Datasets(Resource):
     def stage(self, ref: str, tier: str = "hot") -> dict:
         return self._request("POST", f"/v1/datasets/{ref}/stage", params={"tier": tier}, timeout=None)
 
+    def token_counts(self, ref: str, model: str) -> dict:
+        """Text version ``ref`` counted in language model ``model``'s tokens (NAME@VERSION each)."""
+        return self._request("GET", f"/v1/datasets/{ref}/tokens", params={"model": model}, timeout=None)
+
     def manifest(self, ref: str) -> list[dict]:
         import json
 
