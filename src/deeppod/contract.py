@@ -116,6 +116,7 @@ SPARE_PARKED = ".spare-parked-{n}"  # in the checkpoint folder while spare N wai
 # one JSON point a line, in the checkpoint folder: the server takes them when the run ends
 METRICS_SPOOL = ".metrics-unsent.jsonl"
 DATA_ENV_PREFIX = "DEEPPOD_DATA_"  # + the dataset's name: the folder of its staged version
+MODEL_ENV_PREFIX = "DEEPPOD_MODEL_"  # + a registered model's name: the folder of the version it reads
 PARAM_ENV_PREFIX = "DEEPPOD_PARAM_"  # + a search parameter's name, upper case: a trial's value of it
 ENV_TRIAL = "DEEPPOD_TRIAL"  # the trial number a search's job was started for
 ENV_TRIAL_PARAMS = "DEEPPOD_TRIAL_PARAMS"  # that trial's parameters, as JSON (typed, unlike DEEPPOD_PARAM_*)
@@ -229,6 +230,11 @@ def param_env_key(name: str) -> str:
 def dataset_env_key(name: str) -> str:
     """The variable that carries a staged dataset's folder: digits-v2@3 -> DEEPPOD_DATA_DIGITS_V2."""
     return DATA_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
+
+
+def model_env_key(name: str) -> str:
+    """The variable that carries a model version's folder: llama-tiny@3 -> DEEPPOD_MODEL_LLAMA_TINY."""
+    return MODEL_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.split("@")[0].split("/")[-1].upper())
 
 
 def free_port(host: str = "127.0.0.1") -> int:

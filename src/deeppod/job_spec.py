@@ -64,6 +64,9 @@ class JobSpec:
                                   "{'kind': 'plateau', 'metric': 'val_loss', 'patience': 5, 'mode': 'min'}]")
     datasets: list[str] = _opt(factory=list, max_length=16, description="datasets to stage before start, "
                                "NAME[@VERSION]; each job worker finds its folder in DEEPPOD_DATA_<NAME>")
+    models: list[str] = _opt(factory=list, max_length=8, description="registered models the job reads, "
+                             "NAME[@VERSION or @ALIAS], pinned at submit; each worker finds the version's folder "
+                             "(read-only) in DEEPPOD_MODEL_<NAME>")
 
     def body(self) -> dict:
         """The JSON body of ``POST /v1/jobs``."""
@@ -74,7 +77,8 @@ FIELDS = tuple(f.name for f in fields(JobSpec))
 # A field's options on `deeppod submit` (and keys of a --spec file), where not the field's own name.
 CLI_OPTIONS = {"max_workers": ("workers",), "memory_mb_per_worker": ("memory",), "gpu_memory_mb": ("gpu-memory",),
                "grace_seconds": ("grace",), "time_limit_seconds": ("time",),
-               "stop_rules": ("stop-on-nan", "stop-patience"), "datasets": ("dataset",)}
+               "stop_rules": ("stop-on-nan", "stop-patience"), "datasets": ("dataset",),
+               "models": ("model",)}
 
 
 def cli_options(name: str) -> tuple[str, ...]:

@@ -330,3 +330,32 @@ def test_a_jobs_spec_gives_its_options_back_without_env_values(api, tmp_path):
         s.get(Job, job["id"]).kind = "serve"
     r = api.http.get(f"/v1/jobs/{job['id']}/spec", headers=h)
     assert r.status_code == 422 and "made by the platform" in r.json()["error"]["message"]
+
+
+def test_a_job_reads_registered_models_pinned_at_submit(api, tmp_path):
+    from tests.models.hf_folder import write_tiny_llama
+
+    h = api.as_(api.admin)
+    folder = write_tiny_llama(tmp_path / "tiny")
+    for _ in range(2):
+        assert api.http.post("/v1/models/llama-tiny/versions", json={"path": str(folder), "aliases": ["base"]},
+                             headers=h).status_code == 201
+    r = api.http.post("/v1/jobs", json=body(tmp_path, models=["llama-tiny@base"]), headers=h)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["models"] == [{"ref": "llama-tiny@2", "version_id": job["models"][0]["version_id"],
+                              "env": "DEEPPOD_MODEL_LLAMA_TINY"}]  # the alias, pinned; no server path shown
+    with api.ctx.sessions() as s:
+        row = s.get(Job, job["id"])
+        path = row.models[0]["path"]
+        assert path.endswith("default/llama-tiny/v2") and path in row.read_paths  # bound read-only
+    # a model that is not there, or named twice, or another tenant's: refused, nothing made
+    before = job_count(api)
+    r = api.http.post("/v1/jobs", json=body(tmp_path, models=["nosuch"]), headers=h)
+    assert r.status_code == 404 and "no model 'nosuch'" in r.text
+    r = api.http.post("/v1/jobs", json=body(tmp_path, models=["llama-tiny@1", "llama-tiny@2"]), headers=h)
+    assert r.status_code == 422 and "two models called 'llama-tiny'" in r.text
+    ana = api.user("ana", "vision")
+    r = api.http.post("/v1/jobs", json=body(tmp_path, models=["llama-tiny"]), headers=api.as_(ana))
+    assert r.status_code in (403, 404) and "llama-tiny" in r.text
+    assert job_count(api) == before

@@ -110,7 +110,8 @@ def _job(**kw):
                 env={"PATH": "/usr/bin", "WANDB_KEY": "secret"},
                 stop_rules=[{"kind": "nan", "metric": "loss"},
                             {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}],
-                datasets=["mnist@2", "red/cifar"])
+                datasets=[{"ref": "mnist@2", "version_id": 4, "env": "DEEPPOD_DATA_MNIST"}, "red/cifar"],
+                models=[{"ref": "llama-tiny@3", "version_id": 9, "env": "DEEPPOD_MODEL_LLAMA_TINY", "path": "/m/v3"}])
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -131,7 +132,8 @@ def test_a_jobs_spec_submits_the_same_job_again(fake, tmp_path):
     assert sent["time_limit_seconds"] == 129600.0 and "time: 36h" in text
     assert sent["stop_rules"] == [{"kind": "nan", "metric": "loss"},
                                   {"kind": "plateau", "metric": "val_acc", "patience": 4, "mode": "max"}]
-    assert sent["datasets"] == ["mnist@2", "red/cifar"]
+    assert sent["datasets"] == ["mnist@2", "red/cifar"]  # the versions pinned at submit, by their refs
+    assert sent["models"] == ["llama-tiny@3"] and "/m/v3" not in text
     # every field of a job is written and read back, but its code (a new submit sends its own)
     # and the image left at none here
     assert set(FIELDS) - set(sent) - {"code"} == set() and sent["image"] is None

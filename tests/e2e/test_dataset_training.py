@@ -14,6 +14,29 @@ from deeppod.runtime.trainers.digits import write_digits
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory):
+    """The server a user gets as root: jobs sandboxed as their tenant's identity."""
+    from deeppod.executor import sandbox
+    from tests.helpers import LiveServer
+
+    if sandbox.supported() is not None:
+        pytest.skip(sandbox.supported())
+    root = tmp_path_factory.mktemp("sandboxed")
+    work = root / "work"  # the tenant's root: where it names folders from
+    work.mkdir()
+    os.chmod(root, 0o755)
+    os.chmod(work, 0o755)
+    server = LiveServer(root / "home", isolation=None, extra_env={"DEEPPOD_WORK_ROOTS": str(work)}).start()
+    server.work = work
+    if Client(server.url, server.admin_token).whoami()["isolation"] != "sandbox":
+        server.stop()
+        pytest.skip("needs a root server (the sandbox a user gets as root)")
+    yield server
+    server.stop()
+    server.cleanup_jobs()
+
+
 @pytest.mark.timeout(660)  # its own longest wait, and a minute to report
 def test_train_from_a_dataset_name(fresh_server, tmp_path):
     server = fresh_server.start()
@@ -43,10 +66,10 @@ def test_train_from_a_dataset_name(fresh_server, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_job_reads_a_text_dataset_by_name(live_server, tmp_path):
+def test_a_job_reads_a_text_dataset_by_name(sandboxed, tmp_path):
     """A text version staged for a job as any dataset is: runtime.text reads its split files
     inside the job's sandbox, by the dataset's name."""
-    c = Client(live_server.url, live_server.admin_token)
+    c = Client(sandboxed.url, sandboxed.admin_token)
     src = tmp_path / "qa.jsonl"
     src.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "completion": str(2 * i)}) for i in range(50)))
     v = c.datasets.ingest("qa-e2e", str(src), policy={"val": 0.2})["versions"][-1]
@@ -55,8 +78,32 @@ def test_a_job_reads_a_text_dataset_by_name(live_server, tmp_path):
               "train = list(read_examples('qa-e2e', 'train')); val = list(read_examples('qa-e2e', 'val')); "
               "print('read', len(train), len(val), sorted(int(x['completion']) for x in train + val) == "
               "list(range(0, 100, 2)))")
-    job = c.submit([sys.executable, "-c", script], datasets=["qa-e2e"], gpus_per_worker=0)
+    job = c.submit([sys.executable, "-c", script], datasets=["qa-e2e"], gpus_per_worker=0, own_folder=True)
     done = c.wait(job["id"], timeout=240)
     log = b"".join(c.logs(job["id"], rank=0)).decode()
     assert done["state"] == "succeeded", (done, log[-2000:])
     assert "read 40 10 True" in log
+
+
+@pytest.mark.timeout(300)
+def test_a_job_loads_a_registered_language_model_by_name_read_only(sandboxed):
+    """--model NAME: the version pinned at submit is bound read-only into the job's sandbox and
+    named by DEEPPOD_MODEL_<NAME>; runtime.llama loads it by that name."""
+    from tests.models.hf_folder import write_tiny_llama
+
+    c = Client(sandboxed.url, sandboxed.admin_token)
+    c.models.register("llama-e2e", path=str(write_tiny_llama(sandboxed.work / "tiny")))
+    script = ("import os, torch; from deeppod.runtime import llama\n"
+              "m = llama.load('llama-e2e')\n"
+              "print('logits', tuple(m(torch.tensor([[1, 2, 3]]))[0].shape))\n"
+              "try:\n"
+              "    open(os.path.join(os.environ['DEEPPOD_MODEL_LLAMA_E2E'], 'planted'), 'w')\n"
+              "    print('writable')\n"
+              "except OSError as e:\n"
+              "    print('read-only', e.errno)\n")
+    job = c.submit([sys.executable, "-c", script], models=["llama-e2e"], gpus_per_worker=0, own_folder=True)
+    assert job["models"][0]["ref"] == "llama-e2e@1"
+    done = c.wait(job["id"], timeout=240)
+    log = b"".join(c.logs(job["id"], rank=0)).decode()
+    assert done["state"] == "succeeded", (done, log[-2000:])
+    assert "logits (1, 3, 64)" in log and "read-only" in log and "writable" not in log, log[-2000:]

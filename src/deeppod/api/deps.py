@@ -6,6 +6,7 @@ trip through the thread pool; what blocks (a commit, a token looked up) goes the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from starlette.requests import HTTPConnection
 
 from deeppod.auth.roles import READ_METHODS, check_route
 from deeppod.auth.service import Principal, authenticate
+from deeppod.models import service as models
 
 
 def get_ctx(request: Request):
@@ -29,7 +31,8 @@ def submit_options(request: Request) -> dict:
     s = ctx.settings
     return {"default_grace": s.grace_seconds, "roots": ctx.roots, "code": ctx.code, "jobs_dir": s.jobs_dir,
             "default_network": s.job_network, "image_dir": s.image_dir, "default_pids": s.pids_per_worker,
-            "package_index": s.env_index}
+            "package_index": s.env_index, "resolve_models": functools.partial(models.resolve_for_job,
+                                                                              root=s.models_dir)}
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:

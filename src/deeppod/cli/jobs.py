@@ -102,6 +102,9 @@ def submit(
     dataset: Annotated[list[str], typer.Option(
         "--dataset", help="a dataset to stage before the job starts, NAME or NAME@VERSION (repeatable): each worker "
                           "finds its folder in DEEPPOD_DATA_<NAME>")] = [],  # noqa: B006
+    model: Annotated[list[str], typer.Option(
+        "--model", help="a registered model the job reads, NAME, NAME@VERSION or NAME@ALIAS (repeatable): each "
+                        "worker finds the version's folder, read-only, in DEEPPOD_MODEL_<NAME>")] = [],  # noqa: B006
     workdir: Annotated[Path | None, typer.Option(
         help="a folder on the server to run in (default: here, in place when the server may run your jobs here, "
              "else a copy of here is sent with the job)")] = None,
@@ -133,7 +136,7 @@ def submit(
                    pids_per_worker=pids_per_worker, network=network, env=job_env, python=python,
                    requirements=read_requirements(requirements) if requirements else inline_requirements(ctx),
                    image=image, workdir=str(workdir.resolve()) if workdir else None, code=code, priority=priority,
-                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory), datasets=dataset,
+                   grace_seconds=grace, gpu_memory_mb=parse_memory(gpu_memory), datasets=dataset, models=model,
                    time_limit_seconds=parse_time_limit(time))
     console.print(f"job {job['id']} ({job['name']}) submitted: {state(job['state'])}")
     warn_never_fits(job)

@@ -3,6 +3,7 @@ list, show, stop, resume. The controller (tune/controller.py) runs them."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from deeppod.experiments.study import PROMOTING, Study, check_choice, judged_ste
 from deeppod.job_spec import JobSpec
 from deeppod.jobs import service as jobs
 from deeppod.jobs.code import CodeStore
+from deeppod.models import service as models
 from deeppod.states import ACTIVE_EXPERIMENTS, LIVE_TRIALS, ExperimentState, TrialState
 from deeppod.store.models import Experiment, Job, Tenant, Trial, User, utcnow
 
@@ -31,7 +33,7 @@ HANDED_MAX = 64  # studies kept for a controller to take over (a server that is 
 TEMPLATE = ("command", "workdir", "code", "workers", "max_workers", "gpus_per_worker", "cpus_per_worker",
             "memory_mb_per_worker", "gpu_memory_mb", "env", "priority", "grace_seconds", "time_limit_seconds",
             "max_restarts", "stop_rules",
-            "datasets",
+            "datasets", "models",
             "requirements", "python", "image")
 
 
@@ -103,7 +105,8 @@ class TrialLauncher:
                               command=render(t["command"], params), name=f"{exp.name}-t{number}")
         job = jobs.submit(session, principal, req, default_grace=self.default_grace, roots=self.roots,
                           code=self.code, jobs_dir=self.jobs_dir, default_network=self.default_network,
-                          image_dir=self.image_dir)
+                          image_dir=self.image_dir,
+                          resolve_models=functools.partial(models.resolve_for_job, root=self.models_dir))
         job.kind, job.params, job.preemptible = "trial", dict(params), True
         judged = judged_steps(exp.pruner, exp.prune_after)
         job.env = {**job.env, ENV_TRIAL: str(number), **({ENV_TRIAL_HOST: "1"} if exp.reuse else {}),

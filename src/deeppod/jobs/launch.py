@@ -228,7 +228,8 @@ class Launcher:
         GPUs), the server's CA, and the world file of an in-place resize."""
         folder = self.folder(job.id)
         api_url = self.api_url if job.network == "host" else own_network(self.api_url)[0]
-        env = worker_env(self.base_env, {**job.env, **staged}, job_id=job.id,
+        models = {m["env"]: m["path"] for m in job.models or []}  # bound read-only: they are in read_paths
+        env = worker_env(self.base_env, {**job.env, **staged, **models}, job_id=job.id,
                          checkpoint_dir=str(folder.checkpoints), api_url=api_url, token=token,
                          restart_count=job.restart_count, params=job.params,
                          grace_seconds=job.grace_seconds, **where)

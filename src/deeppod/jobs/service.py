@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,6 +144,10 @@ def validate(req: JobSpec, cap: dict) -> None:
     check_rules(req.stop_rules)
 
 
+# (session, caller, ["NAME@V", ...]) -> [{"ref", "version_id", "env", "path"}]
+ModelResolver = Callable[[Session, Principal, list[str]], list[dict]]
+
+
 def default_name(command: list[str]) -> str:
     """The script a command runs (train.py), else the program's name (python)."""
     script = next((a for a in command[1:] if a.endswith((".py", ".sh"))), None)
@@ -152,14 +157,16 @@ def default_name(command: list[str]) -> str:
 def submit(session: Session, principal: Principal, req: JobSpec, *, default_grace: float,
            roots: TenantRoots | None = None, read_paths: list[str] | None = None,
            code: CodeStore | None = None, jobs_dir: Path | None = None, default_network: str = "host",
-           image_dir: str | None = None, default_pids: int = 4096, package_index: dict | None = None) -> Job:
+           image_dir: str | None = None, default_pids: int = 4096, package_index: dict | None = None,
+           resolve_models: ModelResolver | None = None) -> Job:
     """``roots``: where this server lets a tenant's jobs work (sandbox isolation; None: anywhere).
     ``image_dir``: the container images it offers (DEEPPOD_IMAGE_DIR; None: none).
     ``package_index``: where this server's builds install from (its requirements' names are
     checked there: envs/names.py); None: not checked.
     ``read_paths``: what a platform-made job may read besides its workdir. Without a workdir
     the job works in a folder of its own, JOB_DIR/code: the code it was sent with
-    (``req.code``, kept in ``code``), or empty."""
+    (``req.code``, kept in ``code``), or empty. ``resolve_models``: pins ``req.models`` to
+    versions (the registry's, models/service.resolve_for_job: it sits above this layer)."""
     req = replace(req, network=_network(req.network or default_network, sandboxed=roots is not None))
     _check_image(req, image_dir, sandboxed=roots is not None)
     quotas.check_pids(session, principal.tenant, req.pids_per_worker, default_pids)
@@ -167,14 +174,20 @@ def submit(session: Session, principal: Principal, req: JobSpec, *, default_grac
                        gpu_memory_mb=req.gpu_memory_mb)
     if req.workdir is not None and req.code is not None:
         raise InvalidRequest("give either workdir (a folder on the server) or code (sent with the job), not both")
+    models: list[dict] = []
+    if req.models:
+        if resolve_models is None:
+            raise InvalidRequest("this kind of job reads no registered model: leave models out")
+        models = resolve_models(session, principal, req.models)  # pinned now: what the job records
+        read_paths = [*(read_paths or []), *(m["path"] for m in models)]
     if req.workdir is None:
         if code is None or jobs_dir is None:
             raise InvalidRequest("give the job a workdir: an absolute folder on the server")
         return _submit_in_own_folder(session, principal, req, default_grace, read_paths, code, jobs_dir,
-                                     package_index)
+                                     package_index, models)
     if roots is not None:  # before anything looks at the folder: the answer must not say whether it exists
         req = replace(req, workdir=roots.check("the working directory", req.workdir, principal.tenant))
-    return _submit(session, principal, req, default_grace, read_paths, package_index)
+    return _submit(session, principal, req, default_grace, read_paths, package_index, models)
 
 
 NETWORKS = ("host", "isolated", "none")
@@ -204,7 +217,7 @@ def _network(asked: str, sandboxed: bool) -> str:
 
 def _submit_in_own_folder(session: Session, principal: Principal, req: JobSpec, default_grace: float,
                           read_paths: list[str] | None, code: CodeStore, jobs_dir: Path,
-                          package_index: dict | None) -> Job:
+                          package_index: dict | None, models: list[dict]) -> Job:
     """Unpacked (or empty) in a staging folder first, so that the job is checked against its
     files before it exists; moved to JOB_DIR/code once it has an id."""
     own = code_store.staged(jobs_dir)
@@ -213,7 +226,7 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobSpec, 
             code.unpack(principal.tenant_id, req.code, own)
         try:
             job = _submit(session, principal, replace(req, workdir=str(own)), default_grace, read_paths,
-                          package_index)
+                          package_index, models)
         except InvalidRequest as exc:  # name the folder as the user knows it, not where it is staged
             raise InvalidRequest(str(exc).replace(str(own), "<the job's folder>")) from None
         final = JobFolder.of(jobs_dir, job.id).code
@@ -227,7 +240,7 @@ def _submit_in_own_folder(session: Session, principal: Principal, req: JobSpec, 
 
 
 def _submit(session: Session, principal: Principal, req: JobSpec, default_grace: float,
-            read_paths: list[str] | None, package_index: dict | None = None) -> Job:
+            read_paths: list[str] | None, package_index: dict | None = None, models: list[dict] = ()) -> Job:
     cap = capacity(session)
     req = with_defaults(req, cap)
     validate(req, cap)
@@ -250,7 +263,7 @@ def _submit(session: Session, principal: Principal, req: JobSpec, default_grace:
         requirements="\n".join(wanted.lines()) if wanted else None, image=req.image,
         grace_seconds=default_grace if req.grace_seconds is None else req.grace_seconds, datasets=datasets,
         time_limit_seconds=req.time_limit_seconds,
-        read_paths=list(read_paths or []),
+        read_paths=list(read_paths or []), models=list(models),
     )
     session.add(job)
     session.flush()

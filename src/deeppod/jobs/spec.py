@@ -25,7 +25,7 @@ def fields_of(job, own_code_dir: str) -> dict:
            "pids-per-worker": job.pids_per_worker,
            "requirements": [x for x in (job.requirements or "").splitlines() if x.strip()] or None,
            "python": job.python, "image": job.image, "network": job.network,
-           "dataset": list(job.datasets or []) or None,
+           "dataset": _refs(job.datasets), "model": _refs(job.models),
            # its own folder holds code sent with it (or nothing): a new submit sends its own
            "workdir": None if job.workdir == own_code_dir else job.workdir,
            "priority": job.priority or None, "grace": _number(job.grace_seconds),
@@ -49,6 +49,11 @@ def spec_text(job, own_code_dir: str) -> str:
     if hidden:
         head.append(f"# --env values are never shown back; give them again: {' '.join(f'-e {k}=...' for k in hidden)}")
     return "\n".join(head) + "\n" + yaml.safe_dump(fields, sort_keys=False, default_flow_style=None, width=100)
+
+
+def _refs(inputs: list | None) -> list[str] | None:
+    """The versions a job was pinned to (``{"ref": "digits@2", ...}``), as it would name them again."""
+    return [x["ref"] if isinstance(x, dict) else x for x in inputs or []] or None
 
 
 def _size(mb: int | None) -> str | None:

@@ -17,7 +17,7 @@ from deeppod import nofollow, refs
 from deeppod.auth import roles, scope
 from deeppod.auth.paths import TenantRoots
 from deeppod.auth.service import Principal, check_name
-from deeppod.contract import ACTIVE_STATES, JobState
+from deeppod.contract import ACTIVE_STATES, JobState, model_env_key
 from deeppod.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from deeppod.job_folder import JobFolder
 from deeppod.job_spec import JobSpec
@@ -106,6 +106,20 @@ def get_version(session: Session, principal: Principal, ref: str) -> tuple[Model
     r = parse_ref(ref)
     model = get_model(session, principal, r)
     return model, resolve(session, model, r.selector)
+
+
+def resolve_for_job(session: Session, principal: Principal, refs: list[str], *, root: Path) -> list[dict]:
+    """A job's models (NAME[@VERSION or @ALIAS]), pinned to versions at submit: what it reads,
+    read-only, from ``root`` (the registry's folder), in DEEPPOD_MODEL_<NAME>."""
+    out, keys = [], set()
+    for ref in refs:
+        model, v = get_version(session, principal, ref)
+        key = model_env_key(model.name)
+        if key in keys:
+            raise InvalidRequest(f"two models called {model.name!r} in one job: name each once")
+        keys.add(key)
+        out.append({"ref": f"{model.name}@{v.version}", "version_id": v.id, "env": key, "path": str(root / v.key)})
+    return out
 
 
 # -- register ----------------------------------------------------------------------------

@@ -190,7 +190,12 @@ class Llama(nn.Module):
 
 
 def load(folder: str | os.PathLike, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Llama:
-    """A model with the folder's weights (``model.safetensors`` or the index's shards)."""
+    """A model with the folder's weights (``model.safetensors`` or the index's shards); a name
+    without a slash is a registered model the job was given (``--model NAME``)."""
+    if os.sep not in str(folder):
+        from deeppod.runtime.registry import model_path
+
+        folder = model_path(str(folder))
     folder = Path(folder)
     config = Config.read(folder)
     with torch.device("meta"):

@@ -186,7 +186,7 @@ class Client:
         if workdir is None and code is None and not own_folder:
             here = os.getcwd()
             workdir, code = (here, None) if self.runs_in_place(here) else (None, here)
-        for name in ("env", "stop_rules", "datasets"):  # None, as a caller may pass it: the empty default
+        for name in ("env", "stop_rules", "datasets", "models"):  # None, as a caller may pass it: the empty default
             if options.get(name, 0) is None:
                 del options[name]
         spec = job_spec.build(command=list(command), requirements=requirements_text(requirements),

@@ -57,7 +57,8 @@ class Jobs(Resource):
         """Submit a job. ``options`` are the fields of :class:`deeppod.JobSpec` (``workers``,
         ``gpus_per_worker``, ``datasets``...: each with its default and bounds there). ``workers``
         start together; ``max_workers`` makes it elastic. Each of ``datasets`` (NAME[@VERSION]) is
-        staged hot first; workers find it in DEEPPOD_DATA_<NAME>.
+        staged hot first; workers find it in DEEPPOD_DATA_<NAME>. Each of ``models`` (NAME[@VERSION or
+        @ALIAS]) is pinned at submit and read-only to the job, in DEEPPOD_MODEL_<NAME>.
 
         Where it runs: ``workdir``, a folder on the server; or ``code``, a folder here that is
         sent with the job (it runs in its own copy); or ``own_folder``, an empty folder of the

@@ -213,6 +213,8 @@ class Job(Base):
     read_paths: Mapped[list | None] = mapped_column(nullable=True)
     # [{"ref": "digits@2", "version_id": 7, "env": "DEEPPOD_DATA_DIGITS"}]: staged before each start
     datasets: Mapped[list] = mapped_column(default=list)
+    # [{"ref": "llama-tiny@3", "version_id": 9, "env": "DEEPPOD_MODEL_LLAMA_TINY", "path": "/.../v3"}]: read-only
+    models: Mapped[list] = mapped_column(default=list, server_default="[]")
     # "batch" (the default), "serve" (a deployment's replica), "evaluate" (a model comparison), "trial" (tune)
     # or "notebook" (JupyterLab, reached through the control plane: notebooks/)
     kind: Mapped[str] = mapped_column(String(16), default="batch")

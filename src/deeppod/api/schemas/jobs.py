@@ -44,6 +44,7 @@ class JobOut(Out):
     preemptible: bool
     stop_rules: list[dict]
     datasets: list[dict] = []
+    models: list[dict] = Field(default=[], description="the model versions it reads: ref, version_id, env")
     stop_reason: str | None
     cancel_requested: bool
     allocation: dict | None
@@ -74,6 +75,7 @@ class JobEventOut(Out):
 def job_out(job, tenant: str, user: str) -> JobOut:
     return JobOut.model_validate({**{c: getattr(job, c) for c in JobOut.model_fields if hasattr(job, c)},
                                   "env": {k: HIDDEN for k in job.env}, "tenant": tenant, "user": user,
+                                  "models": [{k: v for k, v in m.items() if k != "path"} for m in job.models or []],
                                   "run_seconds": service.run_seconds(job)})
 
 

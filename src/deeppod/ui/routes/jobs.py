@@ -37,7 +37,7 @@ SUBMIT_FIELDS = {"command": "command", "name": "name", "workers": "workers", "ma
                  "gpus_per_worker": "gpus_per_worker", "cpus_per_worker": "cpus_per_worker",
                  "memory_mb_per_worker": "memory_mb", "gpu_memory_mb": "gpu_memory_mb", "env": "env",
                  "priority": "priority",
-                 "max_restarts": "max_restarts", "datasets": "datasets", "workdir": "workdir",
+                 "max_restarts": "max_restarts", "datasets": "datasets", "models": "models", "workdir": "workdir",
                  "grace_seconds": "grace_seconds", "time_limit_seconds": "time", "requirements": "requirements",
                  "python": "python",
                  "network": "network", "image": "image"}
@@ -53,7 +53,8 @@ FORM_LEAVES_OUT = {
 SERVICE_FIELDS = {"each gpu must have": "gpu_memory_mb", "gpus of": "gpu_memory_mb", "image": "image",
                   "requirements": "requirements", "install from": "requirements", "is not a version": "python",
                   "network": "network",
-                  "dataset": "datasets", "working directory": "workdir", "workdir": "workdir", "gpu": "gpus_per_worker",
+                  "dataset": "datasets", "model": "models", "working directory": "workdir", "workdir": "workdir",
+                  "gpu": "gpus_per_worker",
                   "cpu": "cpus_per_worker", "memory": "memory_mb", "worker": "workers", "environment": "env",
                   "env": "env", "command": "command", "executable": "command", "name": "name"}
 
@@ -109,7 +110,8 @@ def submit(request: Request, session: SessionDep, viewer: ViewerDep, form: forms
             "env": forms.env_lines(errors, "env", form.get("env")),
             "priority": forms.number(errors, "priority", form.get("priority")) or 0,
             "max_restarts": forms.number(errors, "max_restarts", form.get("max_restarts")) or 0,
-            "datasets": forms.names(form.get("datasets")), "workdir": forms.blank_none(form.get("workdir")),
+            "datasets": forms.names(form.get("datasets")), "models": forms.names(form.get("models")),
+            "workdir": forms.blank_none(form.get("workdir")),
             "requirements": forms.blank_none(form.get("requirements")), "python": forms.blank_none(form.get("python")),
             "network": forms.blank_none(form.get("network")), "image": forms.blank_none(form.get("image")),
             "time_limit_seconds": forms.time_limit(errors, "time", form.get("time"))}
