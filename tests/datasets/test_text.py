@@ -1,6 +1,7 @@
 """Text datasets: JSON Lines checked line by line, quarantined with line numbers, deduplicated,
 split exactly, versioned, served through S3 and read by a job (runtime.text)."""
 
+import hashlib
 import json
 
 import pytest
@@ -88,7 +89,9 @@ def test_a_jsonl_file_is_a_text_version_bad_lines_quarantined_by_line(api, tmp_p
     manifest = [json.loads(line) for line in (d / "manifest.jsonl").open()]
     assert [(m["path"], m["examples"]) for m in manifest] == [("train.jsonl", 28), ("val.jsonl", 10)]
     for m in manifest:
-        assert api.ctx.data.objects.path(m["sha256"]).read_bytes() == (d / "text" / m["path"]).read_bytes()
+        data = (d / "text" / m["path"]).read_bytes()
+        assert api.ctx.data.objects.path(m["sha256"]).read_bytes() == data
+        assert (hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest()) == (m["sha256"], m["md5"])
 
 
 def test_prompt_completion_and_text_forms_and_what_is_refused(api, tmp_path):

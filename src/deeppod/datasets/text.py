@@ -20,7 +20,7 @@ from pathlib import Path
 from deeppod.datasets.archive import Member
 from deeppod.datasets.objects import ObjectStore
 from deeppod.datasets.policy import Policy, splits
-from deeppod.datasets.shards import file_sha256, write_checksums
+from deeppod.datasets.shards import write_checksums
 from deeppod.errors import InvalidRequest
 
 SUFFIX = ".jsonl"
@@ -130,13 +130,18 @@ def build(items: list[tuple[str, Member]], out: Path, objects: ObjectStore, poli
     folder.mkdir(parents=True)
     per_split: Counter = Counter()
     lengths, turns, roles, buckets = [], [], Counter(), Counter()
-    handles = {name: open(folder / f"{name}{SUFFIX}", "w", encoding="utf-8") for name in ("train", "val")}
+    handles = {name: open(folder / f"{name}{SUFFIX}", "wb") for name in ("train", "val")}
+    # the split files' digests as they are written (the object's key, and its ETag through S3)
+    digests = {name: (hashlib.sha256(), hashlib.md5()) for name in handles}
     try:
         with open(checked, encoding="utf-8") as f:
             for sha, line in zip(shas, f):
                 example = json.loads(line)
                 split = side[sha]
-                handles[split].write(line)
+                data = line.encode()
+                handles[split].write(data)
+                for h in digests[split]:
+                    h.update(data)
                 per_split[split] += 1
                 n = characters(example)
                 lengths.append(n)
@@ -151,13 +156,14 @@ def build(items: list[tuple[str, Member]], out: Path, objects: ObjectStore, poli
     with open(out / "manifest.jsonl", "w") as manifest:
         for split in ("train", "val"):
             path = folder / f"{split}{SUFFIX}"
-            sha, size = file_sha256(path), path.stat().st_size
+            sha, md5 = (h.hexdigest() for h in digests[split])
+            size = path.stat().st_size
             known = objects.has(sha)
             objects.stage_file(out.parent, sha, path, known=known)
             if not known:
                 built.new_objects.append(sha)
             manifest.write(json.dumps({"path": f"{split}{SUFFIX}", "label": "text", "bytes": size, "sha256": sha,
-                                       "md5": _md5(path), "split": split, "examples": per_split[split]}) + "\n")
+                                       "md5": md5, "split": split, "examples": per_split[split]}) + "\n")
             built.bytes += size
     (out / "classes.json").write_text("[]")
     built.samples = len(shas)
@@ -212,14 +218,6 @@ def _check_all(items: list[tuple[str, Member]], checked: Path, max_line: int, re
                 shas.append(digest.hex())
                 out.write(text + "\n")
     return shas, duplicates, form[0] if form else None
-
-
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Refused:

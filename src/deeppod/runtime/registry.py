@@ -13,12 +13,9 @@ from deeppod.contract import ENV_API_URL, ENV_CA_CERT, ENV_JOB_ID, ENV_TOKEN, mo
 def model_path(name: str) -> Path:
     """The folder of a registered model this job reads (submitted with --model NAME[@VERSION]):
     read-only, the version pinned at submit (DEEPPOD_MODEL_<NAME>)."""
-    key = model_env_key(name)
-    value = os.environ.get(key)
-    if not value:
-        raise FileNotFoundError(f"model {name!r} is not given to this job: submit it with --model {name} "
-                                f"(the platform sets {key})")
-    return Path(value)
+    from deeppod.runtime.shards import given_folder
+
+    return given_folder(model_env_key(name), "model", name, "--model")
 
 
 def api_call(method: str, path: str, body: dict | None = None, *, timeout: float = 30.0) -> dict:

@@ -27,10 +27,14 @@ SHARD, OFFSET, LENGTH, LABEL, SPLIT, SIZE = range(6)
 
 def dataset_path(name: str) -> Path:
     """The folder of a dataset the platform staged for this job (``DEEPPOD_DATA_<NAME>``)."""
-    key = dataset_env_key(name)
+    return given_folder(dataset_env_key(name), "dataset", name, "--dataset")
+
+
+def given_folder(key: str, what: str, name: str, option: str) -> Path:
+    """A folder the platform handed this job in ``key`` (a dataset, a model), or why not."""
     value = os.environ.get(key)
     if not value:
-        raise FileNotFoundError(f"dataset {name!r} is not staged for this job: submit it with --dataset {name} "
+        raise FileNotFoundError(f"{what} {name!r} is not given to this job: submit it with {option} {name} "
                                 f"(the platform sets {key})")
     return Path(value)
 
